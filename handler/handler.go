@@ -1,0 +1,200 @@
+// Package handler is the HTTP surface: it turns a request into one full
+// reconcile and the reconcile's result into a status code and JSON.
+//
+//	POST /reconcile, POST /  one reconcile (shared with concurrent callers);
+//	                         ?dryRun=true plans without applying
+//	GET  /plan               the plan as it would be applied now
+//	GET  /healthz, /readyz   liveness and readiness
+//
+// An upstream failure (Kubernetes or an HAProxy target) answers 503 with
+// Retry-After, never 500: Knative sources retry 503 but not 500.
+package handler
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+)
+
+// MaxBody is the largest request body accepted (1 MiB).
+const MaxBody = 1 << 20
+
+// retryAfter is sent with 503: long enough for a restarting API to come back.
+const retryAfter = "5"
+
+// Reconciler runs one full reconcile.
+type Reconciler interface {
+	Reconcile(ctx context.Context, dryRun bool) (reconcile.Result, error)
+}
+
+// Config is what the handler needs.
+type Config struct {
+	// Reconciler runs a reconcile; the handler shares real runs between
+	// concurrent callers and runs dry runs on their own.
+	Reconciler Reconciler
+	// Token, when set, is required as "Authorization: Bearer <token>" on POST.
+	Token string
+	// Ready reports readiness; nil means always ready.
+	Ready func() bool
+	Log   *slog.Logger
+}
+
+type api struct {
+	cfg    Config
+	shared *reconcile.Coalescer
+	log    *slog.Logger
+}
+
+// New returns the service's routes.
+func New(cfg Config) http.Handler {
+	a := &api{cfg: cfg, log: cfg.Log}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	a.shared = reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) {
+		return cfg.Reconciler.Reconcile(ctx, false)
+	})
+	r := chi.NewRouter()
+	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusNotFound, "not found")
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusMethodNotAllowed, "method not allowed")
+	})
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if cfg.Ready != nil && !cfg.Ready() {
+			writeError(w, http.StatusServiceUnavailable, "not ready")
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/plan", func(w http.ResponseWriter, r *http.Request) { a.run(w, r, true) })
+	r.With(a.authorize).Post("/reconcile", a.post)
+	r.With(a.authorize).Post("/", a.post)
+	return r
+}
+
+// authorize checks the bearer token in constant time.
+func (a *api) authorize(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.cfg.Token != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.Token)) != 1 {
+				writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (a *api) post(w http.ResponseWriter, r *http.Request) {
+	if status, msg := checkBody(w, r); status != 0 {
+		writeError(w, status, msg)
+		return
+	}
+	a.run(w, r, r.URL.Query().Get("dryRun") == "true")
+}
+
+// checkBody reads the body within the limit and checks it is a body we accept.
+// Every body triggers the same full reconcile; which events can be skipped is
+// decided by the trigger parser.
+func checkBody(w http.ResponseWriter, r *http.Request) (int, string) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return http.StatusRequestEntityTooLarge, "body over 1 MiB"
+	}
+	if err != nil {
+		return http.StatusBadRequest, "read body: " + err.Error()
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return 0, ""
+	}
+	ct := r.Header.Get("Content-Type")
+	mt, _, err := mime.ParseMediaType(ct)
+	if ct != "" && err != nil {
+		return http.StatusUnsupportedMediaType, "bad content type: " + ct
+	}
+	if ct != "" && mt != "application/json" && mt != "application/cloudevents+json" && mt != "text/plain" {
+		return http.StatusUnsupportedMediaType, "unsupported content type: " + mt
+	}
+	if mt != "text/plain" && !json.Valid(body) {
+		return http.StatusBadRequest, "body is not valid JSON"
+	}
+	return 0, ""
+}
+
+func (a *api) run(w http.ResponseWriter, r *http.Request, dryRun bool) {
+	id := r.Header.Get("Ce-Id")
+	if id == "" {
+		id = newID()
+	}
+	log := a.log.With("trigger", id)
+	var (
+		res reconcile.Result
+		err error
+	)
+	if dryRun {
+		res, err = a.cfg.Reconciler.Reconcile(r.Context(), true)
+	} else {
+		res, err = a.shared.Do(r.Context())
+	}
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the caller is gone; nobody reads the answer
+		}
+		log.Error("reconcile failed", "status", res.Status, "error", err, "durationMs", res.DurationMs, "targets", res.Targets)
+		w.Header().Set("Retry-After", retryAfter)
+		writeJSON(w, http.StatusServiceUnavailable, res)
+		return
+	}
+	log.Info("reconcile", "status", res.Status, "desired", res.Desired, "dryRun", dryRun, "durationMs", res.DurationMs, "targets", res.Targets)
+	writeJSON(w, http.StatusOK, res)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"status": "error", "error": msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func newID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Server returns an http.Server for h with every timeout set, so a slow
+// client cannot hold a connection. WriteTimeout covers a whole reconcile.
+func Server(addr string, h http.Handler, reconcileTimeout time.Duration) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      reconcileTimeout + 15*time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+}

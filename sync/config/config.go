@@ -1,0 +1,214 @@
+// Package config reads the service's configuration from the environment and
+// validates it, so that a wrong variable fails at start with its name.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+)
+
+// Config is the whole configuration; see the README for each variable.
+type Config struct {
+	Namespace    string `envconfig:"INGRESS_NAMESPACE" default:"ingress-nginx"`
+	Service      string `envconfig:"INGRESS_SERVICE_NAME" default:"ingress-nginx"`
+	BackendName  string `envconfig:"HAPROXY_BACKEND_NAME"`
+	BackendsSpec string `envconfig:"HAPROXY_BACKENDS"`
+	BackendPort  int    `envconfig:"HAPROXY_BACKEND_PORT" default:"0"`
+	Target       string `envconfig:"TARGET_ADDRESS" default:"node"`
+
+	DataplaneURLs     string `envconfig:"HAPROXY_DATAPLANE_URL"`
+	DataplaneUsername string `envconfig:"HAPROXY_DATAPLANE_USERNAME"`
+	DataplanePassword string `envconfig:"HAPROXY_DATAPLANE_PASSWORD"`
+	DataplaneToken    string `envconfig:"HAPROXY_DATAPLANE_TOKEN"`
+	DataplaneCAFile   string `envconfig:"HAPROXY_DATAPLANE_CA_FILE"`
+	RuntimeURL        string `envconfig:"HAPROXY_RUNTIME_URL"`
+
+	SendProxyV2 bool          `envconfig:"HAPROXY_SEND_PROXY_V2" default:"false"`
+	Balance     string        `envconfig:"HAPROXY_BALANCE" default:"roundrobin"`
+	CheckInter  time.Duration `envconfig:"HAPROXY_CHECK_INTER" default:"5s"`
+	CheckRise   int           `envconfig:"HAPROXY_CHECK_RISE" default:"2"`
+	CheckFall   int           `envconfig:"HAPROXY_CHECK_FALL" default:"2"`
+	Weight      string        `envconfig:"HAPROXY_WEIGHT" default:"equal"`
+
+	WebhookToken     string        `envconfig:"WEBHOOK_TOKEN"`
+	ResyncPeriod     time.Duration `envconfig:"RESYNC_PERIOD" default:"0"`
+	ReconcileTimeout time.Duration `envconfig:"RECONCILE_TIMEOUT" default:"30s"`
+	Port             int           `envconfig:"PORT" default:"8080"`
+	LogLevel         string        `envconfig:"LOG_LEVEL" default:"info"`
+	Kubeconfig       string        `envconfig:"KUBECONFIG"`
+
+	// Derived by Load.
+	Backends   []desired.PortBackend `ignored:"true"`
+	Dataplanes []*url.URL            `ignored:"true"`
+}
+
+// balances are HAProxy's balance algorithms (those without arguments, plus the
+// hash ones whose argument the Data Plane API takes separately).
+var balances = map[string]bool{
+	"roundrobin": true, "static-rr": true, "leastconn": true, "first": true, "source": true,
+	"uri": true, "url_param": true, "hdr": true, "random": true, "rdp-cookie": true, "hash": true,
+}
+
+// Load reads the configuration from the process environment and validates
+// it. Every error is one line that starts with the variable at fault.
+func Load() (Config, error) {
+	var c Config
+	if err := envconfig.Process("", &c); err != nil {
+		var pe *envconfig.ParseError
+		if errors.As(err, &pe) {
+			return c, fmt.Errorf("%s: cannot read %q as %s", pe.KeyName, pe.Value, pe.TypeName)
+		}
+		return c, err
+	}
+	return c, c.validate()
+}
+
+func (c *Config) validate() error {
+	bad := func(name, format string, args ...any) error {
+		return fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...))
+	}
+	if c.Namespace == "" {
+		return bad("INGRESS_NAMESPACE", "must not be empty")
+	}
+	if c.Service == "" {
+		return bad("INGRESS_SERVICE_NAME", "must not be empty")
+	}
+	if c.BackendName == "" {
+		c.BackendName = c.Service
+	}
+	if c.Target != string(desired.NodeMode) && c.Target != string(desired.PodMode) {
+		return bad("TARGET_ADDRESS", "%q is not node or pod", c.Target)
+	}
+	if c.BackendPort < 0 || c.BackendPort > 65535 {
+		return bad("HAPROXY_BACKEND_PORT", "%d is not a port (0 to 65535)", c.BackendPort)
+	}
+	backends, err := parseBackends(c.BackendsSpec)
+	if err != nil {
+		return bad("HAPROXY_BACKENDS", "%v", err)
+	}
+	if len(backends) > 0 && c.BackendPort != 0 {
+		return bad("HAPROXY_BACKEND_PORT", "cannot be used with HAPROXY_BACKENDS (single backend only)")
+	}
+	if len(backends) == 0 {
+		backends = []desired.PortBackend{{Backend: c.BackendName}}
+	}
+	c.Backends = backends
+
+	c.Dataplanes = nil
+	for _, raw := range splitList(c.DataplaneURLs) {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return bad("HAPROXY_DATAPLANE_URL", "%q is not an http(s) URL", raw)
+		}
+		c.Dataplanes = append(c.Dataplanes, u)
+	}
+	if len(c.Dataplanes) == 0 && c.RuntimeURL == "" {
+		return bad("HAPROXY_DATAPLANE_URL", "must be set (or HAPROXY_RUNTIME_URL)")
+	}
+	if c.RuntimeURL != "" {
+		u, err := url.Parse(c.RuntimeURL)
+		if err != nil || !(u.Scheme == "unix" && u.Path != "" || u.Scheme == "tcp" && u.Host != "") {
+			return bad("HAPROXY_RUNTIME_URL", "%q is not unix:///path or tcp://host:port", c.RuntimeURL)
+		}
+	}
+	if c.DataplaneToken != "" && c.DataplaneUsername != "" {
+		return bad("HAPROXY_DATAPLANE_TOKEN", "cannot be used with HAPROXY_DATAPLANE_USERNAME")
+	}
+	if c.DataplaneCAFile != "" {
+		if _, err := os.Stat(c.DataplaneCAFile); err != nil {
+			return bad("HAPROXY_DATAPLANE_CA_FILE", "%v", err)
+		}
+	}
+	if !balances[c.Balance] {
+		return bad("HAPROXY_BALANCE", "%q is not a balance algorithm", c.Balance)
+	}
+	if c.CheckInter < time.Millisecond {
+		return bad("HAPROXY_CHECK_INTER", "%s is below 1ms", c.CheckInter)
+	}
+	if c.CheckRise < 1 {
+		return bad("HAPROXY_CHECK_RISE", "%d is below 1", c.CheckRise)
+	}
+	if c.CheckFall < 1 {
+		return bad("HAPROXY_CHECK_FALL", "%d is below 1", c.CheckFall)
+	}
+	if c.Weight != "equal" && c.Weight != "endpoints" {
+		return bad("HAPROXY_WEIGHT", "%q is not equal or endpoints", c.Weight)
+	}
+	if c.ResyncPeriod < 0 {
+		return bad("RESYNC_PERIOD", "must not be negative")
+	}
+	if c.ReconcileTimeout <= 0 {
+		return bad("RECONCILE_TIMEOUT", "must be positive")
+	}
+	if c.Port < 1 || c.Port > 65535 {
+		return bad("PORT", "%d is not a port", c.Port)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return bad("LOG_LEVEL", "%q is not debug, info, warn or error", c.LogLevel)
+	}
+	return nil
+}
+
+// parseBackends reads "PORT=BACKEND,..." where PORT is a Service port name or number.
+func parseBackends(spec string) ([]desired.PortBackend, error) {
+	var out []desired.PortBackend
+	seenPort, seenBackend := map[string]bool{}, map[string]bool{}
+	for _, item := range splitList(spec) {
+		port, backend, ok := strings.Cut(item, "=")
+		port, backend = strings.TrimSpace(port), strings.TrimSpace(backend)
+		if !ok || port == "" || backend == "" {
+			return nil, fmt.Errorf("%q is not PORT=BACKEND", item)
+		}
+		if n, err := strconv.Atoi(port); err == nil && (n < 1 || n > 65535) {
+			return nil, fmt.Errorf("%q: port %d out of range", item, n)
+		}
+		if seenPort[port] || seenBackend[backend] {
+			return nil, errors.New("each port and each backend may appear once")
+		}
+		seenPort[port], seenBackend[backend] = true, true
+		out = append(out, desired.PortBackend{Port: port, Backend: backend})
+	}
+	return out, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Options returns the desired-state options this configuration asks for.
+func (c Config) Options() desired.Options {
+	return desired.Options{
+		Mode:              desired.Mode(c.Target),
+		Backends:          c.Backends,
+		FixedPort:         c.BackendPort,
+		WeightByEndpoints: c.Weight == "endpoints",
+		Settings:          model.Settings{Balance: c.Balance, TCPCheck: true},
+		Check: model.Check{
+			Inter: c.CheckInter, Rise: c.CheckRise, Fall: c.CheckFall, SendProxyV2: c.SendProxyV2,
+		},
+	}
+}
+
+// String describes the configuration without secrets, for the start-up log.
+func (c Config) String() string {
+	return fmt.Sprintf("service=%s/%s backends=%v target=%s dataplanes=%d runtime=%t",
+		c.Namespace, c.Service, c.Backends, c.Target, len(c.Dataplanes), c.RuntimeURL != "")
+}

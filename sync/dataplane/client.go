@@ -1,0 +1,280 @@
+// Package dataplane drives one HAProxy through the Data Plane API v3, using
+// client-native's models for every body it sends and reads.
+//
+// Apply splits a plan by what the API does with each write (see the facts in
+// the README's "Applying to HAProxy"):
+//   - runtime-safe changes (address, port, weight, maintenance; drain is
+//     weight 0) are single PUTs with ?version=N: the API applies them through
+//     the runtime socket and writes haproxy.cfg, with no reload;
+//   - a server about to be deleted is first put in maintenance the same way,
+//     so it leaves traffic at once;
+//   - everything else (new servers, deletions, check parameters, backend
+//     settings) goes into one transaction: one commit, one reload, and servers
+//     loaded by that reload have running health checks.
+//
+// Every write carries the version the plan was computed from; a conflict is
+// returned as a temporary error so the caller re-reads and re-plans. A
+// transaction that is not committed is deleted, on a fresh context.
+package dataplane
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/haproxytech/client-native/v6/models"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
+)
+
+const apiPrefix = "/v3/services/haproxy"
+
+// Auth holds the credentials: Basic auth, or a bearer token for an API behind
+// an auth proxy.
+type Auth struct {
+	Username, Password string
+	Token              string
+}
+
+// Client talks to one Data Plane API. It keeps no state between calls.
+type Client struct {
+	base *url.URL
+	name string
+	hc   *http.Client
+	auth Auth
+}
+
+// New returns a client for the API at base (e.g. http://haproxy:5555), sharing hc.
+func New(base *url.URL, auth Auth, hc *http.Client) *Client {
+	u := *base
+	u.User = nil // credentials come from Auth only, and never appear in Name
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	return &Client{base: &u, name: u.String(), hc: hc, auth: auth}
+}
+
+// NewHTTPClient returns the one outbound client shared by all targets, trusting
+// the CA bundle in caFile when it is not empty.
+func NewHTTPClient(caFile string, timeout time.Duration) (*http.Client, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 16
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("read CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CA file %s holds no PEM certificate", caFile)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{Transport: tr, Timeout: timeout}, nil
+}
+
+// Name identifies the target in results and logs (its URL without credentials).
+func (c *Client) Name() string { return c.name }
+
+// Read returns the backend's settings and servers as of one configuration
+// version, recorded in Revision.
+func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error) {
+	var be models.Backend
+	v1, err := c.do(ctx, http.MethodGet, "/configuration/backends/"+url.PathEscape(backend), nil, nil, &be)
+	if err != nil {
+		return model.Backend{}, fmt.Errorf("read backend %s: %w", backend, err)
+	}
+	var servers models.Servers
+	v2, err := c.do(ctx, http.MethodGet, "/configuration/backends/"+url.PathEscape(backend)+"/servers", nil, nil, &servers)
+	if err != nil {
+		return model.Backend{}, fmt.Errorf("read servers of %s: %w", backend, err)
+	}
+	if v1.version != v2.version {
+		return model.Backend{}, &conflictError{fmt.Sprintf("read backend %s: configuration changed between reads (%d, %d)", backend, v1.version, v2.version)}
+	}
+	out := model.Backend{Name: backend, Revision: v2.version, Settings: settingsOf(&be)}
+	for _, s := range servers {
+		out.Servers = append(out.Servers, serverOf(s))
+	}
+	return out, nil
+}
+
+// Apply makes the plan true in HAProxy, starting from the version it was
+// computed at. On error some writes may have landed; the caller re-reads.
+func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
+	var out plan.Applied
+	version := p.Revision
+	serverPath := func(name string) string {
+		return "/configuration/backends/" + url.PathEscape(p.Backend) + "/servers/" + url.PathEscape(name)
+	}
+
+	var structural []plan.Change
+	for _, ch := range p.Changes {
+		var runtimeWrite *model.Server
+		switch {
+		case ch.Action == plan.Delete:
+			structural = append(structural, ch)
+			if ch.Old.State != model.Maint {
+				parked := *ch.Old
+				parked.State = model.Maint
+				runtimeWrite = &parked
+			}
+		case ch.Action != plan.Add && ch.Old.Check == ch.New.Check:
+			runtimeWrite = ch.New
+		default:
+			structural = append(structural, ch)
+		}
+		if runtimeWrite == nil {
+			continue
+		}
+		body := serverModel(*runtimeWrite, ch.Old.Source)
+		r, err := c.do(ctx, http.MethodPut, serverPath(ch.Name), url.Values{"version": {itoa(version)}}, body, nil)
+		if err != nil {
+			return out, fmt.Errorf("%s server %s/%s: %w", ch.Action, p.Backend, ch.Name, err)
+		}
+		out.Writes++
+		out.Reload = out.Reload || r.status == http.StatusAccepted
+		version = r.nextVersion(version)
+	}
+	if len(structural) == 0 && p.Settings == nil {
+		return out, nil
+	}
+	reloaded, writes, err := c.transaction(ctx, version, p, structural, serverPath)
+	out.Writes += writes
+	out.Reload = out.Reload || reloaded
+	return out, err
+}
+
+// transaction writes the structural changes in one transaction and commits it.
+func (c *Client) transaction(ctx context.Context, version int64, p plan.Plan, changes []plan.Change, serverPath func(string) string) (reload bool, writes int, err error) {
+	var tx models.Transaction
+	if _, err := c.do(ctx, http.MethodPost, "/transactions", url.Values{"version": {itoa(version)}}, nil, &tx); err != nil {
+		return false, 0, fmt.Errorf("start transaction: %w", err)
+	}
+	committed := false
+	defer func() {
+		if committed {
+			return
+		}
+		// The request's context may be done; a transaction left open never
+		// expires and counts against the API's limit, so clean up regardless.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, derr := c.do(cctx, http.MethodDelete, "/transactions/"+url.PathEscape(tx.ID), nil, nil, nil); derr != nil {
+			err = fmt.Errorf("%w (and delete transaction %s: %v)", err, tx.ID, derr)
+		}
+	}()
+	in := url.Values{"transaction_id": {tx.ID}}
+
+	if p.Settings != nil {
+		bePath := "/configuration/backends/" + url.PathEscape(p.Backend)
+		var be models.Backend
+		if _, err := c.do(ctx, http.MethodGet, bePath, in, nil, &be); err != nil {
+			return false, writes, fmt.Errorf("read backend %s: %w", p.Backend, err)
+		}
+		applySettings(&be, p.Settings.New)
+		if _, err := c.do(ctx, http.MethodPut, bePath, in, &be, nil); err != nil {
+			return false, writes, fmt.Errorf("update backend %s: %w", p.Backend, err)
+		}
+		writes++
+	}
+	for _, ch := range changes {
+		var err error
+		switch ch.Action {
+		case plan.Add:
+			_, err = c.do(ctx, http.MethodPost, "/configuration/backends/"+url.PathEscape(p.Backend)+"/servers", in, serverModel(*ch.New, nil), nil)
+		case plan.Delete:
+			_, err = c.do(ctx, http.MethodDelete, serverPath(ch.Name), in, nil, nil)
+		default:
+			_, err = c.do(ctx, http.MethodPut, serverPath(ch.Name), in, serverModel(*ch.New, ch.Old.Source), nil)
+		}
+		if err != nil {
+			return false, writes, fmt.Errorf("%s server %s/%s: %w", ch.Action, p.Backend, ch.Name, err)
+		}
+		writes++
+	}
+	r, err := c.do(ctx, http.MethodPut, "/transactions/"+url.PathEscape(tx.ID), nil, nil, nil)
+	if err != nil {
+		return false, writes, fmt.Errorf("commit transaction %s: %w", tx.ID, err)
+	}
+	committed = true
+	// A commit always reloads: 202 when scheduled, 200 when forced.
+	return r.status == http.StatusAccepted || r.status == http.StatusOK, writes + 1, nil
+}
+
+type response struct {
+	status  int
+	version int64 // Configuration-Version header, 0 when absent
+}
+
+// nextVersion is the version after a successful write made at v.
+func (r response) nextVersion(v int64) int64 {
+	if r.version > v {
+		return r.version
+	}
+	return v + 1
+}
+
+// do sends one request under /v3/services/haproxy and decodes a 2xx body into out.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, out any) (response, error) {
+	u := *c.base
+	u.Path += apiPrefix + path
+	u.RawPath = ""
+	u.RawQuery = q.Encode()
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return response{}, fmt.Errorf("encode %s %s: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return response{}, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	switch {
+	case c.auth.Token != "":
+		req.Header.Set("Authorization", "Bearer "+c.auth.Token)
+	case c.auth.Username != "":
+		req.SetBasicAuth(c.auth.Username, c.auth.Password)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return response{}, ctx.Err()
+		}
+		return response{}, &networkError{err}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return response{}, &networkError{fmt.Errorf("read %s %s: %w", method, path, err)}
+	}
+	r := response{status: resp.StatusCode}
+	r.version, _ = strconv.ParseInt(resp.Header.Get("Configuration-Version"), 10, 64)
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return r, decodeError(method, path, resp.StatusCode, data)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return r, fmt.Errorf("decode %s %s: %w", method, path, err)
+		}
+	}
+	return r, nil
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }

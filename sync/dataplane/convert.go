@@ -1,0 +1,109 @@
+package dataplane
+
+import (
+	"time"
+
+	"github.com/haproxytech/client-native/v6/models"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+)
+
+const enabled = "enabled"
+
+// settingsOf reads the backend settings this service manages.
+func settingsOf(be *models.Backend) model.Settings {
+	s := model.Settings{TCPCheck: be.AdvCheck == "tcp-check"}
+	if be.Balance != nil && be.Balance.Algorithm != nil {
+		s.Balance = *be.Balance.Algorithm
+	}
+	return s
+}
+
+// applySettings changes only the managed fields of be, keeping mode, from and
+// everything else the API returned (a PUT replaces the whole section).
+func applySettings(be *models.Backend, s model.Settings) {
+	if be.Balance == nil {
+		be.Balance = &models.Balance{}
+	}
+	algo := s.Balance
+	be.Balance.Algorithm = &algo
+	if s.TCPCheck {
+		be.AdvCheck = "tcp-check"
+	} else if be.AdvCheck == "tcp-check" {
+		be.AdvCheck = ""
+	}
+}
+
+// serverOf reads a server. In haproxy.cfg, drain is weight 0 (the runtime
+// "drain" state is not persisted), and a server whose checks are not enabled
+// gets a zero Check so that the planner rewrites it.
+func serverOf(s *models.Server) model.Server {
+	out := model.Server{Name: s.Name, Address: s.Address, Weight: 1, State: model.Ready, Source: s}
+	if s.Port != nil {
+		out.Port = int(*s.Port)
+	}
+	if s.Weight != nil {
+		out.Weight = int(*s.Weight)
+	}
+	switch {
+	case s.Maintenance == enabled:
+		out.State = model.Maint
+	case out.Weight == 0:
+		out.State = model.Drain
+	}
+	if s.Check == enabled {
+		out.Check = model.Check{
+			Inter:       time.Duration(deref(s.Inter)) * time.Millisecond,
+			Rise:        int(deref(s.Rise)),
+			Fall:        int(deref(s.Fall)),
+			SendProxyV2: s.SendProxyV2 == enabled,
+		}
+	}
+	return out
+}
+
+// serverModel writes srv over a copy of the server as read (source may be nil),
+// so fields this service does not manage are kept.
+func serverModel(srv model.Server, source any) *models.Server {
+	m := &models.Server{}
+	if old, ok := source.(*models.Server); ok && old != nil {
+		cp := *old
+		m = &cp
+	}
+	m.Name = srv.Name
+	m.Address = srv.Address
+	m.Port = ptr(int64(srv.Port))
+	if srv.Port == 0 {
+		m.Port = nil
+	}
+	weight := int64(srv.Weight)
+	m.Maintenance = "disabled"
+	switch srv.State {
+	case model.Drain:
+		weight = 0
+	case model.Maint:
+		m.Maintenance = enabled
+	}
+	m.Weight = &weight
+	m.Check = enabled
+	m.Inter = ptr(srv.Check.Inter.Milliseconds())
+	m.Rise = ptr(int64(srv.Check.Rise))
+	m.Fall = ptr(int64(srv.Check.Fall))
+	if srv.Check.SendProxyV2 {
+		m.SendProxyV2 = enabled
+		m.CheckSendProxy = enabled
+	} else {
+		m.SendProxyV2 = ""
+		m.CheckSendProxy = ""
+	}
+	return m
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}

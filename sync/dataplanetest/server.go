@@ -1,0 +1,575 @@
+// Package dataplanetest is a Data Plane API v3 server for tests. It keeps a
+// configuration version, backends with their servers, and transactions, and
+// follows the real API (haproxytech/dataplaneapi v3.3.0) where it matters here:
+//
+//   - every configuration write needs exactly one of ?version or
+//     ?transaction_id; a stale version answers 409 "version mismatch";
+//   - a write with ?version is an implicit transaction: version + 1;
+//   - a server PUT that changes only weight, address, port, maintenance,
+//     agent-check/addr/send or health_check_port is applied at runtime: 200,
+//     no reload; any other change answers 202 and reloads;
+//   - a server POST is added at runtime (201, no reload) only when neither the
+//     backend nor the defaults section has a default_server; else 202, reload;
+//   - a server DELETE and a backend PUT always reload (202);
+//   - writes inside a transaction answer 202 and apply nothing until commit;
+//     a commit always reloads (202, or 200 with force_reload), marks other
+//     open transactions at or below its version outdated, and is refused with
+//     406 for an outdated or failed transaction, 409 for a stale version, 400
+//     when the configuration check fails (the transaction is then failed);
+//   - at most 20 transactions in progress (then 429); none ever expires.
+//
+// Every request and every response is validated against the official spec
+// shipped in client-native v6.3.0; a violation answers 422 like the real API
+// and fails the test at cleanup.
+package dataplanetest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/haproxytech/client-native/v6/models"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Username and Password, when set, are required as Basic auth.
+	Username, Password string
+	// Token, when set, is accepted as a Bearer token (an auth proxy in front).
+	Token string
+	// DefaultsDefaultServer says the defaults section has a default_server,
+	// which makes every server POST reload.
+	DefaultsDefaultServer bool
+	// MaxTransactions is the limit of transactions in progress (20 if 0).
+	MaxTransactions int
+	// AllowViolations keeps spec violations from failing the test, for tests
+	// that send bad requests on purpose.
+	AllowViolations bool
+}
+
+// Request is one request the server received.
+type Request struct {
+	Method string
+	Path   string
+	Query  string
+	Auth   string
+}
+
+// Server is the test Data Plane API. Its methods are safe for concurrent use.
+type Server struct {
+	URL  string
+	http *httptest.Server
+	spec *spec
+	opts Options
+
+	mu         sync.Mutex
+	version    int64
+	cfg        Config
+	txns       map[string]*txn
+	txnSeq     int
+	reloads    int
+	writes     int
+	requests   []Request
+	violations []string
+	intercept  func(w http.ResponseWriter, r *http.Request) bool
+	check      func(Config) error
+}
+
+type backendState struct {
+	Backend models.Backend
+	Servers []models.Server
+}
+
+// Config is the configuration the server holds: backends by name.
+type Config map[string]*backendState
+
+func (c Config) clone() Config {
+	out := make(Config, len(c))
+	for name, b := range c {
+		cp := &backendState{Backend: b.Backend, Servers: make([]models.Server, len(b.Servers))}
+		copy(cp.Servers, b.Servers)
+		out[name] = cp
+	}
+	return out
+}
+
+type txn struct {
+	id      string
+	version int64
+	status  string
+	cfg     Config
+}
+
+// New starts a server; it is closed, and its spec violations reported, when
+// the test ends.
+func New(t testing.TB, opts Options) *Server {
+	t.Helper()
+	sp, err := loadSpec()
+	if err != nil {
+		t.Fatalf("load Data Plane API spec: %v", err)
+	}
+	if opts.MaxTransactions == 0 {
+		opts.MaxTransactions = 20
+	}
+	s := &Server{spec: sp, opts: opts, version: 1, cfg: Config{}, txns: map[string]*txn{}}
+	s.http = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.URL = s.http.URL
+	t.Cleanup(func() {
+		s.http.Close()
+		if v := s.Violations(); len(v) > 0 && !opts.AllowViolations {
+			t.Errorf("Data Plane API spec violations:\n%s", strings.Join(v, "\n"))
+		}
+	})
+	return s
+}
+
+// AddBackend creates a backend with servers, as if read from haproxy.cfg.
+func (s *Server) AddBackend(b models.Backend, servers ...models.Server) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b.Mode == "" {
+		b.Mode = "http"
+	}
+	s.cfg[b.Name] = &backendState{Backend: b, Servers: append([]models.Server(nil), servers...)}
+}
+
+// Servers returns the backend's servers in configuration order.
+func (s *Server) Servers(backend string) []models.Server {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b, ok := s.cfg[backend]; ok {
+		return append([]models.Server(nil), b.Servers...)
+	}
+	return nil
+}
+
+// Backend returns the backend section.
+func (s *Server) Backend(name string) models.Backend {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b, ok := s.cfg[name]; ok {
+		return b.Backend
+	}
+	return models.Backend{}
+}
+
+// Version returns the configuration version.
+func (s *Server) Version() int64 { s.mu.Lock(); defer s.mu.Unlock(); return s.version }
+
+// Reloads returns how many reloads the API's answers asked for.
+func (s *Server) Reloads() int { s.mu.Lock(); defer s.mu.Unlock(); return s.reloads }
+
+// Writes returns how many write requests (POST, PUT, DELETE) were answered 2xx.
+func (s *Server) Writes() int { s.mu.Lock(); defer s.mu.Unlock(); return s.writes }
+
+// Requests returns every request received, in order.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+// OpenTransactions returns how many transactions exist (in progress, failed
+// or outdated): none should be left behind by a client.
+func (s *Server) OpenTransactions() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.txns) }
+
+// Violations returns the spec violations seen so far.
+func (s *Server) Violations() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.violations...)
+}
+
+// Intercept installs f before every handler (after recording the request);
+// when f returns true it has answered and nothing else happens. Used to
+// inject faults: 5xx, 429, hanging answers, dropped connections.
+func (s *Server) Intercept(f func(w http.ResponseWriter, r *http.Request) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.intercept = f
+}
+
+// SetCheck installs the configuration check run at commit in place of
+// "haproxy -c": a non-nil error fails the commit with 400.
+func (s *Server) SetCheck(f func(Config) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.check = f
+}
+
+// BumpVersion simulates another writer: the version moves on.
+func (s *Server) BumpVersion() { s.mu.Lock(); defer s.mu.Unlock(); s.version++ }
+
+type reply struct {
+	status int
+	header http.Header
+	body   any
+}
+
+func errReply(status int, format string, args ...any) reply {
+	return reply{status: status, body: map[string]any{"code": status, "message": fmt.Sprintf(format, args...)}}
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Auth: r.Header.Get("Authorization")})
+	intercept := s.intercept
+	s.mu.Unlock()
+	if intercept != nil && intercept(w, r) {
+		return
+	}
+	if !s.authorized(r) {
+		s.write(w, nil, errReply(http.StatusUnauthorized, "unauthenticated for invalid credentials"))
+		return
+	}
+	in, err := s.spec.validateRequest(r)
+	if in == nil {
+		s.write(w, nil, errReply(http.StatusNotFound, "path not found: %s %s", r.Method, r.URL.Path))
+		return
+	}
+	if err != nil {
+		s.violation("request %s %s: %v", r.Method, r.URL.RequestURI(), err)
+		rep := errReply(http.StatusUnprocessableEntity, "validation failure: %v", err)
+		rep.body.(map[string]any)["code"] = 606
+		s.write(w, nil, rep)
+		return
+	}
+	var body []byte
+	if r.Body != nil {
+		var buf bytes.Buffer
+		_, _ = buf.ReadFrom(r.Body)
+		body = buf.Bytes()
+	}
+	s.mu.Lock()
+	rep := s.handle(in.Route.Operation.OperationID, in.PathParams, r.URL.Query(), body)
+	if rep.status >= 200 && rep.status < 300 && r.Method != http.MethodGet {
+		s.writes++
+	}
+	if rep.header == nil {
+		rep.header = http.Header{}
+	}
+	rep.header.Set("Configuration-Version", strconv.FormatInt(s.version, 10))
+	s.mu.Unlock()
+	s.write(w, func(status int, h http.Header, b []byte) {
+		if err := validateResponse(in, status, h, b); err != nil {
+			s.violation("response to %s %s (%d): %v", r.Method, r.URL.RequestURI(), status, err)
+		}
+	}, rep)
+}
+
+func (s *Server) violation(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.violations = append(s.violations, fmt.Sprintf(format, args...))
+}
+
+func (s *Server) write(w http.ResponseWriter, validate func(int, http.Header, []byte), rep reply) {
+	var b []byte
+	if rep.body != nil {
+		b, _ = json.Marshal(rep.body)
+	}
+	h := w.Header()
+	for k, v := range rep.header {
+		h[k] = v
+	}
+	if b != nil {
+		h.Set("Content-Type", "application/json")
+	}
+	if validate != nil {
+		validate(rep.status, h, b)
+	}
+	w.WriteHeader(rep.status)
+	_, _ = w.Write(b)
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	if s.opts.Username == "" && s.opts.Token == "" {
+		return true
+	}
+	if s.opts.Token != "" && r.Header.Get("Authorization") == "Bearer "+s.opts.Token {
+		return true
+	}
+	u, p, ok := r.BasicAuth()
+	return ok && s.opts.Username != "" && u == s.opts.Username && p == s.opts.Password
+}
+
+// handle runs one operation; s.mu is held, so writers are serialised like the
+// real API's.
+func (s *Server) handle(op string, path map[string]string, q map[string][]string, body []byte) reply {
+	get := func(k string) string {
+		if v := q[k]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	switch op {
+	case "getConfigurationVersion":
+		return reply{status: 200, body: s.version}
+	case "startTransaction":
+		return s.startTransaction(get("version"))
+	case "getTransactions":
+		list := []models.Transaction{}
+		for _, t := range s.txns {
+			if st := get("status"); st == "" || st == t.status {
+				list = append(list, models.Transaction{ID: t.id, Version: t.version, Status: t.status})
+			}
+		}
+		return reply{status: 200, body: list}
+	case "getTransaction":
+		t, ok := s.txns[path["id"]]
+		if !ok {
+			return errReply(404, "transaction %s does not exist", path["id"])
+		}
+		return reply{status: 200, body: models.Transaction{ID: t.id, Version: t.version, Status: t.status}}
+	case "deleteTransaction":
+		if _, ok := s.txns[path["id"]]; !ok {
+			return errReply(404, "transaction %s does not exist", path["id"])
+		}
+		delete(s.txns, path["id"])
+		return reply{status: 204}
+	case "commitTransaction":
+		return s.commit(path["id"], get("force_reload") == "true")
+	}
+
+	// Configuration operations: read or write in the live config or a transaction.
+	write := op != "getBackend" && op != "getAllServerBackend" && op != "getServerBackend"
+	cfg, tx, rep, ok := s.target(write, get("version"), get("transaction_id"), get("force_reload") == "true")
+	if !ok {
+		return rep
+	}
+	var reload bool
+	rep, reload = s.configOp(op, cfg, path, body)
+	if !write || rep.status >= 300 {
+		return rep
+	}
+	if tx != nil {
+		rep.status = http.StatusAccepted // nothing applies before commit
+		return rep
+	}
+	s.version++
+	if reload {
+		s.reloads++
+		if rep.status != http.StatusAccepted {
+			rep.status = http.StatusAccepted
+		}
+		if get("force_reload") == "true" {
+			rep.status = http.StatusOK
+			if op == "createServerBackend" {
+				rep.status = http.StatusCreated
+			}
+		} else {
+			rep.header = http.Header{"Reload-Id": {fmt.Sprintf("reload-%d", s.reloads)}}
+		}
+	}
+	return rep
+}
+
+// target resolves where an operation works: the live config (version) or a
+// transaction's copy. Reads may name a transaction or nothing.
+func (s *Server) target(write bool, version, txID string, force bool) (Config, *txn, reply, bool) {
+	if txID != "" && version != "" {
+		return nil, nil, errReply(400, "both version and transaction specified, specify only one"), false
+	}
+	if txID != "" && force {
+		return nil, nil, errReply(400, "Both force_reload and transaction specified, specify only one"), false
+	}
+	if txID != "" {
+		t, ok := s.txns[txID]
+		if !ok {
+			return nil, nil, errReply(404, "transaction %s does not exist", txID), false
+		}
+		if t.status != "in_progress" {
+			return nil, nil, errReply(406, "transaction %s is %s", txID, t.status), false
+		}
+		return t.cfg, t, reply{}, true
+	}
+	if !write {
+		return s.cfg, nil, reply{}, true
+	}
+	if version == "" {
+		return nil, nil, errReply(400, "version or transaction not specified, specify only one"), false
+	}
+	v, _ := strconv.ParseInt(version, 10, 64)
+	if v != s.version {
+		return nil, nil, errReply(409, "version mismatch: %d != %d", v, s.version), false
+	}
+	return s.cfg, nil, reply{}, true
+}
+
+func (s *Server) startTransaction(version string) reply {
+	v, _ := strconv.ParseInt(version, 10, 64)
+	if v != s.version {
+		return errReply(409, "version mismatch: %d != %d", v, s.version)
+	}
+	open := 0
+	for _, t := range s.txns {
+		if t.status == "in_progress" {
+			open++
+		}
+	}
+	if open >= s.opts.MaxTransactions {
+		return errReply(429, "cannot start a new transaction, reached the maximum amount of %d active transactions available", s.opts.MaxTransactions)
+	}
+	s.txnSeq++
+	id := fmt.Sprintf("00000000-0000-4000-8000-%012d", s.txnSeq)
+	s.txns[id] = &txn{id: id, version: v, status: "in_progress", cfg: s.cfg.clone()}
+	return reply{status: 201, body: models.Transaction{ID: id, Version: v, Status: "in_progress"}}
+}
+
+func (s *Server) commit(id string, force bool) reply {
+	t, ok := s.txns[id]
+	if !ok {
+		return errReply(404, "transaction %s does not exist", id)
+	}
+	switch t.status {
+	case "outdated":
+		return errReply(406, "transaction %s is outdated and cannot be committed", id)
+	case "failed":
+		return errReply(406, "transaction %s failed and cannot be committed", id)
+	}
+	if t.version != s.version {
+		return errReply(409, "version mismatch: transaction version %d, configuration version %d", t.version, s.version)
+	}
+	if s.check != nil {
+		if err := s.check(t.cfg); err != nil {
+			t.status = "failed"
+			return errReply(400, "configuration check failed: %v", err)
+		}
+	}
+	s.cfg = t.cfg
+	s.version++
+	s.reloads++
+	delete(s.txns, id)
+	for _, o := range s.txns {
+		if o.status == "in_progress" && o.version <= t.version {
+			o.status = "outdated"
+		}
+	}
+	done := models.Transaction{ID: id, Version: t.version, Status: "success"}
+	if force {
+		return reply{status: 200, body: done}
+	}
+	return reply{status: 202, body: done, header: http.Header{"Reload-Id": {fmt.Sprintf("reload-%d", s.reloads)}}}
+}
+
+// runtimeFields are the server fields the real API changes through the
+// runtime socket instead of reloading (dataplaneapi handlers/runtime.go).
+var runtimeFields = map[string]bool{
+	"Weight": true, "Address": true, "Port": true, "Maintenance": true,
+	"AgentCheck": true, "AgentAddr": true, "AgentSend": true, "HealthCheckPort": true,
+}
+
+// dynamicBalance are the algorithms that allow adding servers at runtime.
+var dynamicBalance = map[string]bool{"": true, "roundrobin": true, "leastconn": true, "first": true, "random": true}
+
+// configOp runs a configuration operation on cfg and says whether, outside a
+// transaction, it would reload HAProxy.
+func (s *Server) configOp(op string, cfg Config, path map[string]string, body []byte) (reply, bool) {
+	beName := path["parent_name"]
+	if op == "getBackend" || op == "replaceBackend" {
+		beName = path["name"]
+	}
+	be, ok := cfg[beName]
+	if !ok {
+		return errReply(404, "backend %s does not exist", beName), false
+	}
+	find := func(name string) int {
+		for i := range be.Servers {
+			if be.Servers[i].Name == name {
+				return i
+			}
+		}
+		return -1
+	}
+	switch op {
+	case "getBackend":
+		return reply{status: 200, body: be.Backend}, false
+	case "replaceBackend":
+		var nb models.Backend
+		if err := json.Unmarshal(body, &nb); err != nil {
+			return errReply(400, "%v", err), false
+		}
+		nb.Name = beName
+		be.Backend = nb
+		return reply{status: 202, body: nb}, true
+	case "getAllServerBackend":
+		return reply{status: 200, body: append([]models.Server{}, be.Servers...)}, false
+	case "getServerBackend":
+		i := find(path["name"])
+		if i < 0 {
+			return errReply(404, "server %s does not exist in backend %s", path["name"], beName), false
+		}
+		return reply{status: 200, body: be.Servers[i]}, false
+	case "createServerBackend":
+		var ns models.Server
+		if err := json.Unmarshal(body, &ns); err != nil {
+			return errReply(400, "%v", err), false
+		}
+		if find(ns.Name) >= 0 {
+			return errReply(409, "server %s already exists in backend %s", ns.Name, beName), false
+		}
+		be.Servers = append(be.Servers, ns)
+		algo := ""
+		if be.Backend.Balance != nil && be.Backend.Balance.Algorithm != nil {
+			algo = *be.Backend.Balance.Algorithm
+		}
+		runtime := !s.opts.DefaultsDefaultServer && be.Backend.DefaultServer == nil && dynamicBalance[algo]
+		if runtime {
+			return reply{status: 201, body: ns}, false
+		}
+		return reply{status: 202, body: ns}, true
+	case "replaceServerBackend":
+		i := find(path["name"])
+		if i < 0 {
+			return errReply(404, "server %s does not exist in backend %s", path["name"], beName), false
+		}
+		var ns models.Server
+		if err := json.Unmarshal(body, &ns); err != nil {
+			return errReply(400, "%v", err), false
+		}
+		ns.Name = path["name"]
+		reload := false
+		for _, f := range changedFields(reflect.ValueOf(ns), reflect.ValueOf(be.Servers[i])) {
+			reload = reload || !runtimeFields[f]
+		}
+		be.Servers[i] = ns
+		if reload {
+			return reply{status: 202, body: ns}, true
+		}
+		return reply{status: 200, body: ns}, false
+	case "deleteServerBackend":
+		i := find(path["name"])
+		if i < 0 {
+			return errReply(404, "server %s does not exist in backend %s", path["name"], beName), false
+		}
+		be.Servers = append(be.Servers[:i], be.Servers[i+1:]...)
+		return reply{status: 202}, true
+	}
+	return errReply(501, "operation %s is not implemented by the test server", op), false
+}
+
+// changedFields lists the names of the leaf fields that differ between two
+// values of the same struct type, descending into embedded structs the way
+// dataplaneapi's compareObjects does.
+func changedFields(a, b reflect.Value) []string {
+	var out []string
+	for i := range a.NumField() {
+		name := a.Type().Field(i).Name
+		fa, fb := a.Field(i), b.Field(i)
+		if fa.Kind() == reflect.Struct {
+			out = append(out, changedFields(fa, fb)...)
+			continue
+		}
+		if !reflect.DeepEqual(fa.Interface(), fb.Interface()) {
+			out = append(out, name)
+		}
+	}
+	return out
+}

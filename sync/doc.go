@@ -1,0 +1,17 @@
+// Package sync is the parent of the packages that make one reconcile; it holds
+// no code of its own.
+//
+// The folder is named after what the service does, which shadows the standard
+// library's sync. Rather than alias imports everywhere, every package below it
+// has its own name, so the standard library's sync is always "sync" and ours is
+// never imported as such:
+//
+//	model       the shared vocabulary: Server, Backend, State (a leaf)
+//	config      the one Config, read from the environment
+//	desired     Kubernetes objects -> desired backends (pure)
+//	plan        current vs desired -> changes (pure)
+//	kube        reads Service, EndpointSlices and Nodes (I/O)
+//	dataplane   HAProxy Data Plane API v3 driver (I/O)
+//	reconcile   wires one reconcile: read, plan, apply with retry
+//	dataplanetest  a spec-validating Data Plane API server for tests
+package sync

@@ -1,0 +1,82 @@
+// Package model is the vocabulary shared by the desired-state builder, the
+// planner and the HAProxy drivers. It has no dependencies on Kubernetes or on
+// any HAProxy API, so each side can be tested with plain values.
+package model
+
+import "time"
+
+// State is the administrative state a server should have in HAProxy.
+type State string
+
+const (
+	// Ready servers take new connections.
+	Ready State = "ready"
+	// Drain servers finish existing and persistent connections but take no new ones.
+	Drain State = "drain"
+	// Maint servers take no traffic at all.
+	Maint State = "maint"
+)
+
+// Rank orders states from most to least able to serve; used to merge duplicates.
+func (s State) Rank() int {
+	switch s {
+	case Ready:
+		return 2
+	case Drain:
+		return 1
+	default:
+		return 0
+	}
+}
+
+// Check holds the health-check parameters written on every server. They live on
+// each server rather than in default_server because the Data Plane API can add
+// servers without a reload only when the backend has no default_server.
+type Check struct {
+	Inter       time.Duration
+	Rise        int
+	Fall        int
+	SendProxyV2 bool
+}
+
+// Server is one HAProxy server as this service manages it.
+type Server struct {
+	Name    string
+	Address string
+	Port    int
+	Weight  int
+	State   State
+	Check   Check
+	// Source is the driver's own record of the server as it was read (for the
+	// Data Plane API, its model), so that a write changes only the fields this
+	// service manages. The planner ignores it; desired servers leave it nil.
+	Source any
+}
+
+// SameTraffic reports whether a and b would route traffic identically. Weight
+// only matters for a ready server: drain and maint servers take no new
+// connections whatever their weight.
+func (a Server) SameTraffic(b Server) bool {
+	if a.Address != b.Address || a.Port != b.Port || a.State != b.State || a.Check != b.Check {
+		return false
+	}
+	return a.State != Ready || a.Weight == b.Weight
+}
+
+// Settings are the backend-level options this service manages.
+type Settings struct {
+	// Balance is the balance algorithm, e.g. "roundrobin".
+	Balance string
+	// TCPCheck enables "option tcp-check" so that checks honour send-proxy-v2.
+	TCPCheck bool
+}
+
+// Backend is a backend's servers, sorted by name, and its settings.
+type Backend struct {
+	Name     string
+	Settings Settings
+	Servers  []Server
+	// Revision identifies the configuration a current backend was read from;
+	// drivers use it for optimistic concurrency. Desired backends leave it 0.
+	Revision int64
+}

@@ -1,0 +1,127 @@
+// Package plan computes what must change in one HAProxy backend to make it
+// equal to the desired one. It is a pure function of two values: no I/O, no
+// context, so every scenario is a table row.
+//
+//	current \ desired   absent              present, same       present, differs
+//	absent              -                   Add                 Add
+//	present             Delete (*)          -                   Drain | Maint | Update
+//
+// (*) Safety: when the desired backend has no server at all (a Service with zero
+// endpoints, or every endpoint skipped) nothing is deleted; every current server
+// is put in maintenance instead, so an empty read can never wipe a backend.
+package plan
+
+import (
+	"sort"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+)
+
+// Action is what happens to one server.
+type Action string
+
+// The actions, in the order a result lists them.
+const (
+	Add    Action = "add"
+	Update Action = "update"
+	Drain  Action = "drain"
+	Maint  Action = "maint"
+	Delete Action = "delete"
+)
+
+// Change is what happens to one server, with the old and new server side by side.
+// Old is nil for Add; New is nil for Delete.
+type Change struct {
+	Action Action
+	Name   string
+	Old    *model.Server
+	New    *model.Server
+}
+
+// SettingsChange is a change of backend-level settings.
+type SettingsChange struct {
+	Old, New model.Settings
+}
+
+// Plan is the set of changes for one backend, sorted by server name.
+type Plan struct {
+	Backend string
+	// Revision is the current backend's revision, passed through for the driver.
+	Revision int64
+	Settings *SettingsChange
+	Changes  []Change
+}
+
+// HasChanges reports whether applying the plan would change anything.
+func (p Plan) HasChanges() bool {
+	return p.Settings != nil || len(p.Changes) > 0
+}
+
+// Names returns the names of the servers with the given action, sorted.
+func (p Plan) Names(a Action) []string {
+	names := []string{}
+	for _, c := range p.Changes {
+		if c.Action == a {
+			names = append(names, c.Name)
+		}
+	}
+	return names
+}
+
+// Calculate returns the plan that turns current into desired. Both backends'
+// servers must have unique names; their order does not matter.
+func Calculate(current, desired model.Backend) Plan {
+	p := Plan{Backend: desired.Name, Revision: current.Revision}
+	if current.Settings != desired.Settings {
+		p.Settings = &SettingsChange{Old: current.Settings, New: desired.Settings}
+	}
+
+	have := make(map[string]*model.Server, len(current.Servers))
+	for i := range current.Servers {
+		have[current.Servers[i].Name] = &current.Servers[i]
+	}
+	want := make(map[string]bool, len(desired.Servers))
+	for i := range desired.Servers {
+		d := &desired.Servers[i]
+		want[d.Name] = true
+		old, ok := have[d.Name]
+		switch {
+		case !ok:
+			p.Changes = append(p.Changes, Change{Action: Add, Name: d.Name, New: d})
+		case old.SameTraffic(*d):
+		case d.State == model.Drain && old.State != model.Drain:
+			p.Changes = append(p.Changes, Change{Action: Drain, Name: d.Name, Old: old, New: d})
+		case d.State == model.Maint && old.State != model.Maint:
+			p.Changes = append(p.Changes, Change{Action: Maint, Name: d.Name, Old: old, New: d})
+		default:
+			p.Changes = append(p.Changes, Change{Action: Update, Name: d.Name, Old: old, New: d})
+		}
+	}
+
+	for i := range current.Servers {
+		old := &current.Servers[i]
+		if want[old.Name] {
+			continue
+		}
+		if len(desired.Servers) > 0 {
+			p.Changes = append(p.Changes, Change{Action: Delete, Name: old.Name, Old: old})
+			continue
+		}
+		if old.State != model.Maint {
+			parked := *old
+			parked.State = model.Maint
+			p.Changes = append(p.Changes, Change{Action: Maint, Name: old.Name, Old: old, New: &parked})
+		}
+	}
+
+	sort.Slice(p.Changes, func(i, j int) bool { return p.Changes[i].Name < p.Changes[j].Name })
+	return p
+}
+
+// Applied says what a driver did to apply a plan.
+type Applied struct {
+	// Writes is the number of write requests or commands sent.
+	Writes int
+	// Reload says whether HAProxy was (or will be) reloaded.
+	Reload bool
+}
