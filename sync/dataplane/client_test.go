@@ -1,0 +1,344 @@
+package dataplane_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/haproxytech/client-native/v6/models"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
+)
+
+var chk = model.Check{Inter: 2 * time.Second, Rise: 2, Fall: 3}
+
+func want(servers ...model.Server) model.Backend {
+	return model.Backend{Name: "be", Settings: model.Settings{Balance: "roundrobin", TCPCheck: true}, Servers: servers}
+}
+
+func srv(name, addr string, st model.State) model.Server {
+	return model.Server{Name: name, Address: addr, Port: 30080, Weight: 1, State: st, Check: chk}
+}
+
+func setup(t *testing.T, opts dataplanetest.Options, auth dataplane.Auth) (*dataplanetest.Server, *dataplane.Client) {
+	t.Helper()
+	api := dataplanetest.New(t, opts)
+	rr := "roundrobin"
+	api.AddBackend(models.Backend{BackendBase: models.BackendBase{
+		Name: "be", Mode: "tcp", From: "unnamed_defaults_1", AdvCheck: "tcp-check",
+		Balance: &models.Balance{Algorithm: &rr},
+	}})
+	u, _ := url.Parse(api.URL)
+	hc, err := dataplane.NewHTTPClient("", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return api, dataplane.New(u, auth, hc)
+}
+
+// sync reads, plans and applies once.
+func sync(t *testing.T, c *dataplane.Client, w model.Backend) (plan.Plan, plan.Applied) {
+	t.Helper()
+	ctx := context.Background()
+	cur, err := c.Read(ctx, "be")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := plan.Calculate(cur, w)
+	a, err := c.Apply(ctx, p)
+	if err != nil {
+		t.Fatalf("apply %+v: %v", p, err)
+	}
+	return p, a
+}
+
+func TestFirstSyncThenIdempotent(t *testing.T) {
+	api, c := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	w := want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Drain), srv("node-c", "127.0.1.3", model.Maint))
+	_, a := sync(t, c, w)
+	if !a.Reload || api.Reloads() != 1 {
+		t.Errorf("first sync: reload=%v reloads=%d, want one reload (a transaction)", a.Reload, api.Reloads())
+	}
+	got := api.Servers("be")
+	if len(got) != 3 {
+		t.Fatalf("servers = %+v", got)
+	}
+	a0 := got[0]
+	if a0.Name != "node-a" || a0.Address != "127.0.1.1" || *a0.Port != 30080 || *a0.Weight != 1 || a0.Check != "enabled" ||
+		*a0.Inter != 2000 || *a0.Rise != 2 || *a0.Fall != 3 || a0.Maintenance == "enabled" {
+		t.Errorf("node-a = %+v", a0)
+	}
+	if *got[1].Weight != 0 || got[1].Maintenance == "enabled" {
+		t.Errorf("drained node-b = weight %d maint %q, want weight 0 in service", *got[1].Weight, got[1].Maintenance)
+	}
+	if got[2].Maintenance != "enabled" {
+		t.Errorf("node-c maintenance = %q", got[2].Maintenance)
+	}
+
+	version, writes := api.Version(), api.Writes()
+	p, a := sync(t, c, w)
+	if p.HasChanges() || a.Writes != 0 || api.Version() != version || api.Writes() != writes {
+		t.Errorf("second sync changed something: plan %+v, version %d -> %d", p, version, api.Version())
+	}
+}
+
+func TestChurnWithoutReload(t *testing.T) {
+	api, c := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready), srv("node-c", "127.0.1.3", model.Ready)))
+	reloads := api.Reloads()
+
+	heavy := srv("node-c", "127.0.1.3", model.Ready)
+	heavy.Weight = 4
+	p, a := sync(t, c, want(srv("node-a", "127.0.1.9", model.Ready), srv("node-b", "127.0.1.2", model.Drain), heavy))
+	if got := len(p.Changes); got != 3 || a.Writes != 3 {
+		t.Fatalf("changes %d writes %d, want 3 and 3", got, a.Writes)
+	}
+	if a.Reload || api.Reloads() != reloads {
+		t.Errorf("address move, drain and weight reloaded HAProxy (%d reloads)", api.Reloads()-reloads)
+	}
+	_, a = sync(t, c, want(srv("node-a", "127.0.1.9", model.Ready), srv("node-b", "127.0.1.2", model.Ready), srv("node-c", "127.0.1.3", model.Maint)))
+	if a.Reload || api.Reloads() != reloads {
+		t.Errorf("undrain and maint reloaded HAProxy")
+	}
+	s := api.Servers("be")
+	if s[0].Address != "127.0.1.9" || *s[1].Weight != 1 || s[2].Maintenance != "enabled" {
+		t.Errorf("servers = %+v", s)
+	}
+}
+
+func TestDeleteParksFirstThenOneTransaction(t *testing.T) {
+	api, c := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready), srv("node-c", "127.0.1.3", model.Ready)))
+	reloads, n := api.Reloads(), len(api.Requests())
+
+	_, a := sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready)))
+	if !a.Reload || api.Reloads() != reloads+1 {
+		t.Errorf("two deletes: %d reloads, want 1", api.Reloads()-reloads)
+	}
+	if got := api.Servers("be"); len(got) != 1 || got[0].Name != "node-a" {
+		t.Errorf("servers = %+v", got)
+	}
+	// Each deleted server is put in maintenance (runtime) before the transaction.
+	var order []string
+	for _, r := range api.Requests()[n:] {
+		if r.Method != http.MethodGet {
+			order = append(order, r.Method+" "+r.Path[strings.LastIndex(r.Path, "/")+1:])
+		}
+	}
+	wantOrder := []string{"PUT node-b", "PUT node-c", "POST transactions", "DELETE node-b", "DELETE node-c"}
+	if len(order) < len(wantOrder) || strings.Join(order[:5], ",") != strings.Join(wantOrder, ",") {
+		t.Errorf("write order = %v, want %v then commit", order, wantOrder)
+	}
+	if api.OpenTransactions() != 0 {
+		t.Errorf("%d transactions left", api.OpenTransactions())
+	}
+}
+
+func TestSettingsChangeIsOneReloadAndKeepsOtherFields(t *testing.T) {
+	api, c := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready)))
+	reloads := api.Reloads()
+
+	w := want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready))
+	w.Settings.Balance = "leastconn"
+	for i := range w.Servers {
+		w.Servers[i].Check.SendProxyV2 = true
+		w.Servers[i].Check.Inter = time.Second
+	}
+	_, a := sync(t, c, w)
+	if api.Reloads() != reloads+1 || !a.Reload {
+		t.Errorf("balance + check change on 2 servers: %d reloads, want exactly 1", api.Reloads()-reloads)
+	}
+	be := api.Backend("be")
+	if *be.Balance.Algorithm != "leastconn" || be.Mode != "tcp" || be.From != "unnamed_defaults_1" || be.AdvCheck != "tcp-check" {
+		t.Errorf("backend = %+v", be.BackendBase)
+	}
+	for _, s := range api.Servers("be") {
+		if s.SendProxyV2 != "enabled" || s.CheckSendProxy != "enabled" || *s.Inter != 1000 {
+			t.Errorf("server %s: send-proxy-v2 %q check-send-proxy %q inter %d", s.Name, s.SendProxyV2, s.CheckSendProxy, *s.Inter)
+		}
+	}
+}
+
+func TestUnmanagedServerFieldsAreKept(t *testing.T) {
+	api, c := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready)))
+	// An operator adds "ssl" by hand (a reload, as the real API would do).
+	ctx := context.Background()
+	cur, _ := c.Read(ctx, "be")
+	s := *cur.Servers[0].Source.(*models.Server)
+	s.Ssl = "enabled"
+	api.AddBackend(api.Backend("be"), s)
+
+	_, a := sync(t, c, want(srv("node-a", "127.0.1.7", model.Ready)))
+	if a.Reload {
+		t.Error("address move reloaded")
+	}
+	if got := api.Servers("be")[0]; got.Ssl != "enabled" || got.Address != "127.0.1.7" {
+		t.Errorf("server = ssl %q address %q", got.Ssl, got.Address)
+	}
+}
+
+func TestConflictIsTemporary(t *testing.T) {
+	api, c := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	ctx := context.Background()
+	sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready)))
+	cur, err := c.Read(ctx, "be")
+	if err != nil {
+		t.Fatal(err)
+	}
+	api.BumpVersion() // another writer got there first
+	before := api.Servers("be")
+	_, err = c.Apply(ctx, plan.Calculate(cur, want(srv("node-a", "127.0.1.2", model.Ready))))
+	var apiErr *dataplane.APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict || !apiErr.Conflict() || !apiErr.Temporary() {
+		t.Fatalf("err = %v, want a temporary 409 conflict", err)
+	}
+	if got := api.Servers("be"); got[0].Address != before[0].Address {
+		t.Error("a conflicting write changed the server")
+	}
+	// Also inside a transaction (an add): the transaction is refused up front.
+	_, err = c.Apply(ctx, plan.Calculate(cur, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready))))
+	if !errors.As(err, &apiErr) || !apiErr.Conflict() {
+		t.Fatalf("err = %v, want a conflict", err)
+	}
+	if api.OpenTransactions() != 0 {
+		t.Errorf("%d transactions left", api.OpenTransactions())
+	}
+}
+
+func TestFailedCommitDeletesTransaction(t *testing.T) {
+	api, c := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	api.SetCheck(func(dataplanetest.Config) error { return errors.New("[ALERT] config: invalid server") })
+	ctx := context.Background()
+	cur, err := c.Read(ctx, "be")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Apply(ctx, plan.Calculate(cur, want(srv("node-a", "127.0.1.1", model.Ready))))
+	var apiErr *dataplane.APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || apiErr.Temporary() {
+		t.Fatalf("err = %v, want a permanent 400", err)
+	}
+	if !strings.Contains(err.Error(), "invalid server") {
+		t.Errorf("error %q lacks the API's message", err)
+	}
+	if api.OpenTransactions() != 0 {
+		t.Errorf("%d transactions left after a failed commit", api.OpenTransactions())
+	}
+	if len(api.Servers("be")) != 0 || api.Reloads() != 0 {
+		t.Error("a failed commit changed the configuration")
+	}
+}
+
+func TestOutdatedTransactionIsTemporary(t *testing.T) {
+	api, c := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	ctx := context.Background()
+	cur, _ := c.Read(ctx, "be")
+	// Someone commits another transaction while ours is open: ours is outdated.
+	api.Intercept(func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/transactions/") {
+			api.Intercept(nil)
+			if err := startAndCommit(t, api.URL); err != nil {
+				t.Error(err)
+			}
+		}
+		return false
+	})
+	_, err := c.Apply(ctx, plan.Calculate(cur, want(srv("node-a", "127.0.1.1", model.Ready))))
+	var apiErr *dataplane.APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotAcceptable || !apiErr.Temporary() {
+		t.Fatalf("err = %v, want a temporary 406", err)
+	}
+	if api.OpenTransactions() != 0 {
+		t.Errorf("%d transactions left after an outdated commit", api.OpenTransactions())
+	}
+}
+
+// startAndCommit commits an empty transaction as another client would.
+func startAndCommit(t *testing.T, base string) error {
+	v := getVersion(t, base)
+	req, _ := http.NewRequest(http.MethodPost, base+"/v3/services/haproxy/transactions?version="+v, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	var tx models.Transaction
+	decode(t, resp, &tx)
+	req, _ = http.NewRequest(http.MethodPut, base+"/v3/services/haproxy/transactions/"+tx.ID, nil)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Errorf("other commit: %d", resp.StatusCode)
+	}
+	return nil
+}
+
+func TestAuthHeaders(t *testing.T) {
+	t.Run("basic", func(t *testing.T) {
+		api, c := setup(t, dataplanetest.Options{Username: "admin", Password: "pw"}, dataplane.Auth{Username: "admin", Password: "pw"})
+		if _, err := c.Read(context.Background(), "be"); err != nil {
+			t.Fatal(err)
+		}
+		if r := api.Requests()[0]; r.Auth != "Basic YWRtaW46cHc=" {
+			t.Errorf("Authorization = %q", r.Auth)
+		}
+	})
+	t.Run("bearer", func(t *testing.T) {
+		api, c := setup(t, dataplanetest.Options{Token: "tkn"}, dataplane.Auth{Token: "tkn"})
+		if _, err := c.Read(context.Background(), "be"); err != nil {
+			t.Fatal(err)
+		}
+		if r := api.Requests()[0]; r.Auth != "Bearer tkn" {
+			t.Errorf("Authorization = %q", r.Auth)
+		}
+	})
+	t.Run("wrong password fails fast", func(t *testing.T) {
+		_, c := setup(t, dataplanetest.Options{Username: "admin", Password: "pw"}, dataplane.Auth{Username: "admin", Password: "nope"})
+		_, err := c.Read(context.Background(), "be")
+		var apiErr *dataplane.APIError
+		if !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnauthorized || apiErr.Temporary() {
+			t.Fatalf("err = %v, want a permanent 401", err)
+		}
+		if strings.Contains(err.Error(), "nope") {
+			t.Error("error shows the password")
+		}
+	})
+}
+
+func TestNameHidesCredentials(t *testing.T) {
+	u, _ := url.Parse("https://admin:secret@haproxy:5555/")
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient)
+	if c.Name() != "https://haproxy:5555" {
+		t.Errorf("Name() = %q", c.Name())
+	}
+}
+
+func TestMissingBackendIsPermanent(t *testing.T) {
+	_, c := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	_, err := c.Read(context.Background(), "nope")
+	var apiErr *dataplane.APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotFound || apiErr.Temporary() {
+		t.Fatalf("err = %v, want a permanent 404", err)
+	}
+}
+
+func TestNetworkErrorIsTemporary(t *testing.T) {
+	u, _ := url.Parse("http://127.0.0.1:1") // nothing listens on port 1
+	c := dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: time.Second})
+	_, err := c.Read(context.Background(), "be")
+	var tmp interface{ Temporary() bool }
+	if !errors.As(err, &tmp) || !tmp.Temporary() {
+		t.Fatalf("err = %v, want temporary", err)
+	}
+}

@@ -1,0 +1,263 @@
+package desired
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+)
+
+const ns, svcName = "ingress", "web"
+
+var check = model.Check{Inter: 5 * time.Second, Rise: 2, Fall: 2}
+
+func service(ports ...corev1.ServicePort) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svcName},
+		Spec:       corev1.ServiceSpec{Ports: ports},
+	}
+}
+
+func svcPort(name string, port, nodePort int32) corev1.ServicePort {
+	return corev1.ServicePort{Name: name, Port: port, NodePort: nodePort}
+}
+
+func node(name string, addrs ...string) corev1.Node {
+	n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	for _, a := range addrs {
+		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
+	}
+	n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: name})
+	return n
+}
+
+type cond int
+
+const (
+	ready cond = iota
+	terminating
+	notReady
+	unknown
+)
+
+type ep struct {
+	addr, node, pod string
+	c               cond
+}
+
+func b(v bool) *bool { return &v }
+
+func slice(name, svc string, family discoveryv1.AddressType, ports map[string]int32, eps ...ep) discoveryv1.EndpointSlice {
+	s := discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+		AddressType: family,
+	}
+	for pn, p := range ports {
+		s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: &pn, Port: &p})
+	}
+	for _, e := range eps {
+		x := discoveryv1.Endpoint{Addresses: []string{e.addr}}
+		switch e.c {
+		case ready:
+			x.Conditions = discoveryv1.EndpointConditions{Ready: b(true), Serving: b(true), Terminating: b(false)}
+		case terminating:
+			x.Conditions = discoveryv1.EndpointConditions{Ready: b(false), Serving: b(true), Terminating: b(true)}
+		case notReady:
+			x.Conditions = discoveryv1.EndpointConditions{Ready: b(false), Serving: b(false), Terminating: b(false)}
+		}
+		if e.node != "" {
+			x.NodeName = &e.node
+		}
+		if e.pod != "" {
+			x.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: e.pod}
+		}
+		s.Endpoints = append(s.Endpoints, x)
+	}
+	return s
+}
+
+var v4, v6 = discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6
+
+func s(name, addr string, port, weight int, st model.State) model.Server {
+	return model.Server{Name: name, Address: addr, Port: port, Weight: weight, State: st, Check: check}
+}
+
+func TestCompute(t *testing.T) {
+	http := map[string]int32{"http": 8080}
+	nodes := []corev1.Node{node("node-a", "127.0.1.1"), node("node-b", "127.0.1.2"), node("node-c", "127.0.1.3")}
+	single := []PortBackend{{Backend: "be"}}
+
+	tests := []struct {
+		name     string
+		in       Input
+		opts     Options
+		want     map[string][]model.Server
+		warnings []string
+		err      string
+	}{
+		{name: "node mode: one server per node, nodePort wins over endpoint port",
+			in: Input{Service: service(svcPort("http", 80, 30080)), Nodes: nodes, Slices: []discoveryv1.EndpointSlice{
+				slice("web-1", svcName, v4, http, ep{addr: "10.244.0.1", node: "node-a"}, ep{addr: "10.244.0.2", node: "node-a"}, ep{addr: "10.244.1.1", node: "node-b"}),
+			}},
+			opts: Options{Mode: NodeMode, Backends: single},
+			want: map[string][]model.Server{"be": {s("node-a", "127.0.1.1", 30080, 1, model.Ready), s("node-b", "127.0.1.2", 30080, 1, model.Ready)}}},
+		{name: "node mode without nodePort uses the endpoint port; weight by endpoints",
+			in: Input{Service: service(svcPort("http", 80, 0)), Nodes: nodes, Slices: []discoveryv1.EndpointSlice{
+				slice("web-1", svcName, v4, http, ep{addr: "10.244.0.1", node: "node-a"}, ep{addr: "10.244.0.2", node: "node-a"}, ep{addr: "10.244.0.3", node: "node-a", c: terminating}, ep{addr: "10.244.1.1", node: "node-b"}),
+			}},
+			opts: Options{Mode: NodeMode, Backends: single, WeightByEndpoints: true},
+			want: map[string][]model.Server{"be": {s("node-a", "127.0.1.1", 8080, 2, model.Ready), s("node-b", "127.0.1.2", 8080, 1, model.Ready)}}},
+		{name: "fixed port overrides nodePort",
+			in: Input{Service: service(svcPort("http", 80, 30080)), Nodes: nodes, Slices: []discoveryv1.EndpointSlice{
+				slice("web-1", svcName, v4, http, ep{addr: "10.244.0.1", node: "node-a"}),
+			}},
+			opts: Options{Mode: NodeMode, Backends: single, FixedPort: 443},
+			want: map[string][]model.Server{"be": {s("node-a", "127.0.1.1", 443, 1, model.Ready)}}},
+		{name: "node state: ready beats drain beats maint",
+			in: Input{Service: service(svcPort("http", 80, 0)), Nodes: nodes, Slices: []discoveryv1.EndpointSlice{
+				slice("web-1", svcName, v4, http,
+					ep{addr: "10.244.0.1", node: "node-a", c: terminating}, ep{addr: "10.244.0.2", node: "node-a"},
+					ep{addr: "10.244.1.1", node: "node-b", c: notReady}, ep{addr: "10.244.1.2", node: "node-b", c: terminating},
+					ep{addr: "10.244.2.1", node: "node-c", c: notReady}),
+			}},
+			opts: Options{Mode: NodeMode, Backends: single},
+			want: map[string][]model.Server{"be": {s("node-a", "127.0.1.1", 8080, 1, model.Ready), s("node-b", "127.0.1.2", 8080, 1, model.Drain), s("node-c", "127.0.1.3", 8080, 1, model.Maint)}}},
+		{name: "missing node and node without InternalIP are skipped with warnings",
+			in: Input{Service: service(svcPort("http", 80, 0)), Nodes: []corev1.Node{node("node-a", "127.0.1.1"), node("node-x")}, Slices: []discoveryv1.EndpointSlice{
+				slice("web-1", svcName, v4, http, ep{addr: "10.244.0.1", node: "node-a"}, ep{addr: "10.244.9.1", node: "node-gone"}, ep{addr: "10.244.8.1", node: "node-x"}, ep{addr: "10.244.7.1"}),
+			}},
+			opts:     Options{Mode: NodeMode, Backends: single},
+			want:     map[string][]model.Server{"be": {s("node-a", "127.0.1.1", 8080, 1, model.Ready)}},
+			warnings: []string{"10.244.7.1 has no nodeName", "node node-gone not found", "node node-x has no InternalIP"}},
+		{name: "pod mode: pod names, endpoint port, conditions",
+			in: Input{Service: service(svcPort("http", 80, 30080)), Slices: []discoveryv1.EndpointSlice{
+				slice("web-1", svcName, v4, http, ep{addr: "10.244.0.1", pod: "web-abc"}, ep{addr: "10.244.0.2", pod: "web-def", c: terminating}, ep{addr: "10.244.0.3", pod: "web-ghi", c: notReady}, ep{addr: "10.244.0.4", c: unknown}),
+			}},
+			opts: Options{Mode: PodMode, Backends: single},
+			want: map[string][]model.Server{"be": {
+				s("10-244-0-4", "10.244.0.4", 8080, 1, model.Ready),
+				s("web-abc", "10.244.0.1", 8080, 1, model.Ready), s("web-def", "10.244.0.2", 8080, 1, model.Drain), s("web-ghi", "10.244.0.3", 8080, 1, model.Maint)}}},
+		{name: "endpoint listed in two slices counts once, its best state wins",
+			in: Input{Service: service(svcPort("http", 80, 0)), Slices: []discoveryv1.EndpointSlice{
+				slice("web-1", svcName, v4, http, ep{addr: "10.244.0.1", pod: "web-abc", c: notReady}),
+				slice("web-2", svcName, v4, http, ep{addr: "10.244.0.1", pod: "web-abc"}, ep{addr: "10.244.0.2", pod: "web-def"}),
+			}},
+			opts: Options{Mode: PodMode, Backends: single},
+			want: map[string][]model.Server{"be": {s("web-abc", "10.244.0.1", 8080, 1, model.Ready), s("web-def", "10.244.0.2", 8080, 1, model.Ready)}}},
+		{name: "endpoint on two slices counts once for a node's weight",
+			in: Input{Service: service(svcPort("http", 80, 0)), Nodes: nodes, Slices: []discoveryv1.EndpointSlice{
+				slice("web-1", svcName, v4, http, ep{addr: "10.244.0.1", node: "node-a"}),
+				slice("web-2", svcName, v4, http, ep{addr: "10.244.0.1", node: "node-a"}, ep{addr: "10.244.0.2", node: "node-a"}),
+			}},
+			opts: Options{Mode: NodeMode, Backends: single, WeightByEndpoints: true},
+			want: map[string][]model.Server{"be": {s("node-a", "127.0.1.1", 8080, 2, model.Ready)}}},
+		{name: "slices of another service or namespace never leak in",
+			in: Input{Service: service(svcPort("http", 80, 0)), Slices: []discoveryv1.EndpointSlice{
+				slice("web-1", svcName, v4, http, ep{addr: "10.244.0.1", pod: "web-abc"}),
+				slice("api-1", "api", v4, http, ep{addr: "10.244.5.1", pod: "api-abc"}),
+				func() discoveryv1.EndpointSlice {
+					x := slice("web-x", svcName, v4, http, ep{addr: "10.244.6.1", pod: "web-other-ns"})
+					x.Namespace = "other"
+					return x
+				}(),
+			}},
+			opts: Options{Mode: PodMode, Backends: single},
+			want: map[string][]model.Server{"be": {s("web-abc", "10.244.0.1", 8080, 1, model.Ready)}}},
+		{name: "empty service gives empty backends",
+			in:   Input{Service: service(svcPort("http", 80, 0))},
+			opts: Options{Mode: PodMode, Backends: single},
+			want: map[string][]model.Server{"be": {}}},
+		{name: "two ports, two backends, by name and by number",
+			in: Input{Service: service(svcPort("http", 80, 30080), svcPort("https", 443, 30443)), Nodes: nodes, Slices: []discoveryv1.EndpointSlice{
+				slice("web-1", svcName, v4, map[string]int32{"http": 8080, "https": 8443}, ep{addr: "10.244.0.1", node: "node-a"}),
+			}},
+			opts: Options{Mode: NodeMode, Backends: []PortBackend{{Port: "http", Backend: "be_http"}, {Port: "443", Backend: "be_https"}}},
+			want: map[string][]model.Server{
+				"be_http":  {s("node-a", "127.0.1.1", 30080, 1, model.Ready)},
+				"be_https": {s("node-a", "127.0.1.1", 30443, 1, model.Ready)}}},
+		{name: "pod mode with two ports uses each endpoint port",
+			in: Input{Service: service(svcPort("http", 80, 30080), svcPort("https", 443, 30443)), Slices: []discoveryv1.EndpointSlice{
+				slice("web-1", svcName, v4, map[string]int32{"http": 8080, "https": 8443}, ep{addr: "10.244.0.1", pod: "web-abc"}),
+			}},
+			opts: Options{Mode: PodMode, Backends: []PortBackend{{Port: "http", Backend: "be_http"}, {Port: "https", Backend: "be_https"}}},
+			want: map[string][]model.Server{
+				"be_http":  {s("web-abc", "10.244.0.1", 8080, 1, model.Ready)},
+				"be_https": {s("web-abc", "10.244.0.1", 8443, 1, model.Ready)}}},
+		{name: "IPv6 pods: colons become dashes in names",
+			in: Input{Service: service(svcPort("http", 80, 0)), Slices: []discoveryv1.EndpointSlice{
+				slice("web-1", svcName, v6, http, ep{addr: "fd00:10:244::1"}),
+			}},
+			opts: Options{Mode: PodMode, Backends: single},
+			want: map[string][]model.Server{"be": {s("fd00-10-244--1", "fd00:10:244::1", 8080, 1, model.Ready)}}},
+		{name: "IPv6 nodes: the node's IPv6 InternalIP is used for IPv6 slices",
+			in: Input{Service: service(svcPort("http", 80, 0)), Nodes: []corev1.Node{node("node-a", "127.0.1.1", "fd00::a")}, Slices: []discoveryv1.EndpointSlice{
+				slice("web-1", svcName, v6, http, ep{addr: "fd00:10:244::1", node: "node-a"}),
+			}},
+			opts: Options{Mode: NodeMode, Backends: single},
+			want: map[string][]model.Server{"be": {s("node-a", "fd00::a", 8080, 1, model.Ready)}}},
+		{name: "dual-stack pod gets one server per address, names kept unique",
+			in: Input{Service: service(svcPort("http", 80, 0)), Slices: []discoveryv1.EndpointSlice{
+				slice("web-4", svcName, v4, http, ep{addr: "10.244.0.1", pod: "web-abc"}),
+				slice("web-6", svcName, v6, http, ep{addr: "fd00:10:244::1", pod: "web-abc"}),
+			}},
+			opts: Options{Mode: PodMode, Backends: single},
+			want: map[string][]model.Server{"be": {s("web-abc", "10.244.0.1", 8080, 1, model.Ready), s("web-abc-fd00-10-244--1", "fd00:10:244::1", 8080, 1, model.Ready)}}},
+		{name: "multi-port service without HAPROXY_BACKENDS is an error",
+			in:   Input{Service: service(svcPort("http", 80, 0), svcPort("https", 443, 0))},
+			opts: Options{Mode: PodMode, Backends: single},
+			err:  "has 2 ports"},
+		{name: "unknown port is an error",
+			in:   Input{Service: service(svcPort("http", 80, 0))},
+			opts: Options{Mode: PodMode, Backends: []PortBackend{{Port: "grpc", Backend: "be"}}},
+			err:  `no port "grpc"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.opts.Check = check
+			got, warnings, err := Compute(tt.in, tt.opts)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err = %v, want %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			gotMap := map[string][]model.Server{}
+			for _, be := range got {
+				gotMap[be.Name] = be.Servers
+			}
+			if !reflect.DeepEqual(gotMap, tt.want) {
+				t.Errorf("got  %+v\nwant %+v", gotMap, tt.want)
+			}
+			if len(warnings) != len(tt.warnings) {
+				t.Fatalf("warnings = %q, want %d", warnings, len(tt.warnings))
+			}
+			for i, w := range tt.warnings {
+				if !strings.Contains(warnings[i], w) {
+					t.Errorf("warning %d = %q, want it to contain %q", i, warnings[i], w)
+				}
+			}
+		})
+	}
+}
+
+func TestServerName(t *testing.T) {
+	for in, want := range map[string]string{
+		"node-a.example.com": "node-a.example.com",
+		"10.1.2.3":           "10-1-2-3",
+		"fd00::1":            "fd00--1",
+		"weird name/x":       "weird-name-x",
+	} {
+		if got := ServerName(in); got != want {
+			t.Errorf("ServerName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

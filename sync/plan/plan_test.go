@@ -1,0 +1,147 @@
+package plan
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+)
+
+var chk = model.Check{Inter: 5 * time.Second, Rise: 2, Fall: 2}
+
+func srv(name, addr string, port int, st model.State) model.Server {
+	return model.Server{Name: name, Address: addr, Port: port, Weight: 1, State: st, Check: chk}
+}
+
+func be(servers ...model.Server) model.Backend {
+	return model.Backend{Name: "be", Settings: model.Settings{Balance: "roundrobin", TCPCheck: true}, Servers: servers}
+}
+
+// summary is a plan reduced to action -> names, for readable expectations.
+func summary(p Plan) map[Action][]string {
+	out := map[Action][]string{}
+	for _, c := range p.Changes {
+		out[c.Action] = append(out[c.Action], c.Name)
+	}
+	return out
+}
+
+func TestCalculate(t *testing.T) {
+	weighted := srv("a", "10.0.0.1", 80, model.Ready)
+	weighted.Weight = 3
+	drainedW0 := srv("a", "10.0.0.1", 80, model.Drain)
+	drainedW0.Weight = 0
+	maintW5 := srv("a", "10.0.0.1", 80, model.Maint)
+	maintW5.Weight = 5
+	proxied := srv("a", "10.0.0.1", 80, model.Ready)
+	proxied.Check.SendProxyV2 = true
+
+	tests := []struct {
+		name     string
+		current  model.Backend
+		desired  model.Backend
+		want     map[Action][]string
+		settings bool
+	}{
+		{name: "unchanged backend gives an empty plan",
+			current: be(srv("a", "10.0.0.1", 80, model.Ready), srv("b", "10.0.0.2", 80, model.Ready)),
+			desired: be(srv("b", "10.0.0.2", 80, model.Ready), srv("a", "10.0.0.1", 80, model.Ready)),
+			want:    map[Action][]string{}},
+		{name: "first sync adds every server",
+			current: be(),
+			desired: be(srv("b", "10.0.0.2", 80, model.Ready), srv("a", "10.0.0.1", 80, model.Ready)),
+			want:    map[Action][]string{Add: {"a", "b"}}},
+		{name: "scale down deletes the missing server",
+			current: be(srv("a", "10.0.0.1", 80, model.Ready), srv("b", "10.0.0.2", 80, model.Ready)),
+			desired: be(srv("a", "10.0.0.1", 80, model.Ready)),
+			want:    map[Action][]string{Delete: {"b"}}},
+		{name: "address and port moves are updates",
+			current: be(srv("a", "10.0.0.1", 80, model.Ready), srv("b", "10.0.0.2", 80, model.Ready)),
+			desired: be(srv("a", "10.0.0.9", 80, model.Ready), srv("b", "10.0.0.2", 8080, model.Ready)),
+			want:    map[Action][]string{Update: {"a", "b"}}},
+		{name: "terminating endpoint drains",
+			current: be(srv("a", "10.0.0.1", 80, model.Ready)),
+			desired: be(srv("a", "10.0.0.1", 80, model.Drain)),
+			want:    map[Action][]string{Drain: {"a"}}},
+		{name: "not ready endpoint goes to maint",
+			current: be(srv("a", "10.0.0.1", 80, model.Drain)),
+			desired: be(srv("a", "10.0.0.1", 80, model.Maint)),
+			want:    map[Action][]string{Maint: {"a"}}},
+		{name: "drained server coming back is an update",
+			current: be(drainedW0),
+			desired: be(srv("a", "10.0.0.1", 80, model.Ready)),
+			want:    map[Action][]string{Update: {"a"}}},
+		{name: "weight of a drained or maint server does not matter",
+			current: be(drainedW0, func() model.Server { s := maintW5; s.Name = "b"; return s }()),
+			desired: be(srv("a", "10.0.0.1", 80, model.Drain), srv("b", "10.0.0.1", 80, model.Maint)),
+			want:    map[Action][]string{}},
+		{name: "weight change of a ready server is an update",
+			current: be(srv("a", "10.0.0.1", 80, model.Ready)),
+			desired: be(weighted),
+			want:    map[Action][]string{Update: {"a"}}},
+		{name: "check parameters change is an update",
+			current: be(srv("a", "10.0.0.1", 80, model.Ready)),
+			desired: be(proxied),
+			want:    map[Action][]string{Update: {"a"}}},
+		{name: "zero endpoints parks every server and deletes none",
+			current: be(srv("a", "10.0.0.1", 80, model.Ready), srv("b", "10.0.0.2", 80, model.Drain), srv("c", "10.0.0.3", 80, model.Maint)),
+			desired: be(),
+			want:    map[Action][]string{Maint: {"a", "b"}}},
+		{name: "mixed churn is sorted by name",
+			current: be(srv("d", "10.0.0.4", 80, model.Ready), srv("b", "10.0.0.2", 80, model.Ready), srv("c", "10.0.0.3", 80, model.Ready)),
+			desired: be(srv("c", "10.0.0.3", 80, model.Drain), srv("a", "10.0.0.1", 80, model.Ready), srv("b", "10.0.0.7", 80, model.Ready)),
+			want:    map[Action][]string{Add: {"a"}, Update: {"b"}, Drain: {"c"}, Delete: {"d"}}},
+		{name: "balance change is a settings change",
+			current: model.Backend{Name: "be", Settings: model.Settings{Balance: "leastconn", TCPCheck: true}},
+			desired: be(),
+			want:    map[Action][]string{}, settings: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := Calculate(tt.current, tt.desired)
+			if got := summary(p); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("changes = %v, want %v", got, tt.want)
+			}
+			if (p.Settings != nil) != tt.settings {
+				t.Errorf("settings change = %v, want %v", p.Settings, tt.settings)
+			}
+			if p.HasChanges() != (len(tt.want) > 0 || tt.settings) {
+				t.Errorf("HasChanges = %v", p.HasChanges())
+			}
+			for i := 1; i < len(p.Changes); i++ {
+				if p.Changes[i-1].Name >= p.Changes[i].Name {
+					t.Errorf("changes not sorted: %q before %q", p.Changes[i-1].Name, p.Changes[i].Name)
+				}
+			}
+		})
+	}
+}
+
+func TestCalculateCarriesOldAndNew(t *testing.T) {
+	cur := be(srv("a", "10.0.0.1", 80, model.Ready), srv("gone", "10.0.0.3", 80, model.Ready))
+	cur.Revision = 42
+	p := Calculate(cur, be(srv("a", "10.0.0.2", 80, model.Ready), srv("new", "10.0.0.4", 80, model.Ready)))
+	if p.Revision != 42 || p.Backend != "be" {
+		t.Fatalf("revision/backend = %d/%q", p.Revision, p.Backend)
+	}
+	byName := map[string]Change{}
+	for _, c := range p.Changes {
+		byName[c.Name] = c
+	}
+	if c := byName["a"]; c.Old.Address != "10.0.0.1" || c.New.Address != "10.0.0.2" {
+		t.Errorf("update a: old %+v new %+v", c.Old, c.New)
+	}
+	if c := byName["new"]; c.Old != nil || c.New == nil {
+		t.Errorf("add: old %+v new %+v", c.Old, c.New)
+	}
+	if c := byName["gone"]; c.Old == nil || c.New != nil {
+		t.Errorf("delete: old %+v new %+v", c.Old, c.New)
+	}
+	if got := p.Names(Delete); !reflect.DeepEqual(got, []string{"gone"}) {
+		t.Errorf("Names(Delete) = %v", got)
+	}
+	if got := p.Names(Drain); got == nil || len(got) != 0 {
+		t.Errorf("Names(Drain) = %#v, want empty non-nil (JSON [])", got)
+	}
+}
