@@ -23,6 +23,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -256,6 +257,10 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 	if err != nil {
 		if ctx.Err() != nil {
 			return response{}, ctx.Err()
+		}
+		var certErr *tls.CertificateVerificationError
+		if errors.As(err, &certErr) {
+			return response{}, err // a wrong CA or name does not heal by retrying
 		}
 		return response{}, &networkError{err}
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -340,5 +342,33 @@ func TestNetworkErrorIsTemporary(t *testing.T) {
 	var tmp interface{ Temporary() bool }
 	if !errors.As(err, &tmp) || !tmp.Temporary() {
 		t.Fatalf("err = %v, want temporary", err)
+	}
+}
+
+func TestHTTPSWithCAFile(t *testing.T) {
+	api, _ := setup(t, dataplanetest.Options{TLS: true}, dataplane.Auth{})
+	u, _ := url.Parse(api.URL)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, api.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hc, err := dataplane.NewHTTPClient(ca, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dataplane.New(u, dataplane.Auth{}, hc).Read(context.Background(), "be"); err != nil {
+		t.Fatalf("with the CA: %v", err)
+	}
+	plain, _ := dataplane.NewHTTPClient("", 5*time.Second)
+	if _, err := dataplane.New(u, dataplane.Auth{}, plain).Read(context.Background(), "be"); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("without the CA: err = %v, want a certificate error", err)
+	} else if tmp := (interface{ Temporary() bool })(nil); errors.As(err, &tmp) && tmp.Temporary() {
+		t.Errorf("certificate error %v is retried", err)
+	}
+	if err := os.WriteFile(ca, []byte("not pem"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dataplane.NewHTTPClient(ca, time.Second); err == nil {
+		t.Error("a CA file without PEM was accepted")
 	}
 }

@@ -26,6 +26,7 @@ package dataplanetest
 import (
 	"bytes"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -49,6 +50,8 @@ type Options struct {
 	DefaultsDefaultServer bool
 	// MaxTransactions is the limit of transactions in progress (20 if 0).
 	MaxTransactions int
+	// TLS serves https with a self-signed certificate (see CertPEM).
+	TLS bool
 	// AllowViolations keeps spec violations from failing the test, for tests
 	// that send bad requests on purpose.
 	AllowViolations bool
@@ -119,7 +122,11 @@ func New(t testing.TB, opts Options) *Server {
 		opts.MaxTransactions = 20
 	}
 	s := &Server{spec: sp, opts: opts, version: 1, cfg: Config{}, txns: map[string]*txn{}}
-	s.http = httptest.NewServer(http.HandlerFunc(s.serve))
+	if opts.TLS {
+		s.http = httptest.NewTLSServer(http.HandlerFunc(s.serve))
+	} else {
+		s.http = httptest.NewServer(http.HandlerFunc(s.serve))
+	}
 	s.URL = s.http.URL
 	t.Cleanup(func() {
 		s.http.Close()
@@ -128,6 +135,14 @@ func New(t testing.TB, opts Options) *Server {
 		}
 	})
 	return s
+}
+
+// CertPEM returns the server's certificate in PEM, to use as a CA bundle.
+func (s *Server) CertPEM() []byte {
+	if s.http.Certificate() == nil {
+		return nil
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.http.Certificate().Raw})
 }
 
 // AddBackend creates a backend with servers, as if read from haproxy.cfg.

@@ -54,9 +54,9 @@ const servers = "/configuration/backends/be/servers"
 func TestRejectsWhatTheRealAPIRejects(t *testing.T) {
 	s := newServer(t, false)
 	good := `{"name":"s2","address":"127.0.0.2","port":80}`
-	do(t, s, call{"POST", servers, good, 400})                                         // neither version nor transaction
-	do(t, s, call{"POST", servers + "?version=1&transaction_id=x", good, 400})         // both
-	do(t, s, call{"POST", servers + "?version=7", good, 409})                          // stale version
+	do(t, s, call{"POST", servers, good, 400})                                          // neither version nor transaction
+	do(t, s, call{"POST", servers + "?version=1&transaction_id=x", good, 400})          // both
+	do(t, s, call{"POST", servers + "?version=7", good, 409})                           // stale version
 	do(t, s, call{"POST", servers + "?version=1", `{"name":"a b","address":"x"}`, 422}) // name pattern
 	do(t, s, call{"POST", servers + "?version=1", `{"name":"s2","address":"x","port":99999}`, 422})
 	do(t, s, call{"POST", servers + "?version=1", `{"name":"s2","address":"x","check":"yes"}`, 422})

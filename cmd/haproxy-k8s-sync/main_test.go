@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain lets a test run this binary as the command itself.
+func TestMain(m *testing.M) {
+	if args, ok := os.LookupEnv("HKS_TEST_MAIN_ARGS"); ok {
+		os.Exit(run(strings.Fields(args)))
+	}
+	os.Exit(m.Run())
+}
+
+// command runs the command with args and a clean environment plus env.
+func command(t *testing.T, args string, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append([]string{"HKS_TEST_MAIN_ARGS=" + args, "PATH=" + os.Getenv("PATH")}, env...)
+	return cmd
+}
+
+// kubeconfig writes a kubeconfig for an API server that is not there.
+func kubeconfig(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestVersion(t *testing.T) {
+	out, err := command(t, "version").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "dev" {
+		t.Fatalf("%q %v", out, err)
+	}
+}
+
+func TestBadConfigurationFailsWithTheVariable(t *testing.T) {
+	var stderr bytes.Buffer
+	cmd := command(t, "serve", "HAPROXY_DATAPLANE_URL=http://h:5555", "TARGET_ADDRESS=vm")
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Fatalf("err = %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "TARGET_ADDRESS") {
+		t.Errorf("stderr = %q", stderr.String())
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	err := command(t, "frobnicate").Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestReconcileFailureExitsOneWithJSON(t *testing.T) {
+	cmd := command(t, "reconcile --dry-run", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kubeconfig(t), "RECONCILE_TIMEOUT=2s")
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("err = %v", err)
+	}
+	var res struct{ Status, Error string }
+	if json.Unmarshal(out, &res) != nil || res.Status != "error" || !strings.Contains(res.Error, "kubernetes") {
+		t.Errorf("stdout = %q", out)
+	}
+}
+
+func TestServeReadyThenSIGTERM(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	var stderr bytes.Buffer
+	cmd := command(t, "serve", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kubeconfig(t),
+		fmt.Sprintf("PORT=%d", port), "HAPROXY_DATAPLANE_PASSWORD=pw-never-logged", "WEBHOOK_TOKEN=tok-never-logged")
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatalf("never ready: %s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v (%s)", err, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("no exit after SIGTERM")
+	}
+	logs := stderr.String()
+	if strings.Contains(logs, "pw-never-logged") || strings.Contains(logs, "tok-never-logged") {
+		t.Errorf("a secret was logged: %s", logs)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Errorf("log line is not JSON: %q", line)
+		}
+	}
+}

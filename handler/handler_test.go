@@ -1,0 +1,250 @@
+package handler_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/haproxytech/client-native/v6/models"
+	"github.com/sethvargo/go-retry"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+)
+
+type source struct{ in desired.Input }
+
+func (s source) Read(context.Context) (desired.Input, error) { return s.in, nil }
+
+func cluster() desired.Input {
+	name, port, yes := "http", int32(8080), true
+	return desired.Input{
+		Service: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}},
+		Slices: []discoveryv1.EndpointSlice{{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: "ns", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: &yes}}},
+		}},
+	}
+}
+
+// stack is the handler over a real reconciler and the test Data Plane API.
+func stack(t *testing.T, dataplaneURL string, token string) (*httptest.Server, *dataplanetest.Server) {
+	t.Helper()
+	api := dataplanetest.New(t, dataplanetest.Options{})
+	rr := "roundrobin"
+	api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", Balance: &models.Balance{Algorithm: &rr}, AdvCheck: "tcp-check"}})
+	if dataplaneURL == "" {
+		dataplaneURL = api.URL
+	}
+	u, _ := url.Parse(dataplaneURL)
+	rec := &reconcile.Reconciler{
+		Source: source{cluster()},
+		Options: desired.Options{Mode: desired.PodMode, Backends: []desired.PortBackend{{Backend: "be"}},
+			Settings: model.Settings{Balance: "roundrobin", TCPCheck: true}, Check: model.Check{Inter: time.Second, Rise: 1, Fall: 1}},
+		Targets: []reconcile.Driver{dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: time.Second})},
+		Timeout: 300 * time.Millisecond,
+		Backoff: func() retry.Backoff { return retry.NewConstant(20 * time.Millisecond) },
+	}
+	srv := httptest.NewServer(handler.New(handler.Config{Reconciler: rec, Token: token}))
+	t.Cleanup(srv.Close)
+	return srv, api
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   map[string]any
+}
+
+func send(t *testing.T, method, u, contentType, body string, header ...string) answer {
+	t.Helper()
+	req, _ := http.NewRequest(method, u, strings.NewReader(body))
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	a := answer{status: resp.StatusCode, header: resp.Header}
+	if err := json.Unmarshal(b, &a.body); err != nil {
+		t.Fatalf("%s %s: body is not JSON: %q", method, u, b)
+	}
+	return a
+}
+
+func TestReconcileAppliedThenUnchanged(t *testing.T) {
+	srv, api := stack(t, "", "")
+	a := send(t, "POST", srv.URL+"/reconcile", "", "")
+	if a.status != 200 || a.body["status"] != "applied" || a.body["desired"] != 1.0 {
+		t.Fatalf("first: %d %v", a.status, a.body)
+	}
+	tr := a.body["targets"].([]any)[0].(map[string]any)
+	for _, k := range []string{"target", "backend", "add", "update", "drain", "maint", "delete", "reload", "attempts", "error"} {
+		if _, ok := tr[k]; !ok {
+			t.Errorf("target result lacks %q: %v", k, tr)
+		}
+	}
+	if _, ok := a.body["durationMs"]; !ok {
+		t.Error("no durationMs")
+	}
+	a = send(t, "POST", srv.URL+"/", "application/json", "{}")
+	if a.status != 200 || a.body["status"] != "unchanged" {
+		t.Fatalf("second: %d %v", a.status, a.body)
+	}
+	if len(api.Servers("be")) != 1 {
+		t.Errorf("servers = %v", api.Servers("be"))
+	}
+}
+
+func TestDryRunAndPlan(t *testing.T) {
+	srv, api := stack(t, "", "")
+	for _, u := range []string{"/reconcile?dryRun=true"} {
+		if a := send(t, "POST", srv.URL+u, "", ""); a.status != 200 || a.body["status"] != "planned" {
+			t.Errorf("%s: %d %v", u, a.status, a.body)
+		}
+	}
+	if a := send(t, "GET", srv.URL+"/plan", "", ""); a.status != 200 || a.body["status"] != "planned" {
+		t.Errorf("/plan: %d %v", a.status, a.body)
+	}
+	if api.Writes() != 0 {
+		t.Error("dry run wrote")
+	}
+}
+
+func TestDataplaneDownIs503WithRetryAfter(t *testing.T) {
+	srv, _ := stack(t, "http://127.0.0.1:1", "")
+	a := send(t, "POST", srv.URL+"/reconcile", "", "")
+	if a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") == "" {
+		t.Fatalf("status %d Retry-After %q", a.status, a.header.Get("Retry-After"))
+	}
+	if a.body["status"] != "error" || a.body["error"] == "" {
+		t.Errorf("body %v", a.body)
+	}
+	tr := a.body["targets"].([]any)[0].(map[string]any)
+	if tr["error"] == "" || tr["attempts"].(float64) < 2 {
+		t.Errorf("target %v", tr)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	srv, api := stack(t, "", "s3cret")
+	auth := []string{"Authorization", "Bearer s3cret"}
+	tests := []struct {
+		name, method, path, ctype, body string
+		header                          []string
+		status                          int
+	}{
+		{"no token", "POST", "/reconcile", "", "", nil, 401},
+		{"wrong token", "POST", "/reconcile", "", "", []string{"Authorization", "Bearer nope"}, 401},
+		{"basic instead of bearer", "POST", "/", "", "", []string{"Authorization", "Basic czNjcmV0"}, 401},
+		{"body over 1 MiB", "POST", "/reconcile", "application/json", `"` + strings.Repeat("x", handler.MaxBody) + `"`, auth, 413},
+		{"unsupported content type", "POST", "/reconcile", "application/xml", "<a/>", auth, 415},
+		{"malformed JSON", "POST", "/reconcile", "application/json", "{", auth, 400},
+		{"wrong method", "DELETE", "/reconcile", "", "", auth, 405},
+		{"GET on reconcile", "GET", "/reconcile", "", "", auth, 405},
+		{"unknown route", "GET", "/nope", "", "", nil, 404},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := send(t, tt.method, srv.URL+tt.path, tt.ctype, tt.body, tt.header...)
+			if a.status != tt.status || a.body["status"] != "error" || a.body["error"] == "" {
+				t.Errorf("%d %v, want %d and a JSON error", a.status, a.body, tt.status)
+			}
+		})
+	}
+	if api.Writes() != 0 || len(api.Requests()) != 0 {
+		t.Error("a rejected request reached HAProxy")
+	}
+	if a := send(t, "POST", srv.URL+"/reconcile", "", "", auth...); a.status != 200 {
+		t.Errorf("with token: %d %v", a.status, a.body)
+	}
+}
+
+func TestProbesNeedNoToken(t *testing.T) {
+	srv, _ := stack(t, "", "s3cret")
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if a := send(t, "GET", srv.URL+p, "", ""); a.status != 200 {
+			t.Errorf("%s: %d", p, a.status)
+		}
+	}
+}
+
+func TestReadyzFollowsReadiness(t *testing.T) {
+	var ready atomic.Bool
+	srv := httptest.NewServer(handler.New(handler.Config{Ready: ready.Load}))
+	defer srv.Close()
+	if a := send(t, "GET", srv.URL+"/readyz", "", ""); a.status != 503 {
+		t.Errorf("not ready: %d", a.status)
+	}
+	ready.Store(true)
+	if a := send(t, "GET", srv.URL+"/readyz", "", ""); a.status != 200 {
+		t.Errorf("ready: %d", a.status)
+	}
+}
+
+// counting is a reconciler that counts runs and takes a little time.
+type counting struct{ runs atomic.Int32 }
+
+func (c *counting) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result, error) {
+	c.runs.Add(1)
+	time.Sleep(20 * time.Millisecond)
+	return reconcile.Result{Status: reconcile.StatusUnchanged, Targets: []reconcile.TargetResult{}}, nil
+}
+
+func TestConcurrentPostsShareReconciles(t *testing.T) {
+	rec := &counting{}
+	srv := httptest.NewServer(handler.New(handler.Config{Reconciler: rec}))
+	defer srv.Close()
+	var wg sync.WaitGroup
+	codes := make([]int, 100)
+	start := make(chan struct{})
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			resp, err := http.Post(srv.URL+"/reconcile", "", nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			codes[i] = resp.StatusCode
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, c := range codes {
+		if c != 200 {
+			t.Errorf("caller %d: %d", i, c)
+		}
+	}
+	// 100 callers within a few ms: far fewer runs than callers.
+	if n := rec.runs.Load(); n > 10 {
+		t.Errorf("%d reconciles for 100 concurrent POSTs", n)
+	}
+}

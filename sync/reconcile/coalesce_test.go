@@ -1,0 +1,68 @@
+package reconcile
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestCoalescerShares(t *testing.T) {
+	var runs atomic.Int32
+	release := make(chan struct{})
+	c := NewCoalescer(func(context.Context) (Result, error) {
+		n := runs.Add(1)
+		if n == 1 {
+			<-release // hold the first run while the others arrive
+		}
+		return Result{Status: StatusApplied, Desired: int(n)}, nil
+	})
+	first := make(chan Result)
+	go func() { r, _ := c.Do(context.Background()); first <- r }()
+	for runs.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	var wg sync.WaitGroup
+	results := make([]Result, 100)
+	for i := range results {
+		wg.Add(1)
+		go func() { defer wg.Done(); results[i], _ = c.Do(context.Background()) }()
+	}
+	time.Sleep(50 * time.Millisecond) // let them all queue behind the first run
+	close(release)
+	wg.Wait()
+	if r := <-first; r.Desired != 1 {
+		t.Errorf("first caller got run %d", r.Desired)
+	}
+	for i, r := range results {
+		// Every later caller arrived during run 1, so it must get a later run.
+		if r.Desired < 2 {
+			t.Errorf("caller %d got run %d, which started before it arrived", i, r.Desired)
+		}
+	}
+	// Normally 2; 3 if a goroutine was scheduled only after run 2 began.
+	if n := runs.Load(); n > 3 {
+		t.Errorf("%d runs for 101 callers, want at most 3", n)
+	}
+}
+
+func TestCoalescerCallerCancel(t *testing.T) {
+	release := make(chan struct{})
+	c := NewCoalescer(func(ctx context.Context) (Result, error) {
+		<-release
+		return Result{}, ctx.Err()
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { _, err := c.Do(ctx); done <- err }()
+	cancel()
+	if err := <-done; err == nil {
+		t.Error("cancelled caller got no error")
+	}
+	close(release)
+	// The shared run was not cancelled with the caller, and the next caller is served.
+	if _, err := c.Do(context.Background()); err != nil {
+		t.Errorf("next run: %v", err)
+	}
+}

@@ -1,0 +1,232 @@
+package reconcile_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/haproxytech/client-native/v6/models"
+	"github.com/sethvargo/go-retry"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+)
+
+// source is a Kubernetes read that returns fixed objects or an error.
+type source struct {
+	in  desired.Input
+	err error
+}
+
+func (s *source) Read(context.Context) (desired.Input, error) { return s.in, s.err }
+
+func cluster(podIPs ...string) desired.Input {
+	in := desired.Input{Service: &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ingress", Name: "web"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}}
+	name, port, yes := "http", int32(8080), true
+	sl := discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "ingress", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
+	}
+	for _, ip := range podIPs {
+		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: &yes}})
+	}
+	in.Slices = []discoveryv1.EndpointSlice{sl}
+	return in
+}
+
+func newAPI(t *testing.T) (*dataplanetest.Server, reconcile.Driver) {
+	t.Helper()
+	api := dataplanetest.New(t, dataplanetest.Options{})
+	rr := "roundrobin"
+	api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
+	u, _ := url.Parse(api.URL)
+	return api, dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: 2 * time.Second})
+}
+
+func reconciler(src reconcile.Source, targets ...reconcile.Driver) *reconcile.Reconciler {
+	return &reconcile.Reconciler{
+		Source: src,
+		Options: desired.Options{
+			Mode: desired.PodMode, Backends: []desired.PortBackend{{Backend: "be"}},
+			Settings: model.Settings{Balance: "roundrobin", TCPCheck: true},
+			Check:    model.Check{Inter: 5 * time.Second, Rise: 2, Fall: 2},
+		},
+		Targets: targets,
+		Timeout: 5 * time.Second,
+		Backoff: func() retry.Backoff { return retry.NewConstant(5 * time.Millisecond) },
+	}
+}
+
+func addrs(api *dataplanetest.Server) map[string]string {
+	out := map[string]string{}
+	for _, s := range api.Servers("be") {
+		st := "ready"
+		switch {
+		case s.Maintenance == "enabled":
+			st = "maint"
+		case s.Weight != nil && *s.Weight == 0:
+			st = "drain"
+		}
+		out[s.Address] = st
+	}
+	return out
+}
+
+func TestSyncFirstRoundThenIdempotent(t *testing.T) {
+	api, drv := newAPI(t)
+	r := reconciler(&source{in: cluster("10.244.0.1", "10.244.0.2")}, drv)
+	res, err := r.Reconcile(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != reconcile.StatusApplied || res.Desired != 2 || len(res.Targets) != 1 {
+		t.Fatalf("result %+v", res)
+	}
+	tr := res.Targets[0]
+	if strings.Join(tr.Add, ",") != "10-244-0-1,10-244-0-2" || tr.Attempts != 1 || tr.Target != api.URL || tr.Backend != "be" || tr.Error != "" {
+		t.Errorf("target result %+v", tr)
+	}
+
+	version, writes := api.Version(), api.Writes()
+	res, err = r.Reconcile(context.Background(), false)
+	if err != nil || res.Status != reconcile.StatusUnchanged {
+		t.Fatalf("second: %v %+v", err, res)
+	}
+	if api.Version() != version || api.Writes() != writes {
+		t.Errorf("second reconcile wrote: version %d -> %d, writes %d -> %d", version, api.Version(), writes, api.Writes())
+	}
+}
+
+func TestConflictIsRetriedFromAFreshRead(t *testing.T) {
+	api, drv := newAPI(t)
+	src := &source{in: cluster("10.244.0.1")}
+	r := reconciler(src, drv)
+	if _, err := r.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	// Another writer moves the version just before our first write, twice.
+	var bumps atomic.Int32
+	api.Intercept(func(w http.ResponseWriter, req *http.Request) bool {
+		if req.Method != http.MethodGet && bumps.Add(1) <= 2 {
+			api.BumpVersion()
+		}
+		return false
+	})
+	src.in = cluster("10.244.0.1", "10.244.0.3")
+	res, err := r.Reconcile(context.Background(), false)
+	if err != nil {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if res.Targets[0].Attempts != 3 {
+		t.Errorf("attempts = %d, want 3", res.Targets[0].Attempts)
+	}
+	if got := addrs(api); len(got) != 2 || got["10.244.0.3"] != "ready" {
+		t.Errorf("servers = %v", got)
+	}
+	if api.OpenTransactions() != 0 {
+		t.Errorf("%d transactions left", api.OpenTransactions())
+	}
+}
+
+func TestKubernetesFailureChangesNothing(t *testing.T) {
+	api, drv := newAPI(t)
+	src := &source{in: cluster("10.244.0.1")}
+	r := reconciler(src, drv)
+	if _, err := r.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	n := len(api.Requests())
+	src.err = errors.New("connection refused")
+	res, err := r.Reconcile(context.Background(), false)
+	if err == nil || res.Status != reconcile.StatusError || !strings.Contains(res.Error, "connection refused") {
+		t.Fatalf("err %v result %+v", err, res)
+	}
+	if len(api.Requests()) != n {
+		t.Error("HAProxy was called after a failed Kubernetes read")
+	}
+	if got := addrs(api); got["10.244.0.1"] != "ready" {
+		t.Errorf("servers = %v", got)
+	}
+}
+
+func TestZeroEndpointsParksAndDeletesNothing(t *testing.T) {
+	api, drv := newAPI(t)
+	src := &source{in: cluster("10.244.0.1", "10.244.0.2")}
+	r := reconciler(src, drv)
+	if _, err := r.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	reloads := api.Reloads()
+	src.in = cluster()
+	res, err := r.Reconcile(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := addrs(api); len(got) != 2 || got["10.244.0.1"] != "maint" || got["10.244.0.2"] != "maint" {
+		t.Errorf("servers = %v", got)
+	}
+	if len(res.Targets[0].Delete) != 0 || len(res.Targets[0].Maint) != 2 || api.Reloads() != reloads {
+		t.Errorf("result %+v, reloads +%d", res.Targets[0], api.Reloads()-reloads)
+	}
+}
+
+func TestDryRunAppliesNothing(t *testing.T) {
+	api, drv := newAPI(t)
+	r := reconciler(&source{in: cluster("10.244.0.1")}, drv)
+	res, err := r.Reconcile(context.Background(), true)
+	if err != nil || res.Status != reconcile.StatusPlanned || len(res.Targets[0].Add) != 1 {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if api.Writes() != 0 || len(api.Servers("be")) != 0 {
+		t.Error("dry run wrote")
+	}
+}
+
+func TestOneTargetDownTheOtherConverges(t *testing.T) {
+	api, good := newAPI(t)
+	down, _ := url.Parse("http://127.0.0.1:1")
+	bad := dataplane.New(down, dataplane.Auth{}, &http.Client{Timeout: time.Second})
+	r := reconciler(&source{in: cluster("10.244.0.1")}, bad, good)
+	r.Timeout = 500 * time.Millisecond
+	res, err := r.Reconcile(context.Background(), false)
+	if !errors.Is(err, reconcile.ErrTargets) || res.Status != reconcile.StatusError {
+		t.Fatalf("err %v status %s", err, res.Status)
+	}
+	if len(res.Targets) != 2 || res.Targets[0].Error == "" || res.Targets[1].Error != "" {
+		t.Fatalf("targets %+v", res.Targets)
+	}
+	if res.Targets[0].Attempts < 2 {
+		t.Errorf("down target tried %d times, want retries", res.Targets[0].Attempts)
+	}
+	if got := addrs(api); got["10.244.0.1"] != "ready" {
+		t.Errorf("healthy target not converged: %v", got)
+	}
+}
+
+func TestPermanentErrorIsNotRetried(t *testing.T) {
+	api, drv := newAPI(t)
+	api.SetCheck(func(dataplanetest.Config) error { return errors.New("bad config") })
+	r := reconciler(&source{in: cluster("10.244.0.1")}, drv)
+	res, err := r.Reconcile(context.Background(), false)
+	if err == nil || res.Targets[0].Attempts != 1 || !strings.Contains(res.Targets[0].Error, "bad config") {
+		t.Fatalf("err %v %+v", err, res.Targets)
+	}
+	if api.OpenTransactions() != 0 {
+		t.Errorf("%d transactions left", api.OpenTransactions())
+	}
+}
