@@ -9,7 +9,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -30,6 +29,7 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=...".
@@ -93,9 +93,6 @@ func newLogger(level string) *slog.Logger {
 
 // newReconciler wires the concrete source and drivers; the one place that does.
 func newReconciler(cfg config.Config, log *slog.Logger) (*reconcile.Reconciler, error) {
-	if cfg.RuntimeURL != "" && len(cfg.Dataplanes) == 0 {
-		return nil, errors.New("HAPROXY_RUNTIME_URL: the runtime API driver is not available yet; set HAPROXY_DATAPLANE_URL")
-	}
 	restCfg, err := kube.RESTConfig(cfg.Kubeconfig)
 	if err != nil {
 		return nil, err
@@ -110,11 +107,18 @@ func newReconciler(cfg config.Config, log *slog.Logger) (*reconcile.Reconciler, 
 		return nil, fmt.Errorf("HAPROXY_DATAPLANE_CA_FILE: %w", err)
 	}
 	auth := dataplane.Auth{Username: cfg.DataplaneUsername, Password: cfg.DataplanePassword, Token: cfg.DataplaneToken}
+	opts := cfg.Options()
 	var targets []reconcile.Driver
 	for _, u := range cfg.Dataplanes {
 		targets = append(targets, dataplane.New(u, auth, hc))
 	}
-	opts := cfg.Options()
+	if len(targets) == 0 { // the runtime API is used alone, as a lighter option
+		rt, err := runtimeapi.New(cfg.RuntimeURL, opts.Settings, opts.Check)
+		if err != nil {
+			return nil, fmt.Errorf("HAPROXY_RUNTIME_URL: %w", err)
+		}
+		targets = append(targets, rt)
+	}
 	log.Info("configured", "config", cfg.String())
 	return &reconcile.Reconciler{
 		Source:  &kube.Source{Client: kc, Namespace: cfg.Namespace, Service: cfg.Service, Nodes: opts.Mode == desired.NodeMode},

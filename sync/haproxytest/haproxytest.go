@@ -1,0 +1,190 @@
+// Package haproxytest starts private HAProxy processes for tests: a temp dir,
+// master-worker mode, an admin stats socket, a TCP frontend per backend on a
+// free loopback port. It needs Debian's haproxy package (make test installs it).
+package haproxytest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
+)
+
+// Backend is one backend and the raw lines of its section after "backend NAME".
+type Backend struct {
+	Name  string
+	Lines []string
+}
+
+// HAProxy is a running HAProxy.
+type HAProxy struct {
+	Dir          string
+	AdminSocket  string
+	MasterSocket string
+	// Frontends maps each backend to the address of the frontend that uses it.
+	Frontends map[string]string
+	cmd       *exec.Cmd
+	logs      *os.File
+}
+
+// FreePort returns a free TCP port on host.
+func FreePort(t testing.TB, host string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Start runs HAProxy with the given backends until the test ends.
+func Start(t testing.TB, backends ...Backend) *HAProxy {
+	t.Helper()
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		t.Fatal("haproxy not found: run `make test`, which installs Debian's haproxy package")
+	}
+	dir := t.TempDir()
+	h := &HAProxy{
+		Dir:          dir,
+		AdminSocket:  filepath.Join(dir, "admin.sock"),
+		MasterSocket: filepath.Join(dir, "master.sock"),
+		Frontends:    map[string]string{},
+	}
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, "global\n    stats socket %s mode 600 level admin expose-fd listeners\n    stats timeout 1m\n", h.AdminSocket)
+	cfg.WriteString("defaults base\n    mode tcp\n    timeout connect 1s\n    timeout client 10s\n    timeout server 10s\n")
+	for _, b := range backends {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t, "127.0.0.1")))
+		h.Frontends[b.Name] = addr
+		fmt.Fprintf(&cfg, "frontend fe_%s\n    bind %s\n    default_backend %s\n", b.Name, addr, b.Name)
+		fmt.Fprintf(&cfg, "backend %s\n", b.Name)
+		for _, l := range b.Lines {
+			fmt.Fprintf(&cfg, "    %s\n", l)
+		}
+	}
+	cfgPath := filepath.Join(dir, "haproxy.cfg")
+	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if h.logs, err = os.Create(filepath.Join(dir, "haproxy.log")); err != nil {
+		t.Fatal(err)
+	}
+	h.cmd = exec.Command(bin, "-W", "-db", "-S", h.MasterSocket, "-p", filepath.Join(dir, "haproxy.pid"), "-f", cfgPath)
+	h.cmd.Stdout, h.cmd.Stderr = h.logs, h.logs
+	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.stop)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := h.Command("show info"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("haproxy did not start: %s", h.Logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return h
+}
+
+func (h *HAProxy) stop() {
+	_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = h.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+	h.logs.Close()
+}
+
+// Logs returns what HAProxy printed.
+func (h *HAProxy) Logs() string {
+	b, _ := os.ReadFile(h.logs.Name())
+	return string(b)
+}
+
+// RuntimeURL is the admin socket as HAPROXY_RUNTIME_URL takes it.
+func (h *HAProxy) RuntimeURL() string { return "unix://" + h.AdminSocket }
+
+// Command runs a command on the admin socket.
+func (h *HAProxy) Command(cmd string) (string, error) {
+	return runtimeapi.Socket{Network: "unix", Address: h.AdminSocket}.Command(context.Background(), cmd)
+}
+
+// Server is one line of "show servers state".
+type Server struct {
+	Name, Address string
+	Port, Weight  int
+	// Op is the operational state: 0 down, 1 starting, 2 up, 3 stopping.
+	Op int
+	// Admin is the admin state bit field: 0x01 maint (forced), 0x08 drain (forced).
+	Admin int
+	// CheckState holds HAProxy's CHK_ST_* bits: 0x02 configured, 0x04 enabled, 0x08 paused.
+	CheckState int
+}
+
+// Maint, Drain and Up read the state fields.
+func (s Server) Maint() bool { return s.Admin&0x67 != 0 }
+func (s Server) Drain() bool { return s.Admin&0x18 != 0 }
+func (s Server) Up() bool    { return s.Op == 2 }
+
+// CheckRunning reports whether the server's health check is enabled and running.
+func (s Server) CheckRunning() bool { return s.CheckState&0x06 == 0x06 && s.CheckState&0x08 == 0 }
+
+// Servers returns the backend's servers from "show servers state", by name.
+func (h *HAProxy) Servers(t testing.TB, backend string) map[string]Server {
+	t.Helper()
+	reply, err := h.Command("show servers state " + backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]Server{}
+	sc := bufio.NewScanner(strings.NewReader(reply))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 19 || f[1] != backend {
+			continue
+		}
+		n := func(i int) int { v, _ := strconv.Atoi(f[i]); return v }
+		out[f[3]] = Server{Name: f[3], Address: f[4], Op: n(5), Admin: n(6), Weight: n(7), CheckState: n(13), Port: n(18)}
+	}
+	return out
+}
+
+// Reloads returns the master's reload counter ("show proc" on the master socket).
+func (h *HAProxy) Reloads(t testing.TB) int {
+	t.Helper()
+	reply, err := runtimeapi.Socket{Network: "unix", Address: h.MasterSocket}.Command(context.Background(), "show proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(reply, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[1] == "master" {
+			n, err := strconv.Atoi(f[2])
+			if err != nil {
+				t.Fatalf("show proc: %q", line)
+			}
+			return n
+		}
+	}
+	t.Fatalf("show proc: no master line in %q", reply)
+	return 0
+}

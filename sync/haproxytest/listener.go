@@ -1,0 +1,93 @@
+package haproxytest
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Listener is a TCP server that answers every connection with its name and
+// closes it: a backend whose traffic can be counted.
+type Listener struct {
+	Name string
+	Addr string
+	ln   net.Listener
+	mu   sync.Mutex
+	hits int
+	wg   sync.WaitGroup
+}
+
+// Listen starts a listener on addr (host:port) until Close or the end of the test.
+func Listen(t testing.TB, name, addr string) *Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen %s: %v", addr, err)
+	}
+	l := &Listener{Name: name, Addr: addr, ln: ln}
+	l.wg.Add(1)
+	go l.serve()
+	t.Cleanup(l.Close)
+	return l
+}
+
+func (l *Listener) serve() {
+	defer l.wg.Done()
+	for {
+		c, err := l.ln.Accept()
+		if err != nil {
+			return
+		}
+		l.mu.Lock()
+		l.hits++
+		l.mu.Unlock()
+		_, _ = io.WriteString(c, l.Name+"\n")
+		c.Close()
+	}
+}
+
+// Hits counts accepted connections (health checks included).
+func (l *Listener) Hits() int { l.mu.Lock(); defer l.mu.Unlock(); return l.hits }
+
+// Close stops listening: HAProxy's checks to it now fail.
+func (l *Listener) Close() {
+	_ = l.ln.Close()
+	l.wg.Wait()
+}
+
+// Ask connects to a frontend and returns the name the backend answered.
+func Ask(addr string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	b, err := io.ReadAll(c)
+	if err != nil {
+		return "", err
+	}
+	name := strings.TrimSpace(string(b))
+	if name == "" {
+		return "", fmt.Errorf("no answer through %s", addr)
+	}
+	return name, nil
+}
+
+// Spread sends n connections through a frontend and counts the answers by
+// backend name; failed connections count under "".
+func Spread(addr string, n int) map[string]int {
+	out := map[string]int{}
+	for range n {
+		name, err := Ask(addr)
+		if err != nil {
+			name = ""
+		}
+		out[name]++
+	}
+	return out
+}

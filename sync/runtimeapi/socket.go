@@ -1,0 +1,62 @@
+package runtimeapi
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+)
+
+// Socket sends commands to an HAProxy runtime API socket (a "stats socket ...
+// level admin", or the master socket), one connection per command: HAProxy
+// answers a command, then closes a non-interactive connection.
+type Socket struct {
+	Network string // "unix" or "tcp"
+	Address string
+	// Timeout bounds one command when the context has no earlier deadline.
+	Timeout time.Duration
+}
+
+// Command sends one command and returns HAProxy's reply, trailing blank lines
+// removed. The reply is text; it is up to the caller to tell success from error.
+func (s Socket) Command(ctx context.Context, cmd string) (string, error) {
+	if strings.ContainsAny(cmd, "\n;") {
+		return "", fmt.Errorf("runtime command %q: newline and ';' are not allowed", cmd)
+	}
+	timeout := s.Timeout
+	if timeout == 0 {
+		timeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, s.Network, s.Address)
+	if err != nil {
+		return "", &networkError{fmt.Errorf("dial %s: %w", s.Address, err)}
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	if _, err := io.WriteString(conn, cmd+"\n"); err != nil {
+		return "", &networkError{fmt.Errorf("send %q: %w", cmd, err)}
+	}
+	// Half-close: the master socket waits for the end of input.
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	reply, err := io.ReadAll(io.LimitReader(conn, 16<<20))
+	if err != nil {
+		return "", &networkError{fmt.Errorf("read reply to %q: %w", cmd, err)}
+	}
+	return strings.TrimRight(string(reply), "\n"), nil
+}
+
+// networkError is a command that got no answer; worth retrying.
+type networkError struct{ err error }
+
+func (e *networkError) Error() string   { return e.err.Error() }
+func (e *networkError) Unwrap() error   { return e.err }
+func (e *networkError) Temporary() bool { return true }
