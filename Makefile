@@ -3,15 +3,20 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build test vet fmt-check unit bench bench-smoke clean
+.PHONY: all build test deps vet fmt-check unit bench bench-smoke clean
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/haproxy-k8s-sync ./cmd/haproxy-k8s-sync
 
-## test: everything CI checks, from a fresh machine with only Go installed.
-test: fmt-check vet unit bench-smoke
+## test: everything CI checks, from a fresh machine with only Go installed:
+## installs HAProxy and etcd (apt) and builds kube-apiserver when missing.
+test: deps fmt-check vet unit bench-smoke
+
+## deps: HAProxy, etcd, iproute2 from Debian; kube-apiserver built into bin/.
+deps:
+	./hack/install-deps.sh
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -20,6 +25,7 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
+# The e2e tests re-execute themselves in a private network namespace (root).
 unit:
 	$(GO) test -race -count=1 ./...
 

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs what the tests run for real: HAProxy 2.6 and etcd from Debian, iproute2
+# for the test network namespace, and a kube-apiserver built from source.
+set -euo pipefail
+need=()
+command -v haproxy >/dev/null || need+=(haproxy)
+[ -x /usr/bin/etcd ] || need+=(etcd-server)
+command -v ip >/dev/null || need+=(iproute2)
+if [ ${#need[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+"$(dirname "$0")/build-kube-apiserver.sh"

@@ -1,0 +1,244 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
+)
+
+// checkInter is short so that health checks settle quickly.
+const checkInter = 200 * time.Millisecond
+
+// world is one test's namespace, HAProxy and sync service.
+type world struct {
+	t   *testing.T
+	ns  string
+	ctx context.Context
+	h   *haproxytest.HAProxy
+	url string
+}
+
+func newWorld(t *testing.T, service string, mode desired.Mode, backends []desired.PortBackend) *world {
+	t.Helper()
+	w := &world{t: t, ns: strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), ctx: context.Background()}
+	if _, err := cluster.client.CoreV1().Namespaces().Create(w.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var hb []haproxytest.Backend
+	for _, b := range backends {
+		hb = append(hb, haproxytest.Backend{Name: b.Backend, Lines: []string{"balance roundrobin", "option tcp-check"}})
+	}
+	w.h = haproxytest.Start(t, hb...)
+	opts := desired.Options{
+		Mode: mode, Backends: backends,
+		Settings: model.Settings{Balance: "roundrobin", TCPCheck: true},
+		Check:    model.Check{Inter: checkInter, Rise: 1, Fall: 1},
+	}
+	drv, err := runtimeapi.New(w.h.RuntimeURL(), opts.Settings, opts.Check)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &reconcile.Reconciler{
+		Source:  &kube.Source{Client: cluster.client, Namespace: w.ns, Service: service, Nodes: mode == desired.NodeMode},
+		Options: opts,
+		Targets: []reconcile.Driver{drv},
+		Timeout: 5 * time.Second,
+	}
+	srv := httptest.NewServer(handler.New(handler.Config{Reconciler: rec}))
+	t.Cleanup(srv.Close)
+	w.url = srv.URL
+	return w
+}
+
+// reconcile POSTs /reconcile and returns the status code and result.
+func (w *world) reconcile() (int, reconcile.Result) {
+	w.t.Helper()
+	resp, err := http.Post(w.url+"/reconcile", "", nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var res reconcile.Result
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+		w.t.Fatal(err)
+	}
+	return resp.StatusCode, res
+}
+
+// mustReconcile expects a 200.
+func (w *world) mustReconcile() reconcile.Result {
+	w.t.Helper()
+	code, res := w.reconcile()
+	if code != http.StatusOK {
+		w.t.Fatalf("reconcile: %d %+v", code, res)
+	}
+	return res
+}
+
+// node creates a Node with an InternalIP (status is a subresource).
+func (w *world) node(name, ip string) string {
+	w.t.Helper()
+	name = w.ns + "-" + name // Nodes are cluster-wide; keep tests apart
+	n, err := cluster.client.CoreV1().Nodes().Create(w.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}}
+	if _, err := cluster.client.CoreV1().Nodes().UpdateStatus(w.ctx, n, metav1.UpdateOptions{}); err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = cluster.client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	return name
+}
+
+func (w *world) service(name string, typ corev1.ServiceType, ports ...corev1.ServicePort) *corev1.Service {
+	w.t.Helper()
+	svc, err := cluster.client.CoreV1().Services(w.ns).Create(w.ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       corev1.ServiceSpec{Type: typ, Ports: ports, Selector: map[string]string{"app": name}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return svc
+}
+
+// endpoint describes one endpoint of a slice.
+type endpoint struct {
+	ip, node, pod string
+	terminating   bool
+}
+
+// slice creates or replaces an EndpointSlice of service.
+func (w *world) slice(name, service string, ports map[string]int32, eps ...endpoint) {
+	w.t.Helper()
+	sl := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: name, Namespace: w.ns, Labels: map[string]string{discoveryv1.LabelServiceName: service}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	names := make([]string, 0, len(ports))
+	for n := range ports {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		p := ports[n]
+		sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: &n, Port: &p})
+	}
+	for _, e := range eps {
+		ready, serving, term := !e.terminating, true, e.terminating
+		x := discoveryv1.Endpoint{Addresses: []string{e.ip}, Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &term}}
+		if e.node != "" {
+			x.NodeName = &e.node
+		}
+		if e.pod != "" {
+			x.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: w.ns, Name: e.pod}
+		}
+		sl.Endpoints = append(sl.Endpoints, x)
+	}
+	c := cluster.client.DiscoveryV1().EndpointSlices(w.ns)
+	old, err := c.Get(w.ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = c.Create(w.ctx, sl, metav1.CreateOptions{})
+	case err == nil:
+		sl.ResourceVersion = old.ResourceVersion
+		_, err = c.Update(w.ctx, sl, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		w.t.Fatalf("slice %s: %v", name, err)
+	}
+}
+
+// server is what a test expects of one HAProxy server.
+type server struct {
+	addr  string
+	port  int
+	state string // ready, drain, maint
+}
+
+// expectServers checks HAProxy's servers of backend exactly.
+func (w *world) expectServers(backend string, want map[string]server) {
+	w.t.Helper()
+	got := w.h.Servers(w.t, backend)
+	if len(got) != len(want) {
+		w.t.Fatalf("backend %s: servers %v, want %v", backend, keys(got), want)
+	}
+	for name, ws := range want {
+		g, ok := got[name]
+		if !ok {
+			w.t.Fatalf("backend %s: no server %s (have %v)", backend, name, keys(got))
+		}
+		state := "ready"
+		switch {
+		case g.Maint():
+			state = "maint"
+		case g.Drain():
+			state = "drain"
+		}
+		if g.Address != ws.addr || g.Port != ws.port || state != ws.state {
+			w.t.Errorf("backend %s server %s: %s:%d %s, want %s:%d %s", backend, name, g.Address, g.Port, state, ws.addr, ws.port, ws.state)
+		}
+		// HAProxy pauses the check of a server in maintenance and resumes it
+		// when the server leaves it; every other server must be checked.
+		if state != "maint" && !g.CheckRunning() || g.CheckState&0x06 != 0x06 {
+			w.t.Errorf("backend %s server %s: health check not running (check state %#x)", backend, name, g.CheckState)
+		}
+	}
+}
+
+// expectTraffic sends connections through backend's frontend until every name
+// in want answers and nothing else does (failed connections count as "").
+func (w *world) expectTraffic(backend string, want ...string) {
+	w.t.Helper()
+	wantSet := map[string]bool{}
+	for _, n := range want {
+		wantSet[n] = true
+	}
+	var got map[string]int
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		got = haproxytest.Spread(w.h.Frontends[backend], 4*max(len(want), 1))
+		ok := len(got) == len(wantSet)
+		for n := range got {
+			ok = ok && wantSet[n]
+		}
+		if ok {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	w.t.Fatalf("traffic through %s: %v, want exactly %v", backend, got, want)
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func listen(t *testing.T, name, ip string, port int32) *haproxytest.Listener {
+	return haproxytest.Listen(t, name, fmt.Sprintf("%s:%d", ip, port))
+}
