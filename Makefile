@@ -3,12 +3,16 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build test deps vet fmt-check unit bench bench-smoke clean
+.PHONY: all build demo test deps vet fmt-check unit bench bench-smoke clean
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/haproxy-k8s-sync ./cmd/haproxy-k8s-sync
+
+## demo: a local HAProxy synced from testdata/demo/cluster.yaml (no cluster needed).
+demo: build
+	./hack/demo.sh
 
 ## test: everything CI checks, from a fresh machine with only Go installed:
 ## installs HAProxy and etcd (apt) and builds kube-apiserver when missing.

@@ -1,9 +1,12 @@
 // Command haproxy-k8s-sync keeps HAProxy backends equal to a Kubernetes
 // Service's endpoints.
 //
-//	haproxy-k8s-sync [serve]               the HTTP service (default)
-//	haproxy-k8s-sync reconcile [--dry-run] one reconcile, JSON on stdout
+//	haproxy-k8s-sync [serve] [--manifests PATH]               the HTTP service (default)
+//	haproxy-k8s-sync reconcile [--dry-run] [--manifests PATH] one reconcile, JSON on stdout
 //	haproxy-k8s-sync version
+//
+// --manifests reads the Service, EndpointSlices and Nodes from YAML or JSON
+// files (e.g. a `kubectl get -o yaml` dump) instead of the Kubernetes API.
 package main
 
 import (
@@ -55,6 +58,7 @@ func run(args []string) int {
 	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	dryRun := fs.Bool("dry-run", false, "plan only, apply nothing")
+	manifests := fs.String("manifests", "", "read Kubernetes objects from this file or directory instead of the API")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -65,7 +69,7 @@ func run(args []string) int {
 		return 2
 	}
 	log := newLogger(cfg.LogLevel)
-	rec, err := newReconciler(cfg, log)
+	rec, err := newReconciler(cfg, *manifests, log)
 	if err != nil {
 		log.Error("start", "error", err)
 		return 1
@@ -92,22 +96,17 @@ func newLogger(level string) *slog.Logger {
 }
 
 // newReconciler wires the concrete source and drivers; the one place that does.
-func newReconciler(cfg config.Config, log *slog.Logger) (*reconcile.Reconciler, error) {
-	restCfg, err := kube.RESTConfig(cfg.Kubeconfig)
+func newReconciler(cfg config.Config, manifests string, log *slog.Logger) (*reconcile.Reconciler, error) {
+	opts := cfg.Options()
+	source, err := newSource(cfg, manifests, opts.Mode == desired.NodeMode)
 	if err != nil {
 		return nil, err
-	}
-	restCfg.UserAgent = "haproxy-k8s-sync/" + version
-	kc, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	hc, err := dataplane.NewHTTPClient(cfg.DataplaneCAFile, 10*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("HAPROXY_DATAPLANE_CA_FILE: %w", err)
 	}
 	auth := dataplane.Auth{Username: cfg.DataplaneUsername, Password: cfg.DataplanePassword, Token: cfg.DataplaneToken}
-	opts := cfg.Options()
 	var targets []reconcile.Driver
 	for _, u := range cfg.Dataplanes {
 		targets = append(targets, dataplane.New(u, auth, hc))
@@ -121,12 +120,29 @@ func newReconciler(cfg config.Config, log *slog.Logger) (*reconcile.Reconciler, 
 	}
 	log.Info("configured", "config", cfg.String())
 	return &reconcile.Reconciler{
-		Source:  &kube.Source{Client: kc, Namespace: cfg.Namespace, Service: cfg.Service, Nodes: opts.Mode == desired.NodeMode},
+		Source:  source,
 		Options: opts,
 		Targets: targets,
 		Timeout: cfg.ReconcileTimeout,
 		Log:     log,
 	}, nil
+}
+
+// newSource reads the Kubernetes API, or manifests when a path is given.
+func newSource(cfg config.Config, manifests string, nodes bool) (reconcile.Source, error) {
+	if manifests != "" {
+		return &kube.FileSource{Path: manifests, Namespace: cfg.Namespace, Service: cfg.Service, Nodes: nodes}, nil
+	}
+	restCfg, err := kube.RESTConfig(cfg.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	restCfg.UserAgent = "haproxy-k8s-sync/" + version
+	kc, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return &kube.Source{Client: kc, Namespace: cfg.Namespace, Service: cfg.Service, Nodes: nodes}, nil
 }
 
 // serve runs the HTTP service until SIGTERM or SIGINT, then drains in-flight

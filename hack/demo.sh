@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# make demo: a local HAProxy, a cluster read from testdata/demo/cluster.yaml,
+# one reconcile through the runtime API, HAProxy's servers before and after,
+# then traffic through the frontend. Loopback addresses only.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+run="${TMPDIR:-/tmp}/haproxy-k8s-sync-demo"
+
+need=()
+command -v haproxy >/dev/null || need+=(haproxy)
+command -v socat >/dev/null || need+=(socat)
+command -v curl >/dev/null || need+=(curl)
+if [ ${#need[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  echo "installing ${need[*]} ..."
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# Stop a previous demo, then start HAProxy in master-worker mode.
+if [ -f "$run/haproxy.pid" ]; then kill "$(cat "$run/haproxy.pid")" 2>/dev/null || true; sleep 0.5; fi
+mkdir -p "$run"
+sed "s#RUN_DIR#$run#g" "$root/testdata/demo/haproxy.cfg" > "$run/haproxy.cfg"
+haproxy -W -D -S "$run/master.sock" -f "$run/haproxy.cfg"
+for _ in $(seq 50); do [ -S "$run/admin.sock" ] && break; sleep 0.1; done
+
+servers() {
+  echo "show servers state ingress-nginx" | socat - "UNIX-CONNECT:$run/admin.sock" |
+    awk 'NR>2 && NF>18 {
+      st = ($7 % 2 == 1) ? "maint" : (int($7 / 8) % 4 > 0 ? "drain" : "ready");
+      printf "  %-10s %s:%s  weight %s  %s, %s\n", $4, $5, $19, $8, st, ($6 == 2 ? "UP" : "DOWN") }'
+}
+
+echo "== HAProxy backend ingress-nginx before:"
+servers
+echo
+env=(INGRESS_NAMESPACE=ingress-nginx INGRESS_SERVICE_NAME=ingress-nginx TARGET_ADDRESS=node
+  HAPROXY_WEIGHT=endpoints HAPROXY_CHECK_INTER=1s HAPROXY_CHECK_RISE=1
+  HAPROXY_RUNTIME_URL="unix://$run/admin.sock" LOG_LEVEL=warn)
+sync_cmd=("$root/bin/haproxy-k8s-sync" reconcile --manifests "$root/testdata/demo/cluster.yaml")
+echo "== haproxy-k8s-sync reconcile --manifests testdata/demo/cluster.yaml"
+env "${env[@]}" "${sync_cmd[@]}"
+echo
+sleep 1.5 # one check interval, so the new servers are UP
+echo "== HAProxy backend ingress-nginx after (node-c drains: its pod is terminating):"
+servers
+echo
+echo "== 6 requests to http://127.0.0.1:18080 (node-a has weight 2: two ready pods):"
+for _ in 1 2 3 4 5 6; do printf '  '; curl -s --max-time 2 http://127.0.0.1:18080/; done
+echo
+echo "HAProxy keeps running. Edit testdata/demo/cluster.yaml, then sync the change with:"
+echo "  env ${env[*]} ${sync_cmd[*]}"
+echo "Stop it with: kill \$(cat $run/haproxy.pid)"

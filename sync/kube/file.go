@@ -1,0 +1,153 @@
+package kube
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+)
+
+// FileSource reads the objects from YAML or JSON manifests instead of an API
+// server: a file, or every .yaml, .yml and .json file of a directory, with
+// several documents per file and List objects such as `kubectl get -o yaml`
+// writes. Objects of other kinds are ignored. The same selection rules as
+// Source apply (namespace, service-name label).
+type FileSource struct {
+	Path      string
+	Namespace string
+	Service   string
+	Nodes     bool
+}
+
+// Read decodes the manifests again on every call, so edits are picked up.
+func (f *FileSource) Read(context.Context) (desired.Input, error) {
+	files, err := manifestFiles(f.Path)
+	if err != nil {
+		return desired.Input{}, err
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, discoveryv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return desired.Input{}, err
+		}
+	}
+	dec := serializer.NewCodecFactory(scheme).UniversalDeserializer()
+	var in desired.Input
+	for _, file := range files {
+		objs, err := decodeFile(dec, file)
+		if err != nil {
+			return desired.Input{}, err
+		}
+		for _, o := range objs {
+			f.keep(&in, o)
+		}
+	}
+	if in.Service == nil {
+		return desired.Input{}, fmt.Errorf("service %s/%s in %s: %w", f.Namespace, f.Service, f.Path, ErrServiceNotFound)
+	}
+	return in, nil
+}
+
+func (f *FileSource) keep(in *desired.Input, o runtime.Object) {
+	switch x := o.(type) {
+	case *corev1.Service:
+		if x.Namespace == f.Namespace && x.Name == f.Service {
+			in.Service = x
+		}
+	case *discoveryv1.EndpointSlice:
+		if x.Namespace == f.Namespace && x.Labels[discoveryv1.LabelServiceName] == f.Service {
+			in.Slices = append(in.Slices, *x)
+		}
+	case *corev1.Node:
+		if f.Nodes {
+			in.Nodes = append(in.Nodes, *x)
+		}
+	}
+}
+
+func manifestFiles(path string) ([]string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("manifests: %w", err)
+	}
+	if !st.IsDir() {
+		return []string{path}, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, fmt.Errorf("manifests: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		switch strings.ToLower(filepath.Ext(e.Name())) {
+		case ".yaml", ".yml", ".json":
+			if !e.IsDir() {
+				out = append(out, filepath.Join(path, e.Name()))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// decodeFile returns the objects of every document in file, Lists flattened.
+func decodeFile(dec runtime.Decoder, file string) ([]runtime.Object, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("manifests: %w", err)
+	}
+	reader := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var out []runtime.Object
+	for i := 1; ; i++ {
+		var raw runtime.RawExtension
+		if err := reader.Decode(&raw); errors.Is(err, io.EOF) {
+			return out, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", file, i, err)
+		}
+		if len(bytes.TrimSpace(raw.Raw)) == 0 || string(bytes.TrimSpace(raw.Raw)) == "null" {
+			continue
+		}
+		objs, err := decodeObject(dec, raw.Raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", file, i, err)
+		}
+		out = append(out, objs...)
+	}
+}
+
+func decodeObject(dec runtime.Decoder, raw []byte) ([]runtime.Object, error) {
+	obj, _, err := dec.Decode(raw, nil, nil)
+	if runtime.IsNotRegisteredError(err) {
+		return nil, nil // a kind we do not read, e.g. a Pod in a dump
+	}
+	if err != nil {
+		return nil, err
+	}
+	list, ok := obj.(*corev1.List)
+	if !ok {
+		return []runtime.Object{obj}, nil
+	}
+	var out []runtime.Object
+	for _, item := range list.Items {
+		objs, err := decodeObject(dec, item.Raw)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, objs...)
+	}
+	return out, nil
+}

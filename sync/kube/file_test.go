@@ -1,0 +1,72 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+)
+
+func TestFileSourceReadsAKubectlDump(t *testing.T) {
+	src := &FileSource{Path: "../../testdata/manifests", Namespace: "shop", Service: "web", Nodes: true}
+	in, err := src.Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Service.Namespace != "shop" || len(in.Slices) != 1 || in.Slices[0].Name != "web-x1" || len(in.Nodes) != 2 {
+		t.Fatalf("service %s/%s, %d slices, %d nodes", in.Service.Namespace, in.Service.Name, len(in.Slices), len(in.Nodes))
+	}
+	backends, _, err := desired.Compute(in, desired.Options{Mode: desired.NodeMode, Backends: []desired.PortBackend{{Backend: "be"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []model.Server{{Name: "worker-1", Address: "192.0.2.11", Port: 31000, Weight: 1, State: model.Ready}}
+	if !reflect.DeepEqual(backends[0].Servers, want) {
+		t.Errorf("servers %+v", backends[0].Servers)
+	}
+}
+
+func TestFileSourceDemoCluster(t *testing.T) {
+	src := &FileSource{Path: "../../testdata/demo/cluster.yaml", Namespace: "ingress-nginx", Service: "ingress-nginx", Nodes: true}
+	in, err := src.Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	chk := model.Check{Inter: time.Second, Rise: 1, Fall: 1}
+	backends, warnings, err := desired.Compute(in, desired.Options{Mode: desired.NodeMode, Backends: []desired.PortBackend{{Backend: "ingress-nginx"}}, WeightByEndpoints: true, Check: chk})
+	if err != nil || len(warnings) > 0 {
+		t.Fatal(err, warnings)
+	}
+	want := []model.Server{
+		{Name: "node-a", Address: "127.0.1.1", Port: 30080, Weight: 2, State: model.Ready, Check: chk},
+		{Name: "node-b", Address: "127.0.1.2", Port: 30080, Weight: 1, State: model.Ready, Check: chk},
+		{Name: "node-c", Address: "127.0.1.3", Port: 30080, Weight: 1, State: model.Drain, Check: chk},
+	}
+	if !reflect.DeepEqual(backends[0].Servers, want) {
+		t.Errorf("servers %+v", backends[0].Servers)
+	}
+}
+
+func TestFileSourceErrors(t *testing.T) {
+	dir := t.TempDir()
+	src := &FileSource{Path: dir, Namespace: "ns", Service: "web"}
+	if _, err := src.Read(context.Background()); !errors.Is(err, ErrServiceNotFound) {
+		t.Errorf("empty dir: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("kind: Service\napiVersion: v1\nmetadata: {name: [}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Read(context.Background()); err == nil || errors.Is(err, ErrServiceNotFound) {
+		t.Errorf("malformed file: %v", err)
+	}
+	src.Path = filepath.Join(dir, "missing")
+	if _, err := src.Read(context.Background()); err == nil {
+		t.Error("missing path accepted")
+	}
+}
