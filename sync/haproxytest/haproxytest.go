@@ -28,8 +28,10 @@ type Backend struct {
 
 // HAProxy is a running HAProxy.
 type HAProxy struct {
-	Dir          string
-	AdminSocket  string
+	Dir         string
+	AdminSocket string
+	// AdminTCP is the same admin socket on a loopback TCP port.
+	AdminTCP     string
 	MasterSocket string
 	// Frontends maps each backend to the address of the frontend that uses it.
 	Frontends map[string]string
@@ -61,9 +63,11 @@ func Start(t testing.TB, backends ...Backend) *HAProxy {
 		AdminSocket:  filepath.Join(dir, "admin.sock"),
 		MasterSocket: filepath.Join(dir, "master.sock"),
 		Frontends:    map[string]string{},
+		AdminTCP:     net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t, "127.0.0.1"))),
 	}
 	var cfg strings.Builder
-	fmt.Fprintf(&cfg, "global\n    stats socket %s mode 600 level admin expose-fd listeners\n    stats timeout 1m\n", h.AdminSocket)
+	fmt.Fprintf(&cfg, "global\n    stats socket %s mode 600 level admin expose-fd listeners\n", h.AdminSocket)
+	fmt.Fprintf(&cfg, "    stats socket ipv4@%s level admin\n    stats timeout 1m\n", h.AdminTCP)
 	cfg.WriteString("defaults base\n    mode tcp\n    timeout connect 1s\n    timeout client 10s\n    timeout server 10s\n")
 	for _, b := range backends {
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t, "127.0.0.1")))

@@ -16,19 +16,33 @@ type Listener struct {
 	Name string
 	Addr string
 	ln   net.Listener
+	hold bool
 	mu   sync.Mutex
 	hits int
+	open []net.Conn
 	wg   sync.WaitGroup
 }
 
 // Listen starts a listener on addr (host:port) until Close or the end of the test.
 func Listen(t testing.TB, name, addr string) *Listener {
 	t.Helper()
+	return listen(t, name, addr, false)
+}
+
+// ListenHold is Listen, but connections stay open until Close: a backend with
+// long-lived connections.
+func ListenHold(t testing.TB, name, addr string) *Listener {
+	t.Helper()
+	return listen(t, name, addr, true)
+}
+
+func listen(t testing.TB, name, addr string, hold bool) *Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatalf("listen %s: %v", addr, err)
 	}
-	l := &Listener{Name: name, Addr: addr, ln: ln}
+	l := &Listener{Name: name, Addr: addr, ln: ln, hold: hold}
 	l.wg.Add(1)
 	go l.serve()
 	t.Cleanup(l.Close)
@@ -44,9 +58,14 @@ func (l *Listener) serve() {
 		}
 		l.mu.Lock()
 		l.hits++
+		if l.hold {
+			l.open = append(l.open, c)
+		}
 		l.mu.Unlock()
 		_, _ = io.WriteString(c, l.Name+"\n")
-		c.Close()
+		if !l.hold {
+			c.Close()
+		}
 	}
 }
 
@@ -57,6 +76,12 @@ func (l *Listener) Hits() int { l.mu.Lock(); defer l.mu.Unlock(); return l.hits 
 func (l *Listener) Close() {
 	_ = l.ln.Close()
 	l.wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.open {
+		c.Close()
+	}
+	l.open = nil
 }
 
 // Ask connects to a frontend and returns the name the backend answered.

@@ -2,7 +2,10 @@ package runtimeapi_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -91,4 +94,72 @@ func TestRuntimeDriverAgainstHAProxy(t *testing.T) {
 	if h.Reloads(t) != 0 {
 		t.Errorf("HAProxy reloaded %d times", h.Reloads(t))
 	}
+}
+
+func TestRuntimeDriverOverTCP(t *testing.T) {
+	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance roundrobin", "option tcp-check"}})
+	c, err := runtimeapi.New("tcp://"+h.AdminTCP, model.Settings{Balance: "roundrobin", TCPCheck: true}, chk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := haproxytest.FreePort(t, "127.0.0.1")
+	haproxytest.Listen(t, "a", fmt.Sprintf("127.0.0.1:%d", port))
+	syncOnce(t, c, want(srv("a", "127.0.0.1", port, model.Ready)))
+	eventually(t, 3*time.Second, "server a takes traffic", func() bool {
+		return haproxytest.Spread(h.Frontends["be"], 2)["a"] == 2
+	})
+	cur, err := c.Read(context.Background(), "be")
+	if err != nil || len(cur.Servers) != 1 || cur.Servers[0].Port != port {
+		t.Fatalf("read over tcp: %v %+v", err, cur)
+	}
+}
+
+// TestDeleteWithOpenConnections: HAProxy refuses to delete a server that
+// still has a connection; it stays in maintenance, out of traffic, and the
+// next reconcile after the connection ends deletes it.
+func TestDeleteWithOpenConnections(t *testing.T) {
+	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance roundrobin", "option tcp-check"}})
+	c, err := runtimeapi.New(h.RuntimeURL(), model.Settings{Balance: "roundrobin", TCPCheck: true}, chk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, pb := haproxytest.FreePort(t, "127.0.0.1"), haproxytest.FreePort(t, "127.0.0.1")
+	holder := haproxytest.ListenHold(t, "a", fmt.Sprintf("127.0.0.1:%d", pa))
+	haproxytest.Listen(t, "b", fmt.Sprintf("127.0.0.1:%d", pb))
+	syncOnce(t, c, want(srv("a", "127.0.0.1", pa, model.Ready)))
+	eventually(t, 3*time.Second, "a is UP", func() bool { return h.Servers(t, "be")["a"].Up() })
+
+	// A long-lived client connection through HAProxy to a.
+	conn, err := net.Dial("tcp", h.Frontends["be"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	buf := make([]byte, 2)
+	if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != "a\n" {
+		t.Fatalf("connection through a: %q %v", buf, err)
+	}
+
+	w := want(srv("b", "127.0.0.1", pb, model.Ready))
+	cur, _ := c.Read(context.Background(), "be")
+	_, err = c.Apply(context.Background(), plan.Calculate(cur, w))
+	if !errors.Is(err, runtimeapi.ErrServerBusy) {
+		t.Fatalf("err = %v, want ErrServerBusy", err)
+	}
+	if s, ok := h.Servers(t, "be")["a"]; !ok || !s.Maint() {
+		t.Fatalf("a should stay, in maintenance: %+v", h.Servers(t, "be"))
+	}
+	eventually(t, 3*time.Second, "new traffic only to b", func() bool { return haproxytest.Spread(h.Frontends["be"], 4)["b"] == 4 })
+
+	conn.Close()
+	holder.Close() // the server side ends too
+	eventually(t, 3*time.Second, "a deleted once its connection ended", func() bool {
+		cur, err := c.Read(context.Background(), "be")
+		if err != nil {
+			return false
+		}
+		_, err = c.Apply(context.Background(), plan.Calculate(cur, w))
+		_, still := h.Servers(t, "be")["a"]
+		return err == nil && !still
+	})
 }
