@@ -8,9 +8,9 @@ require (
 	github.com/haproxytech/client-native/v6 v6.3.0
 	github.com/kelseyhightower/envconfig v1.4.0
 	github.com/sethvargo/go-retry v0.5.0
-	k8s.io/api v0.37.2
-	k8s.io/apimachinery v0.37.2
-	k8s.io/client-go v0.37.2
+	k8s.io/api v0.34.3
+	k8s.io/apimachinery v0.34.3
+	k8s.io/client-go v0.34.3
 	sigs.k8s.io/controller-runtime v0.22.5
 	sigs.k8s.io/yaml v1.6.0
 )
