@@ -6,6 +6,8 @@
 //	GET  /plan               the plan as it would be applied now
 //	GET  /healthz, /readyz   liveness and readiness
 //
+// POST bodies are read by package trigger: an event that clearly concerns
+// another object is answered 202 "ignored" with no Kubernetes or HAProxy call.
 // An upstream failure (Kubernetes or an HAProxy target) answers 503 with
 // Retry-After, never 500: Knative sources retry 503 but not 500.
 package handler
@@ -17,15 +19,17 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
-	"mime"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/trigger"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 )
 
@@ -45,6 +49,8 @@ type Config struct {
 	// Reconciler runs a reconcile; the handler shares real runs between
 	// concurrent callers and runs dry runs on their own.
 	Reconciler Reconciler
+	// Target says which events concern this service; others are ignored.
+	Target trigger.Target
 	// Token, when set, is required as "Authorization: Bearer <token>" on POST.
 	Token string
 	// Ready reports readiness; nil means always ready.
@@ -68,6 +74,7 @@ func New(cfg Config) http.Handler {
 		return cfg.Reconciler.Reconcile(ctx, false)
 	})
 	r := chi.NewRouter()
+	r.Use(a.recoverPanics)
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "not found")
 	})
@@ -84,7 +91,7 @@ func New(cfg Config) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	r.Get("/plan", func(w http.ResponseWriter, r *http.Request) { a.run(w, r, true) })
+	r.Get("/plan", func(w http.ResponseWriter, r *http.Request) { a.run(w, r, trigger.Trigger{Kind: "plan"}, true) })
 	r.With(a.authorize).Post("/reconcile", a.post)
 	r.With(a.authorize).Post("/", a.post)
 	return r
@@ -104,49 +111,59 @@ func (a *api) authorize(next http.Handler) http.Handler {
 	})
 }
 
-func (a *api) post(w http.ResponseWriter, r *http.Request) {
-	if status, msg := checkBody(w, r); status != 0 {
-		writeError(w, status, msg)
-		return
-	}
-	a.run(w, r, r.URL.Query().Get("dryRun") == "true")
+// recoverPanics turns a panic in a handler into a 500 JSON answer and a log
+// line; the process keeps serving.
+func (a *api) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				a.log.Error("panic in handler", "path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				writeError(w, http.StatusInternalServerError, "internal error")
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
 }
 
-// checkBody reads the body within the limit and checks it is a body we accept.
-// Every body triggers the same full reconcile; which events can be skipped is
-// decided by the trigger parser.
-func checkBody(w http.ResponseWriter, r *http.Request) (int, string) {
+func (a *api) post(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		return http.StatusRequestEntityTooLarge, "body over 1 MiB"
+	switch {
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, "body over 1 MiB")
+		return
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "read body: "+err.Error())
+		return
 	}
+	tr, err := trigger.Parse(r.Header, body, a.cfg.Target)
 	if err != nil {
-		return http.StatusBadRequest, "read body: " + err.Error()
+		status := http.StatusBadRequest
+		var te *trigger.Error
+		if errors.As(err, &te) {
+			status = te.Status
+		}
+		a.log.Info("request rejected", "status", status, "error", err.Error())
+		writeError(w, status, err.Error())
+		return
 	}
-	if len(strings.TrimSpace(string(body))) == 0 {
-		return 0, ""
+	if tr.Ignore != "" {
+		a.log.Info("event ignored", "trigger", tr.Kind, "id", tr.ID, "type", tr.Type, "reason", tr.Ignore)
+		writeJSON(w, http.StatusAccepted, map[string]string{"status": "ignored", "reason": tr.Ignore})
+		return
 	}
-	ct := r.Header.Get("Content-Type")
-	mt, _, err := mime.ParseMediaType(ct)
-	if ct != "" && err != nil {
-		return http.StatusUnsupportedMediaType, "bad content type: " + ct
-	}
-	if ct != "" && mt != "application/json" && mt != "application/cloudevents+json" && mt != "text/plain" {
-		return http.StatusUnsupportedMediaType, "unsupported content type: " + mt
-	}
-	if mt != "text/plain" && !json.Valid(body) {
-		return http.StatusBadRequest, "body is not valid JSON"
-	}
-	return 0, ""
+	a.run(w, r, tr, r.URL.Query().Get("dryRun") == "true")
 }
 
-func (a *api) run(w http.ResponseWriter, r *http.Request, dryRun bool) {
-	id := r.Header.Get("Ce-Id")
+func (a *api) run(w http.ResponseWriter, r *http.Request, tr trigger.Trigger, dryRun bool) {
+	id := tr.ID
 	if id == "" {
 		id = newID()
 	}
-	log := a.log.With("trigger", id)
+	log := a.log.With("trigger", tr.Kind, "id", id, "type", tr.Type)
 	var (
 		res reconcile.Result
 		err error

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -46,7 +47,7 @@ func cluster() desired.Input {
 }
 
 // stack is the handler over a real reconciler and the test Data Plane API.
-func stack(t *testing.T, dataplaneURL string, token string) (*httptest.Server, *dataplanetest.Server) {
+func stack(t *testing.T, dataplaneURL string, token string, log ...*slog.Logger) (*httptest.Server, *dataplanetest.Server) {
 	t.Helper()
 	api := dataplanetest.New(t, dataplanetest.Options{})
 	rr := "roundrobin"
@@ -63,7 +64,11 @@ func stack(t *testing.T, dataplaneURL string, token string) (*httptest.Server, *
 		Timeout: 300 * time.Millisecond,
 		Backoff: func() retry.Backoff { return retry.NewConstant(20 * time.Millisecond) },
 	}
-	srv := httptest.NewServer(handler.New(handler.Config{Reconciler: rec, Token: token}))
+	cfg := handler.Config{Reconciler: rec, Token: token}
+	if len(log) > 0 {
+		rec.Log, cfg.Log = log[0], log[0]
+	}
+	srv := httptest.NewServer(handler.New(cfg))
 	t.Cleanup(srv.Close)
 	return srv, api
 }

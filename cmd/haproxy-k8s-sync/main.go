@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/trigger"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
@@ -152,7 +153,8 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, log *slog.Logger) error
 	defer stop()
 
 	var ready atomic.Bool
-	h := handler.New(handler.Config{Reconciler: rec, Token: cfg.WebhookToken, Ready: ready.Load, Log: log})
+	target := trigger.Target{Namespace: cfg.Namespace, Service: cfg.Service, NodeMode: rec.Options.Mode == desired.NodeMode}
+	h := handler.New(handler.Config{Reconciler: rec, Target: target, Token: cfg.WebhookToken, Ready: ready.Load, Log: log})
 	srv := handler.Server(net.JoinHostPort("", strconv.Itoa(cfg.Port)), h, cfg.ReconcileTimeout)
 	ln, err := net.Listen("tcp", srv.Addr)
 	if err != nil {
