@@ -3,7 +3,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build demo test deps vet fmt-check unit bench bench-smoke clean
+.PHONY: all build demo test deps vet fmt-check unit bench fuzz clean
 
 all: build
 
@@ -16,7 +16,7 @@ demo: build
 
 ## test: everything CI checks, from a fresh machine with only Go installed:
 ## installs HAProxy and etcd (apt) and builds kube-apiserver when missing.
-test: deps fmt-check vet unit bench-smoke
+test: deps fmt-check vet unit fuzz
 
 ## deps: HAProxy, etcd, iproute2 from Debian; kube-apiserver built into bin/.
 deps:
@@ -29,13 +29,16 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-# The e2e tests re-execute themselves in a private network namespace (root).
+# Every test with -race, and every benchmark once (so they keep compiling and
+# passing their own checks) in the same build. The e2e tests re-execute
+# themselves in a private network namespace (root).
 unit:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -bench . -benchtime 1x ./...
 
-# Runs every benchmark once so they keep compiling and passing their checks.
-bench-smoke:
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+## fuzz: a short run of each fuzz test; seeds are testdata/events and the tests' f.Add.
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 20s ./handler/trigger
+	$(GO) test -run '^$$' -fuzz '^FuzzParseServersState$$' -fuzztime 20s ./sync/runtimeapi
 
 ## bench: the numbers quoted in README.md.
 bench:

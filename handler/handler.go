@@ -5,6 +5,7 @@
 //	                         ?dryRun=true plans without applying
 //	GET  /plan               the plan as it would be applied now
 //	GET  /healthz, /readyz   liveness and readiness
+//	GET  /metrics            Prometheus metrics
 //
 // POST bodies are read by package trigger: an event that clearly concerns
 // another object is answered 202 "ignored" with no Kubernetes or HAProxy call.
@@ -55,7 +56,11 @@ type Config struct {
 	Token string
 	// Ready reports readiness; nil means always ready.
 	Ready func() bool
-	Log   *slog.Logger
+	// Metrics, when set, serves GET /metrics (open, like the probes).
+	Metrics http.Handler
+	// OnIgnored, when set, is called for each ignored event.
+	OnIgnored func()
+	Log       *slog.Logger
 }
 
 type api struct {
@@ -91,6 +96,9 @@ func New(cfg Config) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	if cfg.Metrics != nil {
+		r.Method(http.MethodGet, "/metrics", cfg.Metrics)
+	}
 	r.Get("/plan", func(w http.ResponseWriter, r *http.Request) { a.run(w, r, trigger.Trigger{Kind: "plan"}, true) })
 	r.With(a.authorize).Post("/reconcile", a.post)
 	r.With(a.authorize).Post("/", a.post)
@@ -151,6 +159,9 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if tr.Ignore != "" {
+		if a.cfg.OnIgnored != nil {
+			a.cfg.OnIgnored()
+		}
 		a.log.Info("event ignored", "trigger", tr.Kind, "id", tr.ID, "type", tr.Type, "reason", tr.Ignore)
 		writeJSON(w, http.StatusAccepted, map[string]string{"status": "ignored", "reason": tr.Ignore})
 		return

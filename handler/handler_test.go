@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -251,5 +252,35 @@ func TestConcurrentPostsShareReconciles(t *testing.T) {
 	// 100 callers within a few ms: far fewer runs than callers.
 	if n := rec.runs.Load(); n > 10 {
 		t.Errorf("%d reconciles for 100 concurrent POSTs", n)
+	}
+}
+
+func TestServerTimeoutsAreSet(t *testing.T) {
+	s := handler.Server(":0", http.NotFoundHandler(), 30*time.Second)
+	if s.ReadHeaderTimeout <= 0 || s.ReadTimeout <= 0 || s.IdleTimeout <= 0 || s.WriteTimeout <= 30*time.Second || s.MaxHeaderBytes <= 0 {
+		t.Errorf("timeouts: %+v", s)
+	}
+}
+
+// TestSlowClientIsCutOff: a client that never finishes its headers is
+// disconnected after ReadHeaderTimeout instead of holding the connection.
+func TestSlowClientIsCutOff(t *testing.T) {
+	s := handler.Server("127.0.0.1:0", http.NotFoundHandler(), time.Second)
+	s.ReadHeaderTimeout = 200 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	defer s.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = c.Write([]byte("POST /reconcile HTTP/1.1\r\nHost: x\r\n")) // and never the end
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(c); err != nil {
+		t.Fatalf("connection not closed by the server: %v", err)
 	}
 }

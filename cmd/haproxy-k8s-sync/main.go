@@ -24,6 +24,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
@@ -32,6 +35,7 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/metrics"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
 )
@@ -70,7 +74,10 @@ func run(args []string) int {
 		return 2
 	}
 	log := newLogger(cfg.LogLevel)
-	rec, err := newReconciler(cfg, *manifests, log)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg, version)
+	rec, err := newReconciler(cfg, *manifests, log, m)
 	if err != nil {
 		log.Error("start", "error", err)
 		return 1
@@ -83,7 +90,7 @@ func run(args []string) int {
 		}
 		return 0
 	}
-	if err := serve(cfg, rec, log); err != nil {
+	if err := serve(cfg, rec, log, m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
 		log.Error("serve", "error", err)
 		return 1
 	}
@@ -97,7 +104,7 @@ func newLogger(level string) *slog.Logger {
 }
 
 // newReconciler wires the concrete source and drivers; the one place that does.
-func newReconciler(cfg config.Config, manifests string, log *slog.Logger) (*reconcile.Reconciler, error) {
+func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *metrics.Metrics) (*reconcile.Reconciler, error) {
 	opts := cfg.Options()
 	source, err := newSource(cfg, manifests, opts.Mode == desired.NodeMode)
 	if err != nil {
@@ -110,18 +117,18 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger) (*reco
 	auth := dataplane.Auth{Username: cfg.DataplaneUsername, Password: cfg.DataplanePassword, Token: cfg.DataplaneToken}
 	var targets []reconcile.Driver
 	for _, u := range cfg.Dataplanes {
-		targets = append(targets, dataplane.New(u, auth, hc))
+		targets = append(targets, m.WrapDriver(dataplane.New(u, auth, hc)))
 	}
 	if len(targets) == 0 { // the runtime API is used alone, as a lighter option
 		rt, err := runtimeapi.New(cfg.RuntimeURL, opts.Settings, opts.Check)
 		if err != nil {
 			return nil, fmt.Errorf("HAPROXY_RUNTIME_URL: %w", err)
 		}
-		targets = append(targets, rt)
+		targets = append(targets, m.WrapDriver(rt))
 	}
 	log.Info("configured", "config", cfg.String())
 	return &reconcile.Reconciler{
-		Source:  source,
+		Source:  m.WrapSource(source),
 		Options: opts,
 		Targets: targets,
 		Timeout: cfg.ReconcileTimeout,
@@ -148,13 +155,16 @@ func newSource(cfg config.Config, manifests string, nodes bool) (reconcile.Sourc
 
 // serve runs the HTTP service until SIGTERM or SIGINT, then drains in-flight
 // requests (bounded by the reconcile timeout) and returns.
-func serve(cfg config.Config, rec *reconcile.Reconciler, log *slog.Logger) error {
+func serve(cfg config.Config, rec *reconcile.Reconciler, log *slog.Logger, m *metrics.Metrics, metricsHandler http.Handler) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
 	var ready atomic.Bool
 	target := trigger.Target{Namespace: cfg.Namespace, Service: cfg.Service, NodeMode: rec.Options.Mode == desired.NodeMode}
-	h := handler.New(handler.Config{Reconciler: rec, Target: target, Token: cfg.WebhookToken, Ready: ready.Load, Log: log})
+	h := handler.New(handler.Config{
+		Reconciler: m.WrapReconciler(rec), Target: target, Token: cfg.WebhookToken,
+		Ready: ready.Load, Log: log, Metrics: metricsHandler, OnIgnored: m.Ignored,
+	})
 	srv := handler.Server(net.JoinHostPort("", strconv.Itoa(cfg.Port)), h, cfg.ReconcileTimeout)
 	ln, err := net.Listen("tcp", srv.Addr)
 	if err != nil {

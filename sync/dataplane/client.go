@@ -142,24 +142,27 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		if err != nil {
 			return out, fmt.Errorf("%s server %s/%s: %w", ch.Action, p.Backend, ch.Name, err)
 		}
-		out.Writes++
-		out.Reload = out.Reload || r.status == http.StatusAccepted
+		if r.status == http.StatusAccepted {
+			out.Count(plan.ConfigWrite)
+			out.Reload = true
+		} else {
+			out.Count(plan.RuntimeWrite)
+		}
 		version = r.nextVersion(version)
 	}
 	if len(structural) == 0 && p.Settings == nil {
 		return out, nil
 	}
-	reloaded, writes, err := c.transaction(ctx, version, p, structural, serverPath)
-	out.Writes += writes
-	out.Reload = out.Reload || reloaded
+	tx, err := c.transaction(ctx, version, p, structural, serverPath)
+	out.Add(tx)
 	return out, err
 }
 
 // transaction writes the structural changes in one transaction and commits it.
-func (c *Client) transaction(ctx context.Context, version int64, p plan.Plan, changes []plan.Change, serverPath func(string) string) (reload bool, writes int, err error) {
+func (c *Client) transaction(ctx context.Context, version int64, p plan.Plan, changes []plan.Change, serverPath func(string) string) (out plan.Applied, err error) {
 	var tx models.Transaction
 	if _, err := c.do(ctx, http.MethodPost, "/transactions", url.Values{"version": {itoa(version)}}, nil, &tx); err != nil {
-		return false, 0, fmt.Errorf("start transaction: %w", err)
+		return out, fmt.Errorf("start transaction: %w", err)
 	}
 	committed := false
 	defer func() {
@@ -180,13 +183,13 @@ func (c *Client) transaction(ctx context.Context, version int64, p plan.Plan, ch
 		bePath := "/configuration/backends/" + url.PathEscape(p.Backend)
 		var be models.Backend
 		if _, err := c.do(ctx, http.MethodGet, bePath, in, nil, &be); err != nil {
-			return false, writes, fmt.Errorf("read backend %s: %w", p.Backend, err)
+			return out, fmt.Errorf("read backend %s: %w", p.Backend, err)
 		}
 		applySettings(&be, p.Settings.New)
 		if _, err := c.do(ctx, http.MethodPut, bePath, in, &be, nil); err != nil {
-			return false, writes, fmt.Errorf("update backend %s: %w", p.Backend, err)
+			return out, fmt.Errorf("update backend %s: %w", p.Backend, err)
 		}
-		writes++
+		out.Count(plan.TransactionWrite)
 	}
 	for _, ch := range changes {
 		var err error
@@ -199,17 +202,17 @@ func (c *Client) transaction(ctx context.Context, version int64, p plan.Plan, ch
 			_, err = c.do(ctx, http.MethodPut, serverPath(ch.Name), in, serverModel(*ch.New, ch.Old.Source), nil)
 		}
 		if err != nil {
-			return false, writes, fmt.Errorf("%s server %s/%s: %w", ch.Action, p.Backend, ch.Name, err)
+			return out, fmt.Errorf("%s server %s/%s: %w", ch.Action, p.Backend, ch.Name, err)
 		}
-		writes++
+		out.Count(plan.TransactionWrite)
 	}
-	r, err := c.do(ctx, http.MethodPut, "/transactions/"+url.PathEscape(tx.ID), nil, nil, nil)
-	if err != nil {
-		return false, writes, fmt.Errorf("commit transaction %s: %w", tx.ID, err)
+	if _, err := c.do(ctx, http.MethodPut, "/transactions/"+url.PathEscape(tx.ID), nil, nil, nil); err != nil {
+		return out, fmt.Errorf("commit transaction %s: %w", tx.ID, err)
 	}
 	committed = true
-	// A commit always reloads: 202 when scheduled, 200 when forced.
-	return r.status == http.StatusAccepted || r.status == http.StatusOK, writes + 1, nil
+	out.Count(plan.TransactionWrite)
+	out.Reload = true // a commit always reloads: 202 when scheduled, 200 when forced
+	return out, nil
 }
 
 type response struct {

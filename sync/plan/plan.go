@@ -118,10 +118,44 @@ func Calculate(current, desired model.Backend) Plan {
 	return p
 }
 
+// WriteKind says how a write reached HAProxy.
+type WriteKind string
+
+// The kinds of writes, for metrics.
+const (
+	// RuntimeWrite was applied to the running HAProxy without a reload.
+	RuntimeWrite WriteKind = "runtime"
+	// ConfigWrite changed the configuration and reloaded HAProxy.
+	ConfigWrite WriteKind = "config"
+	// TransactionWrite is part of a transaction (commit included).
+	TransactionWrite WriteKind = "transaction"
+)
+
 // Applied says what a driver did to apply a plan.
 type Applied struct {
 	// Writes is the number of write requests or commands sent.
 	Writes int
+	// ByKind splits Writes by kind.
+	ByKind map[WriteKind]int
 	// Reload says whether HAProxy was (or will be) reloaded.
 	Reload bool
+}
+
+// Count records one write of the given kind.
+func (a *Applied) Count(k WriteKind) {
+	if a.ByKind == nil {
+		a.ByKind = map[WriteKind]int{}
+	}
+	a.ByKind[k]++
+	a.Writes++
+}
+
+// Add adds b's writes and reload to a.
+func (a *Applied) Add(b Applied) {
+	for k, n := range b.ByKind {
+		for range n {
+			a.Count(k)
+		}
+	}
+	a.Reload = a.Reload || b.Reload
 }

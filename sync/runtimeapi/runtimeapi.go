@@ -154,7 +154,7 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		if !ok(reply) {
 			return &CommandError{Command: cmd, Reply: reply}
 		}
-		out.Writes++
+		out.Count(plan.RuntimeWrite)
 		return nil
 	}
 	for _, ch := range p.Changes {

@@ -1,0 +1,143 @@
+// Package metrics counts what the service does, in Prometheus form with the
+// prefix haproxy_k8s_sync_. It wraps the reconciler, the Kubernetes source
+// and the HAProxy drivers, so none of them knows about metrics, and it
+// registers on the registry it is given: no global state.
+package metrics
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+)
+
+const ns = "haproxy_k8s_sync"
+
+// Metrics holds the collectors.
+type Metrics struct {
+	reconciles      *prometheus.CounterVec
+	duration        prometheus.Histogram
+	writes          *prometheus.CounterVec
+	reloads         prometheus.Counter
+	retries         prometheus.Counter
+	kubeRequests    *prometheus.CounterVec
+	haproxyRequests *prometheus.CounterVec
+	ignored         prometheus.Counter
+	lastSuccess     prometheus.Gauge
+}
+
+// New registers the collectors on reg.
+func New(reg prometheus.Registerer, version string) *Metrics {
+	m := &Metrics{
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reconciles_total",
+			Help: "Reconciles by result: applied, unchanged, planned, error."}, []string{"result"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "reconcile_duration_seconds",
+			Help: "Duration of a reconcile, retries included.", Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12)}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "haproxy_writes_total",
+			Help: "Writes to HAProxy by kind: runtime (no reload), config (reloads), transaction."}, []string{"kind"}),
+		reloads: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "haproxy_reloads_total",
+			Help: "Backend syncs that caused an HAProxy reload."}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "retries_total",
+			Help: "Attempts beyond the first, over all targets and backends."}),
+		kubeRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "kubernetes_reads_total",
+			Help: "Reads of the Service, EndpointSlices and Nodes, by result."}, []string{"result"}),
+		haproxyRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "haproxy_calls_total",
+			Help: "Reads and applies against HAProxy targets, by target, operation and result."}, []string{"target", "op", "result"}),
+		ignored: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "events_ignored_total",
+			Help: "Events skipped because they concern another object."}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "last_success_timestamp_seconds",
+			Help: "Unix time of the last successful reconcile (not dry run)."}),
+	}
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
+		Help: "Build information; always 1."}, []string{"version"})
+	build.WithLabelValues(version).Set(1)
+	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
+		m.haproxyRequests, m.ignored, m.lastSuccess, build)
+	return m
+}
+
+func result(err error) string {
+	if err != nil {
+		return "error"
+	}
+	return "ok"
+}
+
+// Ignored counts an event the handler skipped.
+func (m *Metrics) Ignored() { m.ignored.Inc() }
+
+// Reconciler is the handler's view of a reconciler.
+type Reconciler interface {
+	Reconcile(ctx context.Context, dryRun bool) (reconcile.Result, error)
+}
+
+// WrapReconciler counts reconciles, their duration, retries and reloads.
+func (m *Metrics) WrapReconciler(r Reconciler) Reconciler { return observed{m, r} }
+
+type observed struct {
+	m *Metrics
+	r Reconciler
+}
+
+func (o observed) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result, error) {
+	start := time.Now()
+	res, err := o.r.Reconcile(ctx, dryRun)
+	o.m.duration.Observe(time.Since(start).Seconds())
+	o.m.reconciles.WithLabelValues(res.Status).Inc()
+	for _, t := range res.Targets {
+		if t.Attempts > 1 {
+			o.m.retries.Add(float64(t.Attempts - 1))
+		}
+		if t.Reload {
+			o.m.reloads.Inc()
+		}
+	}
+	if err == nil && !dryRun {
+		o.m.lastSuccess.SetToCurrentTime()
+	}
+	return res, err
+}
+
+// WrapSource counts Kubernetes reads.
+func (m *Metrics) WrapSource(s reconcile.Source) reconcile.Source { return source{m, s} }
+
+type source struct {
+	m *Metrics
+	s reconcile.Source
+}
+
+func (s source) Read(ctx context.Context) (desired.Input, error) {
+	in, err := s.s.Read(ctx)
+	s.m.kubeRequests.WithLabelValues(result(err)).Inc()
+	return in, err
+}
+
+// WrapDriver counts calls to one HAProxy target and its writes by kind.
+func (m *Metrics) WrapDriver(d reconcile.Driver) reconcile.Driver { return driver{m, d} }
+
+type driver struct {
+	m *Metrics
+	d reconcile.Driver
+}
+
+func (d driver) Name() string { return d.d.Name() }
+
+func (d driver) Read(ctx context.Context, backend string) (model.Backend, error) {
+	b, err := d.d.Read(ctx, backend)
+	d.m.haproxyRequests.WithLabelValues(d.d.Name(), "read", result(err)).Inc()
+	return b, err
+}
+
+func (d driver) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
+	a, err := d.d.Apply(ctx, p)
+	d.m.haproxyRequests.WithLabelValues(d.d.Name(), "apply", result(err)).Inc()
+	for k, n := range a.ByKind {
+		d.m.writes.WithLabelValues(string(k)).Add(float64(n))
+	}
+	return a, err
+}

@@ -1,0 +1,150 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/haproxytech/client-native/v6/models"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/trigger"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/metrics"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+)
+
+type source struct {
+	in  desired.Input
+	err error
+}
+
+func (s *source) Read(context.Context) (desired.Input, error) { return s.in, s.err }
+
+func cluster(ips ...string) desired.Input {
+	name, port, yes := "http", int32(8080), true
+	sl := discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "ns", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
+	}
+	for _, ip := range ips {
+		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: &yes}})
+	}
+	return desired.Input{
+		Service: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}},
+		Slices:  []discoveryv1.EndpointSlice{sl},
+	}
+}
+
+func TestMetricsThroughTheHandler(t *testing.T) {
+	api := dataplanetest.New(t, dataplanetest.Options{})
+	rr := "roundrobin"
+	api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
+	u, _ := url.Parse(api.URL)
+
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, "v-test")
+	src := &source{in: cluster("10.244.0.1", "10.244.0.2")}
+	rec := &reconcile.Reconciler{
+		Source: m.WrapSource(src),
+		Options: desired.Options{Mode: desired.PodMode, Backends: []desired.PortBackend{{Backend: "be"}},
+			Settings: model.Settings{Balance: "roundrobin", TCPCheck: true}, Check: model.Check{Inter: time.Second, Rise: 1, Fall: 1}},
+		Targets: []reconcile.Driver{m.WrapDriver(dataplane.New(u, dataplane.Auth{}, http.DefaultClient))},
+		Timeout: 2 * time.Second,
+	}
+	srv := httptest.NewServer(handler.New(handler.Config{
+		Reconciler: m.WrapReconciler(rec), Target: trigger.Target{Namespace: "ns", Service: "web"},
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), OnIgnored: m.Ignored, Token: "t",
+	}))
+	defer srv.Close()
+	post := func(body, ctype string) int {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/reconcile", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer t")
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	post("", "")                                 // applied: one transaction (2 adds + commit)
+	src.in = cluster("10.244.0.1", "10.244.0.9") // a server replaced: park, then add + delete
+	post("", "")                                 // applied
+	post("", "")                                 // unchanged
+	post(`{"type":"BOOKMARK","object":{}}`, "application/json")
+	src.err = errors.New("apiserver down")
+	if code := post("", ""); code != 503 {
+		t.Errorf("kubernetes down: %d", code)
+	}
+
+	expect := map[string]float64{
+		`haproxy_k8s_sync_reconciles_total{result="applied"}`:     2,
+		`haproxy_k8s_sync_reconciles_total{result="unchanged"}`:   1,
+		`haproxy_k8s_sync_reconciles_total{result="error"}`:       1,
+		`haproxy_k8s_sync_events_ignored_total`:                   1,
+		`haproxy_k8s_sync_kubernetes_reads_total{result="ok"}`:    3,
+		`haproxy_k8s_sync_kubernetes_reads_total{result="error"}`: 1,
+		`haproxy_k8s_sync_haproxy_reloads_total`:                  2,
+		`haproxy_k8s_sync_build_info{version="v-test"}`:           1,
+	}
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for series, want := range expect {
+		line := ""
+		for _, l := range strings.Split(string(text), "\n") {
+			if strings.HasPrefix(l, series+" ") {
+				line = l
+			}
+		}
+		if line == "" || !strings.HasSuffix(line, " "+strconv.FormatFloat(want, 'f', -1, 64)) {
+			t.Errorf("%s: got line %q, want value %v", series, line, want)
+		}
+	}
+	for _, name := range []string{"haproxy_k8s_sync_haproxy_writes_total", "haproxy_k8s_sync_reconcile_duration_seconds",
+		"haproxy_k8s_sync_haproxy_calls_total", "haproxy_k8s_sync_last_success_timestamp_seconds", "haproxy_k8s_sync_retries_total"} {
+		if n, err := testutil.GatherAndCount(reg, name); err != nil || n == 0 {
+			t.Errorf("%s: %d series, %v", name, n, err)
+		}
+	}
+	// Writes by kind: first sync 2 adds + commit (transaction); second: the
+	// removed server parked at runtime, then add + delete + commit.
+	if !strings.Contains(string(text), `haproxy_k8s_sync_haproxy_writes_total{kind="transaction"} 6`) ||
+		!strings.Contains(string(text), `haproxy_k8s_sync_haproxy_writes_total{kind="runtime"} 1`) {
+		t.Errorf("writes by kind:\n%s", grep(string(text), "writes_total"))
+	}
+}
+
+func grep(text, sub string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
