@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,12 +94,7 @@ func TestReconcileFailureExitsOneWithJSON(t *testing.T) {
 }
 
 func TestServeReadyThenSIGTERM(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := freePort(t)
 	var stderr bytes.Buffer
 	cmd := command(t, "serve", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kubeconfig(t),
 		fmt.Sprintf("PORT=%d", port), "HAPROXY_DATAPLANE_PASSWORD=pw-never-logged", "WEBHOOK_TOKEN=tok-never-logged")
@@ -106,22 +102,8 @@ func TestServeReadyThenSIGTERM(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", port)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			t.Fatalf("never ready: %s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", port), &stderr)
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error)
 	go func() { done <- cmd.Wait() }()
@@ -142,5 +124,77 @@ func TestServeReadyThenSIGTERM(t *testing.T) {
 		if !json.Valid([]byte(line)) {
 			t.Errorf("log line is not JSON: %q", line)
 		}
+	}
+}
+
+// TestSIGTERMFinishesInFlightReconcile: a reconcile running when SIGTERM
+// arrives is answered before the process exits 0.
+func TestSIGTERMFinishesInFlightReconcile(t *testing.T) {
+	// A Kubernetes API that takes a second to answer (and then has no Service).
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Second)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`))
+	}))
+	defer slow.Close()
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: %q}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n", slow.URL)
+	if err := os.WriteFile(kc, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	cmd := command(t, "serve", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kc, fmt.Sprintf("PORT=%d", port), "RECONCILE_TIMEOUT=5s")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	waitReady(t, base+"/readyz", &stderr)
+
+	answered := make(chan int, 1)
+	go func() {
+		resp, err := http.Post(base+"/reconcile", "", nil)
+		if err != nil {
+			answered <- -1
+			return
+		}
+		resp.Body.Close()
+		answered <- resp.StatusCode
+	}()
+	time.Sleep(300 * time.Millisecond) // the reconcile is now waiting on the slow API
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if code := <-answered; code != http.StatusServiceUnavailable {
+		t.Errorf("in-flight request got %d, want its answer (503: no Service)", code)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("exit: %v\n%s", err, stderr.String())
+	}
+}
+
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func waitReady(t *testing.T, url string, logs *bytes.Buffer) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never ready: %s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
