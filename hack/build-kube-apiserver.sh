@@ -7,7 +7,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 version=v1.34.1
 out="$root/bin/kube-apiserver"
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/haproxy-k8s-sync/kube-apiserver-$version"
+cache="${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/haproxy-k8s-sync/kube-apiserver-$version"
 [ -x "$out" ] && exit 0
 mkdir -p "$root/bin" "$(dirname "$cache")"
 if [ ! -x "$cache" ]; then
