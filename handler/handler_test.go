@@ -17,35 +17,15 @@ import (
 
 	"github.com/haproxytech/client-native/v6/models"
 	"github.com/sethvargo/go-retry"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 )
-
-type source struct{ in desired.Input }
-
-func (s source) Read(context.Context) (desired.Input, error) { return s.in, nil }
-
-func cluster() desired.Input {
-	name, port, yes := "http", int32(8080), true
-	return desired.Input{
-		Service: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"},
-			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}},
-		Slices: []discoveryv1.EndpointSlice{{
-			ObjectMeta:  metav1.ObjectMeta{Namespace: "ns", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
-			AddressType: discoveryv1.AddressTypeIPv4,
-			Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
-			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: &yes}}},
-		}},
-	}
-}
 
 // stack is the handler over a real reconciler and the test Data Plane API.
 func stack(t *testing.T, dataplaneURL string, token string, log ...*slog.Logger) (*httptest.Server, *dataplanetest.Server) {
@@ -58,7 +38,7 @@ func stack(t *testing.T, dataplaneURL string, token string, log ...*slog.Logger)
 	}
 	u, _ := url.Parse(dataplaneURL)
 	rec := &reconcile.Reconciler{
-		Source: source{cluster()},
+		Source: &desiredtest.Source{In: desiredtest.PodCluster("ns", "web", "10.244.0.1")},
 		Options: desired.Options{Mode: desired.PodMode, Backends: []desired.PortBackend{{Backend: "be"}},
 			Settings: model.Settings{Balance: "roundrobin", TCPCheck: true}, Check: model.Check{Inter: time.Second, Rise: 1, Fall: 1}},
 		Targets: []reconcile.Driver{dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: time.Second})},

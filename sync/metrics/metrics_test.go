@@ -1,7 +1,6 @@
 package metrics_test
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -16,42 +15,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/trigger"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/metrics"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 )
 
-type source struct {
-	in  desired.Input
-	err error
-}
-
-func (s *source) Read(context.Context) (desired.Input, error) { return s.in, s.err }
-
-func cluster(ips ...string) desired.Input {
-	name, port, yes := "http", int32(8080), true
-	sl := discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: "ns", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
-	}
-	for _, ip := range ips {
-		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: &yes}})
-	}
-	return desired.Input{
-		Service: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}},
-		Slices:  []discoveryv1.EndpointSlice{sl},
-	}
-}
+func cluster(ips ...string) desired.Input { return desiredtest.PodCluster("ns", "web", ips...) }
 
 func TestMetricsThroughTheHandler(t *testing.T) {
 	api := dataplanetest.New(t, dataplanetest.Options{})
@@ -61,7 +37,7 @@ func TestMetricsThroughTheHandler(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, "v-test")
-	src := &source{in: cluster("10.244.0.1", "10.244.0.2")}
+	src := &desiredtest.Source{In: cluster("10.244.0.1", "10.244.0.2")}
 	rec := &reconcile.Reconciler{
 		Source: m.WrapSource(src),
 		Options: desired.Options{Mode: desired.PodMode, Backends: []desired.PortBackend{{Backend: "be"}},
@@ -89,11 +65,11 @@ func TestMetricsThroughTheHandler(t *testing.T) {
 	}
 
 	post("", "")                                 // applied: one transaction (2 adds + commit)
-	src.in = cluster("10.244.0.1", "10.244.0.9") // a server replaced: park, then add + delete
+	src.In = cluster("10.244.0.1", "10.244.0.9") // a server replaced: park, then add + delete
 	post("", "")                                 // applied
 	post("", "")                                 // unchanged
 	post(`{"type":"BOOKMARK","object":{}}`, "application/json")
-	src.err = errors.New("apiserver down")
+	src.Err = errors.New("apiserver down")
 	if code := post("", ""); code != 503 {
 		t.Errorf("kubernetes down: %d", code)
 	}

@@ -12,41 +12,17 @@ import (
 
 	"github.com/haproxytech/client-native/v6/models"
 	"github.com/sethvargo/go-retry"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 )
 
-// source is a Kubernetes read that returns fixed objects or an error.
-type source struct {
-	in  desired.Input
-	err error
-}
-
-func (s *source) Read(context.Context) (desired.Input, error) { return s.in, s.err }
-
 func cluster(podIPs ...string) desired.Input {
-	in := desired.Input{Service: &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ingress", Name: "web"},
-		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
-	}}
-	name, port, yes := "http", int32(8080), true
-	sl := discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: "ingress", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
-	}
-	for _, ip := range podIPs {
-		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: &yes}})
-	}
-	in.Slices = []discoveryv1.EndpointSlice{sl}
-	return in
+	return desiredtest.PodCluster("ingress", "web", podIPs...)
 }
 
 func newAPI(t *testing.T) (*dataplanetest.Server, reconcile.Driver) {
@@ -89,7 +65,7 @@ func addrs(api *dataplanetest.Server) map[string]string {
 
 func TestSyncFirstRoundThenIdempotent(t *testing.T) {
 	api, drv := newAPI(t)
-	r := reconciler(&source{in: cluster("10.244.0.1", "10.244.0.2")}, drv)
+	r := reconciler(&desiredtest.Source{In: cluster("10.244.0.1", "10.244.0.2")}, drv)
 	res, err := r.Reconcile(context.Background(), false)
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +90,7 @@ func TestSyncFirstRoundThenIdempotent(t *testing.T) {
 
 func TestConflictIsRetriedFromAFreshRead(t *testing.T) {
 	api, drv := newAPI(t)
-	src := &source{in: cluster("10.244.0.1")}
+	src := &desiredtest.Source{In: cluster("10.244.0.1")}
 	r := reconciler(src, drv)
 	if _, err := r.Reconcile(context.Background(), false); err != nil {
 		t.Fatal(err)
@@ -127,7 +103,7 @@ func TestConflictIsRetriedFromAFreshRead(t *testing.T) {
 		}
 		return false
 	})
-	src.in = cluster("10.244.0.1", "10.244.0.3")
+	src.In = cluster("10.244.0.1", "10.244.0.3")
 	res, err := r.Reconcile(context.Background(), false)
 	if err != nil {
 		t.Fatalf("%v %+v", err, res)
@@ -145,13 +121,13 @@ func TestConflictIsRetriedFromAFreshRead(t *testing.T) {
 
 func TestKubernetesFailureChangesNothing(t *testing.T) {
 	api, drv := newAPI(t)
-	src := &source{in: cluster("10.244.0.1")}
+	src := &desiredtest.Source{In: cluster("10.244.0.1")}
 	r := reconciler(src, drv)
 	if _, err := r.Reconcile(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
 	n := len(api.Requests())
-	src.err = errors.New("connection refused")
+	src.Err = errors.New("connection refused")
 	res, err := r.Reconcile(context.Background(), false)
 	if err == nil || res.Status != reconcile.StatusError || !strings.Contains(res.Error, "connection refused") {
 		t.Fatalf("err %v result %+v", err, res)
@@ -166,13 +142,13 @@ func TestKubernetesFailureChangesNothing(t *testing.T) {
 
 func TestZeroEndpointsParksAndDeletesNothing(t *testing.T) {
 	api, drv := newAPI(t)
-	src := &source{in: cluster("10.244.0.1", "10.244.0.2")}
+	src := &desiredtest.Source{In: cluster("10.244.0.1", "10.244.0.2")}
 	r := reconciler(src, drv)
 	if _, err := r.Reconcile(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
 	reloads := api.Reloads()
-	src.in = cluster()
+	src.In = cluster()
 	res, err := r.Reconcile(context.Background(), false)
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +163,7 @@ func TestZeroEndpointsParksAndDeletesNothing(t *testing.T) {
 
 func TestDryRunAppliesNothing(t *testing.T) {
 	api, drv := newAPI(t)
-	r := reconciler(&source{in: cluster("10.244.0.1")}, drv)
+	r := reconciler(&desiredtest.Source{In: cluster("10.244.0.1")}, drv)
 	res, err := r.Reconcile(context.Background(), true)
 	if err != nil || res.Status != reconcile.StatusPlanned || len(res.Targets[0].Add) != 1 {
 		t.Fatalf("%v %+v", err, res)
@@ -201,7 +177,7 @@ func TestOneTargetDownTheOtherConverges(t *testing.T) {
 	api, good := newAPI(t)
 	down, _ := url.Parse("http://127.0.0.1:1")
 	bad := dataplane.New(down, dataplane.Auth{}, &http.Client{Timeout: time.Second})
-	r := reconciler(&source{in: cluster("10.244.0.1")}, bad, good)
+	r := reconciler(&desiredtest.Source{In: cluster("10.244.0.1")}, bad, good)
 	r.Timeout = 500 * time.Millisecond
 	res, err := r.Reconcile(context.Background(), false)
 	if !errors.Is(err, reconcile.ErrTargets) || res.Status != reconcile.StatusError {
@@ -221,7 +197,7 @@ func TestOneTargetDownTheOtherConverges(t *testing.T) {
 func TestPermanentErrorIsNotRetried(t *testing.T) {
 	api, drv := newAPI(t)
 	api.SetCheck(func(dataplanetest.Config) error { return errors.New("bad config") })
-	r := reconciler(&source{in: cluster("10.244.0.1")}, drv)
+	r := reconciler(&desiredtest.Source{In: cluster("10.244.0.1")}, drv)
 	res, err := r.Reconcile(context.Background(), false)
 	if err == nil || res.Targets[0].Attempts != 1 || !strings.Contains(res.Targets[0].Error, "bad config") {
 		t.Fatalf("err %v %+v", err, res.Targets)
