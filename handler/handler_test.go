@@ -197,7 +197,7 @@ type counting struct{ runs atomic.Int32 }
 
 func (c *counting) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result, error) {
 	c.runs.Add(1)
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
 	return reconcile.Result{Status: reconcile.StatusUnchanged, Targets: []reconcile.TargetResult{}}, nil
 }
 
@@ -229,8 +229,9 @@ func TestConcurrentPostsShareReconciles(t *testing.T) {
 			t.Errorf("caller %d: %d", i, c)
 		}
 	}
-	// 100 callers within a few ms: far fewer runs than callers.
-	if n := rec.runs.Load(); n > 10 {
+	// The first caller starts a run; the others arrive while it runs and share
+	// the next one; a straggler scheduled late may need a third.
+	if n := rec.runs.Load(); n > 3 {
 		t.Errorf("%d reconciles for 100 concurrent POSTs", n)
 	}
 }

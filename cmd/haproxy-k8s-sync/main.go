@@ -117,7 +117,7 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 	auth := dataplane.Auth{Username: cfg.DataplaneUsername, Password: cfg.DataplanePassword, Token: cfg.DataplaneToken}
 	var targets []reconcile.Driver
 	for _, u := range cfg.Dataplanes {
-		targets = append(targets, m.WrapDriver(dataplane.New(u, auth, hc)))
+		targets = append(targets, m.WrapDriver(dataplane.New(u, auth, hc, dataplane.WithDeleteBatch(cfg.DeleteBatch))))
 	}
 	if len(targets) == 0 { // the runtime API is used alone, as a lighter option
 		rt, err := runtimeapi.New(cfg.RuntimeURL, opts.Settings, opts.Check)

@@ -39,6 +39,7 @@ type Config struct {
 	CheckRise   int           `envconfig:"HAPROXY_CHECK_RISE" default:"2"`
 	CheckFall   int           `envconfig:"HAPROXY_CHECK_FALL" default:"2"`
 	Weight      string        `envconfig:"HAPROXY_WEIGHT" default:"equal"`
+	DeleteBatch int           `envconfig:"HAPROXY_DELETE_BATCH" default:"10"`
 
 	WebhookToken     string        `envconfig:"WEBHOOK_TOKEN"`
 	ResyncPeriod     time.Duration `envconfig:"RESYNC_PERIOD" default:"0"`
@@ -140,6 +141,9 @@ func (c *Config) validate() error {
 	}
 	if c.CheckFall < 1 {
 		return bad("HAPROXY_CHECK_FALL", "%d is below 1", c.CheckFall)
+	}
+	if c.DeleteBatch < 1 {
+		return bad("HAPROXY_DELETE_BATCH", "%d is below 1", c.DeleteBatch)
 	}
 	if c.Weight != "equal" && c.Weight != "endpoints" {
 		return bad("HAPROXY_WEIGHT", "%q is not equal or endpoints", c.Weight)

@@ -15,7 +15,7 @@ var allVars = []string{
 	"HAPROXY_BACKEND_PORT", "TARGET_ADDRESS", "HAPROXY_DATAPLANE_URL", "HAPROXY_DATAPLANE_USERNAME",
 	"HAPROXY_DATAPLANE_PASSWORD", "HAPROXY_DATAPLANE_TOKEN", "HAPROXY_DATAPLANE_CA_FILE",
 	"HAPROXY_RUNTIME_URL", "HAPROXY_SEND_PROXY_V2", "HAPROXY_BALANCE", "HAPROXY_CHECK_INTER",
-	"HAPROXY_CHECK_RISE", "HAPROXY_CHECK_FALL", "HAPROXY_WEIGHT", "WEBHOOK_TOKEN", "RESYNC_PERIOD",
+	"HAPROXY_CHECK_RISE", "HAPROXY_CHECK_FALL", "HAPROXY_WEIGHT", "HAPROXY_DELETE_BATCH", "WEBHOOK_TOKEN", "RESYNC_PERIOD",
 	"RECONCILE_TIMEOUT", "PORT", "LOG_LEVEL", "KUBECONFIG",
 }
 
@@ -39,7 +39,7 @@ func TestLoadDefaults(t *testing.T) {
 	}
 	if c.Namespace != "ingress-nginx" || c.Service != "ingress-nginx" || c.BackendName != "ingress-nginx" ||
 		c.Target != "node" || c.Balance != "roundrobin" || c.CheckInter != 5*time.Second || c.CheckRise != 2 ||
-		c.CheckFall != 2 || c.Weight != "equal" || c.ReconcileTimeout != 30*time.Second || c.Port != 8080 || c.LogLevel != "info" {
+		c.CheckFall != 2 || c.Weight != "equal" || c.DeleteBatch != 10 || c.ReconcileTimeout != 30*time.Second || c.Port != 8080 || c.LogLevel != "info" {
 		t.Errorf("defaults: %+v", c)
 	}
 	if want := []desired.PortBackend{{Backend: "ingress-nginx"}}; !reflect.DeepEqual(c.Backends, want) {
@@ -91,6 +91,7 @@ func TestLoadRejectsBadValues(t *testing.T) {
 		{"HAPROXY_CHECK_FALL", "-1"},
 		{"HAPROXY_BALANCE", "fastest"},
 		{"HAPROXY_WEIGHT", "heavy"},
+		{"HAPROXY_DELETE_BATCH", "0"},
 		{"HAPROXY_SEND_PROXY_V2", "maybe"},
 		{"RESYNC_PERIOD", "-1s"},
 		{"RECONCILE_TIMEOUT", "0s"},

@@ -50,19 +50,34 @@ type Auth struct {
 
 // Client talks to one Data Plane API. It keeps no state between calls.
 type Client struct {
-	base *url.URL
-	name string
-	hc   *http.Client
-	auth Auth
+	base        *url.URL
+	name        string
+	hc          *http.Client
+	auth        Auth
+	deleteBatch int
 }
 
+// Option changes a Client.
+type Option func(*Client)
+
+// WithDeleteBatch parks unwanted servers in maintenance and deletes them n at
+// a time: deleting through the Data Plane API always reloads HAProxy.
+func WithDeleteBatch(n int) Option { return func(c *Client) { c.deleteBatch = n } }
+
 // New returns a client for the API at base (e.g. http://haproxy:5555), sharing hc.
-func New(base *url.URL, auth Auth, hc *http.Client) *Client {
+func New(base *url.URL, auth Auth, hc *http.Client, opts ...Option) *Client {
 	u := *base
 	u.User = nil // credentials come from Auth only, and never appear in Name
 	u.Path = strings.TrimSuffix(u.Path, "/")
-	return &Client{base: &u, name: u.String(), hc: hc, auth: auth}
+	c := &Client{base: &u, name: u.String(), hc: hc, auth: auth}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
 }
+
+// Policy batches deletions (see WithDeleteBatch).
+func (c *Client) Policy() plan.Policy { return plan.Policy{DeleteBatch: c.deleteBatch} }
 
 // NewHTTPClient returns the one outbound client shared by all targets, trusting
 // the CA bundle in caFile when it is not empty.

@@ -127,6 +127,8 @@ type driver struct {
 
 func (d driver) Name() string { return d.d.Name() }
 
+func (d driver) Policy() plan.Policy { return d.d.Policy() }
+
 func (d driver) Read(ctx context.Context, backend string) (model.Backend, error) {
 	b, err := d.d.Read(ctx, backend)
 	d.m.haproxyRequests.WithLabelValues(d.d.Name(), "read", result(err)).Inc()

@@ -9,6 +9,8 @@
 // (*) Safety: when the desired backend has no server at all (a Service with zero
 // endpoints, or every endpoint skipped) nothing is deleted; every current server
 // is put in maintenance instead, so an empty read can never wipe a backend.
+// Under a Policy with DeleteBatch > 1, unwanted servers are parked in
+// maintenance and deleted together once the batch is full.
 package plan
 
 import (
@@ -68,9 +70,25 @@ func (p Plan) Names(a Action) []string {
 	return names
 }
 
-// Calculate returns the plan that turns current into desired. Both backends'
-// servers must have unique names; their order does not matter.
+// Policy adapts the plan to what a driver's writes cost.
+type Policy struct {
+	// DeleteBatch, when above 1, parks servers no endpoint asks for in
+	// maintenance (out of traffic at once, no reload) and deletes them all
+	// together once DeleteBatch of them are parked, so that deletions, which
+	// reload HAProxy through the Data Plane API, cost one reload per batch.
+	// At most DeleteBatch-1 servers stay parked. 0 or 1 deletes at once.
+	DeleteBatch int
+}
+
+// Calculate returns the plan that turns current into desired, deleting
+// unwanted servers at once. Both backends' servers must have unique names;
+// their order does not matter.
 func Calculate(current, desired model.Backend) Plan {
+	return CalculateWith(current, desired, Policy{})
+}
+
+// CalculateWith is Calculate under a policy.
+func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 	p := Plan{Backend: desired.Name, Revision: current.Revision}
 	if current.Settings != desired.Settings {
 		p.Settings = &SettingsChange{Old: current.Settings, New: desired.Settings}
@@ -98,16 +116,19 @@ func Calculate(current, desired model.Backend) Plan {
 		}
 	}
 
+	var unwanted []*model.Server
 	for i := range current.Servers {
-		old := &current.Servers[i]
-		if want[old.Name] {
-			continue
+		if !want[current.Servers[i].Name] {
+			unwanted = append(unwanted, &current.Servers[i])
 		}
-		if len(desired.Servers) > 0 {
+	}
+	// Delete when allowed (some server is desired) and the batch is full.
+	deleteNow := len(desired.Servers) > 0 && len(unwanted) >= max(pol.DeleteBatch, 1)
+	for _, old := range unwanted {
+		switch {
+		case deleteNow:
 			p.Changes = append(p.Changes, Change{Action: Delete, Name: old.Name, Old: old})
-			continue
-		}
-		if old.State != model.Maint {
+		case old.State != model.Maint:
 			parked := *old
 			parked.State = model.Maint
 			p.Changes = append(p.Changes, Change{Action: Maint, Name: old.Name, Old: old, New: &parked})

@@ -145,3 +145,41 @@ func TestCalculateCarriesOldAndNew(t *testing.T) {
 		t.Errorf("Names(Drain) = %#v, want empty non-nil (JSON [])", got)
 	}
 }
+
+func TestCalculateWithDeleteBatch(t *testing.T) {
+	parked := func(name string) model.Server { return srv(name, "10.0.0.9", 80, model.Maint) }
+	keep := srv("keep", "10.0.0.1", 80, model.Ready)
+	tests := []struct {
+		name    string
+		current model.Backend
+		desired model.Backend
+		batch   int
+		want    map[Action][]string
+	}{
+		{name: "first unwanted server is parked, not deleted",
+			current: be(keep, srv("gone", "10.0.0.2", 80, model.Ready)), desired: be(keep), batch: 3,
+			want: map[Action][]string{Maint: {"gone"}}},
+		{name: "already parked servers below the batch: nothing to do",
+			current: be(keep, parked("p1"), parked("p2")), desired: be(keep), batch: 3,
+			want: map[Action][]string{}},
+		{name: "the batch fills: every unwanted server is deleted together",
+			current: be(keep, parked("p1"), parked("p2"), srv("gone", "10.0.0.2", 80, model.Ready)), desired: be(keep), batch: 3,
+			want: map[Action][]string{Delete: {"gone", "p1", "p2"}}},
+		{name: "a parked server asked for again comes back",
+			current: be(keep, parked("p1")), desired: be(keep, srv("p1", "10.0.0.9", 80, model.Ready)), batch: 3,
+			want: map[Action][]string{Update: {"p1"}}},
+		{name: "batch 1 deletes at once",
+			current: be(keep, srv("gone", "10.0.0.2", 80, model.Ready)), desired: be(keep), batch: 1,
+			want: map[Action][]string{Delete: {"gone"}}},
+		{name: "zero endpoints never delete, whatever the batch",
+			current: be(parked("p1"), parked("p2"), srv("a", "10.0.0.2", 80, model.Ready)), desired: be(), batch: 2,
+			want: map[Action][]string{Maint: {"a"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := summary(CalculateWith(tt.current, tt.desired, Policy{DeleteBatch: tt.batch})); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("changes = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -39,6 +39,8 @@ type Driver interface {
 	Read(ctx context.Context, backend string) (model.Backend, error)
 	// Apply makes a plan true, starting from the revision it was computed at.
 	Apply(ctx context.Context, p plan.Plan) (plan.Applied, error)
+	// Policy says how plans for this driver treat deletions.
+	Policy() plan.Policy
 }
 
 // Reconciler holds what one reconcile needs; it keeps nothing between calls.
@@ -168,7 +170,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, want model.Backe
 		if err != nil {
 			return retryable(err)
 		}
-		p := plan.Calculate(cur, want)
+		p := plan.CalculateWith(cur, want, t.Policy())
 		tr.fill(p)
 		if dryRun || !p.HasChanges() {
 			return nil

@@ -206,3 +206,51 @@ func TestPermanentErrorIsNotRetried(t *testing.T) {
 		t.Errorf("%d transactions left", api.OpenTransactions())
 	}
 }
+
+// TestScaleDownParksThenDeletesInBatches: with the Data Plane API, removed
+// servers leave traffic at once (maint, no reload) and are deleted three at a
+// time in one transaction: one reload per batch, never more than two parked.
+func TestScaleDownParksThenDeletesInBatches(t *testing.T) {
+	api := dataplanetest.New(t, dataplanetest.Options{})
+	rr := "roundrobin"
+	api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
+	u, _ := url.Parse(api.URL)
+	drv := dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: 2 * time.Second}, dataplane.WithDeleteBatch(3))
+	ips := []string{"10.244.0.1", "10.244.0.2", "10.244.0.3", "10.244.0.4", "10.244.0.5", "10.244.0.6", "10.244.0.7"}
+	src := &desiredtest.Source{In: cluster(ips...)}
+	r := reconciler(src, drv)
+	if _, err := r.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	base := api.Reloads()
+	wantReloads := []int{0, 0, 1, 1, 1, 2} // after removing 1, 2, ... 6 servers
+	for i := 1; i <= 6; i++ {
+		src.In = cluster(ips[i:]...)
+		res, err := r.Reconcile(context.Background(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := api.Reloads() - base; got != wantReloads[i-1] {
+			t.Errorf("after removing %d: %d reloads, want %d (%+v)", i, got, wantReloads[i-1], res.Targets[0])
+		}
+		parked := 0
+		for addr, st := range addrs(api) {
+			wanted := false
+			for _, ip := range ips[i:] {
+				wanted = wanted || ip == addr
+			}
+			switch {
+			case !wanted && st != "maint":
+				t.Errorf("after removing %d: %s still in traffic (%s)", i, addr, st)
+			case !wanted:
+				parked++
+			}
+		}
+		if parked > 2 {
+			t.Errorf("after removing %d: %d parked servers, want at most 2", i, parked)
+		}
+	}
+	if got := len(api.Servers("be")); got != 1 {
+		t.Errorf("%d servers left, want 1", got)
+	}
+}

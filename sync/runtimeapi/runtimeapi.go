@@ -57,6 +57,9 @@ func New(rawURL string, settings model.Settings, check model.Check) (*Client, er
 // Name identifies the target in results.
 func (c *Client) Name() string { return c.name }
 
+// Policy deletes unwanted servers at once: "del server" needs no reload.
+func (c *Client) Policy() plan.Policy { return plan.Policy{} }
+
 // CommandError is a command HAProxy refused; Reply is its answer.
 type CommandError struct {
 	Command string
