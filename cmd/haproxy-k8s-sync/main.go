@@ -115,16 +115,26 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 		return nil, fmt.Errorf("HAPROXY_DATAPLANE_CA_FILE: %w", err)
 	}
 	auth := dataplane.Auth{Username: cfg.DataplaneUsername, Password: cfg.DataplanePassword, Token: cfg.DataplaneToken}
-	var targets []reconcile.Driver
-	for _, u := range cfg.Dataplanes {
-		targets = append(targets, m.WrapDriver(dataplane.New(u, auth, hc, dataplane.WithDeleteBatch(cfg.DeleteBatch))))
-	}
-	if len(targets) == 0 { // the runtime API is used alone, as a lighter option
-		rt, err := runtimeapi.New(cfg.RuntimeURL, opts.Settings, opts.Check)
+	var runtimes []*runtimeapi.Client
+	for _, raw := range cfg.RuntimeURLs {
+		rt, err := runtimeapi.New(raw, opts.Settings, opts.Check)
 		if err != nil {
 			return nil, fmt.Errorf("HAPROXY_RUNTIME_URL: %w", err)
 		}
-		targets = append(targets, m.WrapDriver(rt))
+		runtimes = append(runtimes, rt)
+	}
+	var targets []reconcile.Driver
+	for i, u := range cfg.Dataplanes {
+		dpOpts := []dataplane.Option{dataplane.WithDeleteBatch(cfg.DeleteBatch)}
+		if len(runtimes) > 0 { // the same instance's socket starts checks of added servers
+			dpOpts = append(dpOpts, dataplane.WithHealthEnabler(runtimes[i]))
+		}
+		targets = append(targets, m.WrapDriver(dataplane.New(u, auth, hc, dpOpts...)))
+	}
+	if len(targets) == 0 { // the runtime API is used alone, as a lighter option
+		for _, rt := range runtimes {
+			targets = append(targets, m.WrapDriver(rt))
+		}
 	}
 	log.Info("configured", "config", cfg.String())
 	return &reconcile.Reconciler{

@@ -49,8 +49,9 @@ type Config struct {
 	Kubeconfig       string        `envconfig:"KUBECONFIG"`
 
 	// Derived by Load.
-	Backends   []desired.PortBackend `ignored:"true"`
-	Dataplanes []*url.URL            `ignored:"true"`
+	Backends    []desired.PortBackend `ignored:"true"`
+	Dataplanes  []*url.URL            `ignored:"true"`
+	RuntimeURLs []string              `ignored:"true"`
 }
 
 // balances are HAProxy's balance algorithms (those without arguments, plus the
@@ -113,14 +114,20 @@ func (c *Config) validate() error {
 		}
 		c.Dataplanes = append(c.Dataplanes, u)
 	}
-	if len(c.Dataplanes) == 0 && c.RuntimeURL == "" {
+	c.RuntimeURLs = splitList(c.RuntimeURL)
+	if len(c.Dataplanes) == 0 && len(c.RuntimeURLs) == 0 {
 		return bad("HAPROXY_DATAPLANE_URL", "must be set (or HAPROXY_RUNTIME_URL)")
 	}
-	if c.RuntimeURL != "" {
-		u, err := url.Parse(c.RuntimeURL)
+	for _, raw := range c.RuntimeURLs {
+		u, err := url.Parse(raw)
 		if err != nil || !(u.Scheme == "unix" && u.Path != "" || u.Scheme == "tcp" && u.Host != "") {
-			return bad("HAPROXY_RUNTIME_URL", "%q is not unix:///path or tcp://host:port", c.RuntimeURL)
+			return bad("HAPROXY_RUNTIME_URL", "%q is not unix:///path or tcp://host:port", raw)
 		}
+	}
+	// With Data Plane URLs, the runtime sockets are those of the same
+	// HAProxy instances, in the same order: one each, or none.
+	if len(c.Dataplanes) > 0 && len(c.RuntimeURLs) > 0 && len(c.RuntimeURLs) != len(c.Dataplanes) {
+		return bad("HAPROXY_RUNTIME_URL", "has %d URLs for %d HAPROXY_DATAPLANE_URLs: give one per instance, in the same order", len(c.RuntimeURLs), len(c.Dataplanes))
 	}
 	if c.DataplaneToken != "" && c.DataplaneUsername != "" {
 		return bad("HAPROXY_DATAPLANE_TOKEN", "cannot be used with HAPROXY_DATAPLANE_USERNAME")

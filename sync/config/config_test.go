@@ -83,6 +83,7 @@ func TestLoadRejectsBadValues(t *testing.T) {
 		{"HAPROXY_DATAPLANE_URL", "haproxy:5555"},
 		{"HAPROXY_DATAPLANE_URL", ""},
 		{"HAPROXY_RUNTIME_URL", "/var/run/haproxy.sock"},
+		{"HAPROXY_RUNTIME_URL", "unix:///a.sock,unix:///b.sock"}, // two sockets for one Data Plane URL
 		{"HAPROXY_BACKEND_PORT", "70000"},
 		{"HAPROXY_BACKEND_PORT", "x"},
 		{"HAPROXY_CHECK_INTER", "5"},

@@ -55,7 +55,20 @@ type Client struct {
 	hc          *http.Client
 	auth        Auth
 	deleteBatch int
+	health      HealthEnabler
 }
+
+// HealthEnabler starts the health check of a server HAProxy added at runtime
+// (the runtime API's "enable health"), which the Data Plane API never does.
+type HealthEnabler interface {
+	EnableHealth(ctx context.Context, backend, server string) error
+}
+
+// WithHealthEnabler adds servers without a reload: each is created in
+// maintenance (the API adds it at runtime and writes haproxy.cfg), its check
+// is started through h, the runtime socket of the same HAProxy, and only then
+// is it put in service. Without it, new servers go through the transaction.
+func WithHealthEnabler(h HealthEnabler) Option { return func(c *Client) { c.health = h } }
 
 // Option changes a Client.
 type Option func(*Client)
@@ -144,6 +157,13 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 				parked.State = model.Maint
 				runtimeWrite = &parked
 			}
+		case ch.Action == plan.Add && c.health != nil:
+			v, err := c.addChecked(ctx, p.Backend, *ch.New, version, &out)
+			if err != nil {
+				return out, fmt.Errorf("add server %s/%s: %w", p.Backend, ch.Name, err)
+			}
+			version = v
+			continue
 		case ch.Action != plan.Add && ch.Old.Check == ch.New.Check:
 			runtimeWrite = ch.New
 		default:
@@ -153,15 +173,9 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			continue
 		}
 		body := serverModel(*runtimeWrite, ch.Old.Source)
-		r, err := c.do(ctx, http.MethodPut, serverPath(ch.Name), url.Values{"version": {itoa(version)}}, body, nil)
+		r, err := c.versioned(ctx, http.MethodPut, serverPath(ch.Name), version, body, &out)
 		if err != nil {
 			return out, fmt.Errorf("%s server %s/%s: %w", ch.Action, p.Backend, ch.Name, err)
-		}
-		if r.status == http.StatusAccepted {
-			out.Count(plan.ConfigWrite)
-			out.Reload = true
-		} else {
-			out.Count(plan.RuntimeWrite)
 		}
 		version = r.nextVersion(version)
 	}
@@ -171,6 +185,53 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	tx, err := c.transaction(ctx, version, p, structural, serverPath)
 	out.Add(tx)
 	return out, err
+}
+
+// versioned sends one write with ?version and counts it: 202 means the API
+// reloads HAProxy; 200 and 201 mean it applied the change at runtime.
+func (c *Client) versioned(ctx context.Context, method, path string, version int64, body any, out *plan.Applied) (response, error) {
+	r, err := c.do(ctx, method, path, url.Values{"version": {itoa(version)}}, body, nil)
+	if err != nil {
+		return r, err
+	}
+	if r.status == http.StatusAccepted {
+		out.Count(plan.ConfigWrite)
+		out.Reload = true
+	} else {
+		out.Count(plan.RuntimeWrite)
+	}
+	return r, nil
+}
+
+// addChecked adds a server without a reload and with a running check: POST
+// in maintenance (201: added at runtime and written to haproxy.cfg), enable
+// its health check on the runtime socket, then PUT its state (runtime-safe).
+// If the API answers 202 (it reloads, e.g. because of a default_server), the
+// server comes from the reload with its check already running.
+func (c *Client) addChecked(ctx context.Context, backend string, srv model.Server, version int64, out *plan.Applied) (int64, error) {
+	parked := srv
+	parked.State = model.Maint
+	body := serverModel(parked, nil)
+	r, err := c.versioned(ctx, http.MethodPost, "/configuration/backends/"+url.PathEscape(backend)+"/servers", version, body, out)
+	if err != nil {
+		return version, err
+	}
+	version = r.nextVersion(version)
+	if r.status == http.StatusCreated {
+		if err := c.health.EnableHealth(ctx, backend, srv.Name); err != nil {
+			return version, fmt.Errorf("enable health: %w", err)
+		}
+		out.Count(plan.RuntimeWrite)
+	}
+	if srv.State == model.Maint {
+		return version, nil
+	}
+	path := "/configuration/backends/" + url.PathEscape(backend) + "/servers/" + url.PathEscape(srv.Name)
+	r, err = c.versioned(ctx, http.MethodPut, path, version, serverModel(srv, body), out)
+	if err != nil {
+		return version, err
+	}
+	return r.nextVersion(version), nil
 }
 
 // transaction writes the structural changes in one transaction and commits it.

@@ -372,3 +372,68 @@ func TestHTTPSWithCAFile(t *testing.T) {
 		t.Error("a CA file without PEM was accepted")
 	}
 }
+
+// healthLog records EnableHealth calls together with the API's requests, so
+// the order of POST, enable health and PUT can be checked.
+type healthLog struct {
+	api   *dataplanetest.Server
+	calls []string
+	at    []int // number of API requests seen at each call
+}
+
+func (h *healthLog) EnableHealth(_ context.Context, backend, server string) error {
+	h.calls = append(h.calls, backend+"/"+server)
+	h.at = append(h.at, len(h.api.Requests()))
+	return nil
+}
+
+func TestAddWithoutReloadWhenHealthCanBeEnabled(t *testing.T) {
+	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	hl := &healthLog{api: api}
+	u, _ := url.Parse(api.URL)
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithHealthEnabler(hl))
+
+	_, a := sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Drain), srv("node-c", "127.0.1.3", model.Maint)))
+	if a.Reload || api.Reloads() != 0 {
+		t.Errorf("adds reloaded HAProxy (%d reloads)", api.Reloads())
+	}
+	if strings.Join(hl.calls, ",") != "be/node-a,be/node-b,be/node-c" {
+		t.Errorf("enable health calls: %v", hl.calls)
+	}
+	// For node-a: POST (in maint), then enable health, then PUT (in service).
+	reqs := api.Requests()
+	var afterHealth []string
+	for _, r := range reqs[hl.at[0]:] {
+		afterHealth = append(afterHealth, r.Method+" "+r.Path[strings.LastIndex(r.Path, "/")+1:])
+	}
+	if before := reqs[hl.at[0]-1]; before.Method != http.MethodPost || len(afterHealth) == 0 || afterHealth[0] != "PUT node-a" {
+		t.Errorf("order: %s %s, then %v", before.Method, before.Path, afterHealth)
+	}
+	got := map[string]models.Server{}
+	for _, s := range api.Servers("be") {
+		got[s.Name] = s
+	}
+	if got["node-a"].Maintenance == "enabled" || *got["node-b"].Weight != 0 || got["node-b"].Maintenance == "enabled" || got["node-c"].Maintenance != "enabled" {
+		t.Errorf("persisted states: a %q, b weight %d %q, c %q", got["node-a"].Maintenance, *got["node-b"].Weight, got["node-b"].Maintenance, got["node-c"].Maintenance)
+	}
+	if p, a := sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Drain), srv("node-c", "127.0.1.3", model.Maint))); p.HasChanges() || a.Writes != 0 {
+		t.Errorf("second sync: %+v", p)
+	}
+}
+
+func TestAddWithDefaultServerReloadsAndSkipsEnableHealth(t *testing.T) {
+	api, _ := setup(t, dataplanetest.Options{DefaultsDefaultServer: true}, dataplane.Auth{})
+	hl := &healthLog{api: api}
+	u, _ := url.Parse(api.URL)
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithHealthEnabler(hl))
+	sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready)))
+	if len(hl.calls) != 0 {
+		t.Errorf("enable health on a server loaded by a reload: %v", hl.calls)
+	}
+	if api.Reloads() == 0 {
+		t.Error("a POST with a default_server must reload")
+	}
+	if s := api.Servers("be"); len(s) != 1 || s[0].Maintenance == "enabled" {
+		t.Errorf("servers %+v", s)
+	}
+}

@@ -57,6 +57,20 @@ func New(rawURL string, settings model.Settings, check model.Check) (*Client, er
 // Name identifies the target in results.
 func (c *Client) Name() string { return c.name }
 
+// EnableHealth starts the health check of a server, e.g. one the Data Plane
+// API added at runtime (it never does this itself).
+func (c *Client) EnableHealth(ctx context.Context, backend, server string) error {
+	cmd := "enable health " + backend + "/" + server
+	reply, err := c.sock.Command(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	if !empty(reply) {
+		return &CommandError{Command: cmd, Reply: reply}
+	}
+	return nil
+}
+
 // Policy deletes unwanted servers at once: "del server" needs no reload.
 func (c *Client) Policy() plan.Policy { return plan.Policy{} }
 
