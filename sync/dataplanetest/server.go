@@ -37,6 +37,8 @@ import (
 	"testing"
 
 	"github.com/haproxytech/client-native/v6/models"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
 )
 
 // Options configure a Server.
@@ -50,6 +52,11 @@ type Options struct {
 	DefaultsDefaultServer bool
 	// MaxTransactions is the limit of transactions in progress (20 if 0).
 	MaxTransactions int
+	// RuntimeSocket, when set, is the admin socket of a real HAProxy on which
+	// the server replays what the real API applies at runtime (runtime adds
+	// and runtime-safe server changes), so tests can check HAProxy's state.
+	// Changes that would reload are not replayed.
+	RuntimeSocket string
 	// TLS serves https with a self-signed certificate (see CertPEM).
 	TLS bool
 	// AllowViolations keeps spec violations from failing the test, for tests
@@ -83,6 +90,7 @@ type Server struct {
 	violations []string
 	intercept  func(w http.ResponseWriter, r *http.Request) bool
 	check      func(Config) error
+	mirror     *mirror
 }
 
 type backendState struct {
@@ -122,6 +130,9 @@ func New(t testing.TB, opts Options) *Server {
 		opts.MaxTransactions = 20
 	}
 	s := &Server{spec: sp, opts: opts, version: 1, cfg: Config{}, txns: map[string]*txn{}}
+	if opts.RuntimeSocket != "" {
+		s.mirror = &mirror{sock: runtimeapi.Socket{Network: "unix", Address: opts.RuntimeSocket}}
+	}
 	if opts.TLS {
 		s.http = httptest.NewTLSServer(http.HandlerFunc(s.serve))
 	} else {
@@ -360,7 +371,7 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 		return rep
 	}
 	var reload bool
-	rep, reload = s.configOp(op, cfg, path, body)
+	rep, reload = s.configOp(op, cfg, path, body, tx == nil)
 	if !write || rep.status >= 300 {
 		return rep
 	}
@@ -486,7 +497,7 @@ var dynamicBalance = map[string]bool{"": true, "roundrobin": true, "leastconn": 
 
 // configOp runs a configuration operation on cfg and says whether, outside a
 // transaction, it would reload HAProxy.
-func (s *Server) configOp(op string, cfg Config, path map[string]string, body []byte) (reply, bool) {
+func (s *Server) configOp(op string, cfg Config, path map[string]string, body []byte, live bool) (reply, bool) {
 	beName := path["parent_name"]
 	if op == "getBackend" || op == "replaceBackend" {
 		beName = path["name"]
@@ -536,6 +547,10 @@ func (s *Server) configOp(op string, cfg Config, path map[string]string, body []
 			algo = *be.Backend.Balance.Algorithm
 		}
 		runtime := !s.opts.DefaultsDefaultServer && be.Backend.DefaultServer == nil && dynamicBalance[algo]
+		if runtime && live && s.mirror != nil {
+			// Like the real API: a refused runtime add falls back to a reload.
+			runtime = s.mirror.add(beName, ns) == nil
+		}
 		if runtime {
 			return reply{status: 201, body: ns}, false
 		}
@@ -554,9 +569,15 @@ func (s *Server) configOp(op string, cfg Config, path map[string]string, body []
 		for _, f := range changedFields(reflect.ValueOf(ns), reflect.ValueOf(be.Servers[i])) {
 			reload = reload || !runtimeFields[f]
 		}
+		old := be.Servers[i]
 		be.Servers[i] = ns
 		if reload {
 			return reply{status: 202, body: ns}, true
+		}
+		if live && s.mirror != nil {
+			if err := s.mirror.update(beName, old, ns); err != nil {
+				return reply{status: 202, body: ns}, true // the real API reloads when runtime fails
+			}
 		}
 		return reply{status: 200, body: ns}, false
 	case "deleteServerBackend":

@@ -37,7 +37,10 @@ type world struct {
 	url string
 }
 
-func newWorld(t *testing.T, service string, mode desired.Mode, backends []desired.PortBackend) *world {
+// driverFor makes the HAProxy driver of a world; nil means the runtime driver.
+type driverFor func(t *testing.T, h *haproxytest.HAProxy, opts desired.Options) reconcile.Driver
+
+func newWorld(t *testing.T, service string, mode desired.Mode, backends []desired.PortBackend, makeDriver ...driverFor) *world {
 	t.Helper()
 	w := &world{t: t, ns: strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), ctx: context.Background()}
 	if _, err := cluster.client.CoreV1().Namespaces().Create(w.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}, metav1.CreateOptions{}); err != nil {
@@ -53,9 +56,15 @@ func newWorld(t *testing.T, service string, mode desired.Mode, backends []desire
 		Settings: model.Settings{Balance: "roundrobin", TCPCheck: true},
 		Check:    model.Check{Inter: checkInter, Rise: 1, Fall: 1},
 	}
-	drv, err := runtimeapi.New(w.h.RuntimeURL(), opts.Settings, opts.Check)
-	if err != nil {
-		t.Fatal(err)
+	var drv reconcile.Driver
+	if len(makeDriver) > 0 {
+		drv = makeDriver[0](t, w.h, opts)
+	} else {
+		rt, err := runtimeapi.New(w.h.RuntimeURL(), opts.Settings, opts.Check)
+		if err != nil {
+			t.Fatal(err)
+		}
+		drv = rt
 	}
 	rec := &reconcile.Reconciler{
 		Source:  &kube.Source{Client: cluster.client, Namespace: w.ns, Service: service, Nodes: mode == desired.NodeMode},

@@ -138,14 +138,16 @@ type Server struct {
 	Port, Weight  int
 	// Op is the operational state: 0 down, 1 starting, 2 up, 3 stopping.
 	Op int
-	// Admin is the admin state bit field: 0x01 maint (forced), 0x08 drain (forced).
+	// Admin is the admin state bit field (SRV_ADMF_*): 0x01 forced maint,
+	// 0x02/0x20/0x40 inherited/resolver/hostname maint, 0x04 "disabled" in
+	// the configuration (kept after the server is set ready), 0x08 forced drain.
 	Admin int
 	// CheckState holds HAProxy's CHK_ST_* bits: 0x02 configured, 0x04 enabled, 0x08 paused.
 	CheckState int
 }
 
 // Maint, Drain and Up read the state fields.
-func (s Server) Maint() bool { return s.Admin&0x67 != 0 }
+func (s Server) Maint() bool { return s.Admin&0x63 != 0 } // 0x04 (config "disabled") alone is not maintenance
 func (s Server) Drain() bool { return s.Admin&0x18 != 0 }
 func (s Server) Up() bool    { return s.Op == 2 }
 

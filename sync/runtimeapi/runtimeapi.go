@@ -97,8 +97,11 @@ const (
 	admInheritDrain  = 0x10
 	admResolverMaint = 0x20
 	admHostnameMaint = 0x40
-	admMaint         = admForcedMaint | admInheritMaint | admConfigMaint | admResolverMaint | admHostnameMaint
-	admDrain         = admForcedDrain | admInheritDrain
+	// admConfigMaint only records that haproxy.cfg (or "add server ...
+	// disabled") said "disabled"; it stays set after "set server state
+	// ready" and is not maintenance by itself (HAProxy's SRV_ADMF_MAINT).
+	admMaint = admForcedMaint | admInheritMaint | admResolverMaint | admHostnameMaint
+	admDrain = admForcedDrain | admInheritDrain
 )
 
 // Read lists the backend's servers with "show servers state".

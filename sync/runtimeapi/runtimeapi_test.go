@@ -25,6 +25,7 @@ func TestParseServersState(t *testing.T) {
 		"3 be 3 weight0 127.0.0.3 2 0 0 1 1 6 3 4 6 0 0 0 - 82 - 0 0 - - 0\n" +
 		"3 be 4 maint 127.0.0.4 0 1 1 1 1 6 3 4 6 0 0 0 - 83 - 0 0 - - 0\n" +
 		"3 be 5 v6 ::1 0 33 1 1 1 6 3 4 6 0 0 0 - 84 - 0 0 - - 0\n" +
+		"3 be 6 cfgdisabled 127.0.0.6 2 4 1 1 1 6 3 4 6 0 0 0 - 85 - 0 0 - - 0\n" +
 		"4 other 1 x 127.0.0.9 2 0 1 1 2 6 3 4 6 0 0 0 - 80 - 0 0 - - 0\n\n"
 	got, err := ParseServersState(reply, "be")
 	if err != nil {
@@ -36,6 +37,8 @@ func TestParseServersState(t *testing.T) {
 		{Name: "weight0", Address: "127.0.0.3", Port: 82, Weight: 0, State: model.Drain},
 		{Name: "maint", Address: "127.0.0.4", Port: 83, Weight: 1, State: model.Maint},
 		{Name: "v6", Address: "::1", Port: 84, Weight: 1, State: model.Maint},
+		// Added "disabled", then set ready: only the config bit 0x04 stays.
+		{Name: "cfgdisabled", Address: "127.0.0.6", Port: 85, Weight: 1, State: model.Ready},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)

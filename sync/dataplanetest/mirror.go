@@ -1,0 +1,103 @@
+package dataplanetest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/haproxytech/client-native/v6/models"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
+)
+
+// mirror replays on a real HAProxy what the real API applies at runtime
+// (dataplaneapi v3.3.0 handlers/runtime.go and runtime_server.go), so tests
+// can check HAProxy's own state. Changes that reload are not mirrored: a test
+// using the mirror expects none, and checks the reload count.
+type mirror struct {
+	sock runtimeapi.Socket
+}
+
+// add sends "add server" the way the real API serializes a runtime add: the
+// "disabled" keyword for maintenance enabled, "enabled" for disabled.
+func (m *mirror) add(backend string, s models.Server) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "add server %s/%s %s", backend, s.Name, s.Address)
+	if s.Port != nil {
+		fmt.Fprintf(&b, ":%d", *s.Port)
+	}
+	if s.Check == "enabled" {
+		b.WriteString(" check")
+	}
+	if s.CheckSendProxy == "enabled" {
+		b.WriteString(" check-send-proxy")
+	}
+	switch s.Maintenance {
+	case "enabled":
+		b.WriteString(" disabled")
+	case "disabled":
+		b.WriteString(" enabled")
+	}
+	for _, kv := range []struct {
+		k string
+		v *int64
+	}{{"fall", s.Fall}, {"inter", s.Inter}, {"rise", s.Rise}, {"weight", s.Weight}} {
+		if kv.v != nil {
+			fmt.Fprintf(&b, " %s %d", kv.k, *kv.v)
+		}
+	}
+	if s.SendProxyV2 == "enabled" {
+		b.WriteString(" send-proxy-v2")
+	}
+	return m.expect(b.String(), "New server registered.")
+}
+
+// update sends what the real API sends for a runtime-safe server change.
+func (m *mirror) update(backend string, old, s models.Server) error {
+	srv := backend + "/" + s.Name
+	if !eqInt(old.Weight, s.Weight) && s.Weight != nil {
+		if err := m.expect(fmt.Sprintf("set server %s weight %d", srv, *s.Weight), ""); err != nil {
+			return err
+		}
+	}
+	if old.Address != s.Address || !eqInt(old.Port, s.Port) {
+		port := int64(0)
+		if s.Port != nil {
+			port = *s.Port
+		}
+		if err := m.expect(fmt.Sprintf("set server %s addr %s port %d", srv, s.Address, port), "IP changed|no need to change"); err != nil {
+			return err
+		}
+	}
+	if old.Maintenance != s.Maintenance {
+		state := "ready"
+		if s.Maintenance == "enabled" {
+			state = "maint"
+		}
+		return m.expect("set server "+srv+" state "+state, "")
+	}
+	return nil
+}
+
+// expect sends cmd; the reply must be empty (want "") or start with one of
+// the |-separated prefixes.
+func (m *mirror) expect(cmd, want string) error {
+	reply, err := m.sock.Command(context.Background(), cmd)
+	if err != nil {
+		return err
+	}
+	reply = strings.TrimSpace(reply)
+	if want == "" && reply == "" {
+		return nil
+	}
+	for _, p := range strings.Split(want, "|") {
+		if p != "" && strings.HasPrefix(reply, p) {
+			return nil
+		}
+	}
+	return fmt.Errorf("haproxy: %q: %s", cmd, reply)
+}
+
+func eqInt(a, b *int64) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
+}

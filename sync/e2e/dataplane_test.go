@@ -1,0 +1,105 @@
+package e2e
+
+import (
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/haproxytech/client-native/v6/models"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
+)
+
+// TestDataplaneChurnWithoutReload drives a real HAProxy through the Data
+// Plane API driver: the test API applies runtime changes to the real HAProxy
+// as dataplaneapi does, and counts reloads by its rules. Initial sync, scale
+// up, an endpoint moving node, drain and back, a parked node coming back:
+// zero reloads, every server in traffic checked, traffic where it should be.
+func TestDataplaneChurnWithoutReload(t *testing.T) {
+	var api *dataplanetest.Server
+	w := newWorld(t, "web", desired.NodeMode, []desired.PortBackend{{Backend: "be"}},
+		func(t *testing.T, h *haproxytest.HAProxy, opts desired.Options) reconcile.Driver {
+			api = dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: h.AdminSocket})
+			rr := "roundrobin"
+			api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
+			socket, err := runtimeapi.New(h.RuntimeURL(), opts.Settings, opts.Check)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, _ := url.Parse(api.URL)
+			return dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: 5 * time.Second},
+				dataplane.WithDeleteBatch(10), dataplane.WithHealthEnabler(socket))
+		})
+	a, b, c := w.node("a", "127.0.2.1"), w.node("b", "127.0.2.2"), w.node("c", "127.0.2.3")
+	svc := w.service("web", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80})
+	np := svc.Spec.Ports[0].NodePort
+	listeners := map[string]*haproxytest.Listener{}
+	for name, ip := range map[string]string{a: "127.0.2.1", b: "127.0.2.2", c: "127.0.2.3"} {
+		listeners[name] = listen(t, name, ip, np)
+	}
+	ports := map[string]int32{"http": 8080}
+	noReload := func(t *testing.T) {
+		t.Helper()
+		if api.Reloads() != 0 || w.h.Reloads(t) != 0 {
+			t.Fatalf("reloads: Data Plane API %d, HAProxy %d", api.Reloads(), w.h.Reloads(t))
+		}
+	}
+
+	step(t, "initial sync adds servers without a reload", func(t *testing.T) {
+		w.slice("web-1", "web", ports, endpoint{ip: "10.244.0.1", node: a}, endpoint{ip: "10.244.0.2", node: b})
+		w.mustReconcile()
+		w.expectServers("be", map[string]server{a: {"127.0.2.1", int(np), "ready"}, b: {"127.0.2.2", int(np), "ready"}})
+		w.expectTraffic("be", a, b)
+		noReload(t)
+		if got := len(api.Servers("be")); got != 2 {
+			t.Errorf("haproxy.cfg (test API) has %d servers, want 2", got)
+		}
+	})
+	step(t, "scale up", func(t *testing.T) {
+		w.slice("web-1", "web", ports, endpoint{ip: "10.244.0.1", node: a}, endpoint{ip: "10.244.0.2", node: b}, endpoint{ip: "10.244.0.3", node: c})
+		w.mustReconcile()
+		w.expectTraffic("be", a, b, c)
+		noReload(t)
+	})
+	step(t, "endpoint moves from b to c: b parked out of traffic", func(t *testing.T) {
+		w.slice("web-1", "web", ports, endpoint{ip: "10.244.0.1", node: a}, endpoint{ip: "10.244.0.2", node: c}, endpoint{ip: "10.244.0.3", node: c})
+		w.mustReconcile()
+		w.expectServers("be", map[string]server{a: {"127.0.2.1", int(np), "ready"}, b: {"127.0.2.2", int(np), "maint"}, c: {"127.0.2.3", int(np), "ready"}})
+		w.expectTraffic("be", a, c)
+		noReload(t)
+	})
+	step(t, "drain and back", func(t *testing.T) {
+		w.slice("web-1", "web", ports, endpoint{ip: "10.244.0.1", node: a, terminating: true}, endpoint{ip: "10.244.0.2", node: c})
+		w.mustReconcile()
+		w.expectTraffic("be", c)
+		w.slice("web-1", "web", ports, endpoint{ip: "10.244.0.1", node: a}, endpoint{ip: "10.244.0.2", node: c})
+		w.mustReconcile()
+		w.expectTraffic("be", a, c)
+		noReload(t)
+	})
+	step(t, "a parked node comes back", func(t *testing.T) {
+		w.slice("web-1", "web", ports, endpoint{ip: "10.244.0.1", node: a}, endpoint{ip: "10.244.0.2", node: b}, endpoint{ip: "10.244.0.3", node: c})
+		w.mustReconcile()
+		w.expectServers("be", map[string]server{a: {"127.0.2.1", int(np), "ready"}, b: {"127.0.2.2", int(np), "ready"}, c: {"127.0.2.3", int(np), "ready"}})
+		w.expectTraffic("be", a, b, c)
+		noReload(t)
+	})
+	step(t, "a dead node added by the sync is marked DOWN by its check", func(t *testing.T) {
+		listeners[c].Close()
+		deadline := time.Now().Add(3*checkInter + time.Second)
+		for w.h.Servers(t, "be")[c].Up() {
+			if time.Now().After(deadline) {
+				t.Fatalf("server %s still UP after its listener died", c)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		w.expectTraffic("be", a, b)
+	})
+}
