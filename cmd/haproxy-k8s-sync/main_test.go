@@ -26,8 +26,7 @@ func TestMain(m *testing.M) {
 }
 
 // command runs the command with args and a clean environment plus env.
-func command(t *testing.T, args string, env ...string) *exec.Cmd {
-	t.Helper()
+func command(_ testing.TB, args string, env ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append([]string{"HKS_TEST_MAIN_ARGS=" + args, "PATH=" + os.Getenv("PATH")}, env...)
 	return cmd
@@ -175,13 +174,17 @@ func TestSIGTERMFinishesInFlightReconcile(t *testing.T) {
 }
 
 func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := netListen()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return portOf(ln)
 }
+
+func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
+func portOf(ln net.Listener) int { return ln.Addr().(*net.TCPAddr).Port }
 
 func waitReady(t *testing.T, url string, logs *bytes.Buffer) {
 	deadline := time.Now().Add(10 * time.Second)

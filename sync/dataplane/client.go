@@ -64,6 +64,12 @@ type HealthEnabler interface {
 	EnableHealth(ctx context.Context, backend, server string) error
 }
 
+// MaxRuntimeAdds is the most servers one reconcile adds one by one without a
+// reload. Each costs three versioned writes, and the real API checks the
+// whole configuration on each; a larger burst (an initial sync, a big
+// scale-up) is cheaper as one transaction and one reload.
+const MaxRuntimeAdds = 20
+
 // WithHealthEnabler adds servers without a reload: each is created in
 // maintenance (the API adds it at runtime and writes haproxy.cfg), its check
 // is started through h, the runtime socket of the same HAProxy, and only then
@@ -146,6 +152,8 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		return "/configuration/backends/" + url.PathEscape(p.Backend) + "/servers/" + url.PathEscape(name)
 	}
 
+	adds := len(p.Names(plan.Add))
+	runtimeAdds := c.health != nil && adds <= MaxRuntimeAdds
 	var structural []plan.Change
 	for _, ch := range p.Changes {
 		var runtimeWrite *model.Server
@@ -157,7 +165,7 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 				parked.State = model.Maint
 				runtimeWrite = &parked
 			}
-		case ch.Action == plan.Add && c.health != nil:
+		case ch.Action == plan.Add && runtimeAdds:
 			v, err := c.addChecked(ctx, p.Backend, *ch.New, version, &out)
 			if err != nil {
 				return out, fmt.Errorf("add server %s/%s: %w", p.Backend, ch.Name, err)

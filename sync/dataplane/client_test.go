@@ -3,6 +3,7 @@ package dataplane_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -435,5 +436,23 @@ func TestAddWithDefaultServerReloadsAndSkipsEnableHealth(t *testing.T) {
 	}
 	if s := api.Servers("be"); len(s) != 1 || s[0].Maintenance == "enabled" {
 		t.Errorf("servers %+v", s)
+	}
+}
+
+func TestBigBurstOfAddsIsOneTransaction(t *testing.T) {
+	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	hl := &healthLog{api: api}
+	u, _ := url.Parse(api.URL)
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithHealthEnabler(hl))
+	var servers []model.Server
+	for i := range dataplane.MaxRuntimeAdds + 1 {
+		servers = append(servers, srv(fmt.Sprintf("node-%02d", i), fmt.Sprintf("127.0.1.%d", i+1), model.Ready))
+	}
+	_, a := sync(t, c, want(servers...))
+	if api.Reloads() != 1 || !a.Reload || len(hl.calls) != 0 {
+		t.Errorf("%d adds: %d reloads, %d enable health calls; want one transaction", len(servers), api.Reloads(), len(hl.calls))
+	}
+	if got := len(api.Servers("be")); got != len(servers) {
+		t.Errorf("%d servers", got)
 	}
 }

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/haproxytech/client-native/v6/models"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
+)
+
+// BenchmarkStartToReady measures process start to the first 200 on /readyz.
+func BenchmarkStartToReady(b *testing.B) {
+	kc := kubeconfigB(b)
+	for b.Loop() {
+		port := freePortB(b)
+		cmd := command(nil, "serve", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kc, fmt.Sprintf("PORT=%d", port))
+		start := time.Now()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		url := fmt.Sprintf("http://127.0.0.1:%d/readyz", port)
+		for {
+			resp, err := http.Get(url)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					break
+				}
+			}
+			if time.Since(start) > 10*time.Second {
+				b.Fatal("never ready")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		b.ReportMetric(float64(time.Since(start).Microseconds())/1000, "ms-to-ready")
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+}
+
+// BenchmarkServiceRSS runs the service against the test Data Plane API with
+// 1 000 endpoints read from manifests, one reconcile per op, and reports the
+// service process's resident memory at the end (run with -benchtime 1000x).
+func BenchmarkServiceRSS(b *testing.B) {
+	api := dataplanetest.New(b, dataplanetest.Options{})
+	rr := "roundrobin"
+	api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "web", Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
+	ips := make([]string, 1000)
+	for i := range ips {
+		ips[i] = fmt.Sprintf("10.244.%d.%d", i/250, i%250+1)
+	}
+	in := desiredtest.PodCluster("shop", "web", ips...)
+	in.Service.APIVersion, in.Service.Kind = "v1", "Service"
+	in.Slices[0].APIVersion, in.Slices[0].Kind = "discovery.k8s.io/v1", "EndpointSlice"
+	var docs bytes.Buffer
+	for _, o := range []any{in.Service, &in.Slices[0]} {
+		j, _ := json.Marshal(o)
+		docs.Write(j)
+		docs.WriteString("\n")
+	}
+	manifests := filepath.Join(b.TempDir(), "cluster.json")
+	if err := os.WriteFile(manifests, docs.Bytes(), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	port := freePortB(b)
+	cmd := command(nil, "serve --manifests "+manifests, "HAPROXY_DATAPLANE_URL="+api.URL, "TARGET_ADDRESS=pod",
+		"INGRESS_NAMESPACE=shop", "INGRESS_SERVICE_NAME=web", fmt.Sprintf("PORT=%d", port), "LOG_LEVEL=error", "RECONCILE_TIMEOUT=60s")
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if resp, err := http.Get(base + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("never ready")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		resp, err := http.Post(base+"/reconcile", "", nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b.Fatalf("reconcile: %d", resp.StatusCode)
+		}
+	}
+	b.StopTimer()
+	if n := len(api.Servers("web")); n != 1000 {
+		b.Fatalf("%d servers", n)
+	}
+	b.ReportMetric(rssMB(b, cmd.Process.Pid), "rss-MB")
+}
+
+func rssMB(b *testing.B, pid int) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.Atoi(strings.Fields(rest)[0])
+			return float64(kb) / 1024
+		}
+	}
+	b.Fatal("no VmRSS")
+	return 0
+}
+
+func freePortB(b *testing.B) int {
+	ln, err := netListen()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	return portOf(ln)
+}
+
+func kubeconfigB(b *testing.B) string {
+	p := filepath.Join(b.TempDir(), "kubeconfig")
+	cfg := "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"http://127.0.0.1:1\"}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
