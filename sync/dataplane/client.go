@@ -128,7 +128,9 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 	if err != nil {
 		return model.Backend{}, fmt.Errorf("read backend %s: %w", backend, err)
 	}
-	var servers models.Servers
+	// Servers are decoded field by field only where needed (serverOf); each
+	// keeps its raw JSON so that a write can start from the whole model.
+	var servers []json.RawMessage
 	v2, err := c.do(ctx, http.MethodGet, "/configuration/backends/"+url.PathEscape(backend)+"/servers", nil, nil, &servers)
 	if err != nil {
 		return model.Backend{}, fmt.Errorf("read servers of %s: %w", backend, err)
@@ -137,8 +139,13 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 		return model.Backend{}, &conflictError{fmt.Sprintf("read backend %s: configuration changed between reads (%d, %d)", backend, v1.version, v2.version)}
 	}
 	out := model.Backend{Name: backend, Revision: v2.version, Settings: settingsOf(&be)}
-	for _, s := range servers {
-		out.Servers = append(out.Servers, serverOf(s))
+	out.Servers = make([]model.Server, 0, len(servers))
+	for _, raw := range servers {
+		s, err := serverOf(raw)
+		if err != nil {
+			return model.Backend{}, fmt.Errorf("read servers of %s: %w", backend, err)
+		}
+		out.Servers = append(out.Servers, s)
 	}
 	return out, nil
 }
@@ -180,7 +187,10 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		if runtimeWrite == nil {
 			continue
 		}
-		body := serverModel(*runtimeWrite, ch.Old.Source)
+		body, err := serverModel(*runtimeWrite, ch.Old.Source)
+		if err != nil {
+			return out, err
+		}
 		r, err := c.versioned(ctx, http.MethodPut, serverPath(ch.Name), version, body, &out)
 		if err != nil {
 			return out, fmt.Errorf("%s server %s/%s: %w", ch.Action, p.Backend, ch.Name, err)
@@ -219,7 +229,10 @@ func (c *Client) versioned(ctx context.Context, method, path string, version int
 func (c *Client) addChecked(ctx context.Context, backend string, srv model.Server, version int64, out *plan.Applied) (int64, error) {
 	parked := srv
 	parked.State = model.Maint
-	body := serverModel(parked, nil)
+	body, err := serverModel(parked, nil)
+	if err != nil {
+		return version, err
+	}
 	r, err := c.versioned(ctx, http.MethodPost, "/configuration/backends/"+url.PathEscape(backend)+"/servers", version, body, out)
 	if err != nil {
 		return version, err
@@ -235,7 +248,11 @@ func (c *Client) addChecked(ctx context.Context, backend string, srv model.Serve
 		return version, nil
 	}
 	path := "/configuration/backends/" + url.PathEscape(backend) + "/servers/" + url.PathEscape(srv.Name)
-	r, err = c.versioned(ctx, http.MethodPut, path, version, serverModel(srv, body), out)
+	inService, err := serverModel(srv, body)
+	if err != nil {
+		return version, err
+	}
+	r, err = c.versioned(ctx, http.MethodPut, path, version, inService, out)
 	if err != nil {
 		return version, err
 	}
@@ -279,11 +296,17 @@ func (c *Client) transaction(ctx context.Context, version int64, p plan.Plan, ch
 		var err error
 		switch ch.Action {
 		case plan.Add:
-			_, err = c.do(ctx, http.MethodPost, "/configuration/backends/"+url.PathEscape(p.Backend)+"/servers", in, serverModel(*ch.New, nil), nil)
+			var body *models.Server
+			if body, err = serverModel(*ch.New, nil); err == nil {
+				_, err = c.do(ctx, http.MethodPost, "/configuration/backends/"+url.PathEscape(p.Backend)+"/servers", in, body, nil)
+			}
 		case plan.Delete:
 			_, err = c.do(ctx, http.MethodDelete, serverPath(ch.Name), in, nil, nil)
 		default:
-			_, err = c.do(ctx, http.MethodPut, serverPath(ch.Name), in, serverModel(*ch.New, ch.Old.Source), nil)
+			var body *models.Server
+			if body, err = serverModel(*ch.New, ch.Old.Source); err == nil {
+				_, err = c.do(ctx, http.MethodPut, serverPath(ch.Name), in, body, nil)
+			}
 		}
 		if err != nil {
 			return out, fmt.Errorf("%s server %s/%s: %w", ch.Action, p.Backend, ch.Name, err)

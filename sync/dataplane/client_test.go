@@ -2,6 +2,7 @@ package dataplane_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -176,7 +177,10 @@ func TestUnmanagedServerFieldsAreKept(t *testing.T) {
 	// An operator adds "ssl" by hand (a reload, as the real API would do).
 	ctx := context.Background()
 	cur, _ := c.Read(ctx, "be")
-	s := *cur.Servers[0].Source.(*models.Server)
+	var s models.Server
+	if err := json.Unmarshal(mustJSON(t, cur.Servers[0].Source), &s); err != nil {
+		t.Fatal(err)
+	}
 	s.Ssl = "enabled"
 	api.AddBackend(api.Backend("be"), s)
 
@@ -187,6 +191,16 @@ func TestUnmanagedServerFieldsAreKept(t *testing.T) {
 	if got := api.Servers("be")[0]; got.Ssl != "enabled" || got.Address != "127.0.1.7" {
 		t.Errorf("server = ssl %q address %q", got.Ssl, got.Address)
 	}
+}
+
+// mustJSON returns the JSON a driver kept as a server's Source.
+func mustJSON(t *testing.T, source any) []byte {
+	t.Helper()
+	b, err := json.Marshal(source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func TestConflictIsTemporary(t *testing.T) {

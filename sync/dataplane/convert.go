@@ -1,6 +1,8 @@
 package dataplane
 
 import (
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/haproxytech/client-native/v6/models"
@@ -34,11 +36,38 @@ func applySettings(be *models.Backend, s model.Settings) {
 	}
 }
 
+// managedFields are the fields of a server this service reads: decoding them
+// alone is several times faster than client-native's whole-model decoder,
+// which matters for a no-op reconcile over a thousand servers.
+type managedFields struct {
+	Name        string `json:"name"`
+	Address     string `json:"address"`
+	Port        *int64 `json:"port"`
+	Weight      *int64 `json:"weight"`
+	Maintenance string `json:"maintenance"`
+	Check       string `json:"check"`
+	Inter       *int64 `json:"inter"`
+	Rise        *int64 `json:"rise"`
+	Fall        *int64 `json:"fall"`
+	SendProxyV2 string `json:"send-proxy-v2"`
+}
+
+// rawServer is a server's JSON as the API returned it: the Source of a
+// model.Server, decoded into client-native's model only when written.
+type rawServer json.RawMessage
+
+// MarshalJSON returns the server's JSON as the API returned it.
+func (r rawServer) MarshalJSON() ([]byte, error) { return r, nil }
+
 // serverOf reads a server. In haproxy.cfg, drain is weight 0 (the runtime
 // "drain" state is not persisted), and a server whose checks are not enabled
 // gets a zero Check so that the planner rewrites it.
-func serverOf(s *models.Server) model.Server {
-	out := model.Server{Name: s.Name, Address: s.Address, Weight: 1, State: model.Ready, Source: s}
+func serverOf(raw json.RawMessage) (model.Server, error) {
+	var s managedFields
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return model.Server{}, err
+	}
+	out := model.Server{Name: s.Name, Address: s.Address, Weight: 1, State: model.Ready, Source: rawServer(raw)}
 	if s.Port != nil {
 		out.Port = int(*s.Port)
 	}
@@ -59,16 +88,23 @@ func serverOf(s *models.Server) model.Server {
 			SendProxyV2: s.SendProxyV2 == enabled,
 		}
 	}
-	return out
+	return out, nil
 }
 
-// serverModel writes srv over a copy of the server as read (source may be nil),
-// so fields this service does not manage are kept.
-func serverModel(srv model.Server, source any) *models.Server {
+// serverModel writes srv over a copy of the server as read (source may be nil,
+// raw JSON from Read, or a model), so fields this service does not manage are kept.
+func serverModel(srv model.Server, source any) (*models.Server, error) {
 	m := &models.Server{}
-	if old, ok := source.(*models.Server); ok && old != nil {
-		cp := *old
-		m = &cp
+	switch old := source.(type) {
+	case rawServer:
+		if err := m.UnmarshalJSON(old); err != nil {
+			return nil, fmt.Errorf("decode server %s as read: %w", srv.Name, err)
+		}
+	case *models.Server:
+		if old != nil {
+			cp := *old
+			m = &cp
+		}
 	}
 	m.Name = srv.Name
 	m.Address = srv.Address
@@ -96,7 +132,7 @@ func serverModel(srv model.Server, source any) *models.Server {
 		m.SendProxyV2 = ""
 		m.CheckSendProxy = ""
 	}
-	return m
+	return m, nil
 }
 
 func ptr[T any](v T) *T { return &v }
