@@ -138,11 +138,12 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 	}
 	log.Info("configured", "config", cfg.String())
 	return &reconcile.Reconciler{
-		Source:  m.WrapSource(source),
-		Options: opts,
-		Targets: targets,
-		Timeout: cfg.ReconcileTimeout,
-		Log:     log,
+		Source:       m.WrapSource(source),
+		Options:      opts,
+		Targets:      targets,
+		Timeout:      cfg.ReconcileTimeout,
+		GuardPercent: cfg.DeleteGuard,
+		Log:          log,
 	}, nil
 }
 

@@ -86,8 +86,13 @@ func TestReconcileFailureExitsOneWithJSON(t *testing.T) {
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Fatalf("err = %v", err)
 	}
-	var res struct{ Status, Error string }
-	if json.Unmarshal(out, &res) != nil || res.Status != "error" || !strings.Contains(res.Error, "kubernetes") {
+	var res struct {
+		Status, Error string
+		Targets       []struct{ Error string }
+	}
+	// HAProxy is read first and never answers: the target's error says so.
+	if json.Unmarshal(out, &res) != nil || res.Status != "error" || len(res.Targets) != 1 ||
+		!strings.Contains(res.Targets[0].Error, "connection refused") {
 		t.Errorf("stdout = %q", out)
 	}
 }

@@ -40,6 +40,7 @@ type Config struct {
 	CheckFall   int           `envconfig:"HAPROXY_CHECK_FALL" default:"2"`
 	Weight      string        `envconfig:"HAPROXY_WEIGHT" default:"equal"`
 	DeleteBatch int           `envconfig:"HAPROXY_DELETE_BATCH" default:"10"`
+	DeleteGuard int           `envconfig:"HAPROXY_DELETE_GUARD_PERCENT" default:"100"`
 
 	WebhookToken     string        `envconfig:"WEBHOOK_TOKEN"`
 	ResyncPeriod     time.Duration `envconfig:"RESYNC_PERIOD" default:"0"`
@@ -151,6 +152,9 @@ func (c *Config) validate() error {
 	}
 	if c.DeleteBatch < 1 {
 		return bad("HAPROXY_DELETE_BATCH", "%d is below 1", c.DeleteBatch)
+	}
+	if c.DeleteGuard < 0 || c.DeleteGuard > 100 {
+		return bad("HAPROXY_DELETE_GUARD_PERCENT", "%d is not a percentage (0 to 100)", c.DeleteGuard)
 	}
 	if c.Weight != "equal" && c.Weight != "endpoints" {
 		return bad("HAPROXY_WEIGHT", "%q is not equal or endpoints", c.Weight)

@@ -28,6 +28,7 @@ type Metrics struct {
 	kubeRequests    *prometheus.CounterVec
 	haproxyRequests *prometheus.CounterVec
 	ignored         prometheus.Counter
+	guarded         *prometheus.CounterVec
 	lastSuccess     prometheus.Gauge
 }
 
@@ -50,6 +51,8 @@ func New(reg prometheus.Registerer, version string) *Metrics {
 			Help: "Reads and applies against HAProxy targets, by target, operation and result."}, []string{"target", "op", "result"}),
 		ignored: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "events_ignored_total",
 			Help: "Events skipped because they concern another object."}),
+		guarded: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "deletion_guard_holds_total",
+			Help: "Backend syncs where the mass-deletion guard parked servers instead of deleting them, by target and backend."}, []string{"target", "backend"}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "last_success_timestamp_seconds",
 			Help: "Unix time of the last successful reconcile (not dry run)."}),
 	}
@@ -57,7 +60,7 @@ func New(reg prometheus.Registerer, version string) *Metrics {
 		Help: "Build information; always 1."}, []string{"version"})
 	build.WithLabelValues(version).Set(1)
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
-		m.haproxyRequests, m.ignored, m.lastSuccess, build)
+		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, build)
 	return m
 }
 
@@ -95,6 +98,9 @@ func (o observed) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result,
 		}
 		if t.Reload {
 			o.m.reloads.Inc()
+		}
+		if len(t.Guarded) > 0 && !dryRun {
+			o.m.guarded.WithLabelValues(t.Target, t.Backend).Inc()
 		}
 	}
 	if err == nil && !dryRun {

@@ -10,7 +10,9 @@
 // endpoints, or every endpoint skipped) nothing is deleted; every current server
 // is put in maintenance instead, so an empty read can never wipe a backend.
 // Under a Policy with DeleteBatch > 1, unwanted servers are parked in
-// maintenance and deleted together once the batch is full.
+// maintenance and deleted together once the batch is full. Under a Policy
+// with GuardPercent, a plan that would remove that share of the backend's
+// servers or more only parks them (the mass-deletion guard).
 package plan
 
 import (
@@ -52,6 +54,9 @@ type Plan struct {
 	Revision int64
 	Settings *SettingsChange
 	Changes  []Change
+	// Guarded lists the servers the mass-deletion guard parked instead of
+	// deleting, sorted; empty when the guard did not hold.
+	Guarded []string
 }
 
 // HasChanges reports whether applying the plan would change anything.
@@ -78,6 +83,12 @@ type Policy struct {
 	// reload HAProxy through the Data Plane API, cost one reload per batch.
 	// At most DeleteBatch-1 servers stay parked. 0 or 1 deletes at once.
 	DeleteBatch int
+	// GuardPercent, when above 0, is the mass-deletion guard: when the
+	// servers no endpoint asks for are this percentage of the backend's
+	// servers or more, they are parked in maintenance and none is deleted.
+	// 100 holds only when every server would go; 0 turns the guard off.
+	// Parking is undone by one runtime write; a deletion is not.
+	GuardPercent int
 }
 
 // Calculate returns the plan that turns current into desired, deleting
@@ -122,9 +133,15 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 			unwanted = append(unwanted, &current.Servers[i])
 		}
 	}
-	// Delete when allowed (some server is desired) and the batch is full.
-	deleteNow := len(desired.Servers) > 0 && len(unwanted) >= max(pol.DeleteBatch, 1)
+	guarded := pol.GuardPercent > 0 && len(unwanted) > 0 &&
+		len(unwanted)*100 >= pol.GuardPercent*len(current.Servers)
+	// Delete when allowed (some server is desired, the guard does not hold)
+	// and the batch is full.
+	deleteNow := len(desired.Servers) > 0 && !guarded && len(unwanted) >= max(pol.DeleteBatch, 1)
 	for _, old := range unwanted {
+		if guarded && len(desired.Servers) > 0 {
+			p.Guarded = append(p.Guarded, old.Name)
+		}
 		switch {
 		case deleteNow:
 			p.Changes = append(p.Changes, Change{Action: Delete, Name: old.Name, Old: old})
@@ -136,6 +153,7 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 	}
 
 	sort.Slice(p.Changes, func(i, j int) bool { return p.Changes[i].Name < p.Changes[j].Name })
+	sort.Strings(p.Guarded)
 	return p
 }
 

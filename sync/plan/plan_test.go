@@ -183,3 +183,55 @@ func TestCalculateWithDeleteBatch(t *testing.T) {
 		})
 	}
 }
+
+func TestCalculateWithDeletionGuard(t *testing.T) {
+	a, b, c := srv("a", "10.0.0.1", 80, model.Ready), srv("b", "10.0.0.2", 80, model.Ready), srv("c", "10.0.0.3", 80, model.Ready)
+	n1, n2 := srv("n1", "10.0.1.1", 80, model.Ready), srv("n2", "10.0.1.2", 80, model.Ready)
+	tests := []struct {
+		name        string
+		current     model.Backend
+		desired     model.Backend
+		guard       int
+		want        map[Action][]string
+		wantGuarded []string
+	}{
+		{name: "every server replaced at once: old ones parked, not deleted",
+			current: be(a, b), desired: be(n1, n2), guard: 100,
+			want:        map[Action][]string{Add: {"n1", "n2"}, Maint: {"a", "b"}},
+			wantGuarded: []string{"a", "b"}},
+		{name: "next reconcile: the parked half is below 100%, deleted",
+			current: be(srv("a", "10.0.0.1", 80, model.Maint), srv("b", "10.0.0.2", 80, model.Maint), n1, n2), desired: be(n1, n2), guard: 100,
+			want: map[Action][]string{Delete: {"a", "b"}}},
+		{name: "one of three goes: below the guard",
+			current: be(a, b, c), desired: be(a, b), guard: 50,
+			want: map[Action][]string{Delete: {"c"}}},
+		{name: "two of three go: above 50%, parked",
+			current: be(a, b, c), desired: be(a), guard: 50,
+			want:        map[Action][]string{Maint: {"b", "c"}},
+			wantGuarded: []string{"b", "c"}},
+		{name: "exactly the share holds",
+			current: be(a, b), desired: be(a), guard: 50,
+			want:        map[Action][]string{Maint: {"b"}},
+			wantGuarded: []string{"b"}},
+		{name: "guard off deletes everything asked",
+			current: be(a, b), desired: be(n1), guard: 0,
+			want: map[Action][]string{Add: {"n1"}, Delete: {"a", "b"}}},
+		{name: "zero endpoints: the safety rule, not the guard, parks",
+			current: be(a, b), desired: be(), guard: 100,
+			want: map[Action][]string{Maint: {"a", "b"}}},
+		{name: "nothing unwanted: guard silent",
+			current: be(a), desired: be(a, b), guard: 100,
+			want: map[Action][]string{Add: {"b"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := CalculateWith(tt.current, tt.desired, Policy{GuardPercent: tt.guard})
+			if got := summary(p); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("changes = %v, want %v", got, tt.want)
+			}
+			if !reflect.DeepEqual(p.Guarded, tt.wantGuarded) {
+				t.Errorf("guarded = %v, want %v", p.Guarded, tt.wantGuarded)
+			}
+		})
+	}
+}

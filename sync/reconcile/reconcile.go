@@ -1,14 +1,19 @@
 // Package reconcile runs one full reconcile, the only place where the
 // Kubernetes source, the planner and the HAProxy drivers meet:
 //
-//  1. read the Service, its EndpointSlices and Nodes once; on any error stop
-//     and change nothing;
-//  2. compute the desired backends (pure);
-//  3. for every HAProxy target in parallel, and every backend in turn: read the
-//     current servers, plan, apply;
+//  1. for every HAProxy target in parallel, and every backend in turn, read
+//     the current servers;
+//  2. then read the Service, its EndpointSlices and Nodes (one read shared
+//     by the targets whose HAProxy read ended before it started); on any
+//     error stop and change nothing;
+//  3. compute the desired backends and the plan (pure), apply it with the
+//     version of step 1's read;
 //  4. on a temporary failure (network, 429, 5xx, version conflict) wait with
-//     exponential backoff and jitter and start again from step 3's read, never
+//     exponential backoff and jitter and start again from step 1, never
 //     replaying an old plan; all within the reconcile timeout.
+//
+// Reading HAProxy before Kubernetes is what makes replicas safe together;
+// see freshReader.
 package reconcile
 
 import (
@@ -53,7 +58,9 @@ type Reconciler struct {
 	// Backoff returns a fresh backoff per target and backend; nil means the
 	// default (exponential from 50ms, capped at 2s, 20% jitter).
 	Backoff func() retry.Backoff
-	Log     *slog.Logger
+	// GuardPercent is the mass-deletion guard (plan.Policy.GuardPercent).
+	GuardPercent int
+	Log          *slog.Logger
 }
 
 // Status values of a Result.
@@ -85,8 +92,12 @@ type TargetResult struct {
 	Reload   bool     `json:"reload"`
 	Attempts int      `json:"attempts"`
 	Error    string   `json:"error"`
+	// Guarded lists servers the mass-deletion guard parked instead of
+	// deleting; they are also in Maint when this reconcile parked them.
+	Guarded []string `json:"guarded,omitempty"`
 
 	changed bool
+	kubeErr error
 }
 
 // ErrTargets means at least one HAProxy target failed; Result says which.
@@ -110,20 +121,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, dryRun bool) (Result, error)
 
 func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error) {
 	res := Result{Targets: []TargetResult{}}
-	in, err := r.Source.Read(ctx)
-	if err != nil {
-		return res, fmt.Errorf("read kubernetes: %w", err)
-	}
-	backends, warnings, err := desired.Compute(in, r.Options)
-	if err != nil {
-		return res, fmt.Errorf("desired state: %w", err)
-	}
-	for _, w := range warnings {
-		r.log().Warn("endpoint skipped", "reason", w)
-	}
-	for _, b := range backends {
-		res.Desired += len(b.Servers)
-	}
+	kube := &freshReader{src: r.Source, opts: r.Options, warn: func(ws []string) {
+		for _, w := range ws {
+			r.log().Warn("endpoint skipped", "reason", w)
+		}
+	}}
 
 	results := make([][]TargetResult, len(r.Targets))
 	var wg sync.WaitGroup
@@ -131,27 +133,40 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for _, b := range backends {
-				results[i] = append(results[i], r.syncBackend(ctx, t, b, dryRun))
+			for _, pb := range r.Options.Backends {
+				tr, err := r.syncBackend(ctx, t, pb.Backend, kube, dryRun)
+				results[i] = append(results[i], tr)
+				if errors.As(err, new(*kubeError)) {
+					return // the same read would fail for every backend
+				}
 			}
 		}()
 	}
 	wg.Wait()
+	res.Desired = kube.desiredCount()
 
 	res.Status = StatusUnchanged
 	if dryRun {
 		res.Status = StatusPlanned
 	}
 	failed := 0
+	var kubeErr error
 	for _, tr := range results {
 		for _, t := range tr {
 			res.Targets = append(res.Targets, t)
-			if t.Error != "" {
+			switch {
+			case t.kubeErr != nil:
+				kubeErr = t.kubeErr
 				failed++
-			} else if t.changed && !dryRun {
+			case t.Error != "":
+				failed++
+			case t.changed && !dryRun:
 				res.Status = StatusApplied
 			}
 		}
+	}
+	if kubeErr != nil {
+		return res, kubeErr
 	}
 	if failed > 0 {
 		return res, fmt.Errorf("%w: %d of %d", ErrTargets, failed, len(res.Targets))
@@ -160,39 +175,72 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 }
 
 // syncBackend reads, plans and applies one backend on one target, retrying
-// temporary failures from a fresh read.
-func (r *Reconciler) syncBackend(ctx context.Context, t Driver, want model.Backend, dryRun bool) TargetResult {
-	tr := TargetResult{Target: t.Name(), Backend: want.Name}
-	backoff := r.backoff()
-	err := retry.Do(ctx, backoff, func(ctx context.Context) error {
+// temporary failures from a fresh read of both sides.
+func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, kube *freshReader, dryRun bool) (TargetResult, error) {
+	tr := TargetResult{Target: t.Name(), Backend: backend,
+		Add: []string{}, Update: []string{}, Drain: []string{}, Maint: []string{}, Delete: []string{}}
+	pol := t.Policy()
+	var last error // the newest failure, for when the deadline ends the retries
+	pol.GuardPercent = r.GuardPercent
+	err := retry.Do(ctx, r.backoff(), func(ctx context.Context) error {
 		tr.Attempts++
-		cur, err := t.Read(ctx, want.Name)
+		cur, err := t.Read(ctx, backend)
 		if err != nil {
+			last = err
 			return retryable(err)
 		}
-		p := plan.CalculateWith(cur, want, t.Policy())
+		backends, err := kube.after(ctx, time.Now())
+		if err != nil {
+			return err
+		}
+		want, ok := find(backends, backend)
+		if !ok {
+			return fmt.Errorf("desired state has no backend %q", backend)
+		}
+		p := plan.CalculateWith(cur, want, pol)
 		tr.fill(p)
+		if len(p.Guarded) > 0 {
+			r.log().Warn("mass-deletion guard: servers parked, not deleted", "target", tr.Target, "backend", backend,
+				"servers", len(cur.Servers), "unwanted", len(p.Guarded), "guardPercent", pol.GuardPercent)
+		}
 		if dryRun || !p.HasChanges() {
 			return nil
 		}
 		applied, err := t.Apply(ctx, p)
 		tr.Reload = tr.Reload || applied.Reload
 		if err != nil {
-			r.log().Warn("apply failed", "target", tr.Target, "backend", want.Name, "attempt", tr.Attempts, "error", err)
+			r.log().Warn("apply failed", "target", tr.Target, "backend", backend, "attempt", tr.Attempts, "error", err)
+			last = err
 			return retryable(err)
 		}
 		return nil
 	})
 	if err != nil {
 		tr.Error = err.Error()
+		if ctx.Err() != nil && last != nil && !errors.Is(last, ctx.Err()) {
+			tr.Error = fmt.Sprintf("%v after %d attempts; last error: %v", err, tr.Attempts, last)
+		}
+		if errors.As(err, new(*kubeError)) {
+			tr.kubeErr = err
+		}
 	}
-	return tr
+	return tr, err
+}
+
+func find(backends []model.Backend, name string) (model.Backend, bool) {
+	for _, b := range backends {
+		if b.Name == name {
+			return b, true
+		}
+	}
+	return model.Backend{}, false
 }
 
 func (tr *TargetResult) fill(p plan.Plan) {
 	tr.Add, tr.Update, tr.Drain = p.Names(plan.Add), p.Names(plan.Update), p.Names(plan.Drain)
 	tr.Maint, tr.Delete = p.Names(plan.Maint), p.Names(plan.Delete)
 	tr.changed = p.HasChanges()
+	tr.Guarded = p.Guarded
 	if p.Settings != nil {
 		tr.Update = append(tr.Update, "backend:"+p.Backend)
 	}

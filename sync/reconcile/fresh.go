@@ -1,0 +1,99 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+)
+
+// kubeRead is one read of Kubernetes and the desired backends computed from it.
+type kubeRead struct {
+	started  time.Time
+	done     chan struct{}
+	backends []model.Backend
+	err      error
+}
+
+// freshReader shares Kubernetes reads between the targets of one reconcile,
+// but only reads that started after the caller's HAProxy read ended.
+//
+// That order is what keeps replicas from undoing each other's work: a write
+// to the Data Plane API carries the version of the HAProxy read, so it lands
+// only if nobody wrote since; and as the Kubernetes read came after that
+// HAProxy read, it is at least as new as whatever the last writer had read.
+// A replica holding an older view gets a conflict, never the last word.
+type freshReader struct {
+	src  Source
+	opts desired.Options
+	// warn receives each read's warnings (endpoints skipped).
+	warn func([]string)
+
+	mu   sync.Mutex
+	last *kubeRead
+	good int // desired servers of the newest good read
+}
+
+// after returns desired backends from a Kubernetes read that started at or
+// after t.
+func (f *freshReader) after(ctx context.Context, t time.Time) ([]model.Backend, error) {
+	f.mu.Lock()
+	r := f.last
+	if r == nil || r.started.Before(t) {
+		r = &kubeRead{started: time.Now(), done: make(chan struct{})}
+		f.last = r
+		f.mu.Unlock()
+		r.backends, r.err = f.read(ctx)
+		close(r.done)
+		if r.err == nil {
+			f.mu.Lock()
+			if f.last == r {
+				f.good = 0
+				for _, b := range r.backends {
+					f.good += len(b.Servers)
+				}
+			}
+			f.mu.Unlock()
+		}
+		return r.backends, r.err
+	}
+	f.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.backends, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (f *freshReader) read(ctx context.Context) ([]model.Backend, error) {
+	in, err := f.src.Read(ctx)
+	if err != nil {
+		return nil, &kubeError{fmt.Errorf("read kubernetes: %w", err)}
+	}
+	backends, warnings, err := desired.Compute(in, f.opts)
+	if err != nil {
+		return nil, &kubeError{fmt.Errorf("desired state: %w", err)}
+	}
+	if f.warn != nil {
+		f.warn(warnings)
+	}
+	return backends, nil
+}
+
+// desiredCount is the number of desired servers of the newest good read.
+func (f *freshReader) desiredCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.good
+}
+
+// kubeError is a failed Kubernetes read or an unusable answer: the reconcile
+// stops for every target and nothing is written.
+type kubeError struct{ err error }
+
+func (e *kubeError) Error() string { return e.err.Error() }
+func (e *kubeError) Unwrap() error { return e.err }
