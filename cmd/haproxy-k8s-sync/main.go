@@ -110,7 +110,9 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 	if err != nil {
 		return nil, err
 	}
-	hc, err := dataplane.NewHTTPClient(cfg.DataplaneCAFile, 10*time.Second)
+	// One request may take a third of the reconcile at most, so that a hung
+	// answer leaves time for retries.
+	hc, err := dataplane.NewHTTPClient(cfg.DataplaneCAFile, min(10*time.Second, cfg.ReconcileTimeout/3))
 	if err != nil {
 		return nil, fmt.Errorf("HAPROXY_DATAPLANE_CA_FILE: %w", err)
 	}

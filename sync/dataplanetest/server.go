@@ -90,6 +90,8 @@ type Server struct {
 	requests   []Request
 	violations []string
 	intercept  func(w http.ResponseWriter, r *http.Request) bool
+	fault      *faultState
+	closing    chan struct{} // closed at the end of the test: hung requests end
 	check      func(Config) error
 	mirror     *mirror
 	// validated caches the verdict for identical responses: the spec check
@@ -135,7 +137,7 @@ func New(t testing.TB, opts Options) *Server {
 	if opts.MaxTransactions == 0 {
 		opts.MaxTransactions = 20
 	}
-	s := &Server{spec: sp, opts: opts, version: 1, cfg: Config{}, txns: map[string]*txn{}}
+	s := &Server{spec: sp, opts: opts, version: 1, cfg: Config{}, txns: map[string]*txn{}, closing: make(chan struct{})}
 	if opts.RuntimeSocket != "" {
 		s.mirror = &mirror{sock: runtimeapi.Socket{Network: "unix", Address: opts.RuntimeSocket}}
 	}
@@ -146,6 +148,7 @@ func New(t testing.TB, opts Options) *Server {
 	}
 	s.URL = s.http.URL
 	t.Cleanup(func() {
+		close(s.closing)
 		s.http.Close()
 		if v := s.Violations(); len(v) > 0 && !opts.AllowViolations {
 			t.Errorf("Data Plane API spec violations:\n%s", strings.Join(v, "\n"))
@@ -254,6 +257,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Auth: r.Header.Get("Authorization")})
 	intercept := s.intercept
 	s.mu.Unlock()
+	if s.injectFault(w, r) {
+		return
+	}
 	if intercept != nil && intercept(w, r) {
 		return
 	}

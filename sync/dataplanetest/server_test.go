@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/haproxytech/client-native/v6/models"
 )
@@ -156,4 +157,42 @@ func TestTransactionLimitAndOutdated(t *testing.T) {
 	if s.OpenTransactions() != 18 {
 		t.Errorf("open = %d", s.OpenTransactions())
 	}
+}
+
+func TestFaultSkipTimesAndWrites(t *testing.T) {
+	s := newServer(t, false)
+	s.InjectFault(Fault{Writes: true, Skip: 1, Times: 2, Status: 503, RetryAfter: "2"})
+	v := func() string {
+		return string(do(t, s, call{method: "GET", path: "/configuration/version", status: 200}))
+	}
+	put := func(status int) {
+		t.Helper()
+		do(t, s, call{method: "PUT", path: servers + "/s1?version=" + strings.TrimSpace(v()),
+			body: `{"name":"s1","address":"127.0.0.2","port":80,"check":"enabled"}`, status: status})
+	}
+	put(200) // skipped: handled normally, reads are never faulted
+	put(503)
+	put(503)
+	put(200) // Times reached
+	if s.FaultsHit() != 2 {
+		t.Errorf("faults hit = %d, want 2", s.FaultsHit())
+	}
+	if s.Writes() != 2 {
+		t.Errorf("writes = %d: a faulted request must change nothing", s.Writes())
+	}
+}
+
+func TestFaultDropAndHang(t *testing.T) {
+	s := newServer(t, false)
+	s.InjectFault(Fault{Drop: true})
+	if _, err := http.Get(s.URL + "/v3/services/haproxy/configuration/version"); err == nil {
+		t.Error("dropped request got an answer")
+	}
+	s.InjectFault(Fault{Hang: true})
+	c := &http.Client{Timeout: 50 * time.Millisecond}
+	if _, err := c.Get(s.URL + "/v3/services/haproxy/configuration/version"); err == nil {
+		t.Error("hung request got an answer")
+	}
+	s.ClearFault()
+	do(t, s, call{method: "GET", path: "/configuration/version", status: 200})
 }

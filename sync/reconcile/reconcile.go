@@ -186,7 +186,9 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		tr.Attempts++
 		cur, err := t.Read(ctx, backend)
 		if err != nil {
-			last = err
+			if ctx.Err() == nil {
+				last = err
+			}
 			return retryable(err)
 		}
 		backends, err := kube.after(ctx, time.Now())
@@ -210,14 +212,16 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		tr.Reload = tr.Reload || applied.Reload
 		if err != nil {
 			r.log().Warn("apply failed", "target", tr.Target, "backend", backend, "attempt", tr.Attempts, "error", err)
-			last = err
+			if ctx.Err() == nil {
+				last = err
+			}
 			return retryable(err)
 		}
 		return nil
 	})
 	if err != nil {
 		tr.Error = err.Error()
-		if ctx.Err() != nil && last != nil && !errors.Is(last, ctx.Err()) {
+		if ctx.Err() != nil && last != nil {
 			tr.Error = fmt.Sprintf("%v after %d attempts; last error: %v", err, tr.Attempts, last)
 		}
 		if errors.As(err, new(*kubeError)) {

@@ -4,6 +4,7 @@ package desiredtest
 
 import (
 	"context"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -40,4 +41,56 @@ func PodCluster(namespace, service string, ips ...string) desired.Input {
 		},
 		Slices: []discoveryv1.EndpointSlice{sl},
 	}
+}
+
+// Live is a Source whose answer can change while reconciles run; safe for
+// concurrent use.
+type Live struct {
+	mu  sync.Mutex
+	in  desired.Input
+	err error
+}
+
+// NewLive returns a Live source answering in.
+func NewLive(in desired.Input) *Live { return &Live{in: in} }
+
+// Set changes the answer of later reads.
+func (l *Live) Set(in desired.Input) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.in, l.err = in, nil
+}
+
+// SetErr makes later reads fail with err.
+func (l *Live) SetErr(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.err = err
+}
+
+// Read returns the current answer.
+func (l *Live) Read(context.Context) (desired.Input, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.in, l.err
+}
+
+// Terminating returns in with the endpoints at ips serving and terminating
+// (their servers drain). The slices are copied; in is not changed.
+func Terminating(in desired.Input, ips ...string) desired.Input {
+	yes, no := true, false
+	slices := make([]discoveryv1.EndpointSlice, len(in.Slices))
+	for i, sl := range in.Slices {
+		sl.Endpoints = append([]discoveryv1.Endpoint(nil), sl.Endpoints...)
+		for j := range sl.Endpoints {
+			for _, ip := range ips {
+				if len(sl.Endpoints[j].Addresses) > 0 && sl.Endpoints[j].Addresses[0] == ip {
+					sl.Endpoints[j].Conditions = discoveryv1.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes}
+				}
+			}
+		}
+		slices[i] = sl
+	}
+	in.Slices = slices
+	return in
 }
