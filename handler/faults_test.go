@@ -25,6 +25,11 @@ import (
 // instance is one running copy of the service (a replica) over a test API.
 func instance(t *testing.T, src reconcile.Source, apiURLs ...string) *httptest.Server {
 	t.Helper()
+	return instanceWith(t, src, time.Second, apiURLs...)
+}
+
+func instanceWith(t *testing.T, src reconcile.Source, timeout time.Duration, apiURLs ...string) *httptest.Server {
+	t.Helper()
 	var targets []reconcile.Driver
 	for _, raw := range apiURLs {
 		u, _ := url.Parse(raw)
@@ -37,7 +42,7 @@ func instance(t *testing.T, src reconcile.Source, apiURLs ...string) *httptest.S
 		Options: desired.Options{Mode: desired.PodMode, Backends: []desired.PortBackend{{Backend: "be"}},
 			Settings: model.Settings{Balance: "roundrobin", TCPCheck: true}, Check: model.Check{Inter: time.Second, Rise: 1, Fall: 1}},
 		Targets:      targets,
-		Timeout:      time.Second,
+		Timeout:      timeout,
 		GuardPercent: 100,
 		Backoff: func() retry.Backoff {
 			return retry.WithJitterPercent(50, retry.WithCappedDuration(80*time.Millisecond, retry.NewExponential(5*time.Millisecond)))
