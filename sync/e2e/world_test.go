@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +36,23 @@ type world struct {
 	ctx context.Context
 	h   *haproxytest.HAProxy
 	url string
+	src *switchSource
+}
+
+// switchSource is the world's Kubernetes source; a test may swap it for one
+// that fails, to see what the service does when Kubernetes does.
+type switchSource struct {
+	mu  sync.Mutex
+	src reconcile.Source
+}
+
+func (s *switchSource) set(src reconcile.Source) { s.mu.Lock(); defer s.mu.Unlock(); s.src = src }
+
+func (s *switchSource) Read(ctx context.Context) (desired.Input, error) {
+	s.mu.Lock()
+	src := s.src
+	s.mu.Unlock()
+	return src.Read(ctx)
 }
 
 // driverFor makes the HAProxy driver of a world; nil means the runtime driver.
@@ -66,8 +84,9 @@ func newWorld(t *testing.T, service string, mode desired.Mode, backends []desire
 		}
 		drv = rt
 	}
+	w.src = &switchSource{src: &kube.Source{Client: cluster.client, Namespace: w.ns, Service: service, Nodes: mode == desired.NodeMode}}
 	rec := &reconcile.Reconciler{
-		Source:  &kube.Source{Client: cluster.client, Namespace: w.ns, Service: service, Nodes: mode == desired.NodeMode},
+		Source:  w.src,
 		Options: opts,
 		Targets: []reconcile.Driver{drv},
 		Timeout: 5 * time.Second,
