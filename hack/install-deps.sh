@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the tests run for real: HAProxy 2.6 and etcd from Debian, iproute2
-# for the test network namespace, and a kube-apiserver built from source.
+# for the test network namespace, and kube-apiserver, kubectl and helm built from source.
 set -euo pipefail
 need=()
 command -v haproxy >/dev/null || need+=(haproxy)
@@ -11,4 +11,4 @@ if [ ${#need[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-"$(dirname "$0")/build-kube-apiserver.sh"
+"$(dirname "$0")/build-kube-tools.sh"

@@ -1,0 +1,80 @@
+{{/* Name of every object of the release. */}}
+{{- define "hks.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "hks.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "hks.selector" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "hks.ingressNamespace" -}}
+{{- default .Release.Namespace .Values.ingress.namespace -}}
+{{- end -}}
+
+{{- define "hks.secretName" -}}
+{{- default (include "hks.fullname" .) .Values.secret.existingSecret -}}
+{{- end -}}
+
+{{- define "hks.image" -}}
+{{- if or (not .Values.image.tag) (eq (toString .Values.image.tag) "latest") -}}
+{{- fail "image.tag must name a release, not be empty or latest" -}}
+{{- end -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- end -}}
+
+{{/* The container shared by the Deployment and the CronJob; arg: the command. */}}
+{{- define "hks.container" -}}
+image: {{ include "hks.image" .root }}
+imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+args: [{{ .command | quote }}]
+env:
+  - name: INGRESS_NAMESPACE
+    value: {{ include "hks.ingressNamespace" .root | quote }}
+envFrom:
+  - configMapRef:
+      name: {{ include "hks.fullname" .root }}
+  - secretRef:
+      name: {{ include "hks.secretName" .root }}
+      optional: {{ not (or .root.Values.secret.create .root.Values.secret.existingSecret) }}
+resources:
+  {{- toYaml .root.Values.resources | nindent 2 }}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities:
+    drop: ["ALL"]
+{{- with .root.Values.haproxy.caConfigMap }}
+volumeMounts:
+  - name: ca
+    mountPath: /etc/haproxy-k8s-sync/ca
+    readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "hks.podSecurityContext" -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  seccompProfile:
+    type: RuntimeDefault
+{{- with .Values.haproxy.caConfigMap }}
+volumes:
+  - name: ca
+    configMap:
+      name: {{ . }}
+{{- end }}
+{{- end -}}

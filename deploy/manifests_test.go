@@ -1,0 +1,386 @@
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
+)
+
+// The Knative releases whose CRDs the manifests are checked against (their
+// Go modules ship the CRD YAML; fetched through the module proxy).
+const (
+	knativeServing  = "knative.dev/serving@v0.46.0"
+	knativeEventing = "knative.dev/eventing@v0.46.0"
+)
+
+// api is the real kube-apiserver shared by the tests of this package.
+var api struct {
+	cfg        *rest.Config
+	client     kubernetes.Interface
+	kubeconfig string
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if os.Getenv("TEST_ASSET_KUBE_APISERVER") == "" {
+		os.Setenv("TEST_ASSET_KUBE_APISERVER", tool("kube-apiserver"))
+	}
+	if os.Getenv("TEST_ASSET_ETCD") == "" {
+		os.Setenv("TEST_ASSET_ETCD", "/usr/bin/etcd")
+	}
+	for _, p := range []string{os.Getenv("TEST_ASSET_KUBE_APISERVER"), os.Getenv("TEST_ASSET_ETCD"), tool("kubectl"), tool("helm")} {
+		if _, err := os.Stat(p); err != nil {
+			fmt.Fprintf(os.Stderr, "deploy: %v (run `make test`, which builds and installs it)\n", err)
+			return 1
+		}
+	}
+	env := &envtest.Environment{}
+	env.ControlPlane.GetAPIServer().Configure().Set("advertise-address", "127.0.0.1")
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deploy: start envtest:", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	admin, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deploy: admin user:", err)
+		return 1
+	}
+	kc, err := admin.KubeConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deploy: kubeconfig:", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "deploy-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	api.kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(api.kubeconfig, kc, 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	api.cfg = cfg
+	api.client = kubernetes.NewForConfigOrDie(cfg)
+	return m.Run()
+}
+
+// tool is a binary built into bin/ by hack/build-kube-tools.sh.
+func tool(name string) string {
+	root, _ := filepath.Abs("..")
+	return filepath.Join(root, "bin", name)
+}
+
+// kubectl runs bin/kubectl against the test API server as cluster admin.
+func kubectl(t *testing.T, stdin []byte, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(tool("kubectl"), append([]string{"--kubeconfig", api.kubeconfig}, args...)...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+	}
+	return string(out)
+}
+
+// helm renders the chart with the given extra arguments.
+func helm(t *testing.T, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(tool("helm"), append([]string{"template", "rel", "helm/haproxy-k8s-sync"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return out
+}
+
+// namespace creates a namespace for real (a dry run needs it to exist).
+func namespace(t *testing.T, name string) {
+	t.Helper()
+	_, err := api.client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// knativeCRDs installs the CRDs of the Knative kinds the manifests use.
+func knativeCRDs(t *testing.T) {
+	t.Helper()
+	var files []string
+	for mod, paths := range map[string][]string{
+		knativeServing:  {"config/core/300-resources/service.yaml"},
+		knativeEventing: {"config/core/resources/apiserversource.yaml", "config/core/resources/pingsource.yaml"},
+	} {
+		out, err := exec.Command("go", "mod", "download", "-json", mod).Output()
+		if err != nil {
+			t.Fatalf("go mod download %s: %v", mod, err)
+		}
+		var info struct{ Dir, Error string }
+		if err := json.Unmarshal(out, &info); err != nil || info.Dir == "" {
+			t.Fatalf("go mod download %s: %s %v", mod, info.Error, err)
+		}
+		for _, p := range paths {
+			files = append(files, "-f", filepath.Join(info.Dir, p))
+		}
+	}
+	kubectl(t, nil, append([]string{"apply", "--server-side"}, files...)...)
+	kubectl(t, nil, "wait", "--for=condition=Established", "--timeout=60s",
+		"crd/services.serving.knative.dev", "crd/apiserversources.sources.knative.dev", "crd/pingsources.sources.knative.dev")
+}
+
+// objects lists "Kind/name" of every document of a YAML stream.
+func objects(t *testing.T, yaml []byte) []string {
+	t.Helper()
+	out := kubectl(t, yaml, "apply", "--dry-run=client", "-o", "name", "-f", "-")
+	return strings.Fields(out)
+}
+
+// TestManifestsAcceptedByAPIServer applies every manifest, the kustomize
+// trees as built by kustomize and the Helm chart as rendered by helm, with
+// server-side dry-run against a real API server (Knative CRDs installed):
+// every object must be accepted.
+func TestManifestsAcceptedByAPIServer(t *testing.T) {
+	knativeCRDs(t)
+	for _, ns := range []string{"ingress-nginx", "edge", "sync-system"} {
+		namespace(t, ns)
+	}
+	kustomize := func(dir string) []byte { return []byte(kubectl(t, nil, "kustomize", dir)) }
+	file := func(p string) []byte {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	const (
+		sa, cm, svc, secret      = "serviceaccount", "configmap", "service", "secret"
+		role, rb                 = "role.rbac.authorization.k8s.io", "rolebinding.rbac.authorization.k8s.io"
+		crole, crb               = "clusterrole.rbac.authorization.k8s.io", "clusterrolebinding.rbac.authorization.k8s.io"
+		deploy, pdb, cron        = "deployment.apps", "poddisruptionbudget.policy", "cronjob.batch"
+		ksvc, apisource, pingsrc = "service.serving.knative.dev", "apiserversource.sources.knative.dev", "pingsource.sources.knative.dev"
+	)
+	cases := []struct {
+		name      string
+		namespace string // for objects without one; "" when all have one
+		yaml      []byte
+		wantKinds []string
+	}{
+		{"deploy/ (example overlay)", "ingress-nginx", kustomize("overlays/example"),
+			[]string{sa, role, rb, crole, crb, cm, deploy, pdb, svc, cron}},
+		{"deploy/secret.example.yaml", "ingress-nginx", file("secret.example.yaml"), []string{secret}},
+		{"knative/", "ingress-nginx", kustomize("../knative"),
+			[]string{sa, role, rb, crole, crb, cm, ksvc, apisource, pingsrc}},
+		{"helm, default values", "", helm(t, "-n", "ingress-nginx"),
+			[]string{sa, role, rb, crole, crb, cm, deploy, pdb, svc, cron}},
+		{"helm, other values", "", helm(t, "-n", "sync-system",
+			"--set", "ingress.namespace=edge", "--set", "ingress.serviceName=edge-lb",
+			"--set", "haproxy.dataplaneURL=https://lb-a:5555\\,https://lb-b:5555",
+			"--set", "haproxy.runtimeURL=tcp://lb-a:9999\\,tcp://lb-b:9999",
+			"--set", "haproxy.caConfigMap=haproxy-ca", "--set", "haproxy.targetAddress=pod",
+			"--set", "haproxy.backends=http=be_http\\,https=be_https", "--set", "haproxy.sendProxyV2=true",
+			"--set", "haproxy.deleteGuardPercent=50", "--set", "replicaCount=3",
+			"--set", "secret.create=true", "--set", "secret.dataplaneUsername=admin", "--set", "secret.dataplanePassword=pw",
+			"--set", "secret.webhookToken=tok", "--set", "cronJob.schedule=*/2 * * * *",
+			"--set", "nodeSelector.kubernetes\\.io/os=linux"),
+			[]string{secret, sa, role, rb, crole, crb, cm, deploy, pdb, svc, cron}},
+		{"helm, no CronJob nor PDB", "", helm(t, "-n", "ingress-nginx", "--set", "cronJob.enabled=false", "--set", "podDisruptionBudget.enabled=false"),
+			[]string{sa, role, rb, crole, crb, cm, deploy, svc}},
+	}
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			objs := objects(t, tt.yaml)
+			kinds := map[string]bool{}
+			for _, o := range objs {
+				kind, _, _ := strings.Cut(o, "/")
+				kinds[kind] = true
+			}
+			for _, k := range tt.wantKinds {
+				if !kinds[k] {
+					t.Errorf("no %s among %v", k, objs)
+				}
+			}
+			if len(kinds) != len(tt.wantKinds) {
+				t.Errorf("kinds %v, want exactly %v", objs, tt.wantKinds)
+			}
+			args := []string{"apply", "--server-side", "--dry-run=server", "--field-manager=deploy-test", "-f", "-"}
+			if tt.namespace != "" { // the chart names every object's namespace itself
+				args = append(args, "-n", tt.namespace)
+			}
+			out := kubectl(t, tt.yaml, args...)
+			for _, o := range objs {
+				if !strings.Contains(out, o+" serverside-applied (server dry run)") {
+					t.Errorf("%s not accepted:\n%s", o, out)
+				}
+			}
+		})
+	}
+}
+
+// TestRBACIsLeastPrivilege installs the RBAC of deploy/ and of the chart for
+// real, then acts as their ServiceAccounts: the sync's own read of the
+// Service, its EndpointSlices and the Nodes works; reading Secrets, listing
+// Pods, reading elsewhere and writing anything is forbidden.
+func TestRBACIsLeastPrivilege(t *testing.T) {
+	ctx := context.Background()
+	for _, ns := range []string{"rbac-kustomize", "rbac-edge", "rbac-sync", "kube-system"} {
+		namespace(t, ns)
+	}
+	// deploy/rbac through an overlay that sets the namespace, as users do.
+	overlay := t.TempDir()
+	rbacDir, _ := filepath.Abs("rbac")
+	rel, err := filepath.Rel(overlay, rbacDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte("namespace: rbac-kustomize\nresources:\n  - "+rel+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, nil, "apply", "-k", overlay)
+	kubectl(t, helm(t, "-n", "rbac-sync", "--set", "ingress.namespace=rbac-edge", "--show-only", "templates/rbac.yaml"),
+		"apply", "-f", "-")
+	kubectl(t, nil, "apply", "-n", "rbac-kustomize", "-f", "../knative/source-rbac.yaml")
+
+	cases := []struct {
+		name, watched, user string
+	}{
+		{"deploy/", "rbac-kustomize", "system:serviceaccount:rbac-kustomize:haproxy-k8s-sync"},
+		{"helm, Service in another namespace", "rbac-edge", "system:serviceaccount:rbac-sync:rel-haproxy-k8s-sync"},
+	}
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			cluster(t, tt.watched)
+			as := impersonate(t, tt.user)
+			src := &kube.Source{Client: as, Namespace: tt.watched, Service: "web", Nodes: true}
+			in, err := src.Read(ctx)
+			if err != nil {
+				t.Fatalf("the sync's read: %v", err)
+			}
+			if in.Service == nil || len(in.Slices) != 1 || len(in.Nodes) == 0 {
+				t.Fatalf("read %d slices %d nodes", len(in.Slices), len(in.Nodes))
+			}
+			forbidden(t, as, tt.watched)
+		})
+	}
+	t.Run("knative ApiServerSource", func(t *testing.T) {
+		as := impersonate(t, "system:serviceaccount:rbac-kustomize:haproxy-k8s-sync-source")
+		if _, err := as.DiscoveryV1().EndpointSlices("rbac-kustomize").List(ctx, metav1.ListOptions{}); err != nil {
+			t.Errorf("list endpointslices: %v", err)
+		}
+		w, err := as.DiscoveryV1().EndpointSlices("rbac-kustomize").Watch(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Errorf("watch endpointslices: %v", err)
+		} else {
+			w.Stop()
+		}
+		if _, err := as.CoreV1().Secrets("rbac-kustomize").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("list secrets: %v, want forbidden", err)
+		}
+	})
+}
+
+func impersonate(t *testing.T, user string) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(api.cfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// cluster creates, as admin, a Service "web" with one EndpointSlice in ns,
+// and a Node.
+func cluster(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	c := api.client
+	if _, err := c.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	port, name, node := int32(8080), "http", ns+"-node"
+	if _, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.1"}, NodeName: &node}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// forbidden checks that as can do nothing beyond the sync's reads.
+func forbidden(t *testing.T, as kubernetes.Interface, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	checks := map[string]func() error{
+		"get secrets":               func() error { _, err := as.CoreV1().Secrets(ns).Get(ctx, "any", metav1.GetOptions{}); return err },
+		"list secrets":              func() error { _, err := as.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); return err },
+		"list pods":                 func() error { _, err := as.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); return err },
+		"list pods, all namespaces": func() error { _, err := as.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); return err },
+		"list services":             func() error { _, err := as.CoreV1().Services(ns).List(ctx, metav1.ListOptions{}); return err },
+		"get a service elsewhere": func() error {
+			_, err := as.CoreV1().Services("kube-system").Get(ctx, "web", metav1.GetOptions{})
+			return err
+		},
+		"list endpointslices elsewhere": func() error {
+			_, err := as.DiscoveryV1().EndpointSlices("kube-system").List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"watch endpointslices": func() error {
+			w, err := as.DiscoveryV1().EndpointSlices(ns).Watch(ctx, metav1.ListOptions{})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		},
+		"delete the service": func() error { return as.CoreV1().Services(ns).Delete(ctx, "web", metav1.DeleteOptions{}) },
+		"delete an endpointslice": func() error {
+			return as.DiscoveryV1().EndpointSlices(ns).Delete(ctx, "web-1", metav1.DeleteOptions{})
+		},
+		"create a configmap": func() error {
+			_, err := as.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+			return err
+		},
+		"label a node": func() error {
+			_, err := as.CoreV1().Nodes().Patch(ctx, ns+"-node", "application/merge-patch+json", []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
+			return err
+		},
+		"delete a node": func() error { return as.CoreV1().Nodes().Delete(ctx, ns+"-node", metav1.DeleteOptions{}) },
+	}
+	for name, f := range checks {
+		if err := f(); !apierrors.IsForbidden(err) {
+			t.Errorf("%s: %v, want forbidden", name, err)
+		}
+	}
+}
