@@ -254,3 +254,35 @@ func TestScaleDownParksThenDeletesInBatches(t *testing.T) {
 		t.Errorf("%d servers left, want 1", got)
 	}
 }
+
+// TestDeletionGuardParksAndReports: every server replaced at once (e.g. a
+// wrong selector): the old ones are parked, not deleted, and the result says
+// so; once the replacements are in, the next reconcile deletes them.
+func TestDeletionGuardParksAndReports(t *testing.T) {
+	api, drv := newAPI(t)
+	src := &desiredtest.Source{In: cluster("10.244.0.1", "10.244.0.2")}
+	r := reconciler(src, drv)
+	r.GuardPercent = 100
+	if _, err := r.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	src.In = cluster("10.244.9.1")
+	res, err := r.Reconcile(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := res.Targets[0]
+	if len(tr.Guarded) != 2 || len(tr.Delete) != 0 || len(tr.Maint) != 2 {
+		t.Errorf("result %+v", tr)
+	}
+	if got := addrs(api); len(got) != 3 || got["10.244.0.1"] != "maint" || got["10.244.0.2"] != "maint" || got["10.244.9.1"] != "ready" {
+		t.Errorf("servers = %v", got)
+	}
+	res, err = r.Reconcile(context.Background(), false)
+	if err != nil || len(res.Targets[0].Guarded) != 0 || len(res.Targets[0].Delete) != 2 {
+		t.Fatalf("%v %+v", err, res.Targets[0])
+	}
+	if got := addrs(api); len(got) != 1 {
+		t.Errorf("servers = %v", got)
+	}
+}
