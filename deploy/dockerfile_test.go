@@ -31,11 +31,10 @@ func TestDockerfile(t *testing.T) {
 	}
 	for _, s := range stages {
 		img := s.BaseName
-		name, tag, ok := strings.Cut(img[strings.LastIndex(img, "/")+1:], ":")
+		_, tag, ok := strings.Cut(img[strings.LastIndex(img, "/")+1:], ":")
 		if !ok || tag == "" || tag == "latest" {
 			t.Errorf("stage %q: base image %s is not pinned to a tag (or is latest)", s.Name, img)
 		}
-		_ = name
 	}
 	build, final := stages[0], stages[len(stages)-1]
 	built := false

@@ -2,6 +2,7 @@ package handler_test
 
 import (
 	"errors"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -61,34 +62,6 @@ func backendAPI(t *testing.T) *dataplanetest.Server {
 	return api
 }
 
-// serverStates is address → ready | drain | maint.
-func serverStates(api *dataplanetest.Server) map[string]string {
-	out := map[string]string{}
-	for _, s := range api.Servers("be") {
-		st := "ready"
-		switch {
-		case s.Maintenance == "enabled":
-			st = "maint"
-		case s.Weight != nil && *s.Weight == 0:
-			st = "drain"
-		}
-		out[s.Address] = st
-	}
-	return out
-}
-
-func same(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
 // TestFaultsNeverLoseHealthyServers: for each fault of the Data Plane API,
 // a reconcile that needs every kind of write (runtime PUTs, a transaction
 // with an add and a delete) answers 503 with Retry-After, leaves every
@@ -123,7 +96,7 @@ func TestFaultsNeverLoseHealthyServers(t *testing.T) {
 			if a := send(t, "POST", srv.URL+"/reconcile", "", ""); a.status != 200 {
 				t.Fatalf("initial sync: %d %v", a.status, a.body)
 			}
-			before := serverStates(api)
+			before := api.States("be")
 
 			// .2 drains (runtime PUT), .3 goes (park + delete in a
 			// transaction), .4 comes (in the same transaction).
@@ -144,7 +117,7 @@ func TestFaultsNeverLoseHealthyServers(t *testing.T) {
 			if tt.check == nil && api.FaultsHit() == 0 {
 				t.Fatal("the fault never fired")
 			}
-			during := serverStates(api)
+			during := api.States("be")
 			for addr := range before {
 				if _, ok := during[addr]; !ok {
 					t.Errorf("%s was deleted during the fault: %v", addr, during)
@@ -164,7 +137,7 @@ func TestFaultsNeverLoseHealthyServers(t *testing.T) {
 				t.Fatalf("after recovery: %d %v", a.status, a.body)
 			}
 			want := map[string]string{"10.244.0.1": "ready", "10.244.0.2": "drain", "10.244.0.4": "ready"}
-			if got := serverStates(api); !same(got, want) {
+			if got := api.States("be"); !maps.Equal(got, want) {
 				t.Errorf("after recovery: %v, want %v", got, want)
 			}
 			if n := api.OpenTransactions(); n != 0 {
@@ -192,7 +165,7 @@ func TestOneDeadTargetDoesNotHoldTheOther(t *testing.T) {
 		case a := <-done:
 			t.Fatalf("answered before the good target converged: %d %v", a.status, a.body)
 		case <-time.After(5 * time.Millisecond):
-			converged = same(serverStates(good), want)
+			converged = maps.Equal(good.States("be"), want)
 		}
 	}
 	if dead.FaultsHit() == 0 {

@@ -2,6 +2,7 @@ package handler_test
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -93,7 +94,7 @@ func TestReplicasConvergeUnderChurn(t *testing.T) {
 		}
 		names[s.Name] = true
 	}
-	if got := serverStates(api); !same(got, want) {
+	if got := api.States("be"); !maps.Equal(got, want) {
 		t.Errorf("final servers %v, want %v", got, want)
 	}
 	if n := api.OpenTransactions(); n != 0 {

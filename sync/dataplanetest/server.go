@@ -185,6 +185,23 @@ func (s *Server) Servers(backend string) []models.Server {
 	return nil
 }
 
+// States summarises a backend's servers as address → "ready", "drain"
+// (weight 0) or "maint", the way tests compare them with the cluster.
+func (s *Server) States(backend string) map[string]string {
+	out := map[string]string{}
+	for _, srv := range s.Servers(backend) {
+		st := "ready"
+		switch {
+		case srv.Maintenance == "enabled":
+			st = "maint"
+		case srv.Weight != nil && *srv.Weight == 0:
+			st = "drain"
+		}
+		out[srv.Address] = st
+	}
+	return out
+}
+
 // Backend returns the backend section.
 func (s *Server) Backend(name string) models.Backend {
 	s.mu.Lock()

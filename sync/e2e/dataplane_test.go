@@ -24,19 +24,7 @@ import (
 // zero reloads, every server in traffic checked, traffic where it should be.
 func TestDataplaneChurnWithoutReload(t *testing.T) {
 	var api *dataplanetest.Server
-	w := newWorld(t, "web", desired.NodeMode, []desired.PortBackend{{Backend: "be"}},
-		func(t *testing.T, h *haproxytest.HAProxy, opts desired.Options) reconcile.Driver {
-			api = dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: h.AdminSocket})
-			rr := "roundrobin"
-			api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
-			socket, err := runtimeapi.New(h.RuntimeURL(), opts.Settings, opts.Check)
-			if err != nil {
-				t.Fatal(err)
-			}
-			u, _ := url.Parse(api.URL)
-			return dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: 5 * time.Second},
-				dataplane.WithDeleteBatch(10), dataplane.WithHealthEnabler(socket))
-		})
+	w := newWorld(t, "web", desired.NodeMode, []desired.PortBackend{{Backend: "be"}}, dataplaneDriver(&api, 5*time.Second))
 	a, b, c := w.node("a", "127.0.2.1"), w.node("b", "127.0.2.2"), w.node("c", "127.0.2.3")
 	svc := w.service("web", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80})
 	np := svc.Spec.Ports[0].NodePort
@@ -102,4 +90,22 @@ func TestDataplaneChurnWithoutReload(t *testing.T) {
 		}
 		w.expectTraffic("be", a, b)
 	})
+}
+
+// dataplaneDriver makes a world's driver the Data Plane API one: a test API
+// that replays runtime changes on the world's HAProxy (stored in *api), and
+// that HAProxy's admin socket to enable health checks; deletions batched by 10.
+func dataplaneDriver(api **dataplanetest.Server, timeout time.Duration) driverFor {
+	return func(t *testing.T, h *haproxytest.HAProxy, opts desired.Options) reconcile.Driver {
+		*api = dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: h.AdminSocket})
+		rr := "roundrobin"
+		(*api).AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
+		socket, err := runtimeapi.New(h.RuntimeURL(), opts.Settings, opts.Check)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, _ := url.Parse((*api).URL)
+		return dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: timeout},
+			dataplane.WithDeleteBatch(10), dataplane.WithHealthEnabler(socket))
+	}
 }

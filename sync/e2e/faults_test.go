@@ -2,22 +2,16 @@ package e2e
 
 import (
 	"net/http"
-	"net/url"
 	"testing"
 	"time"
 
-	"github.com/haproxytech/client-native/v6/models"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
 )
 
 // TestKubernetesFaultsLeaveHAProxyUntouched: the real API server refuses
@@ -71,19 +65,7 @@ func TestKubernetesFaultsLeaveHAProxyUntouched(t *testing.T) {
 // the cluster says, still without a reload.
 func TestDataplaneFaultsOnRealHAProxy(t *testing.T) {
 	var api *dataplanetest.Server
-	w := newWorld(t, "web", desired.PodMode, []desired.PortBackend{{Backend: "be"}},
-		func(t *testing.T, h *haproxytest.HAProxy, opts desired.Options) reconcile.Driver {
-			api = dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: h.AdminSocket})
-			rr := "roundrobin"
-			api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
-			socket, err := runtimeapi.New(h.RuntimeURL(), opts.Settings, opts.Check)
-			if err != nil {
-				t.Fatal(err)
-			}
-			u, _ := url.Parse(api.URL)
-			return dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: time.Second},
-				dataplane.WithDeleteBatch(10), dataplane.WithHealthEnabler(socket))
-		})
+	w := newWorld(t, "web", desired.PodMode, []desired.PortBackend{{Backend: "be"}}, dataplaneDriver(&api, time.Second))
 	w.service("web", corev1.ServiceTypeClusterIP, corev1.ServicePort{Name: "http", Port: 80})
 	for i, ip := range []string{"10.244.0.1", "10.244.0.2", "10.244.0.3", "10.244.0.4"} {
 		listen(t, []string{"p1", "p2", "p3", "p4"}[i], ip, 8080)

@@ -48,20 +48,7 @@ func reconciler(src reconcile.Source, targets ...reconcile.Driver) *reconcile.Re
 	}
 }
 
-func addrs(api *dataplanetest.Server) map[string]string {
-	out := map[string]string{}
-	for _, s := range api.Servers("be") {
-		st := "ready"
-		switch {
-		case s.Maintenance == "enabled":
-			st = "maint"
-		case s.Weight != nil && *s.Weight == 0:
-			st = "drain"
-		}
-		out[s.Address] = st
-	}
-	return out
-}
+func addrs(api *dataplanetest.Server) map[string]string { return api.States("be") }
 
 func TestSyncFirstRoundThenIdempotent(t *testing.T) {
 	api, drv := newAPI(t)
