@@ -50,6 +50,10 @@ type Config struct {
 	// Reconciler runs a reconcile; the handler shares real runs between
 	// concurrent callers and runs dry runs on their own.
 	Reconciler Reconciler
+	// Shared, when set, is the coalescer real runs go through, so that
+	// requests share reconciles with the service's own pokes (watch,
+	// resync); nil means one of the handler's own around Reconciler.
+	Shared *reconcile.Coalescer
 	// Target says which events concern this service; others are ignored.
 	Target trigger.Target
 	// Token, when set, is required as "Authorization: Bearer <token>" on POST.
@@ -75,9 +79,12 @@ func New(cfg Config) http.Handler {
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
-	a.shared = reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) {
-		return cfg.Reconciler.Reconcile(ctx, false)
-	})
+	a.shared = cfg.Shared
+	if a.shared == nil {
+		a.shared = reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) {
+			return cfg.Reconciler.Reconcile(ctx, false)
+		})
+	}
 	r := chi.NewRouter()
 	r.Use(a.recoverPanics)
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {

@@ -19,12 +19,14 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
 )
 
-// BenchmarkStartToReady measures process start to the first 200 on /readyz.
+// BenchmarkStartToReady measures process start to the first 200 on /readyz
+// without watches (WATCH=false, as on Knative); with watches, readiness also
+// waits for the API server and a first reconcile (sync/e2e measures that).
 func BenchmarkStartToReady(b *testing.B) {
 	kc := kubeconfigB(b)
 	for b.Loop() {
 		port := freePortB(b)
-		cmd := command(nil, "serve", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kc, fmt.Sprintf("PORT=%d", port))
+		cmd := command(nil, "serve", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kc, fmt.Sprintf("PORT=%d", port), "WATCH=false")
 		start := time.Now()
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)

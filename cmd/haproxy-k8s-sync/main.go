@@ -3,6 +3,7 @@
 //
 //	haproxy-k8s-sync [serve] [--manifests PATH]               the HTTP service (default)
 //	haproxy-k8s-sync reconcile [--dry-run] [--manifests PATH] one reconcile, JSON on stdout
+//	haproxy-k8s-sync trigger [--timeout 1m] URL                POST a poke to a running service
 //	haproxy-k8s-sync version
 //
 // --manifests reads the Service, EndpointSlices and Nodes from YAML or JSON
@@ -11,6 +12,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -20,6 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -27,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	k8swatch "k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
@@ -38,6 +43,7 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/metrics"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/watch"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=...".
@@ -56,9 +62,11 @@ func run(args []string) int {
 	case "version", "--version":
 		fmt.Println(version)
 		return 0
+	case "trigger":
+		return triggerCmd(args, os.Stdout, os.Stderr)
 	case "serve", "reconcile":
 	default:
-		fmt.Fprintf(os.Stderr, "unknown command %q: use serve, reconcile [--dry-run] or version\n", cmd)
+		fmt.Fprintf(os.Stderr, "unknown command %q: use serve, reconcile [--dry-run], trigger URL or version\n", quoteShort(cmd))
 		return 2
 	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
@@ -77,7 +85,7 @@ func run(args []string) int {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg, version)
-	rec, err := newReconciler(cfg, *manifests, log, m)
+	rec, kc, err := newReconciler(cfg, *manifests, log, m)
 	if err != nil {
 		log.Error("start", "error", err)
 		return 1
@@ -90,7 +98,7 @@ func run(args []string) int {
 		}
 		return 0
 	}
-	if err := serve(cfg, rec, log, m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
+	if err := serve(cfg, rec, kc, log, m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
 		log.Error("serve", "error", err)
 		return 1
 	}
@@ -103,25 +111,26 @@ func newLogger(level string) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 }
 
-// newReconciler wires the concrete source and drivers; the one place that does.
-func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *metrics.Metrics) (*reconcile.Reconciler, error) {
+// newReconciler wires the concrete source and drivers; the one place that
+// does. kc is the Kubernetes client, nil when reading manifests.
+func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *metrics.Metrics) (*reconcile.Reconciler, kubernetes.Interface, error) {
 	opts := cfg.Options()
-	source, err := newSource(cfg, manifests, opts.Mode == desired.NodeMode)
+	source, kc, err := newSource(cfg, manifests, opts.Mode == desired.NodeMode)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// One request may take a third of the reconcile at most, so that a hung
 	// answer leaves time for retries.
 	hc, err := dataplane.NewHTTPClient(cfg.DataplaneCAFile, min(10*time.Second, cfg.ReconcileTimeout/3))
 	if err != nil {
-		return nil, fmt.Errorf("HAPROXY_DATAPLANE_CA_FILE: %w", err)
+		return nil, nil, fmt.Errorf("HAPROXY_DATAPLANE_CA_FILE: %w", err)
 	}
 	auth := dataplane.Auth{Username: cfg.DataplaneUsername, Password: cfg.DataplanePassword, Token: cfg.DataplaneToken}
 	var runtimes []*runtimeapi.Client
 	for _, raw := range cfg.RuntimeURLs {
 		rt, err := runtimeapi.New(raw, opts.Settings, opts.Check)
 		if err != nil {
-			return nil, fmt.Errorf("HAPROXY_RUNTIME_URL: %w", err)
+			return nil, nil, fmt.Errorf("HAPROXY_RUNTIME_URL: %w", err)
 		}
 		runtimes = append(runtimes, rt)
 	}
@@ -146,37 +155,80 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 		Timeout:      cfg.ReconcileTimeout,
 		GuardPercent: cfg.DeleteGuard,
 		Log:          log,
-	}, nil
+	}, kc, nil
 }
 
-// newSource reads the Kubernetes API, or manifests when a path is given.
-func newSource(cfg config.Config, manifests string, nodes bool) (reconcile.Source, error) {
+// newSource reads the Kubernetes API, or manifests when a path is given (then
+// the client is nil).
+func newSource(cfg config.Config, manifests string, nodes bool) (reconcile.Source, kubernetes.Interface, error) {
 	if manifests != "" {
-		return &kube.FileSource{Path: manifests, Namespace: cfg.Namespace, Service: cfg.Service, Nodes: nodes}, nil
+		return &kube.FileSource{Path: manifests, Namespace: cfg.Namespace, Service: cfg.Service, Nodes: nodes}, nil, nil
 	}
 	restCfg, err := kube.RESTConfig(cfg.Kubeconfig)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	restCfg.UserAgent = "haproxy-k8s-sync/" + version
-	kc, err := kubernetes.NewForConfig(restCfg)
+	kc, err := kube.NewClient(restCfg)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
+		return nil, nil, err
 	}
-	return &kube.Source{Client: kc, Namespace: cfg.Namespace, Service: cfg.Service, Nodes: nodes}, nil
+	return &kube.Source{Client: kc, Namespace: cfg.Namespace, Service: cfg.Service, Nodes: nodes}, kc, nil
 }
 
 // serve runs the HTTP service until SIGTERM or SIGINT, then drains in-flight
-// requests (bounded by the reconcile timeout) and returns.
-func serve(cfg config.Config, rec *reconcile.Reconciler, log *slog.Logger, m *metrics.Metrics, metricsHandler http.Handler) error {
+// requests and the running reconcile (bounded by the reconcile timeout) and
+// returns. With WATCH (and a Kubernetes client) it watches the Service's
+// objects and reconciles by itself on every change that can matter; with
+// RESYNC_PERIOD it also reconciles on that period.
+func serve(cfg config.Config, rec *reconcile.Reconciler, kc kubernetes.Interface, log *slog.Logger, m *metrics.Metrics, metricsHandler http.Handler) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	var ready atomic.Bool
+	wrapped := m.WrapReconciler(rec)
+	shared := reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) {
+		return wrapped.Reconcile(ctx, false)
+	})
+	var reconciled atomic.Bool // a poked reconcile has run (whatever its result)
+	shared.OnPoked(func(res reconcile.Result, err error) {
+		reconciled.Store(true)
+		l := log.With("trigger", "poke", "id", newID())
+		if err != nil {
+			l.Error("reconcile failed", "status", res.Status, "error", err, "durationMs", res.DurationMs, "targets", res.Targets)
+			return
+		}
+		l.Info("reconcile", "status", res.Status, "desired", res.Desired, "durationMs", res.DurationMs, "targets", res.Targets)
+	})
+	poke := func(source, reason string) {
+		coalesced := shared.Poke()
+		m.Poke(source, coalesced)
+		log.Debug("poke", "source", source, "reason", reason, "coalesced", coalesced)
+	}
+
+	var watcher *watch.Watcher
+	if cfg.Watch && kc != nil {
+		watcher = &watch.Watcher{
+			Client: kc, Namespace: cfg.Namespace, Service: cfg.Service, Nodes: rec.Options.Mode == desired.NodeMode,
+			Poke:      func(reason string) { poke("watch", reason) },
+			OnEvent:   func(kind string, typ k8swatch.EventType, poked bool) { m.WatchEvent(kind, string(typ), poked) },
+			OnRestart: m.WatchRestart,
+			Log:       log,
+		}
+	}
+
+	var listening atomic.Bool
+	ready := func() bool {
+		if !listening.Load() {
+			return false
+		}
+		// Watching: ready once every watch is established and the first
+		// reconcile ran, so a new pod takes over only when it follows.
+		return watcher == nil || watcher.Established() && reconciled.Load()
+	}
 	target := trigger.Target{Namespace: cfg.Namespace, Service: cfg.Service, NodeMode: rec.Options.Mode == desired.NodeMode}
 	h := handler.New(handler.Config{
-		Reconciler: m.WrapReconciler(rec), Target: target, Token: cfg.WebhookToken,
-		Ready: ready.Load, Log: log, Metrics: metricsHandler, OnIgnored: m.Ignored,
+		Reconciler: wrapped, Shared: shared, Target: target, Token: cfg.WebhookToken,
+		Ready: ready, Log: log, Metrics: metricsHandler, OnIgnored: m.Ignored,
 	})
 	srv := handler.Server(net.JoinHostPort("", strconv.Itoa(cfg.Port)), h, cfg.ReconcileTimeout)
 	ln, err := net.Listen("tcp", srv.Addr)
@@ -185,31 +237,56 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, log *slog.Logger, m *me
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	ready.Store(true)
-	log.Info("listening", "addr", ln.Addr().String(), "version", version)
+	listening.Store(true)
+	log.Info("listening", "addr", ln.Addr().String(), "version", version, "watch", watcher != nil)
 
+	bg, stopBackground := context.WithCancel(ctx)
+	var background sync.WaitGroup
+	if watcher != nil {
+		background.Add(1)
+		go func() {
+			defer background.Done()
+			watcher.Run(bg)
+		}()
+		// The first reconcile: whatever happened before the watches began.
+		poke("start", "start")
+	}
 	if cfg.ResyncPeriod > 0 {
-		go resync(ctx, h, cfg.ResyncPeriod, cfg.WebhookToken)
+		background.Add(1)
+		go func() {
+			defer background.Done()
+			resync(bg, cfg.ResyncPeriod, func() { poke("resync", "resync") })
+		}()
 	}
 
 	select {
-	case err := <-errc:
-		return err
+	case err = <-errc:
 	case <-ctx.Done():
 	}
-	ready.Store(false)
+	stopBackground()
+	background.Wait()
+	listening.Store(false)
+	if err != nil {
+		return err
+	}
 	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.ReconcileTimeout+5*time.Second)
+	grace := cfg.ReconcileTimeout + 5*time.Second
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
+	// A poked reconcile has no caller for Shutdown to wait for.
+	select {
+	case <-shared.Idle():
+	case <-sctx.Done():
+		return fmt.Errorf("shutdown: a reconcile still runs after %s", grace)
+	}
 	return nil
 }
 
-// resync pokes the handler every period, through the same path as a webhook,
-// so periodic runs share reconciles with incoming events.
-func resync(ctx context.Context, h http.Handler, period time.Duration, token string) {
+// resync calls poke every period until ctx is done.
+func resync(ctx context.Context, period time.Duration, poke func()) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
@@ -217,17 +294,13 @@ func resync(ctx context.Context, h http.Handler, period time.Duration, token str
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "/reconcile", http.NoBody)
-			if token != "" {
-				req.Header.Set("Authorization", "Bearer "+token)
-			}
-			h.ServeHTTP(discard{}, req)
+			poke()
 		}
 	}
 }
 
-type discard struct{}
-
-func (discard) Header() http.Header         { return http.Header{} }
-func (discard) Write(b []byte) (int, error) { return len(b), nil }
-func (discard) WriteHeader(int)             {}
+func newID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

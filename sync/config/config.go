@@ -43,6 +43,7 @@ type Config struct {
 	DeleteGuard int           `envconfig:"HAPROXY_DELETE_GUARD_PERCENT" default:"100"`
 
 	WebhookToken     string        `envconfig:"WEBHOOK_TOKEN"`
+	Watch            bool          `envconfig:"WATCH" default:"true"`
 	ResyncPeriod     time.Duration `envconfig:"RESYNC_PERIOD" default:"0"`
 	ReconcileTimeout time.Duration `envconfig:"RECONCILE_TIMEOUT" default:"30s"`
 	Port             int           `envconfig:"PORT" default:"8080"`
@@ -224,6 +225,6 @@ func (c Config) Options() desired.Options {
 
 // String describes the configuration without secrets, for the start-up log.
 func (c Config) String() string {
-	return fmt.Sprintf("service=%s/%s backends=%v target=%s dataplanes=%d runtime=%t",
-		c.Namespace, c.Service, c.Backends, c.Target, len(c.Dataplanes), c.RuntimeURL != "")
+	return fmt.Sprintf("service=%s/%s backends=%v target=%s dataplanes=%d runtime=%t watch=%t resync=%s",
+		c.Namespace, c.Service, c.Backends, c.Target, len(c.Dataplanes), c.RuntimeURL != "", c.Watch, c.ResyncPeriod)
 }

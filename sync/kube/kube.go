@@ -76,6 +76,20 @@ func (s *Source) Read(ctx context.Context) (desired.Input, error) {
 	return in, nil
 }
 
+// NewClient returns a clientset for cfg that speaks protobuf: the core and
+// discovery types this service reads (and watches) decode several times
+// faster than from JSON, and are smaller on the wire.
+func NewClient(cfg *rest.Config) (kubernetes.Interface, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return kc, nil
+}
+
 // RESTConfig returns the client configuration: the kubeconfig file when given,
 // else the in-cluster configuration.
 func RESTConfig(kubeconfig string) (*rest.Config, error) {

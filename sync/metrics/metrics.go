@@ -6,6 +6,7 @@ package metrics
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,10 @@ type Metrics struct {
 	ignored         prometheus.Counter
 	guarded         *prometheus.CounterVec
 	lastSuccess     prometheus.Gauge
+	watchEvents     *prometheus.CounterVec
+	watchRestarts   *prometheus.CounterVec
+	pokes           *prometheus.CounterVec
+	pokesCoalesced  prometheus.Counter
 }
 
 // New registers the collectors on reg.
@@ -55,12 +60,21 @@ func New(reg prometheus.Registerer, version string) *Metrics {
 			Help: "Backend syncs where the mass-deletion guard parked servers instead of deleting them, by target and backend."}, []string{"target", "backend"}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "last_success_timestamp_seconds",
 			Help: "Unix time of the last successful reconcile (not dry run)."}),
+		watchEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "watch_events_total",
+			Help: "Watch events received, by kind of object, event type and whether it poked a reconcile."}, []string{"kind", "type", "poked"}),
+		watchRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "watch_restarts_total",
+			Help: "Watches restarted (closed connection, error, 410 Gone), by kind of object."}, []string{"kind"}),
+		pokes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "pokes_total",
+			Help: "Reconciles asked for without a caller waiting, by source: start, watch, resync."}, []string{"source"}),
+		pokesCoalesced: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "pokes_coalesced_total",
+			Help: "Pokes that joined a reconcile already waiting to start, so cost nothing."}),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
 		Help: "Build information; always 1."}, []string{"version"})
 	build.WithLabelValues(version).Set(1)
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
-		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, build)
+		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, m.watchEvents, m.watchRestarts,
+		m.pokes, m.pokesCoalesced, build)
 	return m
 }
 
@@ -69,6 +83,22 @@ func result(err error) string {
 		return "error"
 	}
 	return "ok"
+}
+
+// WatchEvent counts one watch event.
+func (m *Metrics) WatchEvent(kind, typ string, poked bool) {
+	m.watchEvents.WithLabelValues(kind, typ, strconv.FormatBool(poked)).Inc()
+}
+
+// WatchRestart counts one restart of a watch.
+func (m *Metrics) WatchRestart(kind string) { m.watchRestarts.WithLabelValues(kind).Inc() }
+
+// Poke counts one poke from source, and whether it was coalesced.
+func (m *Metrics) Poke(source string, coalesced bool) {
+	m.pokes.WithLabelValues(source).Inc()
+	if coalesced {
+		m.pokesCoalesced.Inc()
+	}
 }
 
 // Ignored counts an event the handler skipped.

@@ -10,44 +10,89 @@ import (
 // running one ends and serves every caller that arrived meanwhile. So every
 // caller gets a reconcile that began after its request, and a burst of events
 // costs at most two reconciles. Nothing is kept once the callers are answered.
+//
+// Callers are of two kinds: Do waits for the result (an HTTP request), Poke
+// does not (a watch event, a resync tick); a poked reconcile's result goes to
+// OnPoked.
 type Coalescer struct {
 	run func(context.Context) (Result, error)
+	// base is the context poked reconciles run in.
+	base context.Context
+	// onPoked, when set, receives the result of each reconcile that served
+	// at least one poke.
+	onPoked func(Result, error)
 
 	mu      sync.Mutex
 	running bool
 	next    *call
+	idle    chan struct{} // closed when no reconcile runs or waits
 }
 
 type call struct {
-	done chan struct{}
-	res  Result
-	err  error
+	done  chan struct{}
+	pokes int
+	res   Result
+	err   error
 }
 
 // NewCoalescer returns a Coalescer around run.
 func NewCoalescer(run func(context.Context) (Result, error)) *Coalescer {
-	return &Coalescer{run: run}
+	idle := make(chan struct{})
+	close(idle)
+	return &Coalescer{run: run, base: context.Background(), idle: idle}
 }
+
+// OnPoked sets the function that receives the result of each reconcile that
+// served a poke; set it before the first Poke.
+func (c *Coalescer) OnPoked(f func(Result, error)) { c.onPoked = f }
 
 // Do waits for a reconcile that starts after the call and returns its result.
 // The reconcile is not cancelled when ctx is: other callers may share it.
 func (c *Coalescer) Do(ctx context.Context) (Result, error) {
-	c.mu.Lock()
-	if c.next == nil {
-		c.next = &call{done: make(chan struct{})}
-	}
-	cl := c.next
-	if !c.running {
-		c.running = true
-		go c.loop(context.WithoutCancel(ctx))
-	}
-	c.mu.Unlock()
+	cl := c.enqueue(ctx, false)
 	select {
 	case <-cl.done:
 		return cl.res, cl.err
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}
+}
+
+// Poke asks for a reconcile that starts after the call, without waiting for
+// it. It reports whether the poke joined a reconcile already waiting to start
+// (coalesced): then it cost nothing.
+func (c *Coalescer) Poke() (coalesced bool) {
+	c.mu.Lock()
+	coalesced = c.next != nil
+	c.mu.Unlock()
+	c.enqueue(c.base, true)
+	return coalesced
+}
+
+func (c *Coalescer) enqueue(ctx context.Context, poke bool) *call {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.next == nil {
+		c.next = &call{done: make(chan struct{})}
+	}
+	cl := c.next
+	if poke {
+		cl.pokes++
+	}
+	if !c.running {
+		c.running = true
+		c.idle = make(chan struct{})
+		go c.loop(context.WithoutCancel(ctx))
+	}
+	return cl
+}
+
+// Idle returns a channel closed once no reconcile runs or waits to run: what
+// a shutdown waits for, so that a poked reconcile is not cut in the middle.
+func (c *Coalescer) Idle() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.idle
 }
 
 func (c *Coalescer) loop(ctx context.Context) {
@@ -57,11 +102,15 @@ func (c *Coalescer) loop(ctx context.Context) {
 		c.next = nil
 		if cl == nil {
 			c.running = false
+			close(c.idle)
 			c.mu.Unlock()
 			return
 		}
 		c.mu.Unlock()
 		cl.res, cl.err = c.run(ctx)
 		close(cl.done)
+		if cl.pokes > 0 && c.onPoked != nil {
+			c.onPoked(cl.res, cl.err)
+		}
 	}
 }

@@ -66,3 +66,48 @@ func TestCoalescerCallerCancel(t *testing.T) {
 		t.Errorf("next run: %v", err)
 	}
 }
+
+// TestCoalescerPoke: pokes do not wait, a burst of them while a reconcile
+// runs costs one more reconcile, each poke gets a reconcile that started after
+// it, their results go to OnPoked, and Idle says when all is done.
+func TestCoalescerPoke(t *testing.T) {
+	var runs atomic.Int32
+	release := make(chan struct{})
+	c := NewCoalescer(func(context.Context) (Result, error) {
+		if runs.Add(1) == 1 {
+			<-release
+		}
+		return Result{Status: StatusUnchanged}, nil
+	})
+	var poked atomic.Int32
+	c.OnPoked(func(Result, error) { poked.Add(1) })
+	if c.Poke() {
+		t.Error("the first poke was coalesced")
+	}
+	for runs.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	coalesced := 0
+	for range 50 { // all arrive while run 1 holds
+		if c.Poke() {
+			coalesced++
+		}
+	}
+	if coalesced != 49 {
+		t.Errorf("%d of 50 pokes coalesced, want 49", coalesced)
+	}
+	select {
+	case <-c.Idle():
+		t.Fatal("idle while a reconcile runs")
+	default:
+	}
+	close(release)
+	select {
+	case <-c.Idle():
+	case <-time.After(5 * time.Second):
+		t.Fatal("never idle")
+	}
+	if runs.Load() != 2 || poked.Load() != 2 {
+		t.Errorf("%d runs, %d OnPoked calls; want 2 and 2", runs.Load(), poked.Load())
+	}
+}

@@ -4,10 +4,15 @@ package desiredtest
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
@@ -93,4 +98,81 @@ func Terminating(in desired.Input, ips ...string) desired.Input {
 	}
 	in.Slices = slices
 	return in
+}
+
+// RealisticNode is a Node shaped like one of a real cloud cluster, about
+// 12.5 KB of JSON: the usual labels and annotations, five conditions, a taint,
+// capacity, node info and 40 container images. Only its name and InternalIP
+// vary, so tests and benchmarks of large clusters carry realistic weight.
+func RealisticNode(name, internalIP string) *corev1.Node {
+	beat := metav1.NewTime(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
+	cond := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: s, LastHeartbeatTime: beat, LastTransitionTime: beat, Reason: reason,
+			Message: "kubelet reports " + reason + " for this node and has done so since it started"}
+	}
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, ResourceVersion: "1",
+			Labels: map[string]string{
+				"beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+				"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+				"node.kubernetes.io/instance-type": "m6i.2xlarge", "topology.kubernetes.io/region": "eu-west-1",
+				"topology.kubernetes.io/zone": "a", "node-role.kubernetes.io/worker": "",
+				"cloud.example.com/nodepool": "general-purpose-pool-7", "cloud.example.com/image": "ubuntu-2404-v20261101",
+			},
+			Annotations: map[string]string{
+				"node.alpha.kubernetes.io/ttl":                           "0",
+				"volumes.kubernetes.io/controller-managed-attach-detach": "true",
+				"csi.volume.kubernetes.io/nodeid":                        `{"ebs.csi.aws.com":"i-0123456789abcdef0","efs.csi.aws.com":"i-0123456789abcdef0"}`,
+				"projectcalico.org/IPv4Address":                          internalIP + "/20",
+				"projectcalico.org/IPv4IPIPTunnelAddr":                   "192.168.77.1",
+				"cluster.x-k8s.io/owner-name":                            "general-purpose-pool-7-5d8f9c7b6-" + name,
+			},
+		},
+		Spec: corev1.NodeSpec{
+			PodCIDR: "10.200.0.0/24", PodCIDRs: []string{"10.200.0.0/24"},
+			ProviderID: "aws:///eu-west-1a/i-0123456789abcdef0",
+			Taints:     []corev1.Taint{{Key: "dedicated", Value: "ingress", Effect: corev1.TaintEffectPreferNoSchedule}},
+		},
+		Status: corev1.NodeStatus{
+			Capacity: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"),
+				corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
+			},
+			Allocatable: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("7910m"), corev1.ResourceMemory: resource.MustParse("31Gi"),
+				corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceEphemeralStorage: resource.MustParse("95Gi"),
+			},
+			Conditions: []corev1.NodeCondition{
+				cond(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory"),
+				cond(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure"),
+				cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID"),
+				cond(corev1.NodeNetworkUnavailable, corev1.ConditionFalse, "CalicoIsUp"),
+				cond(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady"),
+			},
+			Addresses: []corev1.NodeAddress{
+				{Type: corev1.NodeInternalIP, Address: internalIP},
+				{Type: corev1.NodeHostName, Address: name},
+				{Type: corev1.NodeInternalDNS, Address: name + ".eu-west-1.compute.internal"},
+			},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}},
+			NodeInfo: corev1.NodeSystemInfo{
+				MachineID: "ec2a5f0c2b9d4e0f8a1b2c3d4e5f6a7b", SystemUUID: "ec2a5f0c-2b9d-4e0f-8a1b-2c3d4e5f6a7b",
+				BootID: "3f2e1d0c-b9a8-4765-8432-10fedcba9876", KernelVersion: "6.8.0-1019-aws",
+				OSImage: "Ubuntu 24.04.1 LTS", ContainerRuntimeVersion: "containerd://1.7.22",
+				KubeletVersion: "v1.34.1", OperatingSystem: "linux", Architecture: "amd64",
+			},
+		},
+	}
+	for i := range 40 {
+		img := fmt.Sprintf("registry.example.com/platform/team-%02d/service-%02d", i%7, i)
+		n.Status.Images = append(n.Status.Images, corev1.ContainerImage{
+			Names: []string{
+				img + "@sha256:" + strings.Repeat(fmt.Sprintf("%x", i%16), 64),
+				img + ":v1." + strconv.Itoa(i) + ".0",
+			},
+			SizeBytes: int64(50_000_000 + i*1_000_000),
+		})
+	}
+	return n
 }

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sethvargo/go-retry"
+)
+
+// maxAnswer bounds what trigger reads of an answer.
+const maxAnswer = 1 << 20
+
+// triggerCmd is `haproxy-k8s-sync trigger URL`: POST an empty poke to a
+// running service, with the bearer token of WEBHOOK_TOKEN or
+// WEBHOOK_TOKEN_FILE, retrying network errors, 429 and 5xx with backoff until
+// --timeout. It prints the service's answer on stdout and exits 0 on 2xx, 1
+// on failure (with one line on stderr saying why), 2 on bad usage.
+func triggerCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("trigger", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	timeout := fs.Duration("timeout", time.Minute, "give up after this long, retries included")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: haproxy-k8s-sync trigger [--timeout 1m] URL   (e.g. http://haproxy-k8s-sync.ingress-nginx.svc/reconcile)")
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	u, err := url.Parse(fs.Arg(0))
+	switch {
+	case err != nil:
+		fmt.Fprintln(stderr, "trigger: the URL cannot be parsed")
+		return 2
+	case u.User != nil:
+		fmt.Fprintf(stderr, "trigger: %q: put no credentials in the URL; use WEBHOOK_TOKEN or WEBHOOK_TOKEN_FILE\n", quoteShort(u.Redacted()))
+		return 2
+	case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		fmt.Fprintf(stderr, "trigger: %q is not an http(s) URL\n", quoteShort(u.Redacted()))
+		return 2
+	}
+	token, err := webhookToken()
+	if err != nil {
+		fmt.Fprintf(stderr, "trigger: %v\n", err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	answer, err := post(ctx, u.String(), token)
+	if err != nil {
+		fmt.Fprintf(stderr, "trigger: POST %s: %v\n", u.Redacted(), err)
+		return 1
+	}
+	_, _ = stdout.Write(answer)
+	return 0
+}
+
+// webhookToken reads the token from WEBHOOK_TOKEN or, if that is empty, the
+// file WEBHOOK_TOKEN_FILE (read now, so a rotated file is honoured); empty
+// means no token.
+func webhookToken() (string, error) {
+	if t := strings.TrimSpace(os.Getenv("WEBHOOK_TOKEN")); t != "" {
+		return t, nil
+	}
+	path := os.Getenv("WEBHOOK_TOKEN_FILE")
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("WEBHOOK_TOKEN_FILE: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// statusError is a non-2xx answer.
+type statusError struct {
+	code int
+	body string
+}
+
+func (e *statusError) Error() string {
+	return fmt.Sprintf("%d %s: %s", e.code, http.StatusText(e.code), quoteShort(strings.TrimSpace(e.body)))
+}
+
+// post POSTs an empty body until a 2xx, a final answer or ctx's end.
+func post(ctx context.Context, target, token string) ([]byte, error) {
+	client := &http.Client{Timeout: 45 * time.Second}
+	b := retry.WithJitterPercent(20, retry.WithCappedDuration(10*time.Second, retry.NewExponential(500*time.Millisecond)))
+	var answer []byte
+	var last error
+	attempts := 0
+	err := retry.Do(ctx, b, func(ctx context.Context) error {
+		attempts++
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, http.NoBody)
+		if err != nil {
+			return err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			if ctx.Err() == nil {
+				last = err
+			}
+			return retry.RetryableError(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+		if err != nil {
+			last = err
+			return retry.RetryableError(err)
+		}
+		if resp.StatusCode/100 == 2 {
+			answer = body
+			return nil
+		}
+		last = &statusError{code: resp.StatusCode, body: string(body)}
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
+			return retry.RetryableError(last)
+		}
+		return last
+	})
+	if err != nil {
+		if ctx.Err() != nil && last != nil && !errors.Is(err, last) {
+			return nil, fmt.Errorf("gave up after %d attempts: %w", attempts, last)
+		}
+		return nil, err
+	}
+	return answer, nil
+}
+
+// quoteShort returns s cut to 200 bytes, so no input is echoed whole.
+func quoteShort(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "..."
+	}
+	return s
+}

@@ -1,0 +1,348 @@
+// Package watch notices by itself when what the desired state is computed
+// from changes — the followed Service, its EndpointSlices and, in node mode,
+// the Nodes — and turns each change that can matter into a poke: a request
+// for one full reconcile. Nothing a watch sees is used to compute the desired
+// state; every reconcile still reads Kubernetes afresh, so the service keeps
+// no state that a reconcile depends on, and a lost event costs only latency.
+//
+// Each resource has one watch loop:
+//
+//  1. list (paged; only one item for the Service and the slices, since the
+//     list is only there for its resourceVersion; every Node for the Nodes,
+//     to know each one's fingerprint, see below);
+//  2. watch from that resourceVersion with bookmarks, so a restart resumes
+//     where the last event or bookmark left off;
+//  3. on a closed connection or an error, restart with backoff; on 410 Gone
+//     (the resourceVersion is too old) list again. Every restart is followed
+//     by a poke, since changes may have been missed in the gap.
+//
+// Node events are the bulk of a large cluster's traffic: every kubelet
+// updates its Node's status every few minutes, changing only heartbeat times.
+// The Node loop keeps one 64-bit fingerprint per Node of the fields that can
+// change a server (addresses, the Ready condition, unschedulable, taints,
+// labels, this project's annotations) and pokes only when it changes, when a
+// Node appears or when one goes. The fingerprints serve only this filter.
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+)
+
+// The kinds of watched objects, as metrics and logs name them.
+const (
+	KindService       = "service"
+	KindEndpointSlice = "endpointslice"
+	KindNode          = "node"
+)
+
+// nodePage bounds one page of the Node list (and so the memory it takes:
+// about 100 x 15 KB for realistic Nodes).
+const nodePage = 100
+
+// Watcher watches one Service's objects and pokes on every change that can
+// matter. Run it once.
+type Watcher struct {
+	Client    kubernetes.Interface
+	Namespace string
+	Service   string
+	// Nodes says whether Nodes are watched too (node mode).
+	Nodes bool
+	// Poke asks for a full reconcile; it must not block. reason says why
+	// ("endpointslice MODIFIED", "node restart", ...).
+	Poke func(reason string)
+	// OnEvent, when set, is called for every event received, with the kind
+	// of object, the event type and whether it caused a poke.
+	OnEvent func(kind string, typ watch.EventType, poked bool)
+	// OnRestart, when set, is called when a watch of kind restarts.
+	OnRestart func(kind string)
+	// MinBackoff and MaxBackoff bound the wait before a watch restarts after
+	// a failure (defaults 250ms and 30s; doubled per failure, with jitter).
+	MinBackoff, MaxBackoff time.Duration
+	Log                    *slog.Logger
+
+	established atomic.Int32
+}
+
+// Established reports whether every watch has been established at least once.
+func (w *Watcher) Established() bool {
+	return int(w.established.Load()) == len(w.resources())
+}
+
+// Run watches until ctx is done.
+func (w *Watcher) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, r := range w.resources() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.loop(ctx, r)
+		}()
+	}
+	wg.Wait()
+}
+
+// resource is what a watch loop needs to know of one kind of object.
+type resource struct {
+	kind  string
+	page  int64
+	list  func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error)
+	watch func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+	// filter, when set, sees every listed object and every event, and says
+	// whether an event can matter; nil means every event matters.
+	filter filter
+}
+
+// filter decides which events can change the desired state.
+type filter interface {
+	// reset starts a new list.
+	reset()
+	// listed records one listed object.
+	listed(obj runtime.Object)
+	// matters records an event and says whether it can matter.
+	matters(ev watch.Event) bool
+}
+
+func (w *Watcher) resources() []resource {
+	byName := fields.OneTermEqualSelector("metadata.name", w.Service).String()
+	svcs := w.Client.CoreV1().Services(w.Namespace)
+	bySvc := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: w.Service}).String()
+	slices := w.Client.DiscoveryV1().EndpointSlices(w.Namespace)
+	out := []resource{
+		{
+			kind: KindService, page: 1,
+			list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.FieldSelector = byName
+				return svcs.List(ctx, o)
+			},
+			watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.FieldSelector = byName
+				return svcs.Watch(ctx, o)
+			},
+		},
+		{
+			kind: KindEndpointSlice, page: 1,
+			list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.LabelSelector = bySvc
+				return slices.List(ctx, o)
+			},
+			watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.LabelSelector = bySvc
+				return slices.Watch(ctx, o)
+			},
+		},
+	}
+	if w.Nodes {
+		nodes := w.Client.CoreV1().Nodes()
+		out = append(out, resource{
+			kind: KindNode, page: nodePage,
+			list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return nodes.List(ctx, o)
+			},
+			watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return nodes.Watch(ctx, o)
+			},
+			filter: &NodeFilter{},
+		})
+	}
+	return out
+}
+
+// errGone means the resourceVersion is too old: list again.
+var errGone = errors.New("resource version too old")
+
+// loop keeps one watch going until ctx is done.
+func (w *Watcher) loop(ctx context.Context, r resource) {
+	log := w.log().With("watch", r.kind)
+	rv := ""
+	established := false
+	failures := 0 // consecutive, for the backoff
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		if attempt > 0 {
+			if w.OnRestart != nil {
+				w.OnRestart(r.kind)
+			}
+			if failures > 0 && !sleep(ctx, w.backoff(failures)) {
+				return
+			}
+		}
+		if rv == "" {
+			var err error
+			if rv, err = w.listAll(ctx, r); err != nil {
+				failures++
+				log.Warn("list failed; retrying", "error", err, "failures", failures)
+				continue
+			}
+		}
+		wi, err := r.watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+		if err != nil {
+			failures++
+			if apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
+				rv = ""
+			}
+			log.Warn("watch failed; retrying", "error", err, "failures", failures)
+			continue
+		}
+		if !established {
+			established = true
+			w.established.Add(1)
+			log.Debug("watch established", "resourceVersion", rv)
+		}
+		if attempt > 0 {
+			// Changes may have happened while no watch ran.
+			w.poke(r.kind + " restart")
+		}
+		var events int
+		rv, events, err = w.consume(ctx, r, wi, rv)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, errGone):
+			log.Info("watch expired; listing again", "error", err)
+			rv, failures = "", 0
+		case err != nil:
+			failures++
+			log.Warn("watch error; restarting", "error", err, "failures", failures)
+		case events == 0:
+			// Closed before any event or bookmark: maybe something cutting
+			// connections at once; back off rather than spin.
+			failures++
+			log.Debug("watch closed with no event; restarting")
+		default:
+			failures = 0
+			log.Debug("watch closed; resuming", "resourceVersion", rv)
+		}
+	}
+}
+
+// listAll lists r (every page when it has a filter that must see every
+// object; one item otherwise) and returns the list's resourceVersion.
+func (w *Watcher) listAll(ctx context.Context, r resource) (string, error) {
+	opts := metav1.ListOptions{Limit: r.page}
+	if r.filter != nil {
+		r.filter.reset()
+	}
+	rv := ""
+	for {
+		obj, err := r.list(ctx, opts)
+		if err != nil {
+			return "", fmt.Errorf("list %ss: %w", r.kind, err)
+		}
+		lm, err := meta.ListAccessor(obj)
+		if err != nil {
+			return "", fmt.Errorf("list %ss: %w", r.kind, err)
+		}
+		if rv == "" {
+			// The first page's version is that of the whole paged list.
+			rv = lm.GetResourceVersion()
+		}
+		if r.filter == nil {
+			return rv, nil
+		}
+		if err := meta.EachListItem(obj, func(o runtime.Object) error { r.filter.listed(o); return nil }); err != nil {
+			return "", fmt.Errorf("list %ss: %w", r.kind, err)
+		}
+		if opts.Continue = lm.GetContinue(); opts.Continue == "" {
+			return rv, nil
+		}
+	}
+}
+
+// consume reads events until the watch ends and returns the newest
+// resourceVersion seen and the number of events.
+func (w *Watcher) consume(ctx context.Context, r resource, wi watch.Interface, rv string) (string, int, error) {
+	defer wi.Stop()
+	events := 0
+	for {
+		var ev watch.Event
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return rv, events, ctx.Err()
+		case ev, ok = <-wi.ResultChan():
+		}
+		if !ok {
+			return rv, events, nil
+		}
+		events++
+		if ev.Type == watch.Error {
+			err := apierrors.FromObject(ev.Object)
+			if w.OnEvent != nil {
+				w.OnEvent(r.kind, ev.Type, false)
+			}
+			if apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
+				return rv, events, fmt.Errorf("%w: %v", errGone, err)
+			}
+			return rv, events, err
+		}
+		if m, err := meta.Accessor(ev.Object); err == nil && m.GetResourceVersion() != "" {
+			rv = m.GetResourceVersion()
+		}
+		poked := false
+		if ev.Type != watch.Bookmark && (r.filter == nil || r.filter.matters(ev)) {
+			poked = true
+			w.poke(r.kind + " " + string(ev.Type))
+		}
+		if w.OnEvent != nil {
+			w.OnEvent(r.kind, ev.Type, poked)
+		}
+	}
+}
+
+func (w *Watcher) poke(reason string) {
+	if w.Poke != nil {
+		w.Poke(reason)
+	}
+}
+
+// backoff is the wait before the n-th consecutive failed attempt: doubling
+// from MinBackoff, capped at MaxBackoff, with up to 20% jitter.
+func (w *Watcher) backoff(n int) time.Duration {
+	lo, hi := w.MinBackoff, w.MaxBackoff
+	if lo <= 0 {
+		lo = 250 * time.Millisecond
+	}
+	if hi <= 0 {
+		hi = 30 * time.Second
+	}
+	d := lo
+	for i := 1; i < n && d < hi; i++ {
+		d *= 2
+	}
+	d = min(d, hi)
+	return d - time.Duration(rand.Int64N(int64(d)/5+1))
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (w *Watcher) log() *slog.Logger {
+	if w.Log != nil {
+		return w.Log
+	}
+	return slog.New(slog.DiscardHandler)
+}
