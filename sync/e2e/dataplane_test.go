@@ -96,10 +96,8 @@ func TestDataplaneChurnWithoutReload(t *testing.T) {
 // that replays runtime changes on the world's HAProxy (stored in *api), and
 // that HAProxy's admin socket to enable health checks; deletions batched by 10.
 func dataplaneDriver(api **dataplanetest.Server, timeout time.Duration) driverFor {
-	return func(t *testing.T, h *haproxytest.HAProxy, opts desired.Options) reconcile.Driver {
-		*api = dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: h.AdminSocket})
-		rr := "roundrobin"
-		(*api).AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
+	return func(t testing.TB, h *haproxytest.HAProxy, opts desired.Options) reconcile.Driver {
+		*api = testAPI(t, h)
 		socket, err := runtimeapi.New(h.RuntimeURL(), opts.Settings, opts.Check)
 		if err != nil {
 			t.Fatal(err)
@@ -108,4 +106,13 @@ func dataplaneDriver(api **dataplanetest.Server, timeout time.Duration) driverFo
 		return dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: timeout},
 			dataplane.WithDeleteBatch(10), dataplane.WithHealthEnabler(socket))
 	}
+}
+
+// testAPI is a Data Plane API test server for h with the backend "be" (tcp,
+// roundrobin, tcp-check), replaying runtime changes on h as dataplaneapi does.
+func testAPI(t testing.TB, h *haproxytest.HAProxy) *dataplanetest.Server {
+	api := dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: h.AdminSocket})
+	rr := "roundrobin"
+	api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
+	return api
 }

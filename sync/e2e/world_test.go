@@ -31,7 +31,7 @@ const checkInter = 200 * time.Millisecond
 
 // world is one test's namespace, HAProxy and sync service.
 type world struct {
-	t   *testing.T
+	t   testing.TB
 	ns  string
 	ctx context.Context
 	h   *haproxytest.HAProxy
@@ -56,9 +56,9 @@ func (s *switchSource) Read(ctx context.Context) (desired.Input, error) {
 }
 
 // driverFor makes the HAProxy driver of a world; nil means the runtime driver.
-type driverFor func(t *testing.T, h *haproxytest.HAProxy, opts desired.Options) reconcile.Driver
+type driverFor func(t testing.TB, h *haproxytest.HAProxy, opts desired.Options) reconcile.Driver
 
-func newWorld(t *testing.T, service string, mode desired.Mode, backends []desired.PortBackend, makeDriver ...driverFor) *world {
+func newWorld(t testing.TB, service string, mode desired.Mode, backends []desired.PortBackend, makeDriver ...driverFor) *world {
 	t.Helper()
 	w := &world{t: t, ns: strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), ctx: context.Background()}
 	if _, err := cluster.client.CoreV1().Namespaces().Create(w.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}, metav1.CreateOptions{}); err != nil {
@@ -267,6 +267,6 @@ func keys[V any](m map[string]V) []string {
 	return out
 }
 
-func listen(t *testing.T, name, ip string, port int32) *haproxytest.Listener {
+func listen(t testing.TB, name, ip string, port int32) *haproxytest.Listener {
 	return haproxytest.Listen(t, name, fmt.Sprintf("%s:%d", ip, port))
 }
