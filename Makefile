@@ -40,9 +40,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 20s ./handler/trigger
 	$(GO) test -run '^$$' -fuzz '^FuzzParseServersState$$' -fuzztime 20s ./sync/runtimeapi
 
-## bench: the numbers quoted in README.md.
-bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./...
+## bench: the numbers quoted in README.md. The end-to-end scenarios run once
+## each (they are long), with the idle period README quotes.
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 $$($(GO) list ./... | grep -v /sync/e2e)
+	HKS_BENCH_IDLE=1m $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./sync/e2e
 
 clean:
 	rm -rf bin

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/watch"
 )
 
 // The Knative releases whose CRDs the manifests are checked against (their
@@ -192,12 +194,14 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 		wantKinds []string
 	}{
 		{"deploy/ (example overlay)", "ingress-nginx", kustomize("overlays/example"),
+			[]string{sa, role, rb, crole, crb, cm, deploy, pdb, svc}},
+		{"deploy/ with the CronJob component", "ingress-nginx", kustomize(overlay(t, "resources:\n  - %[1]s/overlays/example\ncomponents:\n  - %[1]s/components/cronjob\n", ".")),
 			[]string{sa, role, rb, crole, crb, cm, deploy, pdb, svc, cron}},
 		{"deploy/secret.example.yaml", "ingress-nginx", file("secret.example.yaml"), []string{secret}},
 		{"knative/", "ingress-nginx", kustomize("../knative"),
 			[]string{sa, role, rb, crole, crb, cm, ksvc, apisource, pingsrc}},
 		{"helm, default values", "", helm(t, "-n", "ingress-nginx"),
-			[]string{sa, role, rb, crole, crb, cm, deploy, pdb, svc, cron}},
+			[]string{sa, role, rb, crole, crb, cm, deploy, pdb, svc}},
 		{"helm, other values", "", helm(t, "-n", "sync-system",
 			"--set", "ingress.namespace=edge", "--set", "ingress.serviceName=edge-lb",
 			"--set", "haproxy.dataplaneURL=https://lb-a:5555\\,https://lb-b:5555",
@@ -206,10 +210,10 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 			"--set", "haproxy.backends=http=be_http\\,https=be_https", "--set", "haproxy.sendProxyV2=true",
 			"--set", "haproxy.deleteGuardPercent=50", "--set", "replicaCount=3",
 			"--set", "secret.create=true", "--set", "secret.dataplaneUsername=admin", "--set", "secret.dataplanePassword=pw",
-			"--set", "secret.webhookToken=tok", "--set", "cronJob.schedule=*/2 * * * *",
+			"--set", "secret.webhookToken=tok", "--set", "cronJob.enabled=true", "--set", "cronJob.schedule=*/2 * * * *",
 			"--set", "nodeSelector.kubernetes\\.io/os=linux"),
 			[]string{secret, sa, role, rb, crole, crb, cm, deploy, pdb, svc, cron}},
-		{"helm, no CronJob nor PDB", "", helm(t, "-n", "ingress-nginx", "--set", "cronJob.enabled=false", "--set", "podDisruptionBudget.enabled=false"),
+		{"helm, no PDB", "", helm(t, "-n", "ingress-nginx", "--set", "podDisruptionBudget.enabled=false"),
 			[]string{sa, role, rb, crole, crb, cm, deploy, svc}},
 	}
 	for _, tt := range cases {
@@ -251,18 +255,19 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 	for _, ns := range []string{"rbac-kustomize", "rbac-edge", "rbac-sync", "kube-system"} {
 		namespace(t, ns)
 	}
-	// deploy/rbac through an overlay that sets the namespace, as users do.
-	overlay := t.TempDir()
-	rbacDir, _ := filepath.Abs("rbac")
-	rel, err := filepath.Rel(overlay, rbacDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte("namespace: rbac-kustomize\nresources:\n  - "+rel+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	kubectl(t, nil, "apply", "-k", overlay)
-	kubectl(t, helm(t, "-n", "rbac-sync", "--set", "ingress.namespace=rbac-edge", "--show-only", "templates/rbac.yaml"),
+	// deploy/rbac through an overlay that sets the namespace and the
+	// Service's name, as users do.
+	kubectl(t, nil, "apply", "-k", overlay(t, `namespace: rbac-kustomize
+resources:
+  - %s
+patches:
+  - target: {kind: Role, name: haproxy-k8s-sync}
+    patch: |-
+      - op: replace
+        path: /rules/0/resourceNames/0
+        value: web
+`, "rbac"))
+	kubectl(t, helm(t, "-n", "rbac-sync", "--set", "ingress.namespace=rbac-edge", "--set", "ingress.serviceName=web", "--show-only", "templates/rbac.yaml"),
 		"apply", "-f", "-")
 	kubectl(t, nil, "apply", "-n", "rbac-kustomize", "-f", "../knative/source-rbac.yaml")
 
@@ -283,6 +288,18 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 			}
 			if in.Service == nil || len(in.Slices) != 1 || len(in.Nodes) == 0 {
 				t.Fatalf("read %d slices %d nodes", len(in.Slices), len(in.Nodes))
+			}
+			// serve's own watches: the Service by name, its slices, the Nodes.
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			wt := &watch.Watcher{Client: as, Namespace: tt.watched, Service: "web", Nodes: true}
+			go wt.Run(wctx)
+			deadline := time.Now().Add(10 * time.Second)
+			for !wt.Established() {
+				if time.Now().After(deadline) {
+					t.Fatal("the watches were never established")
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
 			forbidden(t, as, tt.watched)
 		})
@@ -357,14 +374,30 @@ func forbidden(t *testing.T, as kubernetes.Interface, ns string) {
 			_, err := as.DiscoveryV1().EndpointSlices("kube-system").List(ctx, metav1.ListOptions{})
 			return err
 		},
-		"watch endpointslices": func() error {
-			w, err := as.DiscoveryV1().EndpointSlices(ns).Watch(ctx, metav1.ListOptions{})
+		"watch endpointslices elsewhere": func() error {
+			w, err := as.DiscoveryV1().EndpointSlices("kube-system").Watch(ctx, metav1.ListOptions{})
 			if err == nil {
 				w.Stop()
 			}
 			return err
 		},
-		"delete the service": func() error { return as.CoreV1().Services(ns).Delete(ctx, "web", metav1.DeleteOptions{}) },
+		"watch every service": func() error {
+			w, err := as.CoreV1().Services(ns).Watch(ctx, metav1.ListOptions{})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		},
+		"watch another service by name": func() error {
+			w, err := as.CoreV1().Services(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=other"})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		},
+		"get another service": func() error { _, err := as.CoreV1().Services(ns).Get(ctx, "other", metav1.GetOptions{}); return err },
+		"watch pods":          func() error { _, err := as.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{}); return err },
+		"delete the service":  func() error { return as.CoreV1().Services(ns).Delete(ctx, "web", metav1.DeleteOptions{}) },
 		"delete an endpointslice": func() error {
 			return as.DiscoveryV1().EndpointSlices(ns).Delete(ctx, "web-1", metav1.DeleteOptions{})
 		},
@@ -382,5 +415,40 @@ func forbidden(t *testing.T, as kubernetes.Interface, ns string) {
 		if err := f(); !apierrors.IsForbidden(err) {
 			t.Errorf("%s: %v, want forbidden", name, err)
 		}
+	}
+}
+
+// overlay writes a kustomization from format, whose %s (or %[1]s) is the
+// path of deploy/'s directory dir relative to it, and returns its directory.
+func overlay(t *testing.T, format, dir string) string {
+	t.Helper()
+	o := t.TempDir()
+	abs, _ := filepath.Abs(dir)
+	rel, err := filepath.Rel(o, abs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(o, "kustomization.yaml"), []byte(fmt.Sprintf(format, rel)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// TestExampleOverlayNamesTheServiceInTheRole: the Role may watch only the
+// followed Service, so a copy of the example overlay that follows another
+// Service must grant that one: the overlay copies the name from the ConfigMap.
+func TestExampleOverlayNamesTheServiceInTheRole(t *testing.T) {
+	example, err := os.ReadFile("overlays/example/kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := strings.Replace(string(example), "../../base", "%s", 1)
+	copied = strings.Replace(copied, `value: "ingress-nginx"`, `value: "edge-lb"`, 1)
+	out := kubectl(t, nil, "kustomize", overlay(t, strings.ReplaceAll(copied, "%s", "%[1]s"), "base"))
+	if !strings.Contains(out, "INGRESS_SERVICE_NAME: edge-lb") {
+		t.Fatalf("the copy does not follow edge-lb:\n%s", out)
+	}
+	if !strings.Contains(out, "resourceNames:\n  - edge-lb\n  resources:\n  - services") {
+		t.Errorf("the Role does not name edge-lb:\n%s", out)
 	}
 }
