@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/auth"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/trigger"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 )
@@ -66,7 +67,7 @@ func replay(t *testing.T, base, path, file string, extra ...string) (int, map[st
 func TestEveryRecordedEventOnEveryRoute(t *testing.T) {
 	rec := &countingRec{}
 	target := trigger.Target{Namespace: "ingress-nginx", Service: "ingress-nginx", NodeMode: true}
-	srv := httptest.NewServer(handler.New(handler.Config{Reconciler: rec, Target: target, Token: "tok"}))
+	srv := httptest.NewServer(handler.New(handler.Config{Reconciler: rec, Target: target, Auth: mustToken(t, "tok-0123456789abcdef")}))
 	defer srv.Close()
 	files, _ := filepath.Glob(filepath.Join("..", "testdata", "events", "*.http"))
 	if len(files) < 20 {
@@ -86,7 +87,7 @@ func TestEveryRecordedEventOnEveryRoute(t *testing.T) {
 			}
 			t.Run(path+name, func(t *testing.T) {
 				before := rec.runs.Load()
-				code, body := replay(t, srv.URL, path, name, "Authorization", "Bearer tok")
+				code, body := replay(t, srv.URL, path, name, "Authorization", "Bearer tok-0123456789abcdef")
 				if code != want {
 					t.Fatalf("status %d %v, want %d", code, body, want)
 				}
@@ -154,3 +155,12 @@ func TestLogsNeverShowSecrets(t *testing.T) {
 }
 
 func jsonString(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+func mustToken(t *testing.T, tok string) *auth.Token {
+	t.Helper()
+	a, err := auth.NewToken(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}

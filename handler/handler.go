@@ -7,16 +7,24 @@
 //	GET  /healthz, /readyz   liveness and readiness
 //	GET  /metrics            Prometheus metrics
 //
-// POST bodies are read by package trigger: an event that clearly concerns
-// another object is answered 202 "ignored" with no Kubernetes or HAProxy call.
-// An upstream failure (Kubernetes or an HAProxy target) answers 503 with
-// Retry-After, never 500: Knative sources retry 503 but not 500.
+// Every route but the probes and /metrics needs auth (package auth), checked
+// from the headers before any body is read. POST bodies are read by package
+// trigger: an event that clearly concerns another object is answered 202
+// "ignored" with no Kubernetes or HAProxy call. An upstream failure
+// (Kubernetes or an HAProxy target) answers 503 with Retry-After, never 500:
+// Knative sources retry 503 but not 500.
+//
+// Work per caller is bounded: at most MaxWaiters callers wait for a real
+// reconcile and MaxDryRuns for a dry run (dry runs share one in-flight run
+// too); the excess gets 429 with Retry-After at once. A caller waits at most
+// Config.Wait, then gets 503: every answer fits the server's WriteTimeout and
+// the shutdown grace.
 package handler
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -25,11 +33,11 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/auth"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/trigger"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 )
@@ -39,6 +47,14 @@ const MaxBody = 1 << 20
 
 // retryAfter is sent with 503: long enough for a restarting API to come back.
 const retryAfter = "5"
+
+// Default bounds of the work callers can ask for.
+const (
+	// DefaultMaxWaiters bounds the callers waiting for a real reconcile.
+	DefaultMaxWaiters = 32
+	// DefaultMaxDryRuns bounds the callers waiting for a dry run.
+	DefaultMaxDryRuns = 8
+)
 
 // Reconciler runs one full reconcile.
 type Reconciler interface {
@@ -56,8 +72,18 @@ type Config struct {
 	Shared *reconcile.Coalescer
 	// Target says which events concern this service; others are ignored.
 	Target trigger.Target
-	// Token, when set, is required as "Authorization: Bearer <token>" on POST.
-	Token string
+	// Auth checks every route but the probes and /metrics; nil lets every
+	// request in (the service always sets one: see package auth).
+	Auth auth.Authenticator
+	// OnAuthFailure, when set, is called with the reason of each refused
+	// request (missing, invalid, forbidden, busy, unavailable).
+	OnAuthFailure func(reason string)
+	// Wait bounds how long a caller waits for its reconcile (0: as long as
+	// its request lasts); past it the answer is 503 with Retry-After.
+	Wait time.Duration
+	// MaxWaiters and MaxDryRuns bound the callers waiting for a real
+	// reconcile and for a dry run (0: the defaults).
+	MaxWaiters, MaxDryRuns int
 	// Ready reports readiness; nil means always ready.
 	Ready func() bool
 	// Metrics, when set, serves GET /metrics (open, like the probes).
@@ -70,7 +96,10 @@ type Config struct {
 type api struct {
 	cfg    Config
 	shared *reconcile.Coalescer
-	log    *slog.Logger
+	dry    *reconcile.Coalescer
+	// waiters and dryRuns hold a token per waiting caller.
+	waiters, dryRuns chan struct{}
+	log              *slog.Logger
 }
 
 // New returns the service's routes.
@@ -85,6 +114,11 @@ func New(cfg Config) http.Handler {
 			return cfg.Reconciler.Reconcile(ctx, false)
 		})
 	}
+	a.dry = reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) {
+		return cfg.Reconciler.Reconcile(ctx, true)
+	})
+	a.waiters = make(chan struct{}, cmp.Or(cfg.MaxWaiters, DefaultMaxWaiters))
+	a.dryRuns = make(chan struct{}, cmp.Or(cfg.MaxDryRuns, DefaultMaxDryRuns))
 	r := chi.NewRouter()
 	r.Use(a.recoverPanics)
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
@@ -106,19 +140,37 @@ func New(cfg Config) http.Handler {
 	if cfg.Metrics != nil {
 		r.Method(http.MethodGet, "/metrics", cfg.Metrics)
 	}
-	r.Get("/plan", func(w http.ResponseWriter, r *http.Request) { a.run(w, r, trigger.Trigger{Kind: "plan"}, true) })
-	r.With(a.authorize).Post("/reconcile", a.post)
-	r.With(a.authorize).Post("/", a.post)
+	r.Group(func(r chi.Router) {
+		r.Use(a.authorize)
+		r.Get("/plan", func(w http.ResponseWriter, r *http.Request) { a.run(w, r, trigger.Trigger{Kind: "plan"}, true) })
+		r.Post("/reconcile", a.post)
+		r.Post("/", a.post)
+	})
 	return r
 }
 
-// authorize checks the bearer token in constant time.
+// authorize lets through only requests the Authenticator accepts; it reads
+// headers only, so the body of a refused request is never read.
 func (a *api) authorize(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a.cfg.Token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.Token)) != 1 {
-				writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+		if a.cfg.Auth != nil {
+			if err := a.cfg.Auth.Authenticate(r.Context(), r.Header); err != nil {
+				status, reason := http.StatusUnauthorized, "invalid"
+				var ae *auth.Error
+				if errors.As(err, &ae) {
+					status, reason = ae.Status, ae.Reason
+				}
+				if a.cfg.OnAuthFailure != nil {
+					a.cfg.OnAuthFailure(reason)
+				}
+				a.log.Info("request refused", "path", r.URL.Path, "status", status, "reason", reason)
+				switch status {
+				case http.StatusUnauthorized:
+					w.Header().Set("WWW-Authenticate", `Bearer realm="haproxy-k8s-sync"`)
+				case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+					w.Header().Set("Retry-After", "1")
+				}
+				writeError(w, status, err.Error())
 				return
 			}
 		}
@@ -151,7 +203,7 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, "body over 1 MiB")
 		return
 	case err != nil:
-		writeError(w, http.StatusBadRequest, "read body: "+err.Error())
+		writeError(w, http.StatusBadRequest, "read body: "+trigger.Short(err.Error()))
 		return
 	}
 	tr, err := trigger.Parse(r.Header, body, a.cfg.Target)
@@ -182,18 +234,40 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, tr trigger.Trigger, dr
 		id = newID()
 	}
 	log := a.log.With("trigger", tr.Kind, "id", id, "type", tr.Type)
-	var (
-		res reconcile.Result
-		err error
-	)
+	shared, slots := a.shared, a.waiters
 	if dryRun {
-		res, err = a.cfg.Reconciler.Reconcile(r.Context(), true)
-	} else {
-		res, err = a.shared.Do(r.Context())
+		shared, slots = a.dry, a.dryRuns
 	}
+	select {
+	case slots <- struct{}{}:
+		defer func() { <-slots }()
+	default:
+		log.Warn("too many callers waiting", "dryRun", dryRun, "limit", cap(slots))
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, "too many callers waiting for a reconcile; try again")
+		return
+	}
+	ctx := r.Context()
+	if a.cfg.Wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, a.cfg.Wait)
+		defer cancel()
+	}
+	res, err := shared.Do(ctx)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the caller is gone; nobody reads the answer
+		}
+		if pe := (*reconcile.PanicError)(nil); errors.As(err, &pe) {
+			log.Error("panic in handler", "where", "reconcile", "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+			writeError(w, http.StatusInternalServerError, "internal error")
+			return
+		}
+		if ctx.Err() != nil {
+			log.Warn("reconcile did not end in time", "waitedMs", a.cfg.Wait.Milliseconds())
+			w.Header().Set("Retry-After", retryAfter)
+			writeError(w, http.StatusServiceUnavailable, "the reconcile did not end in time; try again")
+			return
 		}
 		log.Error("reconcile failed", "status", res.Status, "error", err, "durationMs", res.DurationMs, "targets", res.Targets)
 		w.Header().Set("Retry-After", retryAfter)
@@ -220,15 +294,25 @@ func newID() string {
 	return hex.EncodeToString(b)
 }
 
+// MaxConns bounds the connections served at once; more wait in the
+// listen backlog. It is well above MaxWaiters + MaxDryRuns, so connections
+// are always left for probes and for answering the excess at once.
+const MaxConns = 64
+
+// WaitMargin is what a caller may wait beyond the reconcile timeout: the
+// reconcile's own clean-up (deleting an open transaction, up to 1 s).
+const WaitMargin = 2 * time.Second
+
 // Server returns an http.Server for h with every timeout set, so a slow
-// client cannot hold a connection. WriteTimeout covers a whole reconcile.
+// client cannot hold a connection. WriteTimeout covers a caller's whole
+// wait (reconcile timeout + WaitMargin) with room to write the answer.
 func Server(addr string, h http.Handler, reconcileTimeout time.Duration) *http.Server {
 	return &http.Server{
 		Addr:              addr,
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      reconcileTimeout + 15*time.Second,
+		WriteTimeout:      reconcileTimeout + WaitMargin + 5*time.Second,
 		IdleTimeout:       60 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 	}

@@ -1,8 +1,10 @@
 package handler_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -19,6 +21,7 @@ import (
 	"github.com/sethvargo/go-retry"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/auth"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
@@ -45,7 +48,14 @@ func stack(t *testing.T, dataplaneURL string, token string, log ...*slog.Logger)
 		Timeout: 300 * time.Millisecond,
 		Backoff: func() retry.Backoff { return retry.NewConstant(20 * time.Millisecond) },
 	}
-	cfg := handler.Config{Reconciler: rec, Token: token}
+	cfg := handler.Config{Reconciler: rec}
+	if token != "" {
+		tok, err := auth.NewToken(token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Auth = tok
+	}
 	if len(log) > 0 {
 		rec.Log, cfg.Log = log[0], log[0]
 	}
@@ -137,14 +147,17 @@ func TestDataplaneDownIs503WithRetryAfter(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	srv, api := stack(t, "", "s3cret")
-	auth := []string{"Authorization", "Bearer s3cret"}
+	srv, api := stack(t, "", "s3cret-0123456789")
+	auth := []string{"Authorization", "Bearer s3cret-0123456789"}
 	tests := []struct {
 		name, method, path, ctype, body string
 		header                          []string
 		status                          int
 	}{
 		{"no token", "POST", "/reconcile", "", "", nil, 401},
+		{"plan without a token", "GET", "/plan", "", "", nil, 401},
+		{"dry run without a token", "POST", "/reconcile?dryRun=true", "", "", nil, 401},
+		{"a huge bad watch type is not echoed", "POST", "/reconcile", "application/json", `{"type":"` + strings.Repeat("Z", 500_000) + `","object":{}}`, auth, 400},
 		{"wrong token", "POST", "/reconcile", "", "", []string{"Authorization", "Bearer nope"}, 401},
 		{"basic instead of bearer", "POST", "/", "", "", []string{"Authorization", "Basic czNjcmV0"}, 401},
 		{"body over 1 MiB", "POST", "/reconcile", "application/json", `"` + strings.Repeat("x", handler.MaxBody) + `"`, auth, 413},
@@ -170,8 +183,64 @@ func TestBadRequests(t *testing.T) {
 	}
 }
 
+// TestErrorsQuoteLittle: no error answer quotes more than ~200 bytes of what
+// was sent.
+func TestErrorsQuoteLittle(t *testing.T) {
+	srv, _ := stack(t, "", "s3cret-0123456789")
+	auth := []string{"Authorization", "Bearer s3cret-0123456789"}
+	huge := strings.Repeat("Z", 100_000)
+	for name, req := range map[string][2]string{
+		"watch type":   {"application/json", `{"type":"` + huge + `","object":{}}`},
+		"content type": {"application/" + huge, "x"},
+	} {
+		a := send(t, "POST", srv.URL+"/reconcile", req[0], req[1], auth...)
+		if msg, _ := a.body["error"].(string); a.status/100 != 4 || len(msg) > 400 {
+			t.Errorf("%s: %d, error of %d bytes", name, a.status, len(msg))
+		}
+	}
+}
+
+// TestFormAndTextBodiesArePokes: curl -d '{}' sends a form content type, -F
+// multipart, --data-binary with text/plain: each is a poke.
+func TestFormAndTextBodiesArePokes(t *testing.T) {
+	srv, _ := stack(t, "", "s3cret-0123456789")
+	auth := []string{"Authorization", "Bearer s3cret-0123456789"}
+	for ctype, body := range map[string]string{
+		"application/x-www-form-urlencoded":      "{}",
+		"multipart/form-data; boundary=XYZ":      "--XYZ\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nb\r\n--XYZ--\r\n",
+		"text/plain; charset=utf-8":              "poke",
+		"application/x-www-form-urlencoded; a=b": "not even a form",
+	} {
+		if a := send(t, "POST", srv.URL+"/reconcile", ctype, body, auth...); a.status != 200 || a.body["status"] == "error" {
+			t.Errorf("%s: %d %v", ctype, a.status, a.body)
+		}
+	}
+}
+
+// TestUnauthenticatedBodiesAreNeverRead: a refused request is answered from
+// its headers, while its body has not even arrived.
+func TestUnauthenticatedBodiesAreNeverRead(t *testing.T) {
+	srv, _ := stack(t, "", "s3cret-0123456789")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A promised megabyte of body, of which nothing is sent.
+	fmt.Fprintf(conn, "POST /reconcile HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong-token-0123456\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n")
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer while the body is missing: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
+		t.Errorf("%d %v", resp.StatusCode, resp.Header)
+	}
+}
+
 func TestProbesNeedNoToken(t *testing.T) {
-	srv, _ := stack(t, "", "s3cret")
+	srv, _ := stack(t, "", "s3cret-0123456789")
 	for _, p := range []string{"/healthz", "/readyz"} {
 		if a := send(t, "GET", srv.URL+p, "", ""); a.status != 200 {
 			t.Errorf("%s: %d", p, a.status)
@@ -203,7 +272,7 @@ func (c *counting) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result
 
 func TestConcurrentPostsShareReconciles(t *testing.T) {
 	rec := &counting{}
-	srv := httptest.NewServer(handler.New(handler.Config{Reconciler: rec}))
+	srv := httptest.NewServer(handler.New(handler.Config{Reconciler: rec, MaxWaiters: 100}))
 	defer srv.Close()
 	var wg sync.WaitGroup
 	codes := make([]int, 100)
@@ -263,5 +332,79 @@ func TestSlowClientIsCutOff(t *testing.T) {
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.ReadAll(c); err != nil {
 		t.Fatalf("connection not closed by the server: %v", err)
+	}
+}
+
+// blocking is a reconciler that runs until its context ends (an upstream that
+// never answers), counting runs by kind.
+type blocking struct{ real, dry atomic.Int32 }
+
+func (b *blocking) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result, error) {
+	if dryRun {
+		b.dry.Add(1)
+	} else {
+		b.real.Add(1)
+	}
+	<-ctx.Done()
+	return reconcile.Result{Status: reconcile.StatusError}, ctx.Err()
+}
+
+// TestWorkPerCallerIsBounded: against an upstream that never answers, at
+// most MaxWaiters callers wait for a reconcile and MaxDryRuns for a dry run
+// (which share one run); the excess is answered 429 with Retry-After at
+// once; the waiters get 503 when Wait is up.
+func TestWorkPerCallerIsBounded(t *testing.T) {
+	rec := &blocking{}
+	wait := 1500 * time.Millisecond
+	srv := httptest.NewServer(handler.New(handler.Config{Reconciler: rec, MaxWaiters: 10, MaxDryRuns: 5, Wait: wait}))
+	defer srv.Close()
+	type answer struct {
+		code       int
+		retryAfter string
+		took       time.Duration
+	}
+	var mu sync.Mutex
+	got := map[string][]answer{}
+	var wg sync.WaitGroup
+	for i := range 60 {
+		method, path := "POST", "/reconcile"
+		if i%2 == 1 {
+			method, path = "GET", "/plan"
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			req, _ := http.NewRequest(method, srv.URL+path, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			mu.Lock()
+			got[path] = append(got[path], answer{resp.StatusCode, resp.Header.Get("Retry-After"), time.Since(start)})
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for path, limit := range map[string]int{"/reconcile": 10, "/plan": 5} {
+		waited, refused := 0, 0
+		for _, a := range got[path] {
+			switch {
+			case a.code == http.StatusTooManyRequests && a.retryAfter != "" && a.took < wait:
+				refused++
+			case a.code == http.StatusServiceUnavailable && a.retryAfter != "" && a.took >= wait && a.took < wait+time.Second:
+				waited++
+			default:
+				t.Errorf("%s: %+v", path, a)
+			}
+		}
+		if waited != limit || refused != 30-limit {
+			t.Errorf("%s: %d waited, %d refused; want %d and %d", path, waited, refused, limit, 30-limit)
+		}
+	}
+	if rec.dry.Load() != 1 {
+		t.Errorf("%d dry runs for concurrent /plan calls, want 1 shared", rec.dry.Load())
 	}
 }

@@ -26,7 +26,7 @@ func BenchmarkStartToReady(b *testing.B) {
 	kc := kubeconfigB(b)
 	for b.Loop() {
 		port := freePortB(b)
-		cmd := command(nil, "serve", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kc, fmt.Sprintf("PORT=%d", port), "WATCH=false")
+		cmd := command(nil, "serve", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kc, fmt.Sprintf("PORT=%d", port), "WATCH=false", "WEBHOOK_AUTH=none")
 		start := time.Now()
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
@@ -77,7 +77,7 @@ func BenchmarkServiceRSS(b *testing.B) {
 	}
 	port := freePortB(b)
 	cmd := command(nil, "serve --manifests "+manifests, "HAPROXY_DATAPLANE_URL="+api.URL, "TARGET_ADDRESS=pod",
-		"INGRESS_NAMESPACE=shop", "INGRESS_SERVICE_NAME=web", fmt.Sprintf("PORT=%d", port), "LOG_LEVEL=error", "RECONCILE_TIMEOUT=60s")
+		"INGRESS_NAMESPACE=shop", "INGRESS_SERVICE_NAME=web", fmt.Sprintf("PORT=%d", port), "LOG_LEVEL=error", "RECONCILE_TIMEOUT=60s", "WEBHOOK_AUTH=none")
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}

@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -29,12 +30,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/netutil"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	k8swatch "k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/auth"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/trigger"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
@@ -77,6 +80,9 @@ func run(args []string) int {
 	}
 
 	cfg, err := config.Load()
+	if err == nil && cmd == "serve" {
+		err = cfg.RequireWebhookAuth()
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "configuration: %v\n", err)
 		return 2
@@ -225,9 +231,17 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, kc kubernetes.Interface
 		// reconcile ran, so a new pod takes over only when it follows.
 		return watcher == nil || watcher.Established() && reconciled.Load()
 	}
+	authn, err := newAuthenticator(cfg, kc)
+	if err != nil {
+		return err
+	}
+	if authn.Mode() == config.AuthNone {
+		log.Warn("webhook auth is off (WEBHOOK_AUTH=none): whoever reaches the port can trigger reconciles and read the plan")
+	}
 	target := trigger.Target{Namespace: cfg.Namespace, Service: cfg.Service, NodeMode: rec.Options.Mode == desired.NodeMode}
 	h := handler.New(handler.Config{
-		Reconciler: wrapped, Shared: shared, Target: target, Token: cfg.WebhookToken,
+		Reconciler: wrapped, Shared: shared, Target: target,
+		Auth: authn, OnAuthFailure: m.AuthFailure, Wait: cfg.ReconcileTimeout + handler.WaitMargin,
 		Ready: ready, Log: log, Metrics: metricsHandler, OnIgnored: m.Ignored,
 	})
 	srv := handler.Server(net.JoinHostPort("", strconv.Itoa(cfg.Port)), h, cfg.ReconcileTimeout)
@@ -235,6 +249,7 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, kc kubernetes.Interface
 	if err != nil {
 		return fmt.Errorf("PORT: listen: %w", err)
 	}
+	ln = netutil.LimitListener(ln, handler.MaxConns)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	listening.Store(true)
@@ -270,7 +285,7 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, kc kubernetes.Interface
 		return err
 	}
 	log.Info("shutting down")
-	grace := cfg.ReconcileTimeout + 5*time.Second
+	grace := cfg.ReconcileTimeout + handler.WaitMargin + 3*time.Second
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
@@ -283,6 +298,30 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, kc kubernetes.Interface
 		return fmt.Errorf("shutdown: a reconcile still runs after %s", grace)
 	}
 	return nil
+}
+
+// newAuthenticator returns the webhook authenticator cfg asks for.
+func newAuthenticator(cfg config.Config, kc kubernetes.Interface) (auth.Authenticator, error) {
+	switch cfg.WebhookAuth {
+	case config.AuthToken:
+		t, err := auth.NewToken(cfg.WebhookToken)
+		if err != nil {
+			return nil, fmt.Errorf("WEBHOOK_TOKEN: %w", err)
+		}
+		return t, nil
+	case config.AuthKubernetes:
+		if kc == nil {
+			return nil, errors.New("WEBHOOK_AUTH: kubernetes needs the Kubernetes API, not --manifests")
+		}
+		k, err := auth.NewKubernetes(kc, cfg.WebhookAudience, cfg.AllowedServiceAccounts)
+		if err != nil {
+			return nil, fmt.Errorf("WEBHOOK_AUTH: %w", err)
+		}
+		return k, nil
+	case config.AuthNone:
+		return auth.None{}, nil
+	}
+	return nil, cfg.RequireWebhookAuth()
 }
 
 // resync calls poke every period until ctx is done.

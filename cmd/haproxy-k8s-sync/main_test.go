@@ -101,7 +101,7 @@ func TestServeReadyThenSIGTERM(t *testing.T) {
 	port := freePort(t)
 	var stderr bytes.Buffer
 	cmd := command(t, "serve", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kubeconfig(t),
-		fmt.Sprintf("PORT=%d", port), "WATCH=false", "HAPROXY_DATAPLANE_PASSWORD=pw-never-logged", "WEBHOOK_TOKEN=tok-never-logged")
+		fmt.Sprintf("PORT=%d", port), "WATCH=false", "HAPROXY_DATAPLANE_PASSWORD=pw-never-logged", "WEBHOOK_TOKEN=tok-never-logged-0123")
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -148,7 +148,7 @@ func TestSIGTERMFinishesInFlightReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := freePort(t)
-	cmd := command(t, "serve", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kc, fmt.Sprintf("PORT=%d", port), "RECONCILE_TIMEOUT=5s", "WATCH=false")
+	cmd := command(t, "serve", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kc, fmt.Sprintf("PORT=%d", port), "RECONCILE_TIMEOUT=5s", "WATCH=false", "WEBHOOK_AUTH=none")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
 )
 
 // runTrigger runs `trigger args` as the command and returns its exit code,
@@ -118,7 +120,7 @@ func TestTriggerBadUsage(t *testing.T) {
 func TestServeNotReadyUntilWatching(t *testing.T) {
 	port := freePort(t)
 	var stderr bytes.Buffer
-	cmd := command(t, "serve", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kubeconfig(t), fmt.Sprintf("PORT=%d", port))
+	cmd := command(t, "serve", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kubeconfig(t), fmt.Sprintf("PORT=%d", port), "WEBHOOK_AUTH=none")
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -150,5 +152,127 @@ func TestServeNotReadyUntilWatching(t *testing.T) {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("exit after SIGTERM: %v\n%s", err, stderr.String())
+	}
+}
+
+// TestBoundedUnderLoad runs the service against a Kubernetes API and a Data
+// Plane API that never answer, and sends 300 authorized POSTs and 300
+// authorized /plan calls at once. The service's goroutines stay bounded
+// (go_goroutines from its own /metrics), the callers beyond the waiting
+// limits get 429 with Retry-After at once, and the others 503 when the
+// reconcile's deadline has passed.
+func TestBoundedUnderLoad(t *testing.T) {
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	defer hung.Close()
+	defer hung.CloseClientConnections()
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: %q}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n", hung.URL)
+	if err := os.WriteFile(kc, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	const token = "load-test-token-0123456789"
+	var stderr bytes.Buffer
+	cmd := command(t, "serve", "HAPROXY_DATAPLANE_URL="+hung.URL, "KUBECONFIG="+kc, fmt.Sprintf("PORT=%d", port),
+		"WATCH=false", "WEBHOOK_TOKEN="+token, "RECONCILE_TIMEOUT=6s", "LOG_LEVEL=error")
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	waitReady(t, base+"/readyz", &stderr)
+
+	goroutines := func() int {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Error(err)
+			return -1
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
+				var n int
+				fmt.Sscan(v, &n)
+				return n
+			}
+		}
+		t.Error("no go_goroutines in /metrics")
+		return -1
+	}
+	idle := goroutines()
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: -1}, Timeout: 20 * time.Second}
+	type answer struct {
+		code       int
+		retryAfter string
+		took       time.Duration
+	}
+	answers := make(chan answer, 600)
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() { // sample the service's goroutines while the load lasts
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			if n := int64(goroutines()); n > peak.Load() {
+				peak.Store(n)
+			}
+		}
+	}()
+	for i := range 600 {
+		method, path := http.MethodPost, "/reconcile"
+		if i%2 == 1 {
+			method, path = http.MethodGet, "/plan"
+		}
+		go func() {
+			req, _ := http.NewRequest(method, base+path, nil)
+			req.Header.Set("Authorization", "Bearer "+token)
+			start := time.Now()
+			resp, err := client.Do(req)
+			if err != nil {
+				answers <- answer{code: -1, took: time.Since(start)}
+				return
+			}
+			resp.Body.Close()
+			answers <- answer{resp.StatusCode, resp.Header.Get("Retry-After"), time.Since(start)}
+		}()
+	}
+	counts := map[int]int{}
+	var slowest429 time.Duration
+	for range 600 {
+		a := <-answers
+		counts[a.code]++
+		switch a.code {
+		case http.StatusTooManyRequests:
+			slowest429 = max(slowest429, a.took)
+			if a.retryAfter == "" {
+				t.Error("429 without Retry-After")
+			}
+		case http.StatusServiceUnavailable:
+			if a.retryAfter == "" {
+				t.Error("503 without Retry-After")
+			}
+		default:
+			t.Errorf("answer %d after %s", a.code, a.took)
+		}
+	}
+	close(stop)
+	<-sampled
+	t.Logf("answers %v; goroutines idle %d, peak %d; slowest 429 %s", counts, idle, peak.Load(), slowest429)
+	if counts[http.StatusServiceUnavailable] > handler.DefaultMaxWaiters+handler.DefaultMaxDryRuns {
+		t.Errorf("%d callers waited, more than the limits allow", counts[http.StatusServiceUnavailable])
+	}
+	if peak.Load() > 150 {
+		t.Errorf("the service ran %d goroutines under load", peak.Load())
+	}
+	if slowest429 > time.Second {
+		t.Errorf("the excess waited up to %s for its 429", slowest429)
 	}
 }

@@ -7,8 +7,9 @@ import (
 )
 
 // FuzzParse feeds arbitrary bodies under each content type and CloudEvents
-// mode: Parse must never panic, and must either fail with a 400/415 *Error
-// or return a known Kind.
+// mode (form, multipart and text bodies included): Parse must never panic,
+// must either fail with a 400/415 *Error quoting little of the input or
+// return a known Kind, and form and text bodies are always pokes.
 func FuzzParse(f *testing.F) {
 	files, _ := filepath.Glob(filepath.Join("..", "..", "testdata", "events", "*.http"))
 	for _, file := range files {
@@ -25,10 +26,13 @@ func FuzzParse(f *testing.F) {
 		}
 		f.Add(mode, body)
 	}
-	kinds := map[Kind]bool{Empty: true, JSON: true, Watch: true, CloudEvent: true, Batch: true}
+	f.Add(uint8(5), []byte("{}"))
+	f.Add(uint8(6), []byte("--XYZ\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nb\r\n--XYZ--\r\n"))
+	f.Add(uint8(7), []byte("poke"))
+	kinds := map[Kind]bool{Empty: true, Text: true, JSON: true, Watch: true, CloudEvent: true, Batch: true}
 	f.Fuzz(func(t *testing.T, mode uint8, body []byte) {
 		h := http.Header{}
-		switch mode % 5 {
+		switch mode % 8 {
 		case 0:
 			h.Set("Content-Type", "application/json")
 		case 1:
@@ -42,6 +46,12 @@ func FuzzParse(f *testing.F) {
 			h.Set("Content-Type", "application/cloudevents+json")
 		case 3:
 			h.Set("Content-Type", "application/cloudevents-batch+json")
+		case 5:
+			h.Set("Content-Type", "application/x-www-form-urlencoded")
+		case 6:
+			h.Set("Content-Type", "multipart/form-data; boundary=XYZ")
+		case 7:
+			h.Set("Content-Type", "text/plain; charset=utf-8")
 		}
 		tr, err := Parse(h, body, target)
 		if err != nil {
@@ -49,7 +59,19 @@ func FuzzParse(f *testing.F) {
 			if !ok || (e.Status != http.StatusBadRequest && e.Status != http.StatusUnsupportedMediaType) {
 				t.Fatalf("error %v is not a 400/415 *Error", err)
 			}
+			if len(e.Msg) > 2*MaxQuote+100 {
+				t.Fatalf("error of %d bytes quotes too much input", len(e.Msg))
+			}
+			if mode%8 >= 5 {
+				t.Fatalf("a form or text body was refused: %v", err)
+			}
 			return
+		}
+		if mode%8 >= 5 && tr.Kind != Text && tr.Kind != Empty {
+			t.Fatalf("a form or text body read as %s", tr.Kind)
+		}
+		if len(tr.Ignore) > 2*MaxQuote || len(tr.ID) > 2*MaxQuote || len(tr.Type) > 2*MaxQuote {
+			t.Fatalf("a reason or id of %d/%d/%d bytes", len(tr.Ignore), len(tr.ID), len(tr.Type))
 		}
 		if !kinds[tr.Kind] {
 			t.Fatalf("unknown kind %q", tr.Kind)

@@ -1,6 +1,8 @@
 // Package trigger reads what poked the service: an empty body, plain JSON, a
-// raw Kubernetes watch event, or a CloudEvent 1.0 (binary, structured or
-// batched mode, e.g. from a Knative ApiServerSource or PingSource).
+// text or form body (curl -d), a raw Kubernetes watch event, or a CloudEvent
+// 1.0 (binary, structured or batched mode, e.g. from a Knative
+// ApiServerSource or PingSource). Errors quote at most MaxQuote bytes of
+// any input.
 //
 // Every trigger means "reconcile everything"; the body only lets a request be
 // skipped when it clearly concerns another object: an EndpointSlice of another
@@ -24,6 +26,7 @@ type Kind string
 // The shapes Parse recognises.
 const (
 	Empty      Kind = "empty"
+	Text       Kind = "text" // text or form body: a poke, its content unused
 	JSON       Kind = "json"
 	Watch      Kind = "watch"
 	CloudEvent Kind = "cloudevent"
@@ -61,6 +64,18 @@ func bad(format string, args ...any) *Error {
 	return &Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf(format, args...)}
 }
 
+// MaxQuote is the most of any input an error message or reason quotes.
+const MaxQuote = 200
+
+// Short cuts s to MaxQuote bytes (marking the cut), for messages that quote
+// input.
+func Short(s string) string {
+	if len(s) <= MaxQuote {
+		return s
+	}
+	return s[:MaxQuote] + "...(cut)"
+}
+
 // Parse reads a request's headers and its (size-limited) body.
 func Parse(h http.Header, body []byte, t Target) (Trigger, error) {
 	ct := h.Get("Content-Type")
@@ -68,7 +83,7 @@ func Parse(h http.Header, body []byte, t Target) (Trigger, error) {
 	if ct != "" {
 		var err error
 		if mt, _, err = mime.ParseMediaType(ct); err != nil {
-			return Trigger{}, &Error{Status: http.StatusUnsupportedMediaType, Msg: "bad content type: " + ct}
+			return Trigger{}, &Error{Status: http.StatusUnsupportedMediaType, Msg: fmt.Sprintf("bad content type %q", Short(ct))}
 		}
 	}
 	switch {
@@ -93,10 +108,11 @@ func Parse(h http.Header, body []byte, t Target) (Trigger, error) {
 	switch mt {
 	case "", "application/json":
 		return parsePlainJSON(body, t)
-	case "text/plain":
-		return Trigger{Kind: Empty}, nil // a text poke, e.g. a CronJob's curl -d
+	case "text/plain", "application/x-www-form-urlencoded", "multipart/form-data":
+		// A poke written as curl -d '{}' or curl -F: its content is not read.
+		return Trigger{Kind: Text}, nil
 	default:
-		return Trigger{}, &Error{Status: http.StatusUnsupportedMediaType, Msg: "unsupported content type: " + mt}
+		return Trigger{}, &Error{Status: http.StatusUnsupportedMediaType, Msg: fmt.Sprintf("unsupported content type %q", Short(mt))}
 	}
 }
 
@@ -121,7 +137,7 @@ func (e event) validate() error {
 
 func parseBinary(h http.Header, mt string, body []byte) (event, error) {
 	if v := h.Get("Ce-Specversion"); v != "1.0" {
-		return event{}, bad("unsupported cloudevents specversion %q", v)
+		return event{}, bad("unsupported cloudevents specversion %q", Short(v))
 	}
 	e := event{id: h.Get("Ce-Id"), typ: h.Get("Ce-Type"), source: h.Get("Ce-Source"), subject: h.Get("Ce-Subject"),
 		ext: map[string]string{"kind": h.Get("Ce-Kind"), "name": h.Get("Ce-Name"), "namespace": h.Get("Ce-Namespace")}}
@@ -162,7 +178,7 @@ func parseStructured(body []byte) (event, error) {
 
 func (s structured) event() (event, error) {
 	if s.SpecVersion != "1.0" {
-		return event{}, bad("unsupported cloudevents specversion %q", s.SpecVersion)
+		return event{}, bad("unsupported cloudevents specversion %q", Short(s.SpecVersion))
 	}
 	e := event{id: s.ID, typ: s.Type, source: s.Source, subject: s.Subject,
 		ext: map[string]string{"kind": s.Kind, "name": s.Name, "namespace": s.Namespace}}
@@ -210,12 +226,12 @@ func parseBatch(body []byte, t Target) (Trigger, error) {
 			ignore = append(ignore, tr.Ignore)
 		}
 	}
-	first.Kind, first.Ignore = Batch, strings.Join(ignore, "; ")
+	first.Kind, first.Ignore = Batch, Short(strings.Join(ignore, "; "))
 	return first, nil
 }
 
 func (e event) trigger(t Target, n int) Trigger {
-	tr := Trigger{Kind: CloudEvent, ID: e.id, Type: e.typ, Source: e.source, Events: n}
+	tr := Trigger{Kind: CloudEvent, ID: Short(e.id), Type: Short(e.typ), Source: Short(e.source), Events: n}
 	if !strings.HasPrefix(e.typ, "dev.knative.apiserver.") {
 		return tr // PingSource and anything else: reconcile
 	}
@@ -227,7 +243,7 @@ func (e event) trigger(t Target, n int) Trigger {
 			ref.merge(obj.ref())
 		}
 	}
-	tr.Ignore = ref.ignore(t)
+	tr.Ignore = Short(ref.ignore(t))
 	return tr
 }
 
@@ -346,7 +362,7 @@ func parsePlainJSON(body []byte, t Target) (Trigger, error) {
 	}
 	var typ string
 	if err := json.Unmarshal(rawType, &typ); err != nil || !watchTypes[typ] {
-		return Trigger{}, bad("watch event type %s is not ADDED, MODIFIED, DELETED, BOOKMARK or ERROR", rawType)
+		return Trigger{}, bad("watch event type %s is not ADDED, MODIFIED, DELETED, BOOKMARK or ERROR", Short(string(rawType)))
 	}
 	tr := Trigger{Kind: Watch, Type: typ, Events: 1}
 	switch typ {
@@ -359,7 +375,7 @@ func parsePlainJSON(body []byte, t Target) (Trigger, error) {
 		if err := json.Unmarshal(rawObj, &obj); err != nil {
 			return Trigger{}, bad("watch event object: %v", err)
 		}
-		tr.Ignore = obj.ref().ignore(t)
+		tr.Ignore = Short(obj.ref().ignore(t))
 	}
 	return tr, nil
 }

@@ -55,7 +55,7 @@ func TestParseRecordedEvents(t *testing.T) {
 		{"watch-error", Watch, reconcile, "ERROR"},
 		{"curl-empty", Empty, reconcile, ""},
 		{"cronjob-empty-object", JSON, reconcile, ""},
-		{"curl-form-text", Empty, reconcile, ""},
+		{"curl-form-text", Text, reconcile, ""},
 		{"bad-structured-no-id", "", "400", ""},
 		{"bad-structured-specversion", "", "400", ""},
 		{"bad-structured-base64", "", "400", ""},

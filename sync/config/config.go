@@ -43,6 +43,10 @@ type Config struct {
 	DeleteGuard int           `envconfig:"HAPROXY_DELETE_GUARD_PERCENT" default:"100"`
 
 	WebhookToken     string        `envconfig:"WEBHOOK_TOKEN"`
+	WebhookTokenFile string        `envconfig:"WEBHOOK_TOKEN_FILE"`
+	WebhookAuth      string        `envconfig:"WEBHOOK_AUTH"`
+	WebhookAudience  string        `envconfig:"WEBHOOK_AUDIENCE" default:"haproxy-k8s-sync"`
+	WebhookAllowed   string        `envconfig:"WEBHOOK_ALLOWED_SERVICEACCOUNTS"`
 	Watch            bool          `envconfig:"WATCH" default:"true"`
 	ResyncPeriod     time.Duration `envconfig:"RESYNC_PERIOD" default:"0"`
 	ReconcileTimeout time.Duration `envconfig:"RECONCILE_TIMEOUT" default:"30s"`
@@ -52,6 +56,8 @@ type Config struct {
 
 	// Derived by Load.
 	Backends    []desired.PortBackend `ignored:"true"`
+	// AllowedServiceAccounts are WEBHOOK_ALLOWED_SERVICEACCOUNTS' entries.
+	AllowedServiceAccounts []string `ignored:"true"`
 	Dataplanes  []*url.URL            `ignored:"true"`
 	RuntimeURLs []string              `ignored:"true"`
 }
@@ -70,7 +76,7 @@ func Load() (Config, error) {
 	if err := envconfig.Process("", &c); err != nil {
 		var pe *envconfig.ParseError
 		if errors.As(err, &pe) {
-			return c, fmt.Errorf("%s: cannot read %q as %s", pe.KeyName, pe.Value, pe.TypeName)
+			return c, fmt.Errorf("%s: cannot read %q as %s", pe.KeyName, short(pe.Value), pe.TypeName)
 		}
 		return c, err
 	}
@@ -91,7 +97,7 @@ func (c *Config) validate() error {
 		c.BackendName = c.Service
 	}
 	if c.Target != string(desired.NodeMode) && c.Target != string(desired.PodMode) {
-		return bad("TARGET_ADDRESS", "%q is not node or pod", c.Target)
+		return bad("TARGET_ADDRESS", "%q is not node or pod", short(c.Target))
 	}
 	if c.BackendPort < 0 || c.BackendPort > 65535 {
 		return bad("HAPROXY_BACKEND_PORT", "%d is not a port (0 to 65535)", c.BackendPort)
@@ -109,10 +115,13 @@ func (c *Config) validate() error {
 	c.Backends = backends
 
 	c.Dataplanes = nil
-	for _, raw := range splitList(c.DataplaneURLs) {
-		u, err := url.Parse(raw)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return bad("HAPROXY_DATAPLANE_URL", "%q is not an http(s) URL", raw)
+	for i, raw := range splitList(c.DataplaneURLs) {
+		u, err := parseURL(raw, i)
+		if err != nil {
+			return bad("HAPROXY_DATAPLANE_URL", "%v: put credentials in HAPROXY_DATAPLANE_USERNAME and HAPROXY_DATAPLANE_PASSWORD", err)
+		}
+		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return bad("HAPROXY_DATAPLANE_URL", "%q is not an http(s) URL", short(u.String()))
 		}
 		c.Dataplanes = append(c.Dataplanes, u)
 	}
@@ -120,10 +129,13 @@ func (c *Config) validate() error {
 	if len(c.Dataplanes) == 0 && len(c.RuntimeURLs) == 0 {
 		return bad("HAPROXY_DATAPLANE_URL", "must be set (or HAPROXY_RUNTIME_URL)")
 	}
-	for _, raw := range c.RuntimeURLs {
-		u, err := url.Parse(raw)
-		if err != nil || !(u.Scheme == "unix" && u.Path != "" || u.Scheme == "tcp" && u.Host != "") {
-			return bad("HAPROXY_RUNTIME_URL", "%q is not unix:///path or tcp://host:port", raw)
+	for i, raw := range c.RuntimeURLs {
+		u, err := parseURL(raw, i)
+		if err != nil {
+			return bad("HAPROXY_RUNTIME_URL", "%v", err)
+		}
+		if !(u.Scheme == "unix" && u.Path != "" || u.Scheme == "tcp" && u.Host != "") {
+			return bad("HAPROXY_RUNTIME_URL", "%q is not unix:///path or tcp://host:port", short(u.String()))
 		}
 	}
 	// With Data Plane URLs, the runtime sockets are those of the same
@@ -140,7 +152,7 @@ func (c *Config) validate() error {
 		}
 	}
 	if !balances[c.Balance] {
-		return bad("HAPROXY_BALANCE", "%q is not a balance algorithm", c.Balance)
+		return bad("HAPROXY_BALANCE", "%q is not a balance algorithm", short(c.Balance))
 	}
 	if c.CheckInter < time.Millisecond {
 		return bad("HAPROXY_CHECK_INTER", "%s is below 1ms", c.CheckInter)
@@ -158,7 +170,10 @@ func (c *Config) validate() error {
 		return bad("HAPROXY_DELETE_GUARD_PERCENT", "%d is not a percentage (0 to 100)", c.DeleteGuard)
 	}
 	if c.Weight != "equal" && c.Weight != "endpoints" {
-		return bad("HAPROXY_WEIGHT", "%q is not equal or endpoints", c.Weight)
+		return bad("HAPROXY_WEIGHT", "%q is not equal or endpoints", short(c.Weight))
+	}
+	if err := c.validateWebhookAuth(); err != nil {
+		return err
 	}
 	if c.ResyncPeriod < 0 {
 		return bad("RESYNC_PERIOD", "must not be negative")
@@ -172,9 +187,104 @@ func (c *Config) validate() error {
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
-		return bad("LOG_LEVEL", "%q is not debug, info, warn or error", c.LogLevel)
+		return bad("LOG_LEVEL", "%q is not debug, info, warn or error", short(c.LogLevel))
 	}
 	return nil
+}
+
+// Webhook auth modes (WEBHOOK_AUTH).
+const (
+	AuthToken      = "token"
+	AuthKubernetes = "kubernetes"
+	AuthNone       = "none"
+)
+
+// validateWebhookAuth reads the token file and settles the auth mode: empty
+// stays empty when nothing is chosen (serve then refuses to start, see
+// RequireWebhookAuth; one-shot commands need none).
+func (c *Config) validateWebhookAuth() error {
+	if c.WebhookTokenFile != "" {
+		if c.WebhookToken != "" {
+			return errors.New("WEBHOOK_TOKEN_FILE: cannot be used with WEBHOOK_TOKEN")
+		}
+		b, err := os.ReadFile(c.WebhookTokenFile)
+		if err != nil {
+			return fmt.Errorf("WEBHOOK_TOKEN_FILE: %v", err)
+		}
+		c.WebhookToken = string(b)
+	}
+	c.WebhookToken = strings.TrimSpace(c.WebhookToken)
+	name := "WEBHOOK_TOKEN"
+	if c.WebhookTokenFile != "" {
+		name = "WEBHOOK_TOKEN_FILE"
+	}
+	if c.WebhookToken != "" && len(c.WebhookToken) < minTokenLength {
+		return fmt.Errorf("%s: the token has %d characters; use at least %d", name, len(c.WebhookToken), minTokenLength)
+	}
+	switch c.WebhookAuth {
+	case "":
+		if c.WebhookToken != "" {
+			c.WebhookAuth = AuthToken
+		}
+	case AuthToken:
+		if c.WebhookToken == "" {
+			return errors.New("WEBHOOK_AUTH: token needs WEBHOOK_TOKEN or WEBHOOK_TOKEN_FILE")
+		}
+	case AuthKubernetes, AuthNone:
+		if c.WebhookToken != "" {
+			return fmt.Errorf("%s: cannot be used with WEBHOOK_AUTH=%s", name, c.WebhookAuth)
+		}
+	default:
+		return fmt.Errorf("WEBHOOK_AUTH: %q is not token, kubernetes or none", short(c.WebhookAuth))
+	}
+	c.AllowedServiceAccounts = nil
+	for _, sa := range splitList(c.WebhookAllowed) {
+		ns, n, ok := strings.Cut(sa, "/")
+		if !ok || ns == "" || n == "" || strings.Contains(n, "/") {
+			return fmt.Errorf("WEBHOOK_ALLOWED_SERVICEACCOUNTS: %q is not namespace/name", short(sa))
+		}
+		c.AllowedServiceAccounts = append(c.AllowedServiceAccounts, sa)
+	}
+	if len(c.AllowedServiceAccounts) > 0 && c.WebhookAuth != AuthKubernetes {
+		return errors.New("WEBHOOK_ALLOWED_SERVICEACCOUNTS: needs WEBHOOK_AUTH=kubernetes")
+	}
+	if c.WebhookAuth == AuthKubernetes && c.WebhookAudience == "" {
+		return errors.New("WEBHOOK_AUDIENCE: must not be empty with WEBHOOK_AUTH=kubernetes")
+	}
+	return nil
+}
+
+// minTokenLength is the shortest webhook token accepted.
+const minTokenLength = 16
+
+// RequireWebhookAuth fails when no webhook auth mode was chosen: serve must
+// not start open by accident.
+func (c Config) RequireWebhookAuth() error {
+	if c.WebhookAuth == "" {
+		return errors.New("WEBHOOK_TOKEN or WEBHOOK_AUTH: choose how callers authenticate: WEBHOOK_TOKEN (or WEBHOOK_TOKEN_FILE), WEBHOOK_AUTH=kubernetes, or WEBHOOK_AUTH=none")
+	}
+	return nil
+}
+
+// parseURL parses the i-th item of a URL list, refusing credentials in it.
+// A URL that cannot be parsed is not quoted: it may hold a password.
+func parseURL(raw string, i int) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("item %d cannot be parsed as a URL (not shown: it may hold credentials)", i+1)
+	}
+	if u.User != nil {
+		return nil, fmt.Errorf("%s has credentials in it", short(u.Redacted()))
+	}
+	return u, nil
+}
+
+// short bounds a value quoted in an error.
+func short(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "...(cut)"
+	}
+	return s
 }
 
 // parseBackends reads "PORT=BACKEND,..." where PORT is a Service port name or number.
@@ -185,10 +295,10 @@ func parseBackends(spec string) ([]desired.PortBackend, error) {
 		port, backend, ok := strings.Cut(item, "=")
 		port, backend = strings.TrimSpace(port), strings.TrimSpace(backend)
 		if !ok || port == "" || backend == "" {
-			return nil, fmt.Errorf("%q is not PORT=BACKEND", item)
+			return nil, fmt.Errorf("%q is not PORT=BACKEND", short(item))
 		}
 		if n, err := strconv.Atoi(port); err == nil && (n < 1 || n > 65535) {
-			return nil, fmt.Errorf("%q: port %d out of range", item, n)
+			return nil, fmt.Errorf("%q: port %d out of range", short(item), n)
 		}
 		if seenPort[port] || seenBackend[backend] {
 			return nil, errors.New("each port and each backend may appear once")
@@ -225,6 +335,6 @@ func (c Config) Options() desired.Options {
 
 // String describes the configuration without secrets, for the start-up log.
 func (c Config) String() string {
-	return fmt.Sprintf("service=%s/%s backends=%v target=%s dataplanes=%d runtime=%t watch=%t resync=%s",
-		c.Namespace, c.Service, c.Backends, c.Target, len(c.Dataplanes), c.RuntimeURL != "", c.Watch, c.ResyncPeriod)
+	return fmt.Sprintf("service=%s/%s backends=%v target=%s dataplanes=%d runtime=%t watch=%t resync=%s webhookAuth=%s",
+		c.Namespace, c.Service, c.Backends, c.Target, len(c.Dataplanes), c.RuntimeURL != "", c.Watch, c.ResyncPeriod, c.WebhookAuth)
 }

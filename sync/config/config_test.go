@@ -1,7 +1,10 @@
 package config
 
 import (
+	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -10,14 +13,17 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 )
 
-var allVars = []string{
-	"INGRESS_NAMESPACE", "INGRESS_SERVICE_NAME", "HAPROXY_BACKEND_NAME", "HAPROXY_BACKENDS",
-	"HAPROXY_BACKEND_PORT", "TARGET_ADDRESS", "HAPROXY_DATAPLANE_URL", "HAPROXY_DATAPLANE_USERNAME",
-	"HAPROXY_DATAPLANE_PASSWORD", "HAPROXY_DATAPLANE_TOKEN", "HAPROXY_DATAPLANE_CA_FILE",
-	"HAPROXY_RUNTIME_URL", "HAPROXY_SEND_PROXY_V2", "HAPROXY_BALANCE", "HAPROXY_CHECK_INTER",
-	"HAPROXY_CHECK_RISE", "HAPROXY_CHECK_FALL", "HAPROXY_WEIGHT", "HAPROXY_DELETE_BATCH", "HAPROXY_DELETE_GUARD_PERCENT", "WEBHOOK_TOKEN", "RESYNC_PERIOD",
-	"RECONCILE_TIMEOUT", "PORT", "LOG_LEVEL", "KUBECONFIG",
-}
+// allVars are every variable Config reads, from its envconfig tags.
+var allVars = func() []string {
+	var out []string
+	ct := reflect.TypeOf(Config{})
+	for i := range ct.NumField() {
+		if v := ct.Field(i).Tag.Get("envconfig"); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}()
 
 // env clears every variable, then sets the given ones, for this test only.
 func env(t *testing.T, kv map[string]string) {
@@ -129,12 +135,102 @@ func TestLoadBackendPortWithBackendsIsRejected(t *testing.T) {
 }
 
 func TestStringHasNoSecrets(t *testing.T) {
-	env(t, map[string]string{"HAPROXY_DATAPLANE_URL": "http://h:5555", "HAPROXY_DATAPLANE_PASSWORD": "s3cret-pw", "WEBHOOK_TOKEN": "tok-123"})
+	env(t, map[string]string{"HAPROXY_DATAPLANE_URL": "http://h:5555", "HAPROXY_DATAPLANE_PASSWORD": "s3cret-pw", "WEBHOOK_TOKEN": "tok-123-0123456789"})
 	c, err := Load()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s := c.String(); strings.Contains(s, "s3cret-pw") || strings.Contains(s, "tok-123") {
 		t.Errorf("String() leaks a secret: %s", s)
+	}
+}
+
+func TestWebhookAuth(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("from-a-file-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]string{"HAPROXY_DATAPLANE_URL": "http://h:5555"}
+	cases := []struct {
+		name    string
+		env     map[string]string
+		mode    string // "" with wantErr
+		wantErr string // prefix of Load's error
+	}{
+		{"nothing chosen", nil, "", ""},
+		{"a token", map[string]string{"WEBHOOK_TOKEN": "  0123456789abcdef \n"}, AuthToken, ""},
+		{"a token file", map[string]string{"WEBHOOK_TOKEN_FILE": tokenFile}, AuthToken, ""},
+		{"a short token", map[string]string{"WEBHOOK_TOKEN": "short-secret"}, "", "WEBHOOK_TOKEN: the token has 12 characters"},
+		{"both token and file", map[string]string{"WEBHOOK_TOKEN": "0123456789abcdef", "WEBHOOK_TOKEN_FILE": tokenFile}, "", "WEBHOOK_TOKEN_FILE:"},
+		{"a missing token file", map[string]string{"WEBHOOK_TOKEN_FILE": "/nonexistent"}, "", "WEBHOOK_TOKEN_FILE:"},
+		{"token mode without a token", map[string]string{"WEBHOOK_AUTH": "token"}, "", "WEBHOOK_AUTH:"},
+		{"kubernetes", map[string]string{"WEBHOOK_AUTH": "kubernetes", "WEBHOOK_ALLOWED_SERVICEACCOUNTS": "ingress-nginx/cron, knative-eventing/oidc"}, AuthKubernetes, ""},
+		{"kubernetes and a token", map[string]string{"WEBHOOK_AUTH": "kubernetes", "WEBHOOK_TOKEN": "0123456789abcdef"}, "", "WEBHOOK_TOKEN:"},
+		{"kubernetes without audience", map[string]string{"WEBHOOK_AUTH": "kubernetes", "WEBHOOK_AUDIENCE": ""}, "", "WEBHOOK_AUDIENCE:"},
+		{"a bad ServiceAccount", map[string]string{"WEBHOOK_AUTH": "kubernetes", "WEBHOOK_ALLOWED_SERVICEACCOUNTS": "cron"}, "", "WEBHOOK_ALLOWED_SERVICEACCOUNTS:"},
+		{"ServiceAccounts without kubernetes", map[string]string{"WEBHOOK_TOKEN": "0123456789abcdef", "WEBHOOK_ALLOWED_SERVICEACCOUNTS": "a/b"}, "", "WEBHOOK_ALLOWED_SERVICEACCOUNTS:"},
+		{"none", map[string]string{"WEBHOOK_AUTH": "none"}, AuthNone, ""},
+		{"an unknown mode", map[string]string{"WEBHOOK_AUTH": "oauth"}, "", "WEBHOOK_AUTH:"},
+	}
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			kv := maps.Clone(base)
+			maps.Copy(kv, tt.env)
+			env(t, kv)
+			c, err := Load()
+			if tt.wantErr != "" {
+				if err == nil || !strings.HasPrefix(err.Error(), tt.wantErr) || strings.Contains(err.Error(), "secret") {
+					t.Fatalf("err = %v, want %q...", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.WebhookAuth != tt.mode {
+				t.Errorf("mode %q, want %q", c.WebhookAuth, tt.mode)
+			}
+			req := c.RequireWebhookAuth()
+			if (tt.mode == "") != (req != nil) {
+				t.Errorf("RequireWebhookAuth = %v", req)
+			}
+			if req != nil && (!strings.Contains(req.Error(), "WEBHOOK_TOKEN") || !strings.Contains(req.Error(), "WEBHOOK_AUTH") || strings.Contains(req.Error(), "\n")) {
+				t.Errorf("RequireWebhookAuth's one line must name WEBHOOK_TOKEN and WEBHOOK_AUTH: %v", req)
+			}
+			if tt.mode == AuthToken && len(c.WebhookToken) < 16 || strings.ContainsAny(c.WebhookToken, " \n") {
+				t.Errorf("token %q not trimmed", c.WebhookToken)
+			}
+		})
+	}
+}
+
+// TestURLCredentials: credentials in a URL are refused, with a message that
+// does not show the password, even when the URL cannot be parsed.
+func TestURLCredentials(t *testing.T) {
+	for name, kv := range map[string]map[string]string{
+		"in a Data Plane URL":        {"HAPROXY_DATAPLANE_URL": "http://admin:pw-in-url-123@h:5555"},
+		"in a malformed URL":         {"HAPROXY_DATAPLANE_URL": "http://admin:pw-in-url-123@h:55 55/%zz"},
+		"in a runtime URL":           {"HAPROXY_RUNTIME_URL": "tcp://admin:pw-in-url-123@h:9999"},
+		"in a malformed runtime URL": {"HAPROXY_RUNTIME_URL": "tcp://admin:pw-in-url-123@[h"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			env(t, kv)
+			_, err := Load()
+			if err == nil || strings.Contains(err.Error(), "pw-in-url") || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("err = %v", err)
+			}
+		})
+	}
+}
+
+// TestErrorsQuoteLittleOfTheInput: a huge bad value is not echoed whole.
+func TestErrorsQuoteLittleOfTheInput(t *testing.T) {
+	huge := strings.Repeat("x", 1<<20)
+	for _, v := range []string{"TARGET_ADDRESS", "HAPROXY_BALANCE", "LOG_LEVEL", "WEBHOOK_AUTH", "HAPROXY_CHECK_RISE", "HAPROXY_BACKENDS"} {
+		env(t, map[string]string{"HAPROXY_DATAPLANE_URL": "http://h:5555", v: huge})
+		_, err := Load()
+		if err == nil || len(err.Error()) > 400 {
+			t.Errorf("%s: error of %d bytes", v, len(fmt.Sprint(err)))
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,6 +113,9 @@ func startService(t testing.TB, env ...string) *service {
 	s := &service{base: fmt.Sprintf("http://127.0.0.1:%d", port), logs: &lockedBuffer{}}
 	s.cmd = exec.Command(serviceBinary(t), "serve")
 	s.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "PORT=" + strconv.Itoa(port)}, env...)
+	if !slices.ContainsFunc(env, func(v string) bool { return strings.HasPrefix(v, "WEBHOOK_") }) {
+		s.cmd.Env = append(s.cmd.Env, "WEBHOOK_AUTH=none") // these tests send no POST
+	}
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)

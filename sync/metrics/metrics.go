@@ -35,6 +35,7 @@ type Metrics struct {
 	watchRestarts   *prometheus.CounterVec
 	pokes           *prometheus.CounterVec
 	pokesCoalesced  prometheus.Counter
+	authFailures    *prometheus.CounterVec
 }
 
 // New registers the collectors on reg.
@@ -68,13 +69,15 @@ func New(reg prometheus.Registerer, version string) *Metrics {
 			Help: "Reconciles asked for without a caller waiting, by source: start, watch, resync."}, []string{"source"}),
 		pokesCoalesced: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "pokes_coalesced_total",
 			Help: "Pokes that joined a reconcile already waiting to start, so cost nothing."}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "auth_failures_total",
+			Help: "Requests refused by webhook auth, by reason: missing, invalid, forbidden, busy, unavailable."}, []string{"reason"}),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
 		Help: "Build information; always 1."}, []string{"version"})
 	build.WithLabelValues(version).Set(1)
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
 		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, m.watchEvents, m.watchRestarts,
-		m.pokes, m.pokesCoalesced, build)
+		m.pokes, m.pokesCoalesced, m.authFailures, build)
 	return m
 }
 
@@ -100,6 +103,9 @@ func (m *Metrics) Poke(source string, coalesced bool) {
 		m.pokesCoalesced.Inc()
 	}
 }
+
+// AuthFailure counts a request refused by webhook auth.
+func (m *Metrics) AuthFailure(reason string) { m.authFailures.WithLabelValues(reason).Inc() }
 
 // Ignored counts an event the handler skipped.
 func (m *Metrics) Ignored() { m.ignored.Inc() }

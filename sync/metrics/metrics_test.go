@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/auth"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/trigger"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
@@ -37,6 +38,10 @@ func TestMetricsThroughTheHandler(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, "v-test")
+	tok, err := auth.NewToken("tok-0123456789abcdef")
+	if err != nil {
+		t.Fatal(err)
+	}
 	src := &desiredtest.Source{In: cluster("10.244.0.1", "10.244.0.2")}
 	rec := &reconcile.Reconciler{
 		Source: m.WrapSource(src),
@@ -47,12 +52,12 @@ func TestMetricsThroughTheHandler(t *testing.T) {
 	}
 	srv := httptest.NewServer(handler.New(handler.Config{
 		Reconciler: m.WrapReconciler(rec), Target: trigger.Target{Namespace: "ns", Service: "web"},
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), OnIgnored: m.Ignored, Token: "t",
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), OnIgnored: m.Ignored, Auth: tok,
 	}))
 	defer srv.Close()
 	post := func(body, ctype string) int {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/reconcile", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer t")
+		req.Header.Set("Authorization", "Bearer tok-0123456789abcdef")
 		if ctype != "" {
 			req.Header.Set("Content-Type", ctype)
 		}

@@ -2,6 +2,8 @@ package reconcile
 
 import (
 	"context"
+	"fmt"
+	"runtime/debug"
 	"sync"
 )
 
@@ -107,10 +109,30 @@ func (c *Coalescer) loop(ctx context.Context) {
 			return
 		}
 		c.mu.Unlock()
-		cl.res, cl.err = c.run(ctx)
+		cl.res, cl.err = c.safeRun(ctx)
 		close(cl.done)
 		if cl.pokes > 0 && c.onPoked != nil {
 			c.onPoked(cl.res, cl.err)
 		}
 	}
+}
+
+// PanicError is a reconcile that panicked: a bug. The process goes on
+// serving; the callers get the error.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("reconcile panicked: %v", e.Value) }
+
+// safeRun runs one reconcile, turning a panic into a *PanicError: it runs in
+// the coalescer's goroutine, where nothing else would recover it.
+func (c *Coalescer) safeRun(ctx context.Context) (res Result, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			res, err = Result{Status: StatusError}, &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return c.run(ctx)
 }

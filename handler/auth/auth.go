@@ -1,0 +1,247 @@
+// Package auth decides whether a request may use the service's routes. Three
+// modes, chosen explicitly by configuration:
+//
+//   - Token: a static bearer token, compared in constant time;
+//   - Kubernetes: a bearer token verified by the Kubernetes TokenReview API
+//     for an audience, optionally limited to some ServiceAccounts — a
+//     projected ServiceAccount token (a CronJob) or Knative Eventing's OIDC
+//     sender identity, with no shared secret;
+//   - None: everyone (explicit, and warned about at start).
+//
+// Authenticators read only headers: a request's body is never read before it
+// is authenticated. No error, log line or metric carries a token.
+package auth
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Authenticator checks a request's credentials.
+type Authenticator interface {
+	// Authenticate returns nil when the request may proceed, else an *Error.
+	Authenticate(ctx context.Context, h http.Header) error
+	// Mode names the mode for logs and metrics.
+	Mode() string
+}
+
+// Error is a refused request: 401 (no or bad credentials), 403 (known but
+// not allowed), 429 (too many reviews at once) or 503 (cannot verify now).
+type Error struct {
+	Status int
+	Reason string // a short word for metrics: missing, invalid, forbidden, busy, unavailable
+	Msg    string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+var (
+	errMissing = &Error{Status: http.StatusUnauthorized, Reason: "missing", Msg: "missing bearer token"}
+	errInvalid = &Error{Status: http.StatusUnauthorized, Reason: "invalid", Msg: "invalid bearer token"}
+)
+
+// bearer returns the request's bearer token, or "".
+func bearer(h http.Header) string {
+	v := h.Get("Authorization")
+	if len(v) < 7 || !strings.EqualFold(v[:7], "bearer ") {
+		return ""
+	}
+	return strings.TrimSpace(v[7:])
+}
+
+// MinTokenLength is the shortest static token accepted.
+const MinTokenLength = 16
+
+// Token accepts one static bearer token.
+type Token struct{ sum [32]byte }
+
+// NewToken returns a Token for token (trimmed), which must have at least
+// MinTokenLength characters.
+func NewToken(token string) (*Token, error) {
+	token = strings.TrimSpace(token)
+	if len(token) < MinTokenLength {
+		return nil, fmt.Errorf("the token has %d characters, fewer than %d", len(token), MinTokenLength)
+	}
+	return &Token{sum: sha256.Sum256([]byte(token))}, nil
+}
+
+// Authenticate compares hashes in constant time, so neither the token's
+// content nor its length leaks through timing.
+func (t *Token) Authenticate(_ context.Context, h http.Header) error {
+	got := bearer(h)
+	if got == "" {
+		return errMissing
+	}
+	sum := sha256.Sum256([]byte(got))
+	if subtle.ConstantTimeCompare(sum[:], t.sum[:]) != 1 {
+		return errInvalid
+	}
+	return nil
+}
+
+// Mode is "token".
+func (t *Token) Mode() string { return "token" }
+
+// None accepts every request.
+type None struct{}
+
+// Authenticate accepts.
+func (None) Authenticate(context.Context, http.Header) error { return nil }
+
+// Mode is "none".
+func (None) Mode() string { return "none" }
+
+// Review settings.
+const (
+	// maxReviews bounds the TokenReviews in flight; more callers get 429.
+	maxReviews = 8
+	// cacheSize bounds the cached review answers.
+	cacheSize = 1024
+	// cacheOK and cacheBad are how long an answer is reused: a valid token
+	// for long enough to absorb a burst, a refused one briefly, so a flood of
+	// the same bad token costs one review per interval.
+	cacheOK  = 30 * time.Second
+	cacheBad = 5 * time.Second
+)
+
+// Kubernetes verifies bearer tokens with the TokenReview API.
+type Kubernetes struct {
+	client   kubernetes.Interface
+	audience string
+	// allowed are the usernames (system:serviceaccount:NS:NAME) that may
+	// call; empty means any token the API server accepts for the audience.
+	allowed map[string]bool
+	now     func() time.Time
+	slots   chan struct{}
+
+	mu    sync.Mutex
+	cache map[[32]byte]cached
+}
+
+type cached struct {
+	err   error
+	until time.Time
+}
+
+// NewKubernetes returns an authenticator that accepts tokens the API server
+// validates for audience, from one of serviceAccounts ("namespace/name";
+// none: any).
+func NewKubernetes(client kubernetes.Interface, audience string, serviceAccounts []string) (*Kubernetes, error) {
+	if audience == "" {
+		return nil, errors.New("the audience must not be empty")
+	}
+	k := &Kubernetes{client: client, audience: audience, allowed: map[string]bool{}, now: time.Now,
+		slots: make(chan struct{}, maxReviews), cache: map[[32]byte]cached{}}
+	for _, sa := range serviceAccounts {
+		ns, name, ok := strings.Cut(sa, "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return nil, fmt.Errorf("%q is not namespace/name", sa)
+		}
+		k.allowed["system:serviceaccount:"+ns+":"+name] = true
+	}
+	return k, nil
+}
+
+// Mode is "kubernetes".
+func (k *Kubernetes) Mode() string { return "kubernetes" }
+
+// Authenticate reviews the token (or reuses a recent answer for it).
+func (k *Kubernetes) Authenticate(ctx context.Context, h http.Header) error {
+	tok := bearer(h)
+	if tok == "" {
+		return errMissing
+	}
+	key := sha256.Sum256([]byte(tok))
+	k.mu.Lock()
+	c, ok := k.cache[key]
+	k.mu.Unlock()
+	if ok && k.now().Before(c.until) {
+		return c.err
+	}
+	select {
+	case k.slots <- struct{}{}:
+		defer func() { <-k.slots }()
+	default:
+		return &Error{Status: http.StatusTooManyRequests, Reason: "busy", Msg: "too many token reviews at once"}
+	}
+	err := k.review(ctx, tok)
+	var ae *Error
+	if err != nil && !errors.As(err, &ae) {
+		// The API server could not be asked: not the caller's fault, and
+		// not cached.
+		return &Error{Status: http.StatusServiceUnavailable, Reason: "unavailable", Msg: "cannot verify the token now"}
+	}
+	ttl := cacheOK
+	if err != nil {
+		ttl = cacheBad
+	}
+	k.mu.Lock()
+	if len(k.cache) >= cacheSize {
+		k.evict()
+	}
+	k.cache[key] = cached{err: err, until: k.now().Add(ttl)}
+	k.mu.Unlock()
+	return err
+}
+
+// evict drops expired answers, or every answer if none has expired: simple,
+// and a full cache is an attack or a misconfiguration anyway. Called with mu.
+func (k *Kubernetes) evict() {
+	now := k.now()
+	for key, c := range k.cache {
+		if now.After(c.until) {
+			delete(k.cache, key)
+		}
+	}
+	if len(k.cache) >= cacheSize {
+		clear(k.cache)
+	}
+}
+
+func (k *Kubernetes) review(ctx context.Context, tok string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	tr, err := k.client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
+		Spec: authnv1.TokenReviewSpec{Token: tok, Audiences: []string{k.audience}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create tokenreview: %w", err)
+	}
+	st := tr.Status
+	if !st.Authenticated || !contains(st.Audiences, k.audience) {
+		return errInvalid
+	}
+	if len(k.allowed) > 0 && !k.allowed[st.User.Username] {
+		return &Error{Status: http.StatusForbidden, Reason: "forbidden",
+			Msg: fmt.Sprintf("%s may not call this service", short(st.User.Username))}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// short bounds a string taken from outside for an error message.
+func short(s string) string {
+	if len(s) > 100 {
+		return s[:100] + "..."
+	}
+	return s
+}
