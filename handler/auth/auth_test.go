@@ -141,7 +141,10 @@ func TestKubernetesBoundsConcurrentReviews(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range maxReviews {
 		wg.Add(1)
-		go func() { defer wg.Done(); _ = k.Authenticate(context.Background(), header("Bearer t"+string(rune('a'+i)))) }()
+		go func() {
+			defer wg.Done()
+			_ = k.Authenticate(context.Background(), header("Bearer t"+string(rune('a'+i))))
+		}()
 	}
 	for len(k.slots) < maxReviews {
 		time.Sleep(time.Millisecond)

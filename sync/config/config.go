@@ -55,11 +55,11 @@ type Config struct {
 	Kubeconfig       string        `envconfig:"KUBECONFIG"`
 
 	// Derived by Load.
-	Backends    []desired.PortBackend `ignored:"true"`
+	Backends []desired.PortBackend `ignored:"true"`
 	// AllowedServiceAccounts are WEBHOOK_ALLOWED_SERVICEACCOUNTS' entries.
-	AllowedServiceAccounts []string `ignored:"true"`
-	Dataplanes  []*url.URL            `ignored:"true"`
-	RuntimeURLs []string              `ignored:"true"`
+	AllowedServiceAccounts []string   `ignored:"true"`
+	Dataplanes             []*url.URL `ignored:"true"`
+	RuntimeURLs            []string   `ignored:"true"`
 }
 
 // balances are HAProxy's balance algorithms (those without arguments, plus the
