@@ -16,7 +16,7 @@ import (
 var notInConfigMap = map[string]bool{
 	"INGRESS_NAMESPACE": true, "PORT": true, "KUBECONFIG": true,
 	"HAPROXY_DATAPLANE_USERNAME": true, "HAPROXY_DATAPLANE_PASSWORD": true,
-	"HAPROXY_DATAPLANE_TOKEN": true, "WEBHOOK_TOKEN": true,
+	"HAPROXY_DATAPLANE_TOKEN": true, "WEBHOOK_TOKEN": true, "WEBHOOK_TOKEN_FILE": true,
 }
 
 // TestConfigMapsHaveEveryVariable: the ConfigMap of deploy/ (also used by
@@ -50,6 +50,7 @@ func TestConfigMapsHaveEveryVariable(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			t.Setenv("INGRESS_NAMESPACE", "ingress-nginx")
+			t.Setenv("WEBHOOK_TOKEN", "from-the-secret-0123456789") // as the Secret gives it
 			if _, err := config.Load(); err != nil {
 				t.Errorf("the service refuses it: %v", err)
 			}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -185,6 +186,7 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 		role, rb                 = "role.rbac.authorization.k8s.io", "rolebinding.rbac.authorization.k8s.io"
 		crole, crb               = "clusterrole.rbac.authorization.k8s.io", "clusterrolebinding.rbac.authorization.k8s.io"
 		deploy, pdb, cron        = "deployment.apps", "poddisruptionbudget.policy", "cronjob.batch"
+		netpol                   = "networkpolicy.networking.k8s.io"
 		ksvc, apisource, pingsrc = "service.serving.knative.dev", "apiserversource.sources.knative.dev", "pingsource.sources.knative.dev"
 	)
 	cases := []struct {
@@ -194,14 +196,21 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 		wantKinds []string
 	}{
 		{"deploy/ (example overlay)", "ingress-nginx", kustomize("overlays/example"),
-			[]string{sa, role, rb, crole, crb, cm, deploy, pdb, svc}},
+			[]string{sa, role, rb, crole, crb, cm, deploy, pdb, svc, netpol}},
 		{"deploy/ with the CronJob component", "ingress-nginx", kustomize(overlay(t, "resources:\n  - %[1]s/overlays/example\ncomponents:\n  - %[1]s/components/cronjob\n", ".")),
-			[]string{sa, role, rb, crole, crb, cm, deploy, pdb, svc, cron}},
+			[]string{sa, role, rb, crole, crb, cm, deploy, pdb, svc, netpol, cron}},
+		{"deploy/ with the CronJob and kubernetes auth", "ingress-nginx", kustomize(overlay(t,
+			"resources:\n  - %[1]s/overlays/example\ncomponents:\n  - %[1]s/components/cronjob\n  - %[1]s/components/kubernetes-auth\n", ".")),
+			[]string{sa, role, rb, crole, crb, cm, deploy, pdb, svc, netpol, cron}},
 		{"deploy/secret.example.yaml", "ingress-nginx", file("secret.example.yaml"), []string{secret}},
 		{"knative/", "ingress-nginx", kustomize("../knative"),
 			[]string{sa, role, rb, crole, crb, cm, ksvc, apisource, pingsrc}},
 		{"helm, default values", "", helm(t, "-n", "ingress-nginx"),
-			[]string{sa, role, rb, crole, crb, cm, deploy, pdb, svc}},
+			[]string{secret, sa, role, rb, crole, crb, cm, deploy, pdb, svc}},
+		{"helm, kubernetes auth, CronJob, NetworkPolicy", "", helm(t, "-n", "ingress-nginx", "--set", "webhook.auth=kubernetes",
+			"--set", "cronJob.enabled=true", "--set", "networkPolicy.enabled=true", "--set", "webhook.allowedServiceAccounts={ops/deployer}",
+			"--set", "networkPolicy.from[0].namespaceSelector.matchLabels.team=monitoring"),
+			[]string{secret, sa, role, rb, crole, crb, cm, deploy, pdb, svc, cron, netpol}},
 		{"helm, other values", "", helm(t, "-n", "sync-system",
 			"--set", "ingress.namespace=edge", "--set", "ingress.serviceName=edge-lb",
 			"--set", "haproxy.dataplaneURL=https://lb-a:5555\\,https://lb-b:5555",
@@ -210,10 +219,10 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 			"--set", "haproxy.backends=http=be_http\\,https=be_https", "--set", "haproxy.sendProxyV2=true",
 			"--set", "haproxy.deleteGuardPercent=50", "--set", "replicaCount=3",
 			"--set", "secret.create=true", "--set", "secret.dataplaneUsername=admin", "--set", "secret.dataplanePassword=pw",
-			"--set", "secret.webhookToken=tok", "--set", "cronJob.enabled=true", "--set", "cronJob.schedule=*/2 * * * *",
+			"--set", "secret.webhookToken=tok-0123456789abcdef", "--set", "cronJob.enabled=true", "--set", "cronJob.schedule=*/2 * * * *",
 			"--set", "nodeSelector.kubernetes\\.io/os=linux"),
 			[]string{secret, sa, role, rb, crole, crb, cm, deploy, pdb, svc, cron}},
-		{"helm, no PDB", "", helm(t, "-n", "ingress-nginx", "--set", "podDisruptionBudget.enabled=false"),
+		{"helm, no PDB, an existing Secret", "", helm(t, "-n", "ingress-nginx", "--set", "podDisruptionBudget.enabled=false", "--set", "secret.existingSecret=mine"),
 			[]string{sa, role, rb, crole, crb, cm, deploy, svc}},
 	}
 	for _, tt := range cases {
@@ -304,6 +313,18 @@ patches:
 			forbidden(t, as, tt.watched)
 		})
 	}
+	t.Run("kubernetes-auth component: may review tokens", func(t *testing.T) {
+		namespace(t, "rbac-ka")
+		kubectl(t, nil, "apply", "-k", overlay(t, "namespace: rbac-ka\nresources:\n  - %[1]s/rbac\ncomponents:\n  - %[1]s/components/kubernetes-auth\n", "."))
+		as := impersonate(t, "system:serviceaccount:rbac-ka:haproxy-k8s-sync")
+		if _, err := as.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: "x"}}, metav1.CreateOptions{}); err != nil {
+			t.Errorf("create tokenreviews: %v", err)
+		}
+		trigger := impersonate(t, "system:serviceaccount:rbac-ka:haproxy-k8s-sync-trigger")
+		if _, err := trigger.CoreV1().Services("rbac-ka").Get(ctx, "web", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("the trigger's ServiceAccount may read: %v", err)
+		}
+	})
 	t.Run("knative ApiServerSource", func(t *testing.T) {
 		as := impersonate(t, "system:serviceaccount:rbac-kustomize:haproxy-k8s-sync-source")
 		if _, err := as.DiscoveryV1().EndpointSlices("rbac-kustomize").List(ctx, metav1.ListOptions{}); err != nil {
@@ -405,6 +426,10 @@ func forbidden(t *testing.T, as kubernetes.Interface, ns string) {
 			_, err := as.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
 			return err
 		},
+		"create a tokenreview": func() error {
+			_, err := as.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: "x"}}, metav1.CreateOptions{})
+			return err
+		},
 		"label a node": func() error {
 			_, err := as.CoreV1().Nodes().Patch(ctx, ns+"-node", "application/merge-patch+json", []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
 			return err
@@ -444,11 +469,30 @@ func TestExampleOverlayNamesTheServiceInTheRole(t *testing.T) {
 	}
 	copied := strings.Replace(string(example), "../../base", "%s", 1)
 	copied = strings.Replace(copied, `value: "ingress-nginx"`, `value: "edge-lb"`, 1)
+	copied = strings.Replace(copied, "  - networkpolicy.yaml\n", "", 1) // a file beside the original
 	out := kubectl(t, nil, "kustomize", overlay(t, strings.ReplaceAll(copied, "%s", "%[1]s"), "base"))
 	if !strings.Contains(out, "INGRESS_SERVICE_NAME: edge-lb") {
 		t.Fatalf("the copy does not follow edge-lb:\n%s", out)
 	}
 	if !strings.Contains(out, "resourceNames:\n  - edge-lb\n  resources:\n  - services") {
 		t.Errorf("the Role does not name edge-lb:\n%s", out)
+	}
+}
+
+// TestChartRefusesOpenOrShortTokens: the chart fails at render time rather
+// than install a service that would refuse to start.
+func TestChartRefusesOpenOrShortTokens(t *testing.T) {
+	for name, args := range map[string][]string{
+		"token auth with no Secret": {"--set", "secret.create=false"},
+		"a short token":             {"--set", "secret.webhookToken=short"},
+		"an unknown auth mode":      {"--set", "webhook.auth=oauth"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cmd := exec.Command(tool("helm"), append([]string{"template", "rel", "helm/haproxy-k8s-sync"}, args...)...)
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "webhook") && !strings.Contains(string(out), "Token") {
+				t.Errorf("rendered: %v\n%s", err, out)
+			}
+		})
 	}
 }

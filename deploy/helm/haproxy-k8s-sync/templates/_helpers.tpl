@@ -24,6 +24,27 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default .Release.Namespace .Values.ingress.namespace -}}
 {{- end -}}
 
+{{/* WEBHOOK_AUTH: token mode is spelled out; a token needs a Secret. */}}
+{{- define "hks.webhookAuth" -}}
+{{- $a := .Values.webhook.auth -}}
+{{- if not (has $a (list "token" "kubernetes" "none")) -}}
+{{- fail "webhook.auth must be token, kubernetes or none" -}}
+{{- end -}}
+{{- if and (eq $a "token") (not .Values.secret.existingSecret) (not .Values.secret.create) -}}
+{{- fail "webhook.auth token needs WEBHOOK_TOKEN: set secret.existingSecret, or secret.create=true" -}}
+{{- end -}}
+{{- $a -}}
+{{- end -}}
+
+{{/* WEBHOOK_ALLOWED_SERVICEACCOUNTS, with the CronJob's own in kubernetes mode. */}}
+{{- define "hks.allowedServiceAccounts" -}}
+{{- $sas := .Values.webhook.allowedServiceAccounts -}}
+{{- if and (eq .Values.webhook.auth "kubernetes") .Values.cronJob.enabled $sas -}}
+{{- $sas = append $sas (printf "%s/%s-trigger" .Release.Namespace (include "hks.fullname" .)) -}}
+{{- end -}}
+{{- join "," $sas -}}
+{{- end -}}
+
 {{- define "hks.secretName" -}}
 {{- default (include "hks.fullname" .) .Values.secret.existingSecret -}}
 {{- end -}}
@@ -46,9 +67,10 @@ env:
 envFrom:
   - configMapRef:
       name: {{ include "hks.fullname" .root }}
+  {{- if or .root.Values.secret.create .root.Values.secret.existingSecret }}
   - secretRef:
       name: {{ include "hks.secretName" .root }}
-      optional: {{ not (or .root.Values.secret.create .root.Values.secret.existingSecret) }}
+  {{- end }}
 resources:
   {{- toYaml .root.Values.resources | nindent 2 }}
 securityContext:
