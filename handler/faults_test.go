@@ -138,7 +138,7 @@ func TestFaultsNeverLoseHealthyServers(t *testing.T) {
 			}
 			want := map[string]string{"10.244.0.1": "ready", "10.244.0.2": "drain", "10.244.0.4": "ready"}
 			if got := api.States("be"); !maps.Equal(got, want) {
-				t.Errorf("after recovery: %v, want %v", got, want)
+				t.Errorf("after recovery: %v, want %v (%v)", got, want, a.body)
 			}
 			if n := api.OpenTransactions(); n != 0 {
 				t.Errorf("%d transactions left open after recovery", n)

@@ -160,6 +160,7 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 		Targets:      targets,
 		Timeout:      cfg.ReconcileTimeout,
 		GuardPercent: cfg.DeleteGuard,
+		MaxServers:   cfg.MaxServers,
 		Log:          log,
 	}, kc, nil
 }

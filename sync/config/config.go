@@ -5,6 +5,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -41,6 +42,10 @@ type Config struct {
 	Weight      string        `envconfig:"HAPROXY_WEIGHT" default:"equal"`
 	DeleteBatch int           `envconfig:"HAPROXY_DELETE_BATCH" default:"10"`
 	DeleteGuard int           `envconfig:"HAPROXY_DELETE_GUARD_PERCENT" default:"100"`
+	MaxServers  int           `envconfig:"MAX_SERVERS" default:"4000"`
+
+	AllowedCIDRs string `envconfig:"ALLOWED_SERVER_CIDRS"`
+	ManagedBy    string `envconfig:"ENDPOINTSLICE_MANAGED_BY"`
 
 	WebhookToken     string        `envconfig:"WEBHOOK_TOKEN"`
 	WebhookTokenFile string        `envconfig:"WEBHOOK_TOKEN_FILE"`
@@ -56,6 +61,8 @@ type Config struct {
 
 	// Derived by Load.
 	Backends []desired.PortBackend `ignored:"true"`
+	// Allowed are ALLOWED_SERVER_CIDRS' prefixes.
+	Allowed []netip.Prefix `ignored:"true"`
 	// AllowedServiceAccounts are WEBHOOK_ALLOWED_SERVICEACCOUNTS' entries.
 	AllowedServiceAccounts []string   `ignored:"true"`
 	Dataplanes             []*url.URL `ignored:"true"`
@@ -168,6 +175,17 @@ func (c *Config) validate() error {
 	}
 	if c.DeleteGuard < 0 || c.DeleteGuard > 100 {
 		return bad("HAPROXY_DELETE_GUARD_PERCENT", "%d is not a percentage (0 to 100)", c.DeleteGuard)
+	}
+	if c.MaxServers < 1 || c.MaxServers > 100000 {
+		return bad("MAX_SERVERS", "%d is not between 1 and 100000", c.MaxServers)
+	}
+	c.Allowed = nil
+	for _, raw := range splitList(c.AllowedCIDRs) {
+		p, err := netip.ParsePrefix(raw)
+		if err != nil {
+			return bad("ALLOWED_SERVER_CIDRS", "%q is not a CIDR like 10.0.0.0/8", short(raw))
+		}
+		c.Allowed = append(c.Allowed, p.Masked())
 	}
 	if c.Weight != "equal" && c.Weight != "endpoints" {
 		return bad("HAPROXY_WEIGHT", "%q is not equal or endpoints", short(c.Weight))
@@ -330,6 +348,8 @@ func (c Config) Options() desired.Options {
 		Check: model.Check{
 			Inter: c.CheckInter, Rise: c.CheckRise, Fall: c.CheckFall, SendProxyV2: c.SendProxyV2,
 		},
+		Addresses: desired.AddressPolicy{Allowed: c.Allowed},
+		ManagedBy: c.ManagedBy,
 	}
 }
 

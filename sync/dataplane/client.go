@@ -150,10 +150,26 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 	return out, nil
 }
 
+// ReadUp returns which of the backend's servers HAProxy sees UP, from the
+// API's runtime view (GET .../runtime/backends/{b}/servers). It costs a call,
+// so the reconciler asks only when the mass-deletion guard may hold.
+func (c *Client) ReadUp(ctx context.Context, backend string) (map[string]bool, error) {
+	var servers []models.RuntimeServer
+	if _, err := c.do(ctx, http.MethodGet, "/runtime/backends/"+url.PathEscape(backend)+"/servers", nil, nil, &servers); err != nil {
+		return nil, fmt.Errorf("read runtime servers of %s: %w", backend, err)
+	}
+	up := make(map[string]bool, len(servers))
+	for _, s := range servers {
+		up[s.Name] = s.OperationalState == "up"
+	}
+	return up, nil
+}
+
 // Apply makes the plan true in HAProxy, starting from the version it was
 // computed at. On error some writes may have landed; the caller re-reads.
 func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	var out plan.Applied
+	var failed plan.ServerErrors
 	version := p.Revision
 	serverPath := func(name string) string {
 		return "/configuration/backends/" + url.PathEscape(p.Backend) + "/servers/" + url.PathEscape(name)
@@ -174,6 +190,9 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			}
 		case ch.Action == plan.Add && runtimeAdds:
 			v, err := c.addChecked(ctx, p.Backend, *ch.New, version, &out)
+			if refusedOne(err, ch.Name, &failed) {
+				continue
+			}
 			if err != nil {
 				return out, fmt.Errorf("add server %s/%s: %w", p.Backend, ch.Name, err)
 			}
@@ -192,17 +211,44 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			return out, err
 		}
 		r, err := c.versioned(ctx, http.MethodPut, serverPath(ch.Name), version, body, &out)
+		if refusedOne(err, ch.Name, &failed) {
+			continue
+		}
 		if err != nil {
 			return out, fmt.Errorf("%s server %s/%s: %w", ch.Action, p.Backend, ch.Name, err)
 		}
 		version = r.nextVersion(version)
 	}
-	if len(structural) == 0 && p.Settings == nil {
-		return out, nil
+	if len(structural) > 0 || p.Settings != nil {
+		tx, err := c.transaction(ctx, version, p, structural, serverPath)
+		out.Add(tx)
+		if err != nil {
+			return out, err
+		}
 	}
-	tx, err := c.transaction(ctx, version, p, structural, serverPath)
-	out.Add(tx)
-	return out, err
+	if len(failed) > 0 {
+		return out, failed
+	}
+	return out, nil
+}
+
+// refusedOne records err as one server's refused change when the API
+// refused that change for good (400, 422, or 409 "already exists"): the
+// plan's other, independent changes still go. Errors about the whole target
+// (401, 403, 404, 5xx, version conflicts) are not one server's. It reports
+// whether it recorded err.
+func refusedOne(err error, server string, failed *plan.ServerErrors) bool {
+	var apiErr *APIError
+	if err == nil || !errors.As(err, &apiErr) || apiErr.Temporary() {
+		return false
+	}
+	switch apiErr.Status {
+	case http.StatusBadRequest, http.StatusUnprocessableEntity, http.StatusConflict:
+	default:
+		return false
+	}
+	*failed = append(*failed, plan.ServerError{Server: server, Error: err.Error(), Err: err})
+	return true
 }
 
 // versioned sends one write with ?version and counts it: 202 means the API
@@ -398,9 +444,15 @@ func (r response) nextVersion(v int64) int64 {
 
 // do sends one request under /v3/services/haproxy and decodes a 2xx body into out.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, out any) (response, error) {
+	// path comes with its segments escaped (url.PathEscape); setting Path
+	// alone would escape their '%' a second time.
 	u := *c.base
-	u.Path += apiPrefix + path
-	u.RawPath = ""
+	raw := c.base.EscapedPath() + apiPrefix + path
+	unescaped, err := url.PathUnescape(raw)
+	if err != nil {
+		return response{}, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	u.Path, u.RawPath = unescaped, raw
 	u.RawQuery = q.Encode()
 	var body io.Reader
 	if in != nil {

@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
+	stdsync "sync"
 	"testing"
 	"time"
 
@@ -468,5 +471,41 @@ func TestBigBurstOfAddsIsOneTransaction(t *testing.T) {
 	}
 	if got := len(api.Servers("be")); got != len(servers) {
 		t.Errorf("%d servers", got)
+	}
+}
+
+// TestPathsAreEscapedOnce: a backend or server name with a character that
+// needs escaping reaches the API escaped once ("be x" as "be%20x").
+func TestPathsAreEscapedOnce(t *testing.T) {
+	var got []string
+	var mu stdsync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.URL.EscapedPath())
+		mu.Unlock()
+		w.Header().Set("Configuration-Version", "1")
+		w.Header().Set("Content-Type", "application/json")
+		if strings.HasSuffix(r.URL.Path, "/servers") {
+			_, _ = w.Write([]byte(`[]`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"name":"be x"}`))
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL + "/base%2Fpath")
+	c := dataplane.New(u, dataplane.Auth{}, srv.Client())
+	if _, err := c.Read(context.Background(), "be x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ReadUp(context.Background(), "be x"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"/base%2Fpath/v3/services/haproxy/configuration/backends/be%20x",
+		"/base%2Fpath/v3/services/haproxy/configuration/backends/be%20x/servers",
+		"/base%2Fpath/v3/services/haproxy/runtime/backends/be%20x/servers",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("paths %q, want %q", got, want)
 	}
 }

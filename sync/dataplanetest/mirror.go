@@ -3,6 +3,7 @@ package dataplanetest
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/haproxytech/client-native/v6/models"
@@ -100,4 +101,39 @@ func (m *mirror) expect(cmd, want string) error {
 
 func eqInt(a, b *int64) bool {
 	return a == nil && b == nil || a != nil && b != nil && *a == *b
+}
+
+// states reads the backend's servers from HAProxy's "show servers state"
+// (format 1: field 3 name, 4 address, 5 operational state, 6 admin state,
+// 18 port), as the real API's runtime server list does.
+func (m *mirror) states(backend string) ([]models.RuntimeServer, error) {
+	reply, err := m.sock.Command(context.Background(), "show servers state "+backend)
+	if err != nil {
+		return nil, err
+	}
+	var out []models.RuntimeServer
+	for _, line := range strings.Split(reply, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 19 || f[1] != backend {
+			continue
+		}
+		op, _ := strconv.Atoi(f[5])
+		admin, _ := strconv.Atoi(f[6])
+		port, _ := strconv.ParseInt(f[18], 10, 64)
+		rs := models.RuntimeServer{Name: f[3], Address: f[4], Port: &port, AdminState: "ready", OperationalState: "down"}
+		switch {
+		case admin&0x23 != 0: // forced or inherited maintenance
+			rs.AdminState = "maint"
+		case admin&0x18 != 0:
+			rs.AdminState = "drain"
+		}
+		switch op {
+		case 2:
+			rs.OperationalState = "up"
+		case 3:
+			rs.OperationalState = "stopping"
+		}
+		out = append(out, rs)
+	}
+	return out, nil
 }

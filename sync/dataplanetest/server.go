@@ -94,6 +94,9 @@ type Server struct {
 	closing    chan struct{} // closed at the end of the test: hung requests end
 	check      func(Config) error
 	mirror     *mirror
+	// down marks backend/server as operationally down (its check fails)
+	// when no real HAProxy is mirrored; see SetDown.
+	down map[string]bool
 	// validated caches the verdict for identical responses: the spec check
 	// of a 1 000-server list takes ~40 ms and its answer cannot change.
 	validated sync.Map // [32]byte -> error (nil stored as noErr)
@@ -376,6 +379,8 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 		return ""
 	}
 	switch op {
+	case "getAllRuntimeServer":
+		return s.runtimeServers(path["parent_name"])
 	case "getConfigurationVersion":
 		return reply{status: 200, body: s.version}
 	case "startTransaction":
@@ -648,4 +653,48 @@ func changedFields(a, b reflect.Value) []string {
 		}
 	}
 	return out
+}
+
+// SetDown says whether the server's health check fails, for the runtime
+// servers answer when no real HAProxy is mirrored (with one, HAProxy says).
+func (s *Server) SetDown(backend, server string, down bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down == nil {
+		s.down = map[string]bool{}
+	}
+	s.down[backend+"/"+server] = down
+}
+
+// runtimeServers answers GET .../runtime/backends/{b}/servers as the real
+// API does from HAProxy's runtime state: with a mirrored HAProxy, from its
+// "show servers state"; else from the configuration, every server not in
+// maintenance up unless SetDown says otherwise (checks passing).
+func (s *Server) runtimeServers(backend string) reply {
+	be, ok := s.cfg[backend]
+	if !ok {
+		return errReply(404, "backend %s does not exist", backend)
+	}
+	out := []models.RuntimeServer{}
+	if s.mirror != nil {
+		states, err := s.mirror.states(backend)
+		if err != nil {
+			return errReply(500, "%v", err)
+		}
+		for _, st := range states {
+			out = append(out, st)
+		}
+		return reply{status: 200, body: out}
+	}
+	for _, srv := range be.Servers {
+		rs := models.RuntimeServer{Name: srv.Name, Address: srv.Address, Port: srv.Port, AdminState: "ready", OperationalState: "up"}
+		switch {
+		case srv.Maintenance == "enabled":
+			rs.AdminState, rs.OperationalState = "maint", "down"
+		case s.down[backend+"/"+srv.Name]:
+			rs.OperationalState = "down"
+		}
+		out = append(out, rs)
+	}
+	return reply{status: 200, body: out}
 }

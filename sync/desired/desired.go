@@ -10,15 +10,17 @@
 //     InternalIP, state = the best of its endpoints' states;
 //   - pod mode: one server per endpoint address, named after the Pod;
 //   - server port: the fixed port if set, else the Service port's nodePort in
-//     node mode, else the endpoint port.
+//     node mode, else the endpoint port;
+//   - nothing from Kubernetes is trusted (validate.go): an endpoint or Node
+//     with a bad address, port or name is skipped and reported, the rest
+//     proceeds; names are unique, safe and at most 63 characters.
 package desired
 
 import (
 	"fmt"
-	"net"
+	"net/netip"
 	"sort"
 	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -56,6 +58,11 @@ type Options struct {
 	WeightByEndpoints bool
 	Settings          model.Settings
 	Check             model.Check
+	// Addresses decides which server addresses are acceptable.
+	Addresses AddressPolicy
+	// ManagedBy, when set, accepts only slices whose
+	// endpointslice.kubernetes.io/managed-by label has this value.
+	ManagedBy string
 }
 
 // Input is what was read from Kubernetes.
@@ -66,12 +73,12 @@ type Input struct {
 }
 
 // Compute returns one desired backend per configured port, each with its
-// servers sorted by name, and warnings about endpoints that were skipped. An
-// error means the input cannot be mapped to backends at all; the caller must
-// then change nothing.
-func Compute(in Input, opts Options) ([]model.Backend, []string, error) {
+// servers sorted by name, and a report of what was skipped. An error means
+// the input cannot be mapped to backends at all; the caller must then change
+// nothing.
+func Compute(in Input, opts Options) ([]model.Backend, Report, error) {
 	if in.Service == nil {
-		return nil, nil, fmt.Errorf("no service given")
+		return nil, Report{}, fmt.Errorf("no service given")
 	}
 	c := computer{in: in, opts: opts, nodes: make(map[string]*corev1.Node, len(in.Nodes))}
 	for i := range in.Nodes {
@@ -81,7 +88,7 @@ func Compute(in Input, opts Options) ([]model.Backend, []string, error) {
 	for _, pb := range opts.Backends {
 		sp, err := servicePort(in.Service, pb.Port, opts.FixedPort != 0)
 		if err != nil {
-			return nil, nil, err
+			return nil, Report{}, err
 		}
 		backends = append(backends, model.Backend{
 			Name:     pb.Backend,
@@ -89,7 +96,7 @@ func Compute(in Input, opts Options) ([]model.Backend, []string, error) {
 			Servers:  c.servers(sp),
 		})
 	}
-	return backends, c.warnings, nil
+	return backends, c.report, nil
 }
 
 // servicePort finds the Service port a backend follows. nil means "any port":
@@ -117,22 +124,10 @@ func servicePort(svc *corev1.Service, want string, fixed bool) (*corev1.ServiceP
 }
 
 type computer struct {
-	in       Input
-	opts     Options
-	nodes    map[string]*corev1.Node
-	warnings []string
-	warned   map[string]bool
-}
-
-func (c *computer) warn(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	if c.warned == nil {
-		c.warned = map[string]bool{}
-	}
-	if !c.warned[msg] { // one warning per cause, not one per backend
-		c.warned[msg] = true
-		c.warnings = append(c.warnings, msg)
-	}
+	in     Input
+	opts   Options
+	nodes  map[string]*corev1.Node
+	report Report
 }
 
 // endpoint is one endpoint address of one slice, reduced to what matters.
@@ -155,18 +150,32 @@ func (c *computer) endpoints(sp *corev1.ServicePort) []endpoint {
 		if s.Labels[discoveryv1.LabelServiceName] != c.in.Service.Name || s.Namespace != c.in.Service.Namespace {
 			continue
 		}
+		where := s.Namespace + "/" + quote(s.Name)
+		if c.opts.ManagedBy != "" && s.Labels[discoveryv1.LabelManagedBy] != c.opts.ManagedBy {
+			c.report.skip(where, ReasonUnmanaged, "managed by "+quote(s.Labels[discoveryv1.LabelManagedBy]))
+			continue
+		}
 		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
-			c.warn("endpointslice %s: address type %s skipped", s.Name, s.AddressType)
+			c.report.skip(where, ReasonAddressType, "address type "+quote(string(s.AddressType)))
 			continue
 		}
 		port, ok := slicePort(s, sp)
 		if !ok {
 			continue
 		}
+		if port < 1 || port > 65535 {
+			c.report.skip(where, ReasonInvalidPort, fmt.Sprintf("port %d", port))
+			continue
+		}
 		for j := range s.Endpoints {
 			e := &s.Endpoints[j]
 			st := state(e.Conditions)
-			for _, addr := range e.Addresses {
+			for _, raw := range e.Addresses {
+				addr, reason, detail := c.endpointAddress(raw, s.AddressType)
+				if reason != "" {
+					c.report.skip(where+" "+quote(raw), reason, detail)
+					continue
+				}
 				ep := endpoint{address: addr, family: s.AddressType, port: port, state: st}
 				if e.NodeName != nil {
 					ep.nodeName = *e.NodeName
@@ -186,6 +195,16 @@ func (c *computer) endpoints(sp *corev1.ServicePort) []endpoint {
 		}
 	}
 	return out
+}
+
+// endpointAddress checks an endpoint address. In node mode the pod address
+// never reaches HAProxy (the Node's does), so only its form is checked.
+func (c *computer) endpointAddress(raw string, family discoveryv1.AddressType) (string, string, string) {
+	pol := c.opts.Addresses
+	if c.opts.Mode == NodeMode {
+		pol = AddressPolicy{Allowed: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}}
+	}
+	return pol.Check(raw, family)
 }
 
 // slicePort returns the slice's port number for the Service port sp. Slice
@@ -244,19 +263,31 @@ func (c *computer) port(ep endpoint, sp *corev1.ServicePort) int {
 	}
 }
 
+// podServers names each endpoint after its Pod (else its address). A name
+// shared by several endpoints (a dual-stack Pod, or Pods whose names become
+// equal once made safe) gets a hash of the address on every one of them, so
+// no name depends on which endpoint came first.
 func (c *computer) podServers(eps []endpoint) []model.Server {
-	// Sorting by address makes the choice of which duplicate name gets a
-	// suffix (dual-stack pods appear once per family) deterministic.
 	sort.Slice(eps, func(i, j int) bool { return eps[i].address < eps[j].address })
+	base := make([]string, len(eps))
+	count := make(map[string]int, len(eps))
+	for i, ep := range eps {
+		base[i] = ServerName(ep.address)
+		if ep.podName != "" {
+			base[i] = ServerName(ep.podName)
+		}
+		count[base[i]]++
+	}
 	out := make([]model.Server, 0, len(eps))
 	used := make(map[string]bool, len(eps))
-	for _, ep := range eps {
-		name := ServerName(ep.podName)
-		if name == "" {
-			name = ServerName(ep.address)
+	for i, ep := range eps {
+		name := base[i]
+		if count[name] > 1 {
+			name = withHash(name, ep.address)
 		}
 		if used[name] {
-			name = ServerName(name + "-" + ep.address)
+			c.report.skip(quote(ep.address), ReasonDuplicateName, "server name "+quote(name)+" is taken")
+			continue
 		}
 		used[name] = true
 		out = append(out, model.Server{
@@ -279,7 +310,7 @@ func (c *computer) nodeServers(eps []endpoint, sp *corev1.ServicePort) []model.S
 	var order []string
 	for _, ep := range eps {
 		if ep.nodeName == "" {
-			c.warn("endpoint %s has no nodeName: skipped", ep.address)
+			c.report.skip(quote(ep.address), ReasonNoNodeName, "")
 			continue
 		}
 		a, ok := acc[ep.nodeName]
@@ -297,24 +328,35 @@ func (c *computer) nodeServers(eps []endpoint, sp *corev1.ServicePort) []model.S
 		}
 	}
 	out := make([]model.Server, 0, len(order))
+	used := make(map[string]bool, len(order))
 	for _, name := range order {
 		a := acc[name]
 		node, ok := c.nodes[name]
 		if !ok {
-			c.warn("node %s not found: its endpoints are skipped", name)
+			c.report.skip("node "+quote(name), ReasonNodeNotFound, "its endpoints are skipped")
 			continue
 		}
-		addr := c.nodeAddress(node, a.families)
-		if addr == "" {
-			c.warn("node %s has no InternalIP: its endpoints are skipped", name)
+		addr, reason, detail := c.nodeAddress(node, a.families)
+		if reason != "" {
+			c.report.skip("node "+quote(name), reason, detail)
 			continue
 		}
+		if port := c.port(a.ep, sp); port < 1 || port > 65535 {
+			c.report.skip("node "+quote(name), ReasonInvalidPort, fmt.Sprintf("port %d", port))
+			continue
+		}
+		sname := ServerName(name)
+		if used[sname] {
+			c.report.skip("node "+quote(name), ReasonDuplicateName, "server name "+quote(sname)+" is taken")
+			continue
+		}
+		used[sname] = true
 		weight := 1
 		if c.opts.WeightByEndpoints {
 			weight = min(max(a.ready, 1), MaxWeight)
 		}
 		out = append(out, model.Server{
-			Name: ServerName(name), Address: addr, Port: c.port(a.ep, sp),
+			Name: sname, Address: addr, Port: c.port(a.ep, sp),
 			Weight: weight, State: a.state, Check: c.opts.Check,
 		})
 	}
@@ -322,13 +364,14 @@ func (c *computer) nodeServers(eps []endpoint, sp *corev1.ServicePort) []model.S
 }
 
 // nodeAddress picks the node's InternalIP of a family its endpoints use,
-// preferring the Service's primary family.
-func (c *computer) nodeAddress(n *corev1.Node, families map[discoveryv1.AddressType]bool) string {
+// preferring the Service's primary family, or says why there is none.
+func (c *computer) nodeAddress(n *corev1.Node, families map[discoveryv1.AddressType]bool) (string, string, string) {
 	var fams []discoveryv1.AddressType
 	if pf := c.in.Service.Spec.IPFamilies; len(pf) > 0 && families[discoveryv1.AddressType(pf[0])] {
 		fams = append(fams, discoveryv1.AddressType(pf[0]))
 	}
 	fams = append(fams, discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6)
+	reason, detail := ReasonNodeNoAddress, "no InternalIP of the endpoints' family"
 	for _, f := range fams {
 		if !families[f] {
 			continue
@@ -337,31 +380,15 @@ func (c *computer) nodeAddress(n *corev1.Node, families map[discoveryv1.AddressT
 			if a.Type != corev1.NodeInternalIP {
 				continue
 			}
-			ip := net.ParseIP(a.Address)
-			if ip == nil {
+			addr, r, d := c.opts.Addresses.Check(a.Address, "")
+			if r != "" {
+				reason, detail = r, "InternalIP "+quote(a.Address)+": "+d
 				continue
 			}
-			if (ip.To4() != nil) == (f == discoveryv1.AddressTypeIPv4) {
-				return a.Address
+			if netip.MustParseAddr(addr).Is4() == (f == discoveryv1.AddressTypeIPv4) {
+				return addr, "", ""
 			}
 		}
 	}
-	return ""
-}
-
-// ServerName turns a Node name, Pod name or IP address into a valid HAProxy
-// server name: letters, digits, '-', '_' and '.' are kept, and dots of an IP
-// address and every other character become '-'.
-func ServerName(s string) string {
-	if net.ParseIP(s) != nil {
-		s = strings.NewReplacer(".", "-", ":", "-").Replace(s)
-	}
-	b := []byte(s)
-	for i, ch := range b {
-		ok := ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '-' || ch == '_' || ch == '.'
-		if !ok {
-			b[i] = '-'
-		}
-	}
-	return string(b)
+	return "", reason, detail
 }

@@ -1,6 +1,9 @@
 package desired
 
 import (
+	"fmt"
+	"hash/fnv"
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -98,7 +101,7 @@ func TestCompute(t *testing.T) {
 		in       Input
 		opts     Options
 		want     map[string][]model.Server
-		warnings []string
+		skipped  []string // reasons, in order
 		err      string
 	}{
 		{name: "node mode: one server per node, nodePort wins over endpoint port",
@@ -134,7 +137,7 @@ func TestCompute(t *testing.T) {
 			}},
 			opts:     Options{Mode: NodeMode, Backends: single},
 			want:     map[string][]model.Server{"be": {s("node-a", "127.0.1.1", 8080, 1, model.Ready)}},
-			warnings: []string{"10.244.7.1 has no nodeName", "node node-gone not found", "node node-x has no InternalIP"}},
+			skipped:  []string{ReasonNoNodeName, ReasonNodeNotFound, ReasonNodeNoAddress}},
 		{name: "pod mode: pod names, endpoint port, conditions",
 			in: Input{Service: service(svcPort("http", 80, 30080)), Slices: []discoveryv1.EndpointSlice{
 				slice("web-1", svcName, v4, http, ep{addr: "10.244.0.1", pod: "web-abc"}, ep{addr: "10.244.0.2", pod: "web-def", c: terminating}, ep{addr: "10.244.0.3", pod: "web-ghi", c: notReady}, ep{addr: "10.244.0.4", c: unknown}),
@@ -207,7 +210,51 @@ func TestCompute(t *testing.T) {
 				slice("web-6", svcName, v6, http, ep{addr: "fd00:10:244::1", pod: "web-abc"}),
 			}},
 			opts: Options{Mode: PodMode, Backends: single},
-			want: map[string][]model.Server{"be": {s("web-abc", "10.244.0.1", 8080, 1, model.Ready), s("web-abc-fd00-10-244--1", "fd00:10:244::1", 8080, 1, model.Ready)}}},
+			want: map[string][]model.Server{"be": {s(withHash("web-abc", "10.244.0.1"), "10.244.0.1", 8080, 1, model.Ready), s(withHash("web-abc", "fd00:10:244::1"), "fd00:10:244::1", 8080, 1, model.Ready)}}},
+		{name: "names that collide once made safe all get a hash; a name over 63 characters is cut and hashed",
+			in: Input{Service: service(svcPort("http", 80, 0)), Slices: []discoveryv1.EndpointSlice{
+				slice("web-1", svcName, v4, http, ep{addr: "10.0.0.2", pod: "x"}, ep{addr: "10.0.0.3", pod: "x"},
+					ep{addr: "10.0.0.0", pod: "x-10.0.0.2"}, ep{addr: "10.0.0.9", pod: strings.Repeat("p", 20000)}),
+			}},
+			opts: Options{Mode: PodMode, Backends: single},
+			want: map[string][]model.Server{"be": {
+				s(strings.Repeat("p", 54)+"-"+fmt.Sprintf("%08x", fnv32(strings.Repeat("p", 20000))), "10.0.0.9", 8080, 1, model.Ready),
+				s("x-10.0.0.2", "10.0.0.0", 8080, 1, model.Ready),
+				s(withHash("x", "10.0.0.2"), "10.0.0.2", 8080, 1, model.Ready), s(withHash("x", "10.0.0.3"), "10.0.0.3", 8080, 1, model.Ready)}}},
+		{name: "hostile addresses are skipped, the rest proceeds; canonical forms",
+			in: Input{Service: service(svcPort("http", 80, 0)), Slices: []discoveryv1.EndpointSlice{
+				slice("web-1", svcName, v4, http, ep{addr: "10.0.0.1", pod: "good"}, ep{addr: "0177.0.0.1", pod: "octal"}, ep{addr: "010.0.0.1", pod: "octal2"},
+					ep{addr: "127.0.2.2 backup", pod: "space"}, ep{addr: "0.0.0.0", pod: "zero"}, ep{addr: "fd00::1", pod: "v6-in-v4"}),
+				slice("web-6", svcName, v6, http, ep{addr: "fd00:0:0:0::5", pod: "long-v6"}, ep{addr: "::ffff:10.1.1.1", pod: "mapped"}, ep{addr: "fe80::1%eth0", pod: "zone"}),
+			}},
+			opts: Options{Mode: PodMode, Backends: single, Addresses: AddressPolicy{}},
+			want: map[string][]model.Server{"be": {s("good", "10.0.0.1", 8080, 1, model.Ready), s("long-v6", "fd00::5", 8080, 1, model.Ready)}},
+			skipped: []string{ReasonInvalidAddress, ReasonInvalidAddress, ReasonInvalidAddress, ReasonAddressNotAllowed, ReasonFamilyMismatch, ReasonInvalidAddress, ReasonInvalidAddress}},
+		{name: "node addresses the API server does not validate",
+			in: Input{Service: service(svcPort("http", 80, 0)), Nodes: []corev1.Node{node("meta", "169.254.169.254"), node("zero", "0.0.0.0"), node("mapped", "::ffff:10.1.1.1"), node("ok", "10.1.0.1")},
+				Slices: []discoveryv1.EndpointSlice{slice("web-1", svcName, v4, http, ep{addr: "10.244.0.1", node: "meta"}, ep{addr: "10.244.0.2", node: "zero"}, ep{addr: "10.244.0.3", node: "mapped"}, ep{addr: "10.244.0.4", node: "ok"})}},
+			opts:    Options{Mode: NodeMode, Backends: single, Addresses: AddressPolicy{}},
+			want:    map[string][]model.Server{"be": {s("ok", "10.1.0.1", 8080, 1, model.Ready)}},
+			skipped: []string{ReasonAddressNotAllowed, ReasonAddressNotAllowed, ReasonInvalidAddress}},
+		{name: "ALLOWED_SERVER_CIDRS: only inside, loopback too when listed",
+			in: Input{Service: service(svcPort("http", 80, 0)), Slices: []discoveryv1.EndpointSlice{
+				slice("web-1", svcName, v4, http, ep{addr: "10.0.0.1", pod: "in"}, ep{addr: "10.9.0.1", pod: "out"}),
+			}},
+			opts:    Options{Mode: PodMode, Backends: single, Addresses: AddressPolicy{Allowed: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16")}}},
+			want:    map[string][]model.Server{"be": {s("in", "10.0.0.1", 8080, 1, model.Ready)}},
+			skipped: []string{ReasonAddressNotAllowed}},
+		{name: "only slices of the given manager, when asked",
+			in: Input{Service: service(svcPort("http", 80, 0)), Slices: []discoveryv1.EndpointSlice{
+				func() discoveryv1.EndpointSlice {
+					x := slice("web-1", svcName, v4, http, ep{addr: "10.0.0.1", pod: "managed"})
+					x.Labels[discoveryv1.LabelManagedBy] = "endpointslice-controller.k8s.io"
+					return x
+				}(),
+				slice("web-2", svcName, v4, http, ep{addr: "10.0.0.2", pod: "by-hand"}),
+			}},
+			opts:    Options{Mode: PodMode, Backends: single, ManagedBy: "endpointslice-controller.k8s.io"},
+			want:    map[string][]model.Server{"be": {s("managed", "10.0.0.1", 8080, 1, model.Ready)}},
+			skipped: []string{ReasonUnmanaged}},
 		{name: "multi-port service without HAPROXY_BACKENDS is an error",
 			in:   Input{Service: service(svcPort("http", 80, 0), svcPort("https", 443, 0))},
 			opts: Options{Mode: PodMode, Backends: single},
@@ -220,7 +267,10 @@ func TestCompute(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.opts.Check = check
-			got, warnings, err := Compute(tt.in, tt.opts)
+			if tt.opts.Addresses.Allowed == nil && !strings.Contains(tt.name, "hostile") && !strings.Contains(tt.name, "validate") {
+				tt.opts.Addresses = testAddresses
+			}
+			got, report, err := Compute(tt.in, tt.opts)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("err = %v, want %q", err, tt.err)
@@ -237,16 +287,26 @@ func TestCompute(t *testing.T) {
 			if !reflect.DeepEqual(gotMap, tt.want) {
 				t.Errorf("got  %+v\nwant %+v", gotMap, tt.want)
 			}
-			if len(warnings) != len(tt.warnings) {
-				t.Fatalf("warnings = %q, want %d", warnings, len(tt.warnings))
+			var reasons []string
+			for _, sk := range report.Skipped {
+				reasons = append(reasons, sk.Reason)
 			}
-			for i, w := range tt.warnings {
-				if !strings.Contains(warnings[i], w) {
-					t.Errorf("warning %d = %q, want it to contain %q", i, warnings[i], w)
-				}
+			if !reflect.DeepEqual(reasons, tt.skipped) || report.Total() != len(tt.skipped) {
+				t.Errorf("skipped %+v, want reasons %v", report.Skipped, tt.skipped)
 			}
 		})
 	}
+}
+
+// testAddresses allows the loopback Node addresses and private pod
+// addresses the tables use.
+var testAddresses = AddressPolicy{Allowed: []netip.Prefix{
+	netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}}
+
+func fnv32(s string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(s))
+	return h.Sum32()
 }
 
 func TestServerName(t *testing.T) {
@@ -255,6 +315,8 @@ func TestServerName(t *testing.T) {
 		"10.1.2.3":           "10-1-2-3",
 		"fd00::1":            "fd00--1",
 		"weird name/x":       "weird-name-x",
+		"":                   withHash("", ""),
+		"backup:8443 check":  "backup-8443-check",
 	} {
 		if got := ServerName(in); got != want {
 			t.Errorf("ServerName(%q) = %q, want %q", in, got, want)

@@ -112,7 +112,7 @@ func startService(t testing.TB, env ...string) *service {
 	ln.Close()
 	s := &service{base: fmt.Sprintf("http://127.0.0.1:%d", port), logs: &lockedBuffer{}}
 	s.cmd = exec.Command(serviceBinary(t), "serve")
-	s.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "PORT=" + strconv.Itoa(port)}, env...)
+	s.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "PORT=" + strconv.Itoa(port), "ALLOWED_SERVER_CIDRS=" + allowedCIDRs}, env...)
 	if !slices.ContainsFunc(env, func(v string) bool { return strings.HasPrefix(v, "WEBHOOK_") }) {
 		s.cmd.Env = append(s.cmd.Env, "WEBHOOK_AUTH=none") // these tests send no POST
 	}

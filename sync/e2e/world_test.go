@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"sort"
 	"strings"
 	"sync"
@@ -29,6 +30,18 @@ import (
 // checkInter is short so that health checks settle quickly.
 const checkInter = 200 * time.Millisecond
 
+// allowedCIDRs is ALLOWED_SERVER_CIDRS for the tests: their Nodes are on
+// loopback and their pods in the namespace's 10.244.0.0/16.
+const allowedCIDRs = "127.0.0.0/8,10.244.0.0/16,10.245.0.0/16"
+
+var testCIDRs = func() []netip.Prefix {
+	var out []netip.Prefix
+	for _, c := range strings.Split(allowedCIDRs, ",") {
+		out = append(out, netip.MustParsePrefix(c))
+	}
+	return out
+}()
+
 // world is one test's namespace, HAProxy and sync service.
 type world struct {
 	t   testing.TB
@@ -37,6 +50,7 @@ type world struct {
 	h   *haproxytest.HAProxy
 	url string
 	src *switchSource
+	rec *reconcile.Reconciler
 }
 
 // switchSource is the world's Kubernetes source; a test may swap it for one
@@ -73,6 +87,8 @@ func newWorld(t testing.TB, service string, mode desired.Mode, backends []desire
 		Mode: mode, Backends: backends,
 		Settings: model.Settings{Balance: "roundrobin", TCPCheck: true},
 		Check:    model.Check{Inter: checkInter, Rise: 1, Fall: 1},
+		// The tests' Nodes are on loopback, their pods in 10.244.0.0/16.
+		Addresses: desired.AddressPolicy{Allowed: testCIDRs},
 	}
 	var drv reconcile.Driver
 	if len(makeDriver) > 0 {
@@ -91,6 +107,7 @@ func newWorld(t testing.TB, service string, mode desired.Mode, backends []desire
 		Targets: []reconcile.Driver{drv},
 		Timeout: 5 * time.Second,
 	}
+	w.rec = rec
 	srv := httptest.NewServer(handler.New(handler.Config{Reconciler: rec}))
 	t.Cleanup(srv.Close)
 	w.url = srv.URL

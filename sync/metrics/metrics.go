@@ -6,6 +6,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -170,6 +171,21 @@ type driver struct {
 func (d driver) Name() string { return d.d.Name() }
 
 func (d driver) Policy() plan.Policy { return d.d.Policy() }
+
+// ReadUp passes through to the driver if it reads UP states separately.
+func (d driver) ReadUp(ctx context.Context, backend string) (map[string]bool, error) {
+	ur, ok := d.d.(reconcile.UpReader)
+	if !ok {
+		return nil, errNoUpReader
+	}
+	up, err := ur.ReadUp(ctx, backend)
+	d.m.haproxyRequests.WithLabelValues(d.d.Name(), "read-up", result(err)).Inc()
+	return up, err
+}
+
+// errNoUpReader means the wrapped driver's Read already says which servers
+// are UP.
+var errNoUpReader = errors.New("the driver reads UP states with the servers")
 
 func (d driver) Read(ctx context.Context, backend string) (model.Backend, error) {
 	b, err := d.d.Read(ctx, backend)

@@ -47,6 +47,10 @@ type Server struct {
 	Weight  int
 	State   State
 	Check   Check
+	// Up says HAProxy sees the server UP (its check passing), as read from a
+	// current backend; desired servers leave it false. Only the
+	// mass-deletion guard reads it.
+	Up bool
 	// Source is the driver's own record of the server as it was read (for the
 	// Data Plane API, its model), so that a write changes only the fields this
 	// service manages. The planner ignores it; desired servers leave it nil.

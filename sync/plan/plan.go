@@ -12,11 +12,15 @@
 // Under a Policy with DeleteBatch > 1, unwanted servers are parked in
 // maintenance and deleted together once the batch is full. Under a Policy
 // with GuardPercent, a plan that would remove that share of the backend's
-// servers or more only parks them (the mass-deletion guard).
+// servers or more only parks them until their replacements are UP (the
+// mass-deletion guard). Under a Policy with MaxServers, adds beyond the cap
+// are left out.
 package plan
 
 import (
+	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 )
@@ -57,6 +61,9 @@ type Plan struct {
 	// Guarded lists the servers the mass-deletion guard parked instead of
 	// deleting, sorted; empty when the guard did not hold.
 	Guarded []string
+	// Capped lists desired servers not added because the backend would
+	// exceed Policy.MaxServers, sorted.
+	Capped []string
 }
 
 // HasChanges reports whether applying the plan would change anything.
@@ -88,7 +95,14 @@ type Policy struct {
 	// servers or more, they are parked in maintenance and none is deleted.
 	// 100 holds only when every server would go; 0 turns the guard off.
 	// Parking is undone by one runtime write; a deletion is not.
+	//
+	// The guard holds until every desired server is in the backend and UP
+	// (model.Server.Up, read from HAProxy each time, so nothing is kept
+	// between reconciles): only then are the unwanted servers deleted.
 	GuardPercent int
+	// MaxServers, when above 0, caps the servers of the backend: adds that
+	// would pass it are left out (by name order) and listed in Capped.
+	MaxServers int
 }
 
 // Calculate returns the plan that turns current into desired, deleting
@@ -133,8 +147,19 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 			unwanted = append(unwanted, &current.Servers[i])
 		}
 	}
+	// The guard's share counts the unwanted servers against those that
+	// serve or will once UP: a replacement that is not UP yet does not
+	// count, so the guard keeps holding on the next reconcile too, until
+	// every replacement is UP.
+	upDesired := 0
+	for i := range desired.Servers {
+		if cur, ok := have[desired.Servers[i].Name]; ok && cur.Up {
+			upDesired++
+		}
+	}
 	guarded := pol.GuardPercent > 0 && len(unwanted) > 0 &&
-		len(unwanted)*100 >= pol.GuardPercent*len(current.Servers)
+		len(unwanted)*100 >= pol.GuardPercent*(len(unwanted)+upDesired) &&
+		upDesired < len(desired.Servers)
 	// Delete when allowed (some server is desired, the guard does not hold)
 	// and the batch is full.
 	deleteNow := len(desired.Servers) > 0 && !guarded && len(unwanted) >= max(pol.DeleteBatch, 1)
@@ -154,7 +179,44 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 
 	sort.Slice(p.Changes, func(i, j int) bool { return p.Changes[i].Name < p.Changes[j].Name })
 	sort.Strings(p.Guarded)
+	p.capAdds(len(current.Servers), pol.MaxServers)
 	return p
+}
+
+// capAdds drops the adds that would take the backend past limit servers.
+func (p *Plan) capAdds(current, limit int) {
+	if limit <= 0 {
+		return
+	}
+	n := current
+	for _, c := range p.Changes {
+		switch c.Action {
+		case Add:
+			n++
+		case Delete:
+			n--
+		}
+	}
+	if n <= limit {
+		return
+	}
+	over := n - limit
+	kept := p.Changes[:0]
+	// Drop from the end of the name order, so the same servers stay in.
+	for i := len(p.Changes) - 1; i >= 0; i-- {
+		if c := p.Changes[i]; c.Action == Add && over > 0 {
+			over--
+			p.Capped = append(p.Capped, c.Name)
+			p.Changes[i].Action = "" // marked for removal
+		}
+	}
+	for _, c := range p.Changes {
+		if c.Action != "" {
+			kept = append(kept, c)
+		}
+	}
+	p.Changes = kept
+	sort.Strings(p.Capped)
 }
 
 // WriteKind says how a write reached HAProxy.
@@ -197,4 +259,41 @@ func (a *Applied) Add(b Applied) {
 		}
 	}
 	a.Reload = a.Reload || b.Reload
+}
+
+// ServerError is a change HAProxy refused for one server.
+type ServerError struct {
+	Server string `json:"server"`
+	Error  string `json:"error"`
+	// Err is the error itself, for errors.Is and errors.As.
+	Err error `json:"-"`
+}
+
+// ServerErrors are changes HAProxy refused, each for one server, while the
+// plan's other changes were applied. Trying again would be refused again, so
+// it is not temporary: the next reconcile tries once more.
+type ServerErrors []ServerError
+
+// Unwrap returns the errors of each server, for errors.Is and errors.As.
+func (e ServerErrors) Unwrap() []error {
+	out := make([]error, 0, len(e))
+	for _, se := range e {
+		if se.Err != nil {
+			out = append(out, se.Err)
+		}
+	}
+	return out
+}
+
+func (e ServerErrors) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d server change(s) refused", len(e))
+	for i, se := range e {
+		if i == 3 {
+			fmt.Fprintf(&b, "; and %d more", len(e)-3)
+			break
+		}
+		fmt.Fprintf(&b, "; %s: %s", se.Server, se.Error)
+	}
+	return b.String()
 }

@@ -14,6 +14,8 @@ func srv(name, addr string, port int, st model.State) model.Server {
 	return model.Server{Name: name, Address: addr, Port: port, Weight: 1, State: st, Check: chk}
 }
 
+func up(s model.Server) model.Server { s.Up = true; return s }
+
 func be(servers ...model.Server) model.Backend {
 	return model.Backend{Name: "be", Settings: model.Settings{Balance: "roundrobin", TCPCheck: true}, Servers: servers}
 }
@@ -199,11 +201,20 @@ func TestCalculateWithDeletionGuard(t *testing.T) {
 			current: be(a, b), desired: be(n1, n2), guard: 100,
 			want:        map[Action][]string{Add: {"n1", "n2"}, Maint: {"a", "b"}},
 			wantGuarded: []string{"a", "b"}},
-		{name: "next reconcile: the parked half is below 100%, deleted",
+		{name: "next reconcile, replacements in but not UP yet: still parked",
 			current: be(srv("a", "10.0.0.1", 80, model.Maint), srv("b", "10.0.0.2", 80, model.Maint), n1, n2), desired: be(n1, n2), guard: 100,
+			want: map[Action][]string{}, wantGuarded: []string{"a", "b"}},
+		{name: "one replacement UP, the other not: still parked",
+			current: be(srv("a", "10.0.0.1", 80, model.Maint), srv("b", "10.0.0.2", 80, model.Maint), up(n1), n2), desired: be(n1, n2), guard: 50,
+			want: map[Action][]string{}, wantGuarded: []string{"a", "b"}},
+		{name: "every replacement UP: the parked servers are deleted",
+			current: be(srv("a", "10.0.0.1", 80, model.Maint), srv("b", "10.0.0.2", 80, model.Maint), up(n1), up(n2)), desired: be(n1, n2), guard: 100,
 			want: map[Action][]string{Delete: {"a", "b"}}},
+		{name: "scale down to servers that are UP: deleted",
+			current: be(up(a), b, c), desired: be(a), guard: 50,
+			want: map[Action][]string{Delete: {"b", "c"}}},
 		{name: "one of three goes: below the guard",
-			current: be(a, b, c), desired: be(a, b), guard: 50,
+			current: be(up(a), up(b), c), desired: be(a, b), guard: 50,
 			want: map[Action][]string{Delete: {"c"}}},
 		{name: "two of three go: above 50%, parked",
 			current: be(a, b, c), desired: be(a), guard: 50,
@@ -231,6 +242,33 @@ func TestCalculateWithDeletionGuard(t *testing.T) {
 			}
 			if !reflect.DeepEqual(p.Guarded, tt.wantGuarded) {
 				t.Errorf("guarded = %v, want %v", p.Guarded, tt.wantGuarded)
+			}
+		})
+	}
+}
+
+func TestCalculateWithMaxServers(t *testing.T) {
+	a, b := srv("a", "10.0.0.1", 80, model.Ready), srv("b", "10.0.0.2", 80, model.Ready)
+	c, d, e := srv("c", "10.0.0.3", 80, model.Ready), srv("d", "10.0.0.4", 80, model.Ready), srv("e", "10.0.0.5", 80, model.Ready)
+	for _, tt := range []struct {
+		name             string
+		current, desired model.Backend
+		max              int
+		want             map[Action][]string
+		capped           []string
+	}{
+		{"under the cap", be(a), be(a, b), 3, map[Action][]string{Add: {"b"}}, nil},
+		{"adds past the cap are left out, last names first", be(a, b), be(a, b, c, d, e), 3, map[Action][]string{Add: {"c"}}, []string{"d", "e"}},
+		{"deletions make room", be(a, b), be(c, d), 2, map[Action][]string{Add: {"c", "d"}, Delete: {"a", "b"}}, nil},
+		{"already over: nothing added, nothing removed for it", be(a, b, c), be(a, b, c, d), 2, map[Action][]string{}, []string{"d"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := CalculateWith(tt.current, tt.desired, Policy{MaxServers: tt.max})
+			if got := summary(p); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("changes = %v, want %v", got, tt.want)
+			}
+			if !reflect.DeepEqual(p.Capped, tt.capped) {
+				t.Errorf("capped = %v, want %v", p.Capped, tt.capped)
 			}
 		})
 	}

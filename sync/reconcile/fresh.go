@@ -15,6 +15,7 @@ type kubeRead struct {
 	started  time.Time
 	done     chan struct{}
 	backends []model.Backend
+	report   desired.Report
 	err      error
 }
 
@@ -29,12 +30,13 @@ type kubeRead struct {
 type freshReader struct {
 	src  Source
 	opts desired.Options
-	// warn receives each read's warnings (endpoints skipped).
-	warn func([]string)
+	// skipped receives each read's report of what was left out.
+	skipped func(desired.Report)
 
-	mu   sync.Mutex
-	last *kubeRead
-	good int // desired servers of the newest good read
+	mu     sync.Mutex
+	last   *kubeRead
+	good   int            // desired servers of the newest good read
+	report desired.Report // of the newest good read
 }
 
 // after returns desired backends from a Kubernetes read that started at or
@@ -46,7 +48,7 @@ func (f *freshReader) after(ctx context.Context, t time.Time) ([]model.Backend, 
 		r = &kubeRead{started: time.Now(), done: make(chan struct{})}
 		f.last = r
 		f.mu.Unlock()
-		r.backends, r.err = f.read(ctx)
+		r.backends, r.report, r.err = f.read(ctx)
 		close(r.done)
 		if r.err == nil {
 			f.mu.Lock()
@@ -55,6 +57,7 @@ func (f *freshReader) after(ctx context.Context, t time.Time) ([]model.Backend, 
 				for _, b := range r.backends {
 					f.good += len(b.Servers)
 				}
+				f.report = r.report
 			}
 			f.mu.Unlock()
 		}
@@ -69,19 +72,26 @@ func (f *freshReader) after(ctx context.Context, t time.Time) ([]model.Backend, 
 	}
 }
 
-func (f *freshReader) read(ctx context.Context) ([]model.Backend, error) {
+func (f *freshReader) read(ctx context.Context) ([]model.Backend, desired.Report, error) {
 	in, err := f.src.Read(ctx)
 	if err != nil {
-		return nil, &kubeError{fmt.Errorf("read kubernetes: %w", err)}
+		return nil, desired.Report{}, &kubeError{fmt.Errorf("read kubernetes: %w", err)}
 	}
-	backends, warnings, err := desired.Compute(in, f.opts)
+	backends, report, err := desired.Compute(in, f.opts)
 	if err != nil {
-		return nil, &kubeError{fmt.Errorf("desired state: %w", err)}
+		return nil, desired.Report{}, &kubeError{fmt.Errorf("desired state: %w", err)}
 	}
-	if f.warn != nil {
-		f.warn(warnings)
+	if f.skipped != nil {
+		f.skipped(report)
 	}
-	return backends, nil
+	return backends, report, nil
+}
+
+// latestReport is the report of the newest good read.
+func (f *freshReader) latestReport() desired.Report {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.report
 }
 
 // desiredCount is the number of desired servers of the newest good read.

@@ -21,6 +21,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -48,6 +50,13 @@ type Driver interface {
 	Policy() plan.Policy
 }
 
+// UpReader is a Driver whose Read does not say which servers are UP, and
+// that can tell at the cost of another call. The reconciler asks only when
+// the mass-deletion guard holds: it releases once the replacements are UP.
+type UpReader interface {
+	ReadUp(ctx context.Context, backend string) (map[string]bool, error)
+}
+
 // Reconciler holds what one reconcile needs; it keeps nothing between calls.
 type Reconciler struct {
 	Source  Source
@@ -60,6 +69,8 @@ type Reconciler struct {
 	Backoff func() retry.Backoff
 	// GuardPercent is the mass-deletion guard (plan.Policy.GuardPercent).
 	GuardPercent int
+	// MaxServers caps a backend's servers (plan.Policy.MaxServers; 0: none).
+	MaxServers int
 	Log          *slog.Logger
 }
 
@@ -76,7 +87,11 @@ type Result struct {
 	Status     string         `json:"status"`
 	Desired    int            `json:"desired"`
 	Targets    []TargetResult `json:"targets"`
-	DurationMs float64        `json:"durationMs"`
+	// Skipped lists endpoints and Nodes left out (the first
+	// desired.MaxSkippedListed); SkippedByReason counts them all.
+	Skipped         []desired.Skipped `json:"skipped"`
+	SkippedByReason map[string]int    `json:"skippedByReason,omitempty"`
+	DurationMs      float64           `json:"durationMs"`
 	Error      string         `json:"error,omitempty"`
 }
 
@@ -95,6 +110,11 @@ type TargetResult struct {
 	// Guarded lists servers the mass-deletion guard parked instead of
 	// deleting; they are also in Maint when this reconcile parked them.
 	Guarded []string `json:"guarded,omitempty"`
+	// Capped lists desired servers not added: the backend is at MaxServers.
+	Capped []string `json:"capped,omitempty"`
+	// Failed lists the changes HAProxy refused, one server each; the other
+	// changes were applied.
+	Failed []plan.ServerError `json:"failed,omitempty"`
 
 	changed bool
 	kubeErr error
@@ -120,11 +140,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, dryRun bool) (Result, error)
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error) {
-	res := Result{Targets: []TargetResult{}}
-	kube := &freshReader{src: r.Source, opts: r.Options, warn: func(ws []string) {
-		for _, w := range ws {
-			r.log().Warn("endpoint skipped", "reason", w)
+	res := Result{Targets: []TargetResult{}, Skipped: []desired.Skipped{}}
+	var warnOnce sync.Once
+	kube := &freshReader{src: r.Source, opts: r.Options, skipped: func(rep desired.Report) {
+		if rep.Total() == 0 {
+			return
 		}
+		warnOnce.Do(func() { // one line per reconcile, however many reads
+			first := rep.Skipped[0]
+			r.log().Warn("endpoints skipped", "count", rep.Total(), "byReason", rep.Counts,
+				"first", first.Endpoint, "reason", first.Reason, "detail", first.Detail)
+		})
 	}}
 
 	results := make([][]TargetResult, len(r.Targets))
@@ -144,6 +170,11 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 	}
 	wg.Wait()
 	res.Desired = kube.desiredCount()
+	report := kube.latestReport()
+	res.SkippedByReason = report.Counts
+	if report.Skipped != nil {
+		res.Skipped = report.Skipped
+	}
 
 	res.Status = StatusUnchanged
 	if dryRun {
@@ -182,6 +213,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 	pol := t.Policy()
 	var last error // the newest failure, for when the deadline ends the retries
 	pol.GuardPercent = r.GuardPercent
+	pol.MaxServers = r.MaxServers
 	err := retry.Do(ctx, r.backoff(), func(ctx context.Context) error {
 		tr.Attempts++
 		cur, err := t.Read(ctx, backend)
@@ -200,6 +232,9 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			return fmt.Errorf("desired state has no backend %q", backend)
 		}
 		p := plan.CalculateWith(cur, want, pol)
+		if len(p.Guarded) > 0 {
+			p = r.releaseGuard(ctx, t, cur, want, pol, p)
+		}
 		tr.fill(p)
 		if len(p.Guarded) > 0 {
 			r.log().Warn("mass-deletion guard: servers parked, not deleted", "target", tr.Target, "backend", backend,
@@ -210,6 +245,10 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		}
 		applied, err := t.Apply(ctx, p)
 		tr.Reload = tr.Reload || applied.Reload
+		tr.Failed = nil
+		if se := (plan.ServerErrors)(nil); errors.As(err, &se) {
+			tr.Failed = se
+		}
 		if err != nil {
 			r.log().Warn("apply failed", "target", tr.Target, "backend", backend, "attempt", tr.Attempts, "error", err)
 			if ctx.Err() == nil {
@@ -231,6 +270,28 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 	return tr, err
 }
 
+// releaseGuard reads which servers are UP when the driver's Read did not
+// say, and plans again: the guard releases once every replacement is UP. If
+// that cannot be read, the guard keeps holding.
+func (r *Reconciler) releaseGuard(ctx context.Context, t Driver, cur, want model.Backend, pol plan.Policy, p plan.Plan) plan.Plan {
+	ur, ok := t.(UpReader)
+	if !ok {
+		return p
+	}
+	up, err := ur.ReadUp(ctx, cur.Name)
+	if err != nil {
+		r.log().Debug("guard: cannot read which servers are UP; it holds", "target", t.Name(), "backend", cur.Name, "error", err)
+		return p
+	}
+	servers := make([]model.Server, len(cur.Servers))
+	for i, s := range cur.Servers {
+		s.Up = s.Up || up[s.Name]
+		servers[i] = s
+	}
+	cur.Servers = servers
+	return plan.CalculateWith(cur, want, pol)
+}
+
 func find(backends []model.Backend, name string) (model.Backend, bool) {
 	for _, b := range backends {
 		if b.Name == name {
@@ -240,14 +301,28 @@ func find(backends []model.Backend, name string) (model.Backend, bool) {
 	return model.Backend{}, false
 }
 
+// fill adds an attempt's plan to the result: the lists gather every
+// attempt's (an attempt may have applied part of its plan before failing,
+// and the next one plans only the rest); guarded and capped are the last
+// attempt's.
 func (tr *TargetResult) fill(p plan.Plan) {
-	tr.Add, tr.Update, tr.Drain = p.Names(plan.Add), p.Names(plan.Update), p.Names(plan.Drain)
-	tr.Maint, tr.Delete = p.Names(plan.Maint), p.Names(plan.Delete)
-	tr.changed = p.HasChanges()
-	tr.Guarded = p.Guarded
+	tr.Add = union(tr.Add, p.Names(plan.Add))
+	tr.Update = union(tr.Update, p.Names(plan.Update))
+	tr.Drain = union(tr.Drain, p.Names(plan.Drain))
+	tr.Maint = union(tr.Maint, p.Names(plan.Maint))
+	tr.Delete = union(tr.Delete, p.Names(plan.Delete))
+	tr.changed = tr.changed || p.HasChanges()
+	tr.Guarded, tr.Capped = p.Guarded, p.Capped
 	if p.Settings != nil {
-		tr.Update = append(tr.Update, "backend:"+p.Backend)
+		tr.Update = union(tr.Update, []string{"backend:" + p.Backend})
 	}
+}
+
+// union returns the sorted union of two name lists.
+func union(a, b []string) []string {
+	out := append(append([]string{}, a...), b...)
+	sort.Strings(out)
+	return slices.Compact(out)
 }
 
 // retryable marks err for another attempt when it says it is temporary.

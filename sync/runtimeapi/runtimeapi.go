@@ -148,7 +148,8 @@ func ParseServersState(reply, backend string) ([]model.Server, error) {
 		if err := errors.Join(err1, err2, err3); err != nil {
 			return nil, fmt.Errorf("bad line %.200s: %w", line, err)
 		}
-		s := model.Server{Name: f[3], Address: f[4], Port: port, Weight: weight, State: model.Ready}
+		// Field 5 is the operational state: 2 is running (UP).
+		s := model.Server{Name: f[3], Address: f[4], Port: port, Weight: weight, State: model.Ready, Up: f[5] == "2"}
 		switch {
 		case admin&admMaint != 0:
 			s.State = model.Maint
@@ -166,6 +167,7 @@ func ParseServersState(reply, backend string) ([]model.Server, error) {
 func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	var out plan.Applied
 	var busy []string
+	var failed plan.ServerErrors
 	send := func(cmd string, ok func(string) bool) error {
 		reply, err := c.sock.Command(ctx, cmd)
 		if err != nil {
@@ -192,9 +194,18 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		default:
 			err = update(send, srv, *ch.Old, *ch.New)
 		}
-		if err != nil {
+		var refused *CommandError
+		switch {
+		case errors.As(err, &refused):
+			// HAProxy refused this server's change: the others are
+			// independent and still go; retrying would not help.
+			failed = append(failed, plan.ServerError{Server: ch.Name, Error: err.Error(), Err: err})
+		case err != nil:
 			return out, fmt.Errorf("%s server %s: %w", ch.Action, srv, err)
 		}
+	}
+	if len(failed) > 0 {
+		return out, failed
 	}
 	if len(busy) > 0 {
 		return out, fmt.Errorf("delete %s/%s: %w", p.Backend, strings.Join(busy, ","), ErrServerBusy)

@@ -32,13 +32,13 @@ func TestParseServersState(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []model.Server{
-		{Name: "ready", Address: "127.0.0.1", Port: 8080, Weight: 1, State: model.Ready},
-		{Name: "drained", Address: "127.0.0.2", Port: 81, Weight: 5, State: model.Drain},
-		{Name: "weight0", Address: "127.0.0.3", Port: 82, Weight: 0, State: model.Drain},
+		{Name: "ready", Address: "127.0.0.1", Port: 8080, Weight: 1, State: model.Ready, Up: true},
+		{Name: "drained", Address: "127.0.0.2", Port: 81, Weight: 5, State: model.Drain, Up: true},
+		{Name: "weight0", Address: "127.0.0.3", Port: 82, Weight: 0, State: model.Drain, Up: true},
 		{Name: "maint", Address: "127.0.0.4", Port: 83, Weight: 1, State: model.Maint},
 		{Name: "v6", Address: "::1", Port: 84, Weight: 1, State: model.Maint},
 		// Added "disabled", then set ready: only the config bit 0x04 stays.
-		{Name: "cfgdisabled", Address: "127.0.0.6", Port: 85, Weight: 1, State: model.Ready},
+		{Name: "cfgdisabled", Address: "127.0.0.6", Port: 85, Weight: 1, State: model.Ready, Up: true},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)

@@ -1,0 +1,164 @@
+package desired
+
+import (
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"strings"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// Everything read from Kubernetes is untrusted: whoever may write an
+// EndpointSlice in the namespace, or a Node's status, would otherwise decide
+// what HAProxy connects to and what its configuration lines say. So every
+// address is parsed strictly and written in canonical form, every name is
+// reduced to a safe, bounded, unique one, and what fails is skipped and
+// reported, never fatal for the rest.
+
+// Reasons an endpoint or Node is skipped; metrics count by these.
+const (
+	ReasonInvalidAddress    = "invalid-address"
+	ReasonAddressNotAllowed = "address-not-allowed"
+	ReasonFamilyMismatch    = "family-mismatch"
+	ReasonAddressType       = "unsupported-address-type"
+	ReasonInvalidPort       = "invalid-port"
+	ReasonNoNodeName        = "no-node-name"
+	ReasonNodeNotFound      = "node-not-found"
+	ReasonNodeNoAddress     = "node-no-address"
+	ReasonDuplicateName     = "duplicate-name"
+	ReasonUnmanaged         = "unmanaged-slice"
+)
+
+// Skipped is one endpoint (or Node) left out of the desired state.
+type Skipped struct {
+	// Endpoint says which: "<namespace>/<slice> <address>" or "node <name>".
+	Endpoint string `json:"endpoint"`
+	// Reason is one of the Reason constants.
+	Reason string `json:"reason"`
+	// Detail says more, when there is more to say.
+	Detail string `json:"detail,omitempty"`
+}
+
+// MaxSkippedListed bounds the skipped entries a Report lists; Counts still
+// counts them all.
+const MaxSkippedListed = 100
+
+// Report says what the desired state left out.
+type Report struct {
+	// Skipped lists the first MaxSkippedListed skipped items, in input order.
+	Skipped []Skipped
+	// Counts counts every skipped item by reason.
+	Counts map[string]int
+}
+
+func (r *Report) skip(endpoint, reason, detail string) {
+	if r.Counts == nil {
+		r.Counts = map[string]int{}
+	}
+	key := endpoint + "\x00" + reason
+	for _, s := range r.Skipped { // one entry per cause, not one per backend
+		if s.Endpoint+"\x00"+s.Reason == key {
+			return
+		}
+	}
+	r.Counts[reason]++
+	if len(r.Skipped) < MaxSkippedListed {
+		r.Skipped = append(r.Skipped, Skipped{Endpoint: endpoint, Reason: reason, Detail: detail})
+	}
+}
+
+// Total is the number of skipped items.
+func (r Report) Total() int {
+	n := 0
+	for _, c := range r.Counts {
+		n += c
+	}
+	return n
+}
+
+// quote bounds a string from Kubernetes for a report or a log line.
+func quote(s string) string {
+	if len(s) > 80 {
+		s = s[:80] + "...(cut)"
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// AddressPolicy decides which server addresses are acceptable.
+type AddressPolicy struct {
+	// Allowed, when not empty, are the only prefixes server addresses may
+	// be in (ALLOWED_SERVER_CIDRS); loopback and link-local addresses are
+	// then accepted if inside. When empty, any unicast address is accepted
+	// except loopback, link-local, unspecified and broadcast.
+	Allowed []netip.Prefix
+}
+
+// Check parses raw strictly (no leading zeros, no zone, no IPv4-mapped
+// IPv6: each reads differently in HAProxy or hides another family) and
+// returns its canonical form, or a reason and detail.
+func (p AddressPolicy) Check(raw string, family discoveryv1.AddressType) (string, string, string) {
+	a, err := netip.ParseAddr(raw)
+	switch {
+	case len(raw) > 64 || err != nil:
+		return "", ReasonInvalidAddress, "not an IP address"
+	case a.Zone() != "":
+		return "", ReasonInvalidAddress, "an IPv6 zone is not allowed"
+	case a.Is4In6():
+		return "", ReasonInvalidAddress, "an IPv4-mapped IPv6 address is not allowed"
+	case family == discoveryv1.AddressTypeIPv4 && !a.Is4(), family == discoveryv1.AddressTypeIPv6 && !a.Is6():
+		return "", ReasonFamilyMismatch, "the address is not " + string(family)
+	case a.IsUnspecified() || a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return "", ReasonAddressNotAllowed, "not a unicast address"
+	}
+	if len(p.Allowed) > 0 {
+		for _, pfx := range p.Allowed {
+			if pfx.Contains(a) {
+				return a.String(), "", ""
+			}
+		}
+		return "", ReasonAddressNotAllowed, "outside ALLOWED_SERVER_CIDRS"
+	}
+	if a.IsLoopback() || a.IsLinkLocalUnicast() {
+		return "", ReasonAddressNotAllowed, "loopback or link-local (allow it with ALLOWED_SERVER_CIDRS)"
+	}
+	return a.String(), "", ""
+}
+
+// MaxNameLength is the longest server name this service writes.
+const MaxNameLength = 63
+
+// ServerName turns a Node name, Pod name or IP address into a valid HAProxy
+// server name: letters, digits, '-', '_' and '.' are kept, the dots and
+// colons of an IP address and every other character become '-', and a name
+// longer than MaxNameLength is cut and ends with a hash of the whole, so it
+// stays unique and stable.
+func ServerName(s string) string {
+	if _, err := netip.ParseAddr(s); err == nil {
+		s = strings.NewReplacer(".", "-", ":", "-").Replace(s)
+	}
+	b := []byte(s)
+	for i, ch := range b {
+		ok := ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '-' || ch == '_' || ch == '.'
+		if !ok {
+			b[i] = '-'
+		}
+	}
+	name := string(b)
+	if len(name) > MaxNameLength || name == "" {
+		return withHash(name, s)
+	}
+	return name
+}
+
+// withHash returns name cut so that "-" and an 8-digit hash of key fit in
+// MaxNameLength, followed by them.
+func withHash(name, key string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	suffix := fmt.Sprintf("-%08x", h.Sum32())
+	if len(name) > MaxNameLength-len(suffix) {
+		name = name[:MaxNameLength-len(suffix)]
+	}
+	return name + suffix
+}
