@@ -97,12 +97,12 @@ func TestCompute(t *testing.T) {
 	single := []PortBackend{{Backend: "be"}}
 
 	tests := []struct {
-		name     string
-		in       Input
-		opts     Options
-		want     map[string][]model.Server
-		skipped  []string // reasons, in order
-		err      string
+		name    string
+		in      Input
+		opts    Options
+		want    map[string][]model.Server
+		skipped []string // reasons, in order
+		err     string
 	}{
 		{name: "node mode: one server per node, nodePort wins over endpoint port",
 			in: Input{Service: service(svcPort("http", 80, 30080)), Nodes: nodes, Slices: []discoveryv1.EndpointSlice{
@@ -135,9 +135,9 @@ func TestCompute(t *testing.T) {
 			in: Input{Service: service(svcPort("http", 80, 0)), Nodes: []corev1.Node{node("node-a", "127.0.1.1"), node("node-x")}, Slices: []discoveryv1.EndpointSlice{
 				slice("web-1", svcName, v4, http, ep{addr: "10.244.0.1", node: "node-a"}, ep{addr: "10.244.9.1", node: "node-gone"}, ep{addr: "10.244.8.1", node: "node-x"}, ep{addr: "10.244.7.1"}),
 			}},
-			opts:     Options{Mode: NodeMode, Backends: single},
-			want:     map[string][]model.Server{"be": {s("node-a", "127.0.1.1", 8080, 1, model.Ready)}},
-			skipped:  []string{ReasonNoNodeName, ReasonNodeNotFound, ReasonNodeNoAddress}},
+			opts:    Options{Mode: NodeMode, Backends: single},
+			want:    map[string][]model.Server{"be": {s("node-a", "127.0.1.1", 8080, 1, model.Ready)}},
+			skipped: []string{ReasonNoNodeName, ReasonNodeNotFound, ReasonNodeNoAddress}},
 		{name: "pod mode: pod names, endpoint port, conditions",
 			in: Input{Service: service(svcPort("http", 80, 30080)), Slices: []discoveryv1.EndpointSlice{
 				slice("web-1", svcName, v4, http, ep{addr: "10.244.0.1", pod: "web-abc"}, ep{addr: "10.244.0.2", pod: "web-def", c: terminating}, ep{addr: "10.244.0.3", pod: "web-ghi", c: notReady}, ep{addr: "10.244.0.4", c: unknown}),
@@ -227,8 +227,8 @@ func TestCompute(t *testing.T) {
 					ep{addr: "127.0.2.2 backup", pod: "space"}, ep{addr: "0.0.0.0", pod: "zero"}, ep{addr: "fd00::1", pod: "v6-in-v4"}),
 				slice("web-6", svcName, v6, http, ep{addr: "fd00:0:0:0::5", pod: "long-v6"}, ep{addr: "::ffff:10.1.1.1", pod: "mapped"}, ep{addr: "fe80::1%eth0", pod: "zone"}),
 			}},
-			opts: Options{Mode: PodMode, Backends: single, Addresses: AddressPolicy{}},
-			want: map[string][]model.Server{"be": {s("good", "10.0.0.1", 8080, 1, model.Ready), s("long-v6", "fd00::5", 8080, 1, model.Ready)}},
+			opts:    Options{Mode: PodMode, Backends: single, Addresses: AddressPolicy{}},
+			want:    map[string][]model.Server{"be": {s("good", "10.0.0.1", 8080, 1, model.Ready), s("long-v6", "fd00::5", 8080, 1, model.Ready)}},
 			skipped: []string{ReasonInvalidAddress, ReasonInvalidAddress, ReasonInvalidAddress, ReasonAddressNotAllowed, ReasonFamilyMismatch, ReasonInvalidAddress, ReasonInvalidAddress}},
 		{name: "node addresses the API server does not validate",
 			in: Input{Service: service(svcPort("http", 80, 0)), Nodes: []corev1.Node{node("meta", "169.254.169.254"), node("zero", "0.0.0.0"), node("mapped", "::ffff:10.1.1.1"), node("ok", "10.1.0.1")},

@@ -175,4 +175,3 @@ func TestGuardHoldsUntilReplacementsAreUp(t *testing.T) {
 	w.expectServers("be", map[string]server{"c": {"10.244.0.3", int(port), "ready"}, "d": {"10.244.0.4", int(port), "ready"}})
 	w.expectTraffic("be", "c", "d")
 }
-

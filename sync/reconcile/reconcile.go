@@ -71,7 +71,7 @@ type Reconciler struct {
 	GuardPercent int
 	// MaxServers caps a backend's servers (plan.Policy.MaxServers; 0: none).
 	MaxServers int
-	Log          *slog.Logger
+	Log        *slog.Logger
 }
 
 // Status values of a Result.
@@ -84,15 +84,15 @@ const (
 
 // Result is the answer to one reconcile, as the HTTP API returns it.
 type Result struct {
-	Status     string         `json:"status"`
-	Desired    int            `json:"desired"`
-	Targets    []TargetResult `json:"targets"`
+	Status  string         `json:"status"`
+	Desired int            `json:"desired"`
+	Targets []TargetResult `json:"targets"`
 	// Skipped lists endpoints and Nodes left out (the first
 	// desired.MaxSkippedListed); SkippedByReason counts them all.
 	Skipped         []desired.Skipped `json:"skipped"`
 	SkippedByReason map[string]int    `json:"skippedByReason,omitempty"`
 	DurationMs      float64           `json:"durationMs"`
-	Error      string         `json:"error,omitempty"`
+	Error           string            `json:"error,omitempty"`
 }
 
 // TargetResult is what happened to one backend of one HAProxy target.
