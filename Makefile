@@ -39,6 +39,7 @@ unit:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 20s ./handler/trigger
 	$(GO) test -run '^$$' -fuzz '^FuzzParseServersState$$' -fuzztime 20s ./sync/runtimeapi
+	$(GO) test -run '^$$' -fuzz '^FuzzCompute$$' -fuzztime 20s ./sync/desired
 
 ## bench: the numbers quoted in README.md. The end-to-end scenarios run once
 ## each (they are long), with the idle period README quotes.

@@ -509,3 +509,30 @@ func TestPathsAreEscapedOnce(t *testing.T) {
 		t.Errorf("paths %q, want %q", got, want)
 	}
 }
+
+// TestARefusedServerChangeDoesNotStopTheOthers: the API refuses one server's
+// write (422: its address breaks the schema); the next server's write still
+// goes, and the error names the refused server and is not temporary.
+func TestARefusedServerChangeDoesNotStopTheOthers(t *testing.T) {
+	api, c := setup(t, dataplanetest.Options{AllowViolations: true}, dataplane.Auth{})
+	ctx := context.Background()
+	cur, _ := c.Read(ctx, "be")
+	if _, err := c.Apply(ctx, plan.Calculate(cur, want(srv("a", "10.0.0.1", model.Ready), srv("b", "10.0.0.2", model.Ready)))); err != nil {
+		t.Fatal(err)
+	}
+	cur, _ = c.Read(ctx, "be")
+	bad, drained := srv("a", "10.0.0.1 backup", model.Ready), srv("b", "10.0.0.2", model.Maint)
+	p := plan.Calculate(cur, want(bad, drained))
+	_, err := c.Apply(ctx, p)
+	var failed plan.ServerErrors
+	if !errors.As(err, &failed) || len(failed) != 1 || failed[0].Server != "a" {
+		t.Fatalf("err = %v", err)
+	}
+	var apiErr *dataplane.APIError
+	if !errors.As(err, &apiErr) || apiErr.Temporary() {
+		t.Errorf("err = %v, want a permanent API error inside", err)
+	}
+	if st := api.States("be"); st["10.0.0.2"] != "maint" || st["10.0.0.1"] != "ready" {
+		t.Errorf("states %v", st)
+	}
+}

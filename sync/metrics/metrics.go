@@ -37,6 +37,7 @@ type Metrics struct {
 	pokes           *prometheus.CounterVec
 	pokesCoalesced  prometheus.Counter
 	authFailures    *prometheus.CounterVec
+	skipped         *prometheus.GaugeVec
 }
 
 // New registers the collectors on reg.
@@ -72,13 +73,15 @@ func New(reg prometheus.Registerer, version string) *Metrics {
 			Help: "Pokes that joined a reconcile already waiting to start, so cost nothing."}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "auth_failures_total",
 			Help: "Requests refused by webhook auth, by reason: missing, invalid, forbidden, busy, unavailable."}, []string{"reason"}),
+		skipped: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "skipped_endpoints",
+			Help: "Endpoints and Nodes the last Kubernetes read left out (invalid or not allowed), by reason."}, []string{"reason"}),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
 		Help: "Build information; always 1."}, []string{"version"})
 	build.WithLabelValues(version).Set(1)
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
 		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, m.watchEvents, m.watchRestarts,
-		m.pokes, m.pokesCoalesced, m.authFailures, build)
+		m.pokes, m.pokesCoalesced, m.authFailures, m.skipped, build)
 	return m
 }
 
@@ -142,6 +145,12 @@ func (o observed) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result,
 	}
 	if err == nil && !dryRun {
 		o.m.lastSuccess.SetToCurrentTime()
+	}
+	if err == nil || errors.Is(err, reconcile.ErrTargets) { // Kubernetes was read
+		o.m.skipped.Reset()
+		for reason, n := range res.SkippedByReason {
+			o.m.skipped.WithLabelValues(reason).Set(float64(n))
+		}
 	}
 	return res, err
 }

@@ -74,20 +74,24 @@ func TestMetricsThroughTheHandler(t *testing.T) {
 	post("", "")                                 // applied
 	post("", "")                                 // unchanged
 	post(`{"type":"BOOKMARK","object":{}}`, "application/json")
+	src.In = cluster("10.244.0.1", "10.244.0.9", "0177.0.0.1") // an octal address: skipped
+	post("", "")                                               // unchanged
 	src.Err = errors.New("apiserver down")
 	if code := post("", ""); code != 503 {
 		t.Errorf("kubernetes down: %d", code)
 	}
 
 	expect := map[string]float64{
-		`haproxy_k8s_sync_reconciles_total{result="applied"}`:     2,
-		`haproxy_k8s_sync_reconciles_total{result="unchanged"}`:   1,
-		`haproxy_k8s_sync_reconciles_total{result="error"}`:       1,
-		`haproxy_k8s_sync_events_ignored_total`:                   1,
-		`haproxy_k8s_sync_kubernetes_reads_total{result="ok"}`:    3,
-		`haproxy_k8s_sync_kubernetes_reads_total{result="error"}`: 1,
-		`haproxy_k8s_sync_haproxy_reloads_total`:                  2,
-		`haproxy_k8s_sync_build_info{version="v-test"}`:           1,
+		`haproxy_k8s_sync_reconciles_total{result="applied"}`:   2,
+		`haproxy_k8s_sync_reconciles_total{result="unchanged"}`: 2,
+		`haproxy_k8s_sync_reconciles_total{result="error"}`:     1,
+		`haproxy_k8s_sync_events_ignored_total`:                 1,
+		`haproxy_k8s_sync_kubernetes_reads_total{result="ok"}`:  4,
+		// Kept through the failed read that followed.
+		`haproxy_k8s_sync_skipped_endpoints{reason="invalid-address"}`: 1,
+		`haproxy_k8s_sync_kubernetes_reads_total{result="error"}`:      1,
+		`haproxy_k8s_sync_haproxy_reloads_total`:                       2,
+		`haproxy_k8s_sync_build_info{version="v-test"}`:                1,
 	}
 	resp, err := http.Get(srv.URL + "/metrics")
 	if err != nil {

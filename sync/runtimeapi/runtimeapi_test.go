@@ -188,3 +188,28 @@ func TestNewRejectsBadURLs(t *testing.T) {
 		t.Error("';' accepted in a command")
 	}
 }
+
+// TestARefusedCommandDoesNotStopTheOthers: HAProxy refuses one server's
+// change; the next server's change is still sent, and the error names the
+// refused server and is not temporary.
+func TestARefusedCommandDoesNotStopTheOthers(t *testing.T) {
+	sc, u := serveScript(t, map[string]string{
+		"set server be/gone state maint": "No such server.\n",
+		"set server be/ok state maint":   "\n",
+	})
+	c, _ := New(u, model.Settings{}, chk)
+	gone, ok := model.Server{Name: "gone", State: model.Ready}, model.Server{Name: "ok", State: model.Ready}
+	goneM, okM := gone, ok
+	goneM.State, okM.State = model.Maint, model.Maint
+	_, err := c.Apply(context.Background(), plan.Plan{Backend: "be", Changes: []plan.Change{
+		{Action: plan.Maint, Name: "gone", Old: &gone, New: &goneM},
+		{Action: plan.Maint, Name: "ok", Old: &ok, New: &okM},
+	}})
+	var se plan.ServerErrors
+	if !errors.As(err, &se) || len(se) != 1 || se[0].Server != "gone" {
+		t.Fatalf("err = %v", err)
+	}
+	if got := sc.commands(); len(got) != 2 || got[1] != "set server be/ok state maint" {
+		t.Errorf("commands %q", got)
+	}
+}
