@@ -104,11 +104,14 @@ func (w *world) heartbeat(name string) {
 	if err != nil {
 		w.t.Fatal(err)
 	}
+	// Times are stored to the second: move past the last heartbeat, so the
+	// update is never a no-op that sends no event.
 	now := metav1.Now()
 	ready := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}
 	found := false
 	for i := range n.Status.Conditions {
 		if n.Status.Conditions[i].Type == corev1.NodeReady {
+			ready.LastHeartbeatTime = metav1.NewTime(n.Status.Conditions[i].LastHeartbeatTime.Add(time.Second))
 			ready.LastTransitionTime = n.Status.Conditions[i].LastTransitionTime
 			n.Status.Conditions[i] = ready
 			found = true

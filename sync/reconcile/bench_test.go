@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -61,6 +62,8 @@ func BenchmarkDesiredAndPlan(b *testing.B) {
 					Mode: mode, Backends: []desired.PortBackend{{Backend: "be"}},
 					Settings: model.Settings{Balance: "roundrobin", TCPCheck: true},
 					Check:    model.Check{Inter: 5 * time.Second, Rise: 2, Fall: 2},
+					// The benchmark's Nodes are on loopback.
+					Addresses: desired.AddressPolicy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("10.0.0.0/8")}},
 				}
 				want, _, err := desired.Compute(in, opts)
 				if err != nil {
