@@ -161,6 +161,7 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 		Timeout:      cfg.ReconcileTimeout,
 		GuardPercent: cfg.DeleteGuard,
 		MaxServers:   cfg.MaxServers,
+		OnTransition: m.Transition,
 		Log:          log,
 	}, kc, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/haproxytech/client-native/v6/models"
+
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
 )
 
 // runTrigger runs `trigger args` as the command and returns its exit code,
@@ -274,5 +278,29 @@ func TestBoundedUnderLoad(t *testing.T) {
 	}
 	if slowest429 > time.Second {
 		t.Errorf("the excess waited up to %s for its 429", slowest429)
+	}
+}
+
+// TestReconcileManifestsNodeLifecycle: offline, `reconcile --manifests` gives
+// the Nodes of testdata/lifecycle the same states as the live cluster does
+// (sync/e2e TestNodeLifecycle), here through the test Data Plane API.
+func TestReconcileManifestsNodeLifecycle(t *testing.T) {
+	api := dataplanetest.New(t, dataplanetest.Options{})
+	rr := "roundrobin"
+	api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "web", Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
+	out, err := command(t, "reconcile --manifests ../../testdata/lifecycle/cluster.yaml", "HAPROXY_DATAPLANE_URL="+api.URL,
+		"INGRESS_NAMESPACE=shop", "INGRESS_SERVICE_NAME=web", "CORDONED_NODES=drain", "ALLOWED_SERVER_CIDRS=192.0.2.0/24").Output()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	want := map[string]string{"192.0.2.1": "ready", "192.0.2.3": "drain", "192.0.2.4": "drain", "192.0.2.5": "maint", "192.0.2.6": "ready"}
+	if got := api.States("web"); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("states %v, want %v", got, want)
+	}
+	var res struct {
+		Skipped []struct{ Endpoint, Reason string }
+	}
+	if json.Unmarshal(out, &res) != nil || len(res.Skipped) != 1 || res.Skipped[0].Reason != "invalid-annotation" || !strings.Contains(res.Skipped[0].Endpoint, "bad") {
+		t.Errorf("result %s", out)
 	}
 }

@@ -46,6 +46,7 @@ type Config struct {
 
 	AllowedCIDRs string `envconfig:"ALLOWED_SERVER_CIDRS"`
 	ManagedBy    string `envconfig:"ENDPOINTSLICE_MANAGED_BY"`
+	Cordoned     string `envconfig:"CORDONED_NODES" default:"ignore"`
 
 	WebhookToken     string        `envconfig:"WEBHOOK_TOKEN"`
 	WebhookTokenFile string        `envconfig:"WEBHOOK_TOKEN_FILE"`
@@ -186,6 +187,9 @@ func (c *Config) validate() error {
 			return bad("ALLOWED_SERVER_CIDRS", "%q is not a CIDR like 10.0.0.0/8", short(raw))
 		}
 		c.Allowed = append(c.Allowed, p.Masked())
+	}
+	if c.Cordoned != "ignore" && c.Cordoned != "drain" {
+		return bad("CORDONED_NODES", "%q is not ignore or drain", short(c.Cordoned))
 	}
 	if c.Weight != "equal" && c.Weight != "endpoints" {
 		return bad("HAPROXY_WEIGHT", "%q is not equal or endpoints", short(c.Weight))
@@ -348,8 +352,9 @@ func (c Config) Options() desired.Options {
 		Check: model.Check{
 			Inter: c.CheckInter, Rise: c.CheckRise, Fall: c.CheckFall, SendProxyV2: c.SendProxyV2,
 		},
-		Addresses: desired.AddressPolicy{Allowed: c.Allowed},
-		ManagedBy: c.ManagedBy,
+		Addresses:     desired.AddressPolicy{Allowed: c.Allowed},
+		ManagedBy:     c.ManagedBy,
+		DrainCordoned: c.Cordoned == "drain",
 	}
 }
 

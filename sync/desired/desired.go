@@ -63,6 +63,8 @@ type Options struct {
 	// ManagedBy, when set, accepts only slices whose
 	// endpointslice.kubernetes.io/managed-by label has this value.
 	ManagedBy string
+	// DrainCordoned drains the servers of cordoned Nodes (node mode).
+	DrainCordoned bool
 }
 
 // Input is what was read from Kubernetes.
@@ -90,10 +92,13 @@ func Compute(in Input, opts Options) ([]model.Backend, Report, error) {
 		if err != nil {
 			return nil, Report{}, err
 		}
+		c.excluded = nil
+		servers := c.servers(sp)
 		backends = append(backends, model.Backend{
 			Name:     pb.Backend,
 			Settings: opts.Settings,
-			Servers:  c.servers(sp),
+			Servers:  servers,
+			Excluded: c.excluded,
 		})
 	}
 	return backends, c.report, nil
@@ -124,10 +129,11 @@ func servicePort(svc *corev1.Service, want string, fixed bool) (*corev1.ServiceP
 }
 
 type computer struct {
-	in     Input
-	opts   Options
-	nodes  map[string]*corev1.Node
-	report Report
+	in       Input
+	opts     Options
+	nodes    map[string]*corev1.Node
+	report   Report
+	excluded map[string]string // of the backend being computed
 }
 
 // endpoint is one endpoint address of one slice, reduced to what matters.
@@ -292,7 +298,7 @@ func (c *computer) podServers(eps []endpoint) []model.Server {
 		used[name] = true
 		out = append(out, model.Server{
 			Name: name, Address: ep.address, Port: c.port(ep, nil),
-			Weight: 1, State: ep.state, Check: c.opts.Check,
+			Weight: 1, State: ep.state, Reason: ReasonEndpoints, Check: c.opts.Check,
 		})
 	}
 	return out
@@ -345,7 +351,15 @@ func (c *computer) nodeServers(eps []endpoint, sp *corev1.ServicePort) []model.S
 			c.report.skip("node "+quote(name), ReasonInvalidPort, fmt.Sprintf("port %d", port))
 			continue
 		}
+		st, reason, excluded := c.nodeState(node, a.state)
 		sname := ServerName(name)
+		if excluded {
+			if c.excluded == nil {
+				c.excluded = map[string]string{}
+			}
+			c.excluded[sname] = reason
+			continue
+		}
 		if used[sname] {
 			c.report.skip("node "+quote(name), ReasonDuplicateName, "server name "+quote(sname)+" is taken")
 			continue
@@ -357,7 +371,7 @@ func (c *computer) nodeServers(eps []endpoint, sp *corev1.ServicePort) []model.S
 		}
 		out = append(out, model.Server{
 			Name: sname, Address: addr, Port: c.port(a.ep, sp),
-			Weight: weight, State: a.state, Check: c.opts.Check,
+			Weight: weight, State: st, Reason: reason, Check: c.opts.Check,
 		})
 	}
 	return out

@@ -88,7 +88,7 @@ func slice(name, svc string, family discoveryv1.AddressType, ports map[string]in
 var v4, v6 = discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6
 
 func s(name, addr string, port, weight int, st model.State) model.Server {
-	return model.Server{Name: name, Address: addr, Port: port, Weight: weight, State: st, Check: check}
+	return model.Server{Name: name, Address: addr, Port: port, Weight: weight, State: st, Reason: ReasonEndpoints, Check: check}
 }
 
 func TestCompute(t *testing.T) {
@@ -321,5 +321,65 @@ func TestServerName(t *testing.T) {
 		if got := ServerName(in); got != want {
 			t.Errorf("ServerName(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestNodeLifecycle: what moves a Node's server besides its endpoints, each
+// Node hosting one ready endpoint.
+func TestNodeLifecycle(t *testing.T) {
+	withNode := func(name string, f func(*corev1.Node)) corev1.Node {
+		n := node(name, "127.0.1.1")
+		n.Labels, n.Annotations = map[string]string{}, map[string]string{}
+		f(&n)
+		return n
+	}
+	taint := func(key string) func(*corev1.Node) {
+		return func(n *corev1.Node) {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Effect: corev1.TaintEffectNoSchedule})
+		}
+	}
+	annotate := func(v string) func(*corev1.Node) { return func(n *corev1.Node) { n.Annotations[AnnotationState] = v } }
+	for _, tt := range []struct {
+		name          string
+		node          func(*corev1.Node)
+		c             cond
+		drainCordoned bool
+		state         model.State // "" = no server
+		reason        string
+		skipped       string
+	}{
+		{"plain", func(*corev1.Node) {}, ready, false, model.Ready, ReasonEndpoints, ""},
+		{"exclude label, any value", func(n *corev1.Node) { n.Labels[LabelExcludeFromLB] = "" }, ready, false, "", ReasonLabel, ""},
+		{"autoscaler deletion taint drains", taint(TaintToBeDeleted), ready, false, model.Drain, ReasonTaint, ""},
+		{"the taint never raises a maint node", taint(TaintToBeDeleted), notReady, false, model.Maint, ReasonEndpoints, ""},
+		{"another taint changes nothing", taint("example.com/gpu"), ready, false, model.Ready, ReasonEndpoints, ""},
+		{"cordoned: unchanged by default", func(n *corev1.Node) { n.Spec.Unschedulable = true }, ready, false, model.Ready, ReasonEndpoints, ""},
+		{"cordoned with CORDONED_NODES=drain", func(n *corev1.Node) { n.Spec.Unschedulable = true }, ready, true, model.Drain, ReasonCordon, ""},
+		{"annotation maint", annotate("maint"), ready, false, model.Maint, ReasonAnnotation, ""},
+		{"annotation drain beats endpoints", annotate("drain"), ready, false, model.Drain, ReasonAnnotation, ""},
+		{"annotation ready beats the taint and not-ready endpoints", func(n *corev1.Node) { annotate("ready")(n); taint(TaintToBeDeleted)(n) }, notReady, false, model.Ready, ReasonAnnotation, ""},
+		{"an invalid annotation is skipped and reported", annotate("off"), ready, false, model.Ready, ReasonEndpoints, ReasonInvalidAnnotation},
+		{"the label beats the annotation", func(n *corev1.Node) { annotate("ready")(n); n.Labels[LabelExcludeFromLB] = "true" }, ready, false, "", ReasonLabel, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			in := Input{Service: service(svcPort("http", 80, 0)), Nodes: []corev1.Node{withNode("n", tt.node)},
+				Slices: []discoveryv1.EndpointSlice{slice("web-1", svcName, v4, map[string]int32{"http": 8080}, ep{addr: "10.244.0.1", node: "n", c: tt.c})}}
+			got, report, err := Compute(in, Options{Mode: NodeMode, Backends: []PortBackend{{Backend: "be"}}, Addresses: testAddresses, DrainCordoned: tt.drainCordoned})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := got[0]
+			switch {
+			case tt.state == "":
+				if len(b.Servers) != 0 || b.Excluded["n"] != tt.reason {
+					t.Errorf("servers %+v, excluded %v", b.Servers, b.Excluded)
+				}
+			case len(b.Servers) != 1 || b.Servers[0].State != tt.state || b.Servers[0].Reason != tt.reason:
+				t.Errorf("servers %+v, want %s because of %s", b.Servers, tt.state, tt.reason)
+			}
+			if tt.skipped != "" && (len(report.Skipped) != 1 || report.Skipped[0].Reason != tt.skipped) || tt.skipped == "" && report.Total() != 0 {
+				t.Errorf("skipped %+v", report.Skipped)
+			}
+		})
 	}
 }

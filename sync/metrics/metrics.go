@@ -38,6 +38,7 @@ type Metrics struct {
 	pokesCoalesced  prometheus.Counter
 	authFailures    *prometheus.CounterVec
 	skipped         *prometheus.GaugeVec
+	transitions     *prometheus.CounterVec
 }
 
 // New registers the collectors on reg.
@@ -75,13 +76,15 @@ func New(reg prometheus.Registerer, version string) *Metrics {
 			Help: "Requests refused by webhook auth, by reason: missing, invalid, forbidden, busy, unavailable."}, []string{"reason"}),
 		skipped: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "skipped_endpoints",
 			Help: "Endpoints and Nodes the last Kubernetes read left out (invalid or not allowed), by reason."}, []string{"reason"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "server_transitions_total",
+			Help: "Server state transitions applied, by the state reached and the reason."}, []string{"to", "reason"}),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
 		Help: "Build information; always 1."}, []string{"version"})
 	build.WithLabelValues(version).Set(1)
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
 		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, m.watchEvents, m.watchRestarts,
-		m.pokes, m.pokesCoalesced, m.authFailures, m.skipped, build)
+		m.pokes, m.pokesCoalesced, m.authFailures, m.skipped, m.transitions, build)
 	return m
 }
 
@@ -107,6 +110,9 @@ func (m *Metrics) Poke(source string, coalesced bool) {
 		m.pokesCoalesced.Inc()
 	}
 }
+
+// Transition counts one server state transition.
+func (m *Metrics) Transition(t reconcile.Transition) { m.transitions.WithLabelValues(t.To, t.Reason).Inc() }
 
 // AuthFailure counts a request refused by webhook auth.
 func (m *Metrics) AuthFailure(reason string) { m.authFailures.WithLabelValues(reason).Inc() }

@@ -47,6 +47,10 @@ type Server struct {
 	Weight  int
 	State   State
 	Check   Check
+	// Reason says why a desired server has its state (see package desired:
+	// endpoints, annotation, taint, cordon), for the transition log; current
+	// servers leave it empty.
+	Reason string
 	// Up says HAProxy sees the server UP (its check passing), as read from a
 	// current backend; desired servers leave it false. Only the
 	// mass-deletion guard reads it.
@@ -83,4 +87,8 @@ type Backend struct {
 	// Revision identifies the configuration a current backend was read from;
 	// drivers use it for optimistic concurrency. Desired backends leave it 0.
 	Revision int64
+	// Excluded names servers a desired backend leaves out on purpose (their
+	// Node is excluded from load balancers), with the reason, for the
+	// transition log.
+	Excluded map[string]string
 }

@@ -71,6 +71,9 @@ type Reconciler struct {
 	GuardPercent int
 	// MaxServers caps a backend's servers (plan.Policy.MaxServers; 0: none).
 	MaxServers int
+	// OnTransition, when set, is told of every server state transition
+	// applied (each is also logged once, as "server transition").
+	OnTransition func(Transition)
 	Log        *slog.Logger
 }
 
@@ -248,6 +251,9 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		tr.Failed = nil
 		if se := (plan.ServerErrors)(nil); errors.As(err, &se) {
 			tr.Failed = se
+			r.transitions(tr.Target, p, want, se)
+		} else if err == nil {
+			r.transitions(tr.Target, p, want, nil)
 		}
 		if err != nil {
 			r.log().Warn("apply failed", "target", tr.Target, "backend", backend, "attempt", tr.Attempts, "error", err)
@@ -348,4 +354,62 @@ func (r *Reconciler) log() *slog.Logger {
 		return r.Log
 	}
 	return slog.New(slog.DiscardHandler)
+}
+
+// Transition is one change of a server's state the service applied.
+type Transition struct {
+	Target, Backend, Server string
+	// From and To are ready, drain or maint; From is "absent" for a new
+	// server, To is "deleted" for a removed one.
+	From, To string
+	// Reason says why: endpoints, annotation, taint, cordon, label (the
+	// Node's, see package desired), unwanted (no endpoint asks for it),
+	// guard (parked by the mass-deletion guard), no-endpoints (the Service
+	// has none: every server parked).
+	Reason string
+}
+
+// transitions logs, and reports to OnTransition, each state change of p that
+// was applied (all but the failed ones).
+func (r *Reconciler) transitions(target string, p plan.Plan, want model.Backend, failed plan.ServerErrors) {
+	refused := map[string]bool{}
+	for _, f := range failed {
+		refused[f.Server] = true
+	}
+	guarded := map[string]bool{}
+	for _, g := range p.Guarded {
+		guarded[g] = true
+	}
+	for _, ch := range p.Changes {
+		if refused[ch.Name] {
+			continue
+		}
+		t := Transition{Target: target, Backend: p.Backend, Server: ch.Name, From: "absent", To: "deleted"}
+		if ch.Old != nil {
+			t.From = string(ch.Old.State)
+		}
+		if ch.New != nil {
+			t.To = string(ch.New.State)
+		}
+		if t.From == t.To {
+			continue // an address, port or weight change: not a state transition
+		}
+		switch {
+		case ch.New != nil && ch.New.Reason != "":
+			t.Reason = ch.New.Reason
+		case want.Excluded[ch.Name] != "":
+			t.Reason = want.Excluded[ch.Name]
+		case guarded[ch.Name]:
+			t.Reason = "guard"
+		case len(want.Servers) == 0:
+			t.Reason = "no-endpoints"
+		default:
+			t.Reason = "unwanted"
+		}
+		r.log().Info("server transition", "server", t.Server, "backend", t.Backend, "target", t.Target,
+			"from", t.From, "to", t.To, "reason", t.Reason)
+		if r.OnTransition != nil {
+			r.OnTransition(t)
+		}
+	}
 }
