@@ -112,7 +112,9 @@ func (m *Metrics) Poke(source string, coalesced bool) {
 }
 
 // Transition counts one server state transition.
-func (m *Metrics) Transition(t reconcile.Transition) { m.transitions.WithLabelValues(t.To, t.Reason).Inc() }
+func (m *Metrics) Transition(t reconcile.Transition) {
+	m.transitions.WithLabelValues(t.To, t.Reason).Inc()
+}
 
 // AuthFailure counts a request refused by webhook auth.
 func (m *Metrics) AuthFailure(reason string) { m.authFailures.WithLabelValues(reason).Inc() }

@@ -74,7 +74,7 @@ type Reconciler struct {
 	// OnTransition, when set, is told of every server state transition
 	// applied (each is also logged once, as "server transition").
 	OnTransition func(Transition)
-	Log        *slog.Logger
+	Log          *slog.Logger
 }
 
 // Status values of a Result.
