@@ -74,9 +74,17 @@ type driverFor func(t testing.TB, h *haproxytest.HAProxy, opts desired.Options) 
 
 func newWorld(t testing.TB, service string, mode desired.Mode, backends []desired.PortBackend, makeDriver ...driverFor) *world {
 	t.Helper()
-	w := &world{t: t, ns: strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), ctx: context.Background()}
-	if _, err := cluster.client.CoreV1().Namespaces().Create(w.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	w := &world{t: t, ns: strings.ToLower(strings.NewReplacer("/", "-", "=", "-").Replace(t.Name())), ctx: context.Background()}
+	// A benchmark may make several worlds: the second is "<name>-2", ...
+	for i, base := 2, w.ns; ; i++ {
+		_, err := cluster.client.CoreV1().Namespaces().Create(w.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}, metav1.CreateOptions{})
+		if err == nil {
+			break
+		}
+		if !apierrors.IsAlreadyExists(err) || i > 20 {
+			t.Fatal(err)
+		}
+		w.ns = fmt.Sprintf("%s-%d", base, i)
 	}
 	var hb []haproxytest.Backend
 	for _, b := range backends {

@@ -1,18 +1,22 @@
 // Package kube reads the objects the desired state is computed from: the
-// Service, its EndpointSlices and (in node mode) the Nodes. A failed or
-// partial read is an error, never a shorter list: an empty list would tell the
-// planner to remove servers.
+// Service, its EndpointSlices and (in node mode) the Nodes they name. A failed
+// or partial read is an error, never a shorter list: an empty list would tell
+// the planner to remove servers.
 package kube
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -26,6 +30,17 @@ var ErrServiceNotFound = errors.New("service not found")
 // pageSize bounds each list call; large clusters are read in pages.
 const pageSize = 500
 
+// Node reads. Only the Nodes the endpoints name are read: a 5,000-Node
+// cluster costs a reconcile what its ingress Nodes cost, not what every
+// Node's status (~12 KB each) does. Up to maxNodeGets names are read one GET
+// each, nodeGetters at a time; more are found in a paged list of every Node,
+// keeping only the named ones, which is then fewer requests.
+const (
+	maxNodeGets = 256
+	nodeGetters = 16
+	nodePage    = 100 // ~1 MB of realistic Nodes per page
+)
+
 // Source reads one Service's objects through client-go.
 type Source struct {
 	Client    kubernetes.Interface
@@ -35,7 +50,8 @@ type Source struct {
 	Nodes bool
 }
 
-// Read returns the Service, its EndpointSlices and, if asked, the Nodes.
+// Read returns the Service, its EndpointSlices and, if asked, the Nodes they
+// name. A failed read is an error, never a shorter list.
 func (s *Source) Read(ctx context.Context) (desired.Input, error) {
 	var in desired.Input
 	svc, err := s.Client.CoreV1().Services(s.Namespace).Get(ctx, s.Service, metav1.GetOptions{})
@@ -48,32 +64,119 @@ func (s *Source) Read(ctx context.Context) (desired.Input, error) {
 	in.Service = svc
 
 	sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: s.Service}).String()
-	opts := metav1.ListOptions{LabelSelector: sel, Limit: pageSize}
-	for {
-		list, err := s.Client.DiscoveryV1().EndpointSlices(s.Namespace).List(ctx, opts)
-		if err != nil {
-			return in, fmt.Errorf("list endpointslices %s/%s: %w", s.Namespace, s.Service, err)
-		}
-		in.Slices = append(in.Slices, list.Items...)
-		if opts.Continue = list.Continue; opts.Continue == "" {
-			break
-		}
+	slices := s.Client.DiscoveryV1().EndpointSlices(s.Namespace)
+	err = eachPage(ctx, pageSize, func(ctx context.Context, o metav1.ListOptions) (*discoveryv1.EndpointSliceList, error) {
+		o.LabelSelector = sel
+		return slices.List(ctx, o)
+	}, func() { in.Slices = nil }, func(l *discoveryv1.EndpointSliceList) { in.Slices = append(in.Slices, l.Items...) })
+	if err != nil {
+		return in, fmt.Errorf("list endpointslices %s/%s: %w", s.Namespace, s.Service, err)
 	}
 
 	if s.Nodes {
-		opts := metav1.ListOptions{Limit: pageSize}
-		for {
-			list, err := s.Client.CoreV1().Nodes().List(ctx, opts)
-			if err != nil {
-				return in, fmt.Errorf("list nodes: %w", err)
-			}
-			in.Nodes = append(in.Nodes, list.Items...)
-			if opts.Continue = list.Continue; opts.Continue == "" {
-				break
-			}
+		if in.Nodes, err = s.readNodes(ctx, nodeNames(in.Slices)); err != nil {
+			return in, err
 		}
 	}
 	return in, nil
+}
+
+// nodeNames returns the valid Node names the slices' endpoints name, sorted.
+// An invalid name (the API server does not validate it) names no Node: the
+// desired state then reports its endpoints as on a Node not found.
+func nodeNames(slices []discoveryv1.EndpointSlice) []string {
+	seen := map[string]bool{}
+	for i := range slices {
+		for _, e := range slices[i].Endpoints {
+			if e.NodeName != nil && len(validation.IsDNS1123Subdomain(*e.NodeName)) == 0 {
+				seen[*e.NodeName] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// readNodes returns the named Nodes that exist.
+func (s *Source) readNodes(ctx context.Context, names []string) ([]corev1.Node, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	nodes := s.Client.CoreV1().Nodes()
+	if len(names) > maxNodeGets {
+		want := make(map[string]bool, len(names))
+		for _, n := range names {
+			want[n] = true
+		}
+		var out []corev1.Node
+		err := eachPage(ctx, nodePage, nodes.List, func() { out = nil }, func(l *corev1.NodeList) {
+			for i := range l.Items {
+				if want[l.Items[i].Name] {
+					out = append(out, l.Items[i])
+				}
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list nodes: %w", err)
+		}
+		return out, nil
+	}
+	found := make([]*corev1.Node, len(names))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(nodeGetters)
+	for i, name := range names {
+		g.Go(func() error {
+			n, err := nodes.Get(gctx, name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				return nil // reported by the desired state as a Node not found
+			case err != nil:
+				return fmt.Errorf("get node %s: %w", name, err)
+			}
+			found[i] = n
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	out := make([]corev1.Node, 0, len(found))
+	for _, n := range found {
+		if n != nil {
+			out = append(out, *n)
+		}
+	}
+	return out, nil
+}
+
+// eachPage lists in pages of size, giving each page to each. When a continue
+// token expires (410: the list took longer than the API server keeps its
+// snapshot) it starts over, after reset, with a fresh list instead of failing
+// the reconcile; twice at most.
+func eachPage[L metav1.ListInterface](ctx context.Context, size int64, list func(context.Context, metav1.ListOptions) (L, error), reset func(), each func(L)) error {
+	for restarts := 0; ; restarts++ {
+		opts := metav1.ListOptions{Limit: size}
+		err := func() error {
+			for {
+				l, err := list(ctx, opts)
+				if err != nil {
+					return err
+				}
+				each(l)
+				if opts.Continue = l.GetContinue(); opts.Continue == "" {
+					return nil
+				}
+			}
+		}()
+		if err == nil || !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) || restarts == 2 {
+			return err
+		}
+		reset()
+	}
 }
 
 // NewClient returns a clientset for cfg that speaks protobuf: the core and
@@ -81,14 +184,17 @@ func (s *Source) Read(ctx context.Context) (desired.Input, error) {
 // faster than from JSON, and are smaller on the wire.
 //
 // client-go's default client-side limit (5 requests/s, bursts of 10) would
-// hold each reconcile's reads back by ~400 ms under steady churn; reconciles
-// are already bounded by the coalescer (at most one running, one waiting),
-// so the limit here only guards against a bug: 50/s, bursts of 100.
+// hold each reconcile's reads back by ~400 ms under steady churn, and a
+// reconcile in node mode reads one GET per Node hosting endpoints (up to
+// maxNodeGets, nodeGetters at a time). Reconciles are already bounded by the
+// coalescer (at most one running, one waiting) and the API server protects
+// itself (API Priority and Fairness), so the limit here only guards against
+// a bug: 1,000/s.
 func NewClient(cfg *rest.Config) (kubernetes.Interface, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	cfg.QPS, cfg.Burst = 50, 100
+	cfg.QPS, cfg.Burst = 1000, 1000
 	kc, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
