@@ -8,11 +8,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/sethvargo/go-retry"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/trigger"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
 )
 
 // maxAnswer bounds what trigger reads of an answer.
@@ -43,13 +45,13 @@ func triggerCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "trigger: the URL cannot be parsed")
 		return 2
 	case u.User != nil:
-		fmt.Fprintf(stderr, "trigger: %q: put no credentials in the URL; use WEBHOOK_TOKEN or WEBHOOK_TOKEN_FILE\n", quoteShort(u.Redacted()))
+		fmt.Fprintf(stderr, "trigger: %q: put no credentials in the URL; use WEBHOOK_TOKEN or WEBHOOK_TOKEN_FILE\n", trigger.Short(u.Redacted()))
 		return 2
 	case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		fmt.Fprintf(stderr, "trigger: %q is not an http(s) URL\n", quoteShort(u.Redacted()))
+		fmt.Fprintf(stderr, "trigger: %q is not an http(s) URL\n", trigger.Short(u.Redacted()))
 		return 2
 	}
-	token, err := webhookToken()
+	token, err := config.WebhookTokenFromEnv()
 	if err != nil {
 		fmt.Fprintf(stderr, "trigger: %v\n", err)
 		return 2
@@ -65,24 +67,6 @@ func triggerCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// webhookToken reads the token from WEBHOOK_TOKEN or, if that is empty, the
-// file WEBHOOK_TOKEN_FILE (read now, so a rotated file is honoured); empty
-// means no token.
-func webhookToken() (string, error) {
-	if t := strings.TrimSpace(os.Getenv("WEBHOOK_TOKEN")); t != "" {
-		return t, nil
-	}
-	path := os.Getenv("WEBHOOK_TOKEN_FILE")
-	if path == "" {
-		return "", nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("WEBHOOK_TOKEN_FILE: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
 // statusError is a non-2xx answer.
 type statusError struct {
 	code int
@@ -90,7 +74,7 @@ type statusError struct {
 }
 
 func (e *statusError) Error() string {
-	return fmt.Sprintf("%d %s: %s", e.code, http.StatusText(e.code), quoteShort(strings.TrimSpace(e.body)))
+	return fmt.Sprintf("%d %s: %s", e.code, http.StatusText(e.code), trigger.Short(strings.TrimSpace(e.body)))
 }
 
 // post POSTs an empty body until a 2xx, a final answer or ctx's end.
@@ -139,12 +123,4 @@ func post(ctx context.Context, target, token string) ([]byte, error) {
 		return nil, err
 	}
 	return answer, nil
-}
-
-// quoteShort returns s cut to 200 bytes, so no input is echoed whole.
-func quoteShort(s string) string {
-	if len(s) > 200 {
-		return s[:200] + "..."
-	}
-	return s
 }

@@ -225,23 +225,8 @@ const (
 // stays empty when nothing is chosen (serve then refuses to start, see
 // RequireWebhookAuth; one-shot commands need none).
 func (c *Config) validateWebhookAuth() error {
-	if c.WebhookTokenFile != "" {
-		if c.WebhookToken != "" {
-			return errors.New("WEBHOOK_TOKEN_FILE: cannot be used with WEBHOOK_TOKEN")
-		}
-		b, err := os.ReadFile(c.WebhookTokenFile)
-		if err != nil {
-			return fmt.Errorf("WEBHOOK_TOKEN_FILE: %v", err)
-		}
-		c.WebhookToken = string(b)
-	}
-	c.WebhookToken = strings.TrimSpace(c.WebhookToken)
-	name := "WEBHOOK_TOKEN"
-	if c.WebhookTokenFile != "" {
-		name = "WEBHOOK_TOKEN_FILE"
-	}
-	if c.WebhookToken != "" && len(c.WebhookToken) < minTokenLength {
-		return fmt.Errorf("%s: the token has %d characters; use at least %d", name, len(c.WebhookToken), minTokenLength)
+	if err := c.readWebhookToken(); err != nil {
+		return err
 	}
 	switch c.WebhookAuth {
 	case "":
@@ -254,7 +239,7 @@ func (c *Config) validateWebhookAuth() error {
 		}
 	case AuthKubernetes, AuthNone:
 		if c.WebhookToken != "" {
-			return fmt.Errorf("%s: cannot be used with WEBHOOK_AUTH=%s", name, c.WebhookAuth)
+			return fmt.Errorf("%s: cannot be used with WEBHOOK_AUTH=%s", c.tokenVar(), c.WebhookAuth)
 		}
 	default:
 		return fmt.Errorf("WEBHOOK_AUTH: %q is not token, kubernetes or none", short(c.WebhookAuth))
@@ -274,6 +259,44 @@ func (c *Config) validateWebhookAuth() error {
 		return errors.New("WEBHOOK_AUDIENCE: must not be empty with WEBHOOK_AUTH=kubernetes")
 	}
 	return nil
+}
+
+// readWebhookToken reads WEBHOOK_TOKEN_FILE into WebhookToken, trims it and
+// checks its length.
+func (c *Config) readWebhookToken() error {
+	if c.WebhookTokenFile != "" {
+		if c.WebhookToken != "" {
+			return errors.New("WEBHOOK_TOKEN_FILE: cannot be used with WEBHOOK_TOKEN")
+		}
+		b, err := os.ReadFile(c.WebhookTokenFile)
+		if err != nil {
+			return fmt.Errorf("WEBHOOK_TOKEN_FILE: %v", err)
+		}
+		c.WebhookToken = string(b)
+	}
+	c.WebhookToken = strings.TrimSpace(c.WebhookToken)
+	if c.WebhookToken != "" && len(c.WebhookToken) < minTokenLength {
+		return fmt.Errorf("%s: the token has %d characters; use at least %d", c.tokenVar(), len(c.WebhookToken), minTokenLength)
+	}
+	return nil
+}
+
+// tokenVar names the variable the token came from.
+func (c *Config) tokenVar() string {
+	if c.WebhookTokenFile != "" {
+		return "WEBHOOK_TOKEN_FILE"
+	}
+	return "WEBHOOK_TOKEN"
+}
+
+// WebhookTokenFromEnv reads the webhook token from WEBHOOK_TOKEN or
+// WEBHOOK_TOKEN_FILE as Load does, for commands that need nothing else
+// (trigger). Empty means none; the file is read at each call, so a rotated
+// projected token is honoured.
+func WebhookTokenFromEnv() (string, error) {
+	c := Config{WebhookToken: os.Getenv("WEBHOOK_TOKEN"), WebhookTokenFile: os.Getenv("WEBHOOK_TOKEN_FILE")}
+	err := c.readWebhookToken()
+	return c.WebhookToken, err
 }
 
 // minTokenLength is the shortest webhook token accepted.

@@ -2,12 +2,10 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,19 +17,6 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/metrics"
 )
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 // TestNodeLifecycle: six Nodes each host a ready endpoint. The exclude label,
 // the autoscaler's deletion taint, a cordon (with CORDONED_NODES=drain) and
 // the state annotation move their servers as README's table says, on a real
@@ -41,7 +26,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 func TestNodeLifecycle(t *testing.T) {
 	w := newWorld(t, "web", desired.NodeMode, []desired.PortBackend{{Backend: "be"}})
 	w.rec.Options.DrainCordoned = true
-	var logs syncBuffer
+	var logs lockedBuffer
 	w.rec.Log = slog.New(slog.NewJSONHandler(&logs, nil))
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, "test")
