@@ -35,7 +35,7 @@ type Config struct {
 	RuntimeURL        string `envconfig:"HAPROXY_RUNTIME_URL"`
 
 	SendProxyV2 bool          `envconfig:"HAPROXY_SEND_PROXY_V2" default:"false"`
-	Balance     string        `envconfig:"HAPROXY_BALANCE" default:"roundrobin"`
+	Balance     string        `envconfig:"HAPROXY_BALANCE"`
 	CheckInter  time.Duration `envconfig:"HAPROXY_CHECK_INTER" default:"5s"`
 	CheckRise   int           `envconfig:"HAPROXY_CHECK_RISE" default:"2"`
 	CheckFall   int           `envconfig:"HAPROXY_CHECK_FALL" default:"2"`
@@ -159,7 +159,7 @@ func (c *Config) validate() error {
 			return bad("HAPROXY_DATAPLANE_CA_FILE", "%v", err)
 		}
 	}
-	if !balances[c.Balance] {
+	if c.Balance != "" && !balances[c.Balance] {
 		return bad("HAPROXY_BALANCE", "%q is not a balance algorithm", short(c.Balance))
 	}
 	if c.CheckInter < time.Millisecond {
@@ -371,7 +371,10 @@ func (c Config) Options() desired.Options {
 		Backends:          c.Backends,
 		FixedPort:         c.BackendPort,
 		WeightByEndpoints: c.Weight == "endpoints",
-		Settings:          model.Settings{Balance: c.Balance, TCPCheck: true},
+		// With HAPROXY_BALANCE unset the backend's settings are left as
+		// configured (no backend write, no reload); set, the backend gets
+		// that balance and option tcp-check (checks honour send-proxy-v2).
+		Settings: model.Settings{Balance: c.Balance, TCPCheck: c.Balance != ""},
 		Check: model.Check{
 			Inter: c.CheckInter, Rise: c.CheckRise, Fall: c.CheckFall, SendProxyV2: c.SendProxyV2,
 		},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 )
 
 // allVars are every variable Config reads, from its envconfig tags.
@@ -44,7 +45,7 @@ func TestLoadDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Namespace != "ingress-nginx" || c.Service != "ingress-nginx" || c.BackendName != "ingress-nginx" ||
-		c.Target != "node" || c.Balance != "roundrobin" || c.CheckInter != 5*time.Second || c.CheckRise != 2 ||
+		c.Target != "node" || c.Balance != "" || c.CheckInter != 5*time.Second || c.CheckRise != 2 ||
 		c.CheckFall != 2 || c.Weight != "equal" || c.DeleteBatch != 10 || c.ReconcileTimeout != 30*time.Second || c.Port != 8080 || c.LogLevel != "info" {
 		t.Errorf("defaults: %+v", c)
 	}
@@ -55,7 +56,7 @@ func TestLoadDefaults(t *testing.T) {
 		t.Errorf("dataplanes = %v", c.Dataplanes)
 	}
 	o := c.Options()
-	if o.Mode != desired.NodeMode || !o.Settings.TCPCheck || o.Check.Inter != 5*time.Second || o.WeightByEndpoints {
+	if o.Mode != desired.NodeMode || o.Settings != (model.Settings{}) || o.Check.Inter != 5*time.Second || o.WeightByEndpoints {
 		t.Errorf("options = %+v", o)
 	}
 }

@@ -71,9 +71,11 @@ func (a Server) SameTraffic(b Server) bool {
 	return a.State != Ready || a.Weight == b.Weight
 }
 
-// Settings are the backend-level options this service manages.
+// Settings are the backend-level options this service manages. A desired
+// Settings with an empty Balance manages none: the backend keeps its own.
 type Settings struct {
-	// Balance is the balance algorithm, e.g. "roundrobin".
+	// Balance is the balance algorithm, e.g. "roundrobin"; empty in a
+	// desired backend: leave the backend's settings as configured.
 	Balance string
 	// TCPCheck enables "option tcp-check" so that checks honour send-proxy-v2.
 	TCPCheck bool

@@ -115,7 +115,7 @@ func Calculate(current, desired model.Backend) Plan {
 // CalculateWith is Calculate under a policy.
 func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 	p := Plan{Backend: desired.Name, Revision: current.Revision}
-	if current.Settings != desired.Settings {
+	if desired.Settings.Balance != "" && current.Settings != desired.Settings {
 		p.Settings = &SettingsChange{Old: current.Settings, New: desired.Settings}
 	}
 

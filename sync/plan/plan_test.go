@@ -273,3 +273,15 @@ func TestCalculateWithMaxServers(t *testing.T) {
 		})
 	}
 }
+
+// TestSettingsLeftAloneWhenNotManaged: with no balance asked for
+// (HAPROXY_BALANCE unset), the backend's settings are not touched.
+func TestSettingsLeftAloneWhenNotManaged(t *testing.T) {
+	cur := model.Backend{Name: "be", Settings: model.Settings{Balance: "leastconn"}}
+	if p := Calculate(cur, model.Backend{Name: "be"}); p.Settings != nil || p.HasChanges() {
+		t.Errorf("plan %+v", p)
+	}
+	if p := Calculate(cur, model.Backend{Name: "be", Settings: model.Settings{Balance: "roundrobin", TCPCheck: true}}); p.Settings == nil {
+		t.Error("an asked-for balance was not planned")
+	}
+}
