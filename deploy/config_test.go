@@ -14,7 +14,7 @@ import (
 // notInConfigMap are the variables the ConfigMaps leave out on purpose:
 // taken from the pod's namespace, set by Knative, in-cluster, or secret.
 var notInConfigMap = map[string]bool{
-	"INGRESS_NAMESPACE": true, "PORT": true, "KUBECONFIG": true,
+	"INGRESS_NAMESPACE": true, "PORT": true, "KUBECONFIG": true, "KUBE_CONTEXT": true,
 	"HAPROXY_DATAPLANE_USERNAME": true, "HAPROXY_DATAPLANE_PASSWORD": true,
 	"HAPROXY_DATAPLANE_TOKEN": true, "WEBHOOK_TOKEN": true, "WEBHOOK_TOKEN_FILE": true,
 }

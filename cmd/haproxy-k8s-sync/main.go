@@ -4,7 +4,7 @@
 //	haproxy-k8s-sync [serve] [--manifests PATH]               the HTTP service (default)
 //	haproxy-k8s-sync reconcile [--dry-run] [--manifests PATH] one reconcile, JSON on stdout
 //	haproxy-k8s-sync trigger [--timeout 1m] URL                POST a poke to a running service
-//	haproxy-k8s-sync version
+//	haproxy-k8s-sync version | help
 //
 // --manifests reads the Service, EndpointSlices and Nodes from YAML or JSON
 // files (e.g. a `kubectl get -o yaml` dump) instead of the Kubernetes API.
@@ -18,11 +18,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"text/tabwriter"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -35,6 +39,7 @@ import (
 	"golang.org/x/net/netutil"
 	k8swatch "k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/auth"
@@ -63,8 +68,10 @@ func run(args []string) int {
 	}
 	switch cmd {
 	case "version", "--version":
-		fmt.Println(version)
+		fmt.Println(versionString())
 		return 0
+	case "help", "-h", "--help":
+		return help(os.Stdout)
 	case "trigger":
 		return triggerCmd(args, os.Stdout, os.Stderr)
 	case "serve", "reconcile":
@@ -87,7 +94,8 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "configuration: %v\n", err)
 		return 2
 	}
-	log := newLogger(cfg.LogLevel)
+	log := newLogger(cfg.LogLevel, cfg.LogFormat)
+	klog.SetSlogLogger(log) // client-go's own lines in the same format
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg, version)
@@ -111,10 +119,54 @@ func run(args []string) int {
 	return 0
 }
 
-func newLogger(level string) *slog.Logger {
+func newLogger(level, format string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+}
+
+// versionString is the version, the commit it was built from and the Go
+// version, e.g. "haproxy-k8s-sync 0.2.0 (commit 1c161e6, go1.26.8)".
+func versionString() string {
+	commit := "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 7 {
+				commit = s.Value[:7]
+			}
+		}
+	}
+	return fmt.Sprintf("haproxy-k8s-sync %s (commit %s, %s)", version, commit, runtime.Version())
+}
+
+// help lists the commands and every variable, from the configuration's own
+// definition.
+func help(w io.Writer) int {
+	fmt.Fprint(w, `haproxy-k8s-sync keeps HAProxy backends equal to a Kubernetes Service's endpoints.
+
+Commands:
+  serve [--manifests PATH]                  the HTTP service (the default): watches and reconciles
+  reconcile [--dry-run] [--manifests PATH]  one reconcile, the result as JSON on stdout; exit 1 on failure
+  trigger [--timeout 1m] URL                POST a poke to a running service with the webhook token
+  version                                   version, commit and Go version
+  help                                      this text
+
+--manifests reads the Service, EndpointSlices and Nodes from YAML or JSON files
+instead of the Kubernetes API.
+
+Variables (name, default, meaning):
+`)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if err := config.Usage(tw); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	_ = tw.Flush()
+	return 0
 }
 
 // newReconciler wires the concrete source and drivers; the one place that
@@ -172,7 +224,7 @@ func newSource(cfg config.Config, manifests string, nodes bool) (reconcile.Sourc
 	if manifests != "" {
 		return &kube.FileSource{Path: manifests, Namespace: cfg.Namespace, Service: cfg.Service, Nodes: nodes}, nil, nil
 	}
-	restCfg, err := kube.RESTConfig(cfg.Kubeconfig)
+	restCfg, err := kube.RESTConfig(cfg.Kubeconfig, cfg.KubeContext)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -11,10 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
 )
 
 // TestMain lets a test run this binary as the command itself.
@@ -51,8 +55,63 @@ current-context: x
 
 func TestVersion(t *testing.T) {
 	out, err := command(t, "version").Output()
-	if err != nil || strings.TrimSpace(string(out)) != "dev" {
+	if err != nil || !strings.HasPrefix(string(out), "haproxy-k8s-sync dev (commit ") || !strings.Contains(string(out), runtime.Version()) {
 		t.Fatalf("%q %v", out, err)
+	}
+}
+
+// TestHelpListsEveryVariable: help, -h and --help exit 0 and list every
+// variable the configuration reads, with its default and meaning, from the
+// configuration's own definition.
+func TestHelpListsEveryVariable(t *testing.T) {
+	for _, arg := range []string{"help", "-h", "--help"} {
+		out, err := command(t, arg).Output()
+		if err != nil {
+			t.Fatalf("%s: %v", arg, err)
+		}
+		ct := reflect.TypeOf(config.Config{})
+		for i := range ct.NumField() {
+			f := ct.Field(i)
+			name := f.Tag.Get("envconfig")
+			if name == "" {
+				continue
+			}
+			if f.Tag.Get("desc") == "" {
+				t.Errorf("%s has no desc tag", name)
+			}
+			line := ""
+			for _, l := range strings.Split(string(out), "\n") {
+				if strings.HasPrefix(strings.TrimSpace(l), name+" ") {
+					line = l
+				}
+			}
+			if line == "" || !strings.Contains(line, f.Tag.Get("default")) || !strings.Contains(line, f.Tag.Get("desc")) {
+				t.Errorf("%s: %s: line %q", arg, name, line)
+			}
+		}
+	}
+}
+
+// TestKubeconfigIsAListAndLogFormatText: KUBECONFIG is a list like kubectl's
+// (a missing file is skipped), and LOG_FORMAT=text writes text lines.
+func TestKubeconfigIsAListAndLogFormatText(t *testing.T) {
+	var stderr bytes.Buffer
+	cmd := command(t, "reconcile --dry-run", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG=/nonexistent:"+kubeconfig(t),
+		"RECONCILE_TIMEOUT=1s", "LOG_FORMAT=text")
+	cmd.Stderr = &stderr
+	out, _ := cmd.Output()
+	if !strings.Contains(string(out), `"status":"error"`) || strings.Contains(string(out), "nonexistent") {
+		t.Errorf("stdout %s", out)
+	}
+	first := strings.SplitN(stderr.String(), "\n", 2)[0]
+	if json.Valid([]byte(first)) || !strings.Contains(first, "level=") {
+		t.Errorf("not a text log line: %q", first)
+	}
+	cmd = command(t, "reconcile --dry-run", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG=/nonexistent-a:/nonexistent-b")
+	cmd.Stderr = &stderr
+	stderr.Reset()
+	if err := cmd.Run(); err == nil || !strings.Contains(stderr.String(), "KUBECONFIG") {
+		t.Errorf("missing kubeconfigs: %v %s", err, stderr.String())
 	}
 }
 

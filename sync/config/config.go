@@ -5,6 +5,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"net/url"
 	"os"
@@ -18,47 +19,50 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 )
 
-// Config is the whole configuration; see the README for each variable.
+// Config is the whole configuration. Each field's desc tag is its meaning:
+// `haproxy-k8s-sync help` prints them, so the help cannot drift from the code.
 type Config struct {
-	Namespace    string `envconfig:"INGRESS_NAMESPACE" default:"ingress-nginx"`
-	Service      string `envconfig:"INGRESS_SERVICE_NAME" default:"ingress-nginx"`
-	BackendName  string `envconfig:"HAPROXY_BACKEND_NAME"`
-	BackendsSpec string `envconfig:"HAPROXY_BACKENDS"`
-	BackendPort  int    `envconfig:"HAPROXY_BACKEND_PORT" default:"0"`
-	Target       string `envconfig:"TARGET_ADDRESS" default:"node"`
+	Namespace    string `envconfig:"INGRESS_NAMESPACE" default:"ingress-nginx" desc:"namespace of the Service to follow"`
+	Service      string `envconfig:"INGRESS_SERVICE_NAME" default:"ingress-nginx" desc:"the Service to follow"`
+	BackendName  string `envconfig:"HAPROXY_BACKEND_NAME" desc:"backend to keep in sync for a single-port Service (empty: the Service name)"`
+	BackendsSpec string `envconfig:"HAPROXY_BACKENDS" desc:"several ports: PORT=BACKEND,... (PORT a Service port name or number); overrides HAPROXY_BACKEND_NAME"`
+	BackendPort  int    `envconfig:"HAPROXY_BACKEND_PORT" default:"0" desc:"fixed server port (single backend only); 0: nodePort in node mode, else the endpoint port"`
+	Target       string `envconfig:"TARGET_ADDRESS" default:"node" desc:"node: a server per Node hosting endpoints (its InternalIP); pod: a server per endpoint"`
 
-	DataplaneURLs     string `envconfig:"HAPROXY_DATAPLANE_URL"`
-	DataplaneUsername string `envconfig:"HAPROXY_DATAPLANE_USERNAME"`
-	DataplanePassword string `envconfig:"HAPROXY_DATAPLANE_PASSWORD"`
-	DataplaneToken    string `envconfig:"HAPROXY_DATAPLANE_TOKEN"`
-	DataplaneCAFile   string `envconfig:"HAPROXY_DATAPLANE_CA_FILE"`
-	RuntimeURL        string `envconfig:"HAPROXY_RUNTIME_URL"`
+	DataplaneURLs     string `envconfig:"HAPROXY_DATAPLANE_URL" desc:"Data Plane API v3 base URL(s), comma-separated: one per HAProxy instance"`
+	DataplaneUsername string `envconfig:"HAPROXY_DATAPLANE_USERNAME" desc:"Data Plane API Basic auth user"`
+	DataplanePassword string `envconfig:"HAPROXY_DATAPLANE_PASSWORD" desc:"Data Plane API Basic auth password"`
+	DataplaneToken    string `envconfig:"HAPROXY_DATAPLANE_TOKEN" desc:"Bearer token instead of Basic (an auth proxy in front of the API)"`
+	DataplaneCAFile   string `envconfig:"HAPROXY_DATAPLANE_CA_FILE" desc:"CA bundle for https Data Plane URLs"`
+	RuntimeURL        string `envconfig:"HAPROXY_RUNTIME_URL" desc:"HAProxy admin socket(s), unix:///path or tcp://host:port: alone, the runtime driver; with Data Plane URLs, one per instance, same order"`
 
-	SendProxyV2 bool          `envconfig:"HAPROXY_SEND_PROXY_V2" default:"false"`
-	Balance     string        `envconfig:"HAPROXY_BALANCE"`
-	CheckInter  time.Duration `envconfig:"HAPROXY_CHECK_INTER" default:"5s"`
-	CheckRise   int           `envconfig:"HAPROXY_CHECK_RISE" default:"2"`
-	CheckFall   int           `envconfig:"HAPROXY_CHECK_FALL" default:"2"`
-	Weight      string        `envconfig:"HAPROXY_WEIGHT" default:"equal"`
-	DeleteBatch int           `envconfig:"HAPROXY_DELETE_BATCH" default:"10"`
-	DeleteGuard int           `envconfig:"HAPROXY_DELETE_GUARD_PERCENT" default:"100"`
-	MaxServers  int           `envconfig:"MAX_SERVERS" default:"4000"`
+	SendProxyV2 bool          `envconfig:"HAPROXY_SEND_PROXY_V2" default:"false" desc:"servers and their checks send PROXY protocol v2"`
+	Balance     string        `envconfig:"HAPROXY_BALANCE" desc:"empty: keep the backend's balance and checks; set (e.g. roundrobin): the backend gets it and tcp-check"`
+	CheckInter  time.Duration `envconfig:"HAPROXY_CHECK_INTER" default:"5s" desc:"health check interval"`
+	CheckRise   int           `envconfig:"HAPROXY_CHECK_RISE" default:"2" desc:"passing checks before a server is UP"`
+	CheckFall   int           `envconfig:"HAPROXY_CHECK_FALL" default:"2" desc:"failing checks before a server is DOWN"`
+	Weight      string        `envconfig:"HAPROXY_WEIGHT" default:"equal" desc:"equal, or endpoints: in node mode a node's weight is its number of ready endpoints"`
+	DeleteBatch int           `envconfig:"HAPROXY_DELETE_BATCH" default:"10" desc:"Data Plane API: unwanted servers stay parked until this many, then go in one reload"`
+	DeleteGuard int           `envconfig:"HAPROXY_DELETE_GUARD_PERCENT" default:"100" desc:"mass-deletion guard: removing this share or more only parks servers until their replacements are UP; 0: off"`
+	MaxServers  int           `envconfig:"MAX_SERVERS" default:"4000" desc:"servers per backend at most; further adds are left out"`
 
-	AllowedCIDRs string `envconfig:"ALLOWED_SERVER_CIDRS"`
-	ManagedBy    string `envconfig:"ENDPOINTSLICE_MANAGED_BY"`
-	Cordoned     string `envconfig:"CORDONED_NODES" default:"ignore"`
+	AllowedCIDRs string `envconfig:"ALLOWED_SERVER_CIDRS" desc:"when set, server addresses must be inside these CIDRs; empty: any unicast address but loopback and link-local"`
+	ManagedBy    string `envconfig:"ENDPOINTSLICE_MANAGED_BY" desc:"when set, only EndpointSlices with this endpointslice.kubernetes.io/managed-by label count"`
+	Cordoned     string `envconfig:"CORDONED_NODES" default:"ignore" desc:"node mode: servers of cordoned Nodes keep their state (ignore) or drain"`
 
-	WebhookToken     string        `envconfig:"WEBHOOK_TOKEN"`
-	WebhookTokenFile string        `envconfig:"WEBHOOK_TOKEN_FILE"`
-	WebhookAuth      string        `envconfig:"WEBHOOK_AUTH"`
-	WebhookAudience  string        `envconfig:"WEBHOOK_AUDIENCE" default:"haproxy-k8s-sync"`
-	WebhookAllowed   string        `envconfig:"WEBHOOK_ALLOWED_SERVICEACCOUNTS"`
-	Watch            bool          `envconfig:"WATCH" default:"true"`
-	ResyncPeriod     time.Duration `envconfig:"RESYNC_PERIOD" default:"0"`
-	ReconcileTimeout time.Duration `envconfig:"RECONCILE_TIMEOUT" default:"30s"`
-	Port             int           `envconfig:"PORT" default:"8080"`
-	LogLevel         string        `envconfig:"LOG_LEVEL" default:"info"`
-	Kubeconfig       string        `envconfig:"KUBECONFIG"`
+	WebhookToken     string        `envconfig:"WEBHOOK_TOKEN" desc:"static bearer token (16+ characters) required on every route but probes and metrics"`
+	WebhookTokenFile string        `envconfig:"WEBHOOK_TOKEN_FILE" desc:"file holding the webhook token instead (e.g. a mounted Secret or projected token)"`
+	WebhookAuth      string        `envconfig:"WEBHOOK_AUTH" desc:"token (the default with a token), kubernetes (TokenReview for WEBHOOK_AUDIENCE) or none; serve refuses to start with none chosen"`
+	WebhookAudience  string        `envconfig:"WEBHOOK_AUDIENCE" default:"haproxy-k8s-sync" desc:"audience callers' tokens must be issued for (kubernetes auth)"`
+	WebhookAllowed   string        `envconfig:"WEBHOOK_ALLOWED_SERVICEACCOUNTS" desc:"kubernetes auth: only these callers, namespace/name,...; empty: any"`
+	Watch            bool          `envconfig:"WATCH" default:"true" desc:"serve watches the Service, its EndpointSlices (and Nodes) and reconciles on changes; false where Knative delivers events"`
+	ResyncPeriod     time.Duration `envconfig:"RESYNC_PERIOD" default:"0" desc:"serve also reconciles on this period; 0: off"`
+	ReconcileTimeout time.Duration `envconfig:"RECONCILE_TIMEOUT" default:"30s" desc:"deadline of one reconcile, retries included"`
+	Port             int           `envconfig:"PORT" default:"8080" desc:"listen port"`
+	LogLevel         string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	LogFormat        string        `envconfig:"LOG_FORMAT" default:"json" desc:"json or text"`
+	Kubeconfig       string        `envconfig:"KUBECONFIG" desc:"kubeconfig file(s), a list like kubectl's; empty: ~/.kube/config if present, else in-cluster"`
+	KubeContext      string        `envconfig:"KUBE_CONTEXT" desc:"kubeconfig context to use; empty: the current one"`
 
 	// Derived by Load.
 	Backends []desired.PortBackend `ignored:"true"`
@@ -205,6 +209,9 @@ func (c *Config) validate() error {
 	}
 	if c.Port < 1 || c.Port > 65535 {
 		return bad("PORT", "%d is not a port", c.Port)
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		return bad("LOG_FORMAT", "%q is not json or text", short(c.LogFormat))
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
@@ -388,4 +395,9 @@ func (c Config) Options() desired.Options {
 func (c Config) String() string {
 	return fmt.Sprintf("service=%s/%s backends=%v target=%s dataplanes=%d runtime=%t watch=%t resync=%s webhookAuth=%s",
 		c.Namespace, c.Service, c.Backends, c.Target, len(c.Dataplanes), c.RuntimeURL != "", c.Watch, c.ResyncPeriod, c.WebhookAuth)
+}
+
+// Usage writes every variable with its default and meaning.
+func Usage(w io.Writer) error {
+	return envconfig.Usagef("", &Config{}, w, "{{range .}}  {{usage_key .}}\t{{usage_default .}}\t{{usage_description .}}\n{{end}}")
 }

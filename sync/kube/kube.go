@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 
 	"golang.org/x/sync/errgroup"
@@ -202,19 +204,31 @@ func NewClient(cfg *rest.Config) (kubernetes.Interface, error) {
 	return kc, nil
 }
 
-// RESTConfig returns the client configuration: the kubeconfig file when given,
-// else the in-cluster configuration.
-func RESTConfig(kubeconfig string) (*rest.Config, error) {
+// RESTConfig returns the client configuration by client-go's loading rules,
+// as kubectl does: kubeconfig (a list of files, like KUBECONFIG's, merged),
+// else ~/.kube/config when it exists, else the in-cluster configuration;
+// context, when set, picks a context other than the current one.
+func RESTConfig(kubeconfig, context string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if kubeconfig != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
+		rules.Precedence = filepath.SplitList(kubeconfig)
+		found := false
+		for _, p := range rules.Precedence {
+			if _, err := os.Stat(p); err == nil {
+				found = true
+			}
 		}
-		return cfg, nil
+		if !found {
+			return nil, fmt.Errorf("KUBECONFIG: none of %q exists", rules.Precedence)
+		}
 	}
-	cfg, err := rest.InClusterConfig()
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: context}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("in-cluster config (set KUBECONFIG outside a cluster): %w", err)
+		if clientcmd.IsEmptyConfig(err) {
+			return nil, fmt.Errorf("no kubeconfig found and not in a cluster: set KUBECONFIG")
+		}
+		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
 	return cfg, nil
 }

@@ -7,6 +7,8 @@ package metrics
 import (
 	"context"
 	"errors"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -80,8 +82,8 @@ func New(reg prometheus.Registerer, version string) *Metrics {
 			Help: "Server state transitions applied, by the state reached and the reason."}, []string{"to", "reason"}),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
-		Help: "Build information; always 1."}, []string{"version"})
-	build.WithLabelValues(version).Set(1)
+		Help: "Build information: version, VCS revision, Go version; always 1."}, []string{"version", "revision", "goversion"})
+	build.WithLabelValues(version, revision(), runtime.Version()).Set(1)
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
 		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, m.watchEvents, m.watchRestarts,
 		m.pokes, m.pokesCoalesced, m.authFailures, m.skipped, m.transitions, build)
@@ -217,4 +219,16 @@ func (d driver) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		d.m.writes.WithLabelValues(string(k)).Add(float64(n))
 	}
 	return a, err
+}
+
+// revision is the VCS revision the binary was built from, or "unknown".
+func revision() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return "unknown"
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -88,10 +89,10 @@ func TestMetricsThroughTheHandler(t *testing.T) {
 		`haproxy_k8s_sync_events_ignored_total`:                 1,
 		`haproxy_k8s_sync_kubernetes_reads_total{result="ok"}`:  4,
 		// Kept through the failed read that followed.
-		`haproxy_k8s_sync_skipped_endpoints{reason="invalid-address"}`: 1,
-		`haproxy_k8s_sync_kubernetes_reads_total{result="error"}`:      1,
-		`haproxy_k8s_sync_haproxy_reloads_total`:                       2,
-		`haproxy_k8s_sync_build_info{version="v-test"}`:                1,
+		`haproxy_k8s_sync_skipped_endpoints{reason="invalid-address"}`:                                           1,
+		`haproxy_k8s_sync_kubernetes_reads_total{result="error"}`:                                                1,
+		`haproxy_k8s_sync_haproxy_reloads_total`:                                                                 2,
+		`haproxy_k8s_sync_build_info{goversion="` + runtime.Version() + `",revision="unknown",version="v-test"}`: 1,
 	}
 	resp, err := http.Get(srv.URL + "/metrics")
 	if err != nil {
