@@ -26,11 +26,11 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
-	"text/tabwriter"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
