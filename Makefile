@@ -36,10 +36,12 @@ unit:
 	$(GO) test -race -count=1 -bench . -benchtime 1x ./...
 
 ## fuzz: a short run of each fuzz test; seeds are testdata/events and the tests' f.Add.
+## Counted in executions (~20 s each here), not time: a time limit that ends
+## while the fuzzer minimizes an input fails with "context deadline exceeded".
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 20s ./handler/trigger
-	$(GO) test -run '^$$' -fuzz '^FuzzParseServersState$$' -fuzztime 20s ./sync/runtimeapi
-	$(GO) test -run '^$$' -fuzz '^FuzzCompute$$' -fuzztime 20s ./sync/desired
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 400000x ./handler/trigger
+	$(GO) test -run '^$$' -fuzz '^FuzzParseServersState$$' -fuzztime 600000x ./sync/runtimeapi
+	$(GO) test -run '^$$' -fuzz '^FuzzCompute$$' -fuzztime 150000x ./sync/desired
 
 ## bench: the numbers quoted in README.md. The end-to-end scenarios run once
 ## each (they are long), with the idle period README quotes.
