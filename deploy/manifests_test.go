@@ -221,7 +221,12 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 			"--set", "secret.create=true", "--set", "secret.dataplaneUsername=admin", "--set", "secret.dataplanePassword=pw",
 			"--set", "secret.webhookToken=tok-0123456789abcdef", "--set", "cronJob.enabled=true", "--set", "cronJob.schedule=*/2 * * * *",
 			"--set", "nodeSelector.kubernetes\\.io/os=linux"),
-			[]string{secret, sa, role, rb, crole, crb, cm, deploy, pdb, svc, cron}},
+			// Pod mode: no Nodes ClusterRole.
+			[]string{secret, sa, role, rb, cm, deploy, pdb, svc, cron}},
+		{"helm, one replica, runtime API only", "", helm(t, "-n", "ingress-nginx", "--set", "replicaCount=1",
+			"--set", "haproxy.dataplaneURL=", "--set", "haproxy.runtimeURL=tcp://lb-a:9999"),
+			// One replica: no PodDisruptionBudget, which would block node drains.
+			[]string{secret, sa, role, rb, crole, crb, cm, deploy, svc}},
 		{"helm, no PDB, an existing Secret", "", helm(t, "-n", "ingress-nginx", "--set", "podDisruptionBudget.enabled=false", "--set", "secret.existingSecret=mine"),
 			[]string{sa, role, rb, crole, crb, cm, deploy, svc}},
 	}
@@ -480,17 +485,19 @@ func TestExampleOverlayNamesTheServiceInTheRole(t *testing.T) {
 }
 
 // TestChartRefusesOpenOrShortTokens: the chart fails at render time rather
-// than install a service that would refuse to start.
+// than install a service that would refuse to start, or several replicas of
+// the runtime API driver, whose writes carry no version.
 func TestChartRefusesOpenOrShortTokens(t *testing.T) {
 	for name, args := range map[string][]string{
-		"token auth with no Secret": {"--set", "secret.create=false"},
-		"a short token":             {"--set", "secret.webhookToken=short"},
-		"an unknown auth mode":      {"--set", "webhook.auth=oauth"},
+		"token auth with no Secret":    {"--set", "secret.create=false"},
+		"a short token":                {"--set", "secret.webhookToken=short"},
+		"an unknown auth mode":         {"--set", "webhook.auth=oauth"},
+		"runtime API only, 2 replicas": {"--set", "haproxy.dataplaneURL=", "--set", "haproxy.runtimeURL=tcp://h:9999"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cmd := exec.Command(tool("helm"), append([]string{"template", "rel", "helm/haproxy-k8s-sync"}, args...)...)
 			out, err := cmd.CombinedOutput()
-			if err == nil || !strings.Contains(string(out), "webhook") && !strings.Contains(string(out), "Token") {
+			if err == nil || !strings.Contains(string(out), "webhook") && !strings.Contains(string(out), "Token") && !strings.Contains(string(out), "replicaCount 1") {
 				t.Errorf("rendered: %v\n%s", err, out)
 			}
 		})

@@ -45,6 +45,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- join "," $sas -}}
 {{- end -}}
 
+{{/* The runtime API driver alone has no versions to make writers safe together. */}}
+{{- define "hks.checkReplicas" -}}
+{{- if and (not .Values.haproxy.dataplaneURL) .Values.haproxy.runtimeURL (gt (int .Values.replicaCount) 1) -}}
+{{- fail "the runtime API driver alone (haproxy.runtimeURL without haproxy.dataplaneURL) needs replicaCount 1: its writes carry no version" -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "hks.secretName" -}}
 {{- default (include "hks.fullname" .) .Values.secret.existingSecret -}}
 {{- end -}}
