@@ -203,14 +203,16 @@ func (c *computer) endpoints(sp *corev1.ServicePort) []endpoint {
 	return out
 }
 
+// anyAddress accepts every well-formed unicast address (read only).
+var anyAddress = AddressPolicy{Allowed: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}}
+
 // endpointAddress checks an endpoint address. In node mode the pod address
 // never reaches HAProxy (the Node's does), so only its form is checked.
 func (c *computer) endpointAddress(raw string, family discoveryv1.AddressType) (string, string, string) {
-	pol := c.opts.Addresses
 	if c.opts.Mode == NodeMode {
-		pol = AddressPolicy{Allowed: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}}
+		return anyAddress.Check(raw, family)
 	}
-	return pol.Check(raw, family)
+	return c.opts.Addresses.Check(raw, family)
 }
 
 // slicePort returns the slice's port number for the Service port sp. Slice

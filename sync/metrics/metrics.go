@@ -195,16 +195,12 @@ func (d driver) Policy() plan.Policy { return d.d.Policy() }
 func (d driver) ReadUp(ctx context.Context, backend string) (map[string]bool, error) {
 	ur, ok := d.d.(reconcile.UpReader)
 	if !ok {
-		return nil, errNoUpReader
+		return nil, reconcile.ErrUpInRead
 	}
 	up, err := ur.ReadUp(ctx, backend)
 	d.m.haproxyRequests.WithLabelValues(d.d.Name(), "read-up", result(err)).Inc()
 	return up, err
 }
-
-// errNoUpReader means the wrapped driver's Read already says which servers
-// are UP.
-var errNoUpReader = errors.New("the driver reads UP states with the servers")
 
 func (d driver) Read(ctx context.Context, backend string) (model.Backend, error) {
 	b, err := d.d.Read(ctx, backend)

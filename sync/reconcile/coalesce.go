@@ -51,7 +51,7 @@ func (c *Coalescer) OnPoked(f func(Result, error)) { c.onPoked = f }
 // Do waits for a reconcile that starts after the call and returns its result.
 // The reconcile is not cancelled when ctx is: other callers may share it.
 func (c *Coalescer) Do(ctx context.Context) (Result, error) {
-	cl := c.enqueue(ctx, false)
+	cl, _ := c.enqueue(ctx, false)
 	select {
 	case <-cl.done:
 		return cl.res, cl.err
@@ -64,17 +64,17 @@ func (c *Coalescer) Do(ctx context.Context) (Result, error) {
 // it. It reports whether the poke joined a reconcile already waiting to start
 // (coalesced): then it cost nothing.
 func (c *Coalescer) Poke() (coalesced bool) {
-	c.mu.Lock()
-	coalesced = c.next != nil
-	c.mu.Unlock()
-	c.enqueue(c.base, true)
+	_, coalesced = c.enqueue(c.base, true)
 	return coalesced
 }
 
-func (c *Coalescer) enqueue(ctx context.Context, poke bool) *call {
+// enqueue joins the call waiting to start, or makes it, and reports whether
+// one was already waiting.
+func (c *Coalescer) enqueue(ctx context.Context, poke bool) (*call, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.next == nil {
+	joined := c.next != nil
+	if !joined {
 		c.next = &call{done: make(chan struct{})}
 	}
 	cl := c.next
@@ -86,7 +86,7 @@ func (c *Coalescer) enqueue(ctx context.Context, poke bool) *call {
 		c.idle = make(chan struct{})
 		go c.loop(context.WithoutCancel(ctx))
 	}
-	return cl
+	return cl, joined
 }
 
 // Idle returns a channel closed once no reconcile runs or waits to run: what

@@ -57,6 +57,10 @@ type UpReader interface {
 	ReadUp(ctx context.Context, backend string) (map[string]bool, error)
 }
 
+// ErrUpInRead is what ReadUp of a wrapper (e.g. metrics) returns when the
+// driver it wraps says which servers are UP in Read already.
+var ErrUpInRead = errors.New("the driver reads UP states with the servers")
+
 // Reconciler holds what one reconcile needs; it keeps nothing between calls.
 type Reconciler struct {
 	Source  Source
@@ -285,6 +289,9 @@ func (r *Reconciler) releaseGuard(ctx context.Context, t Driver, cur, want model
 		return p
 	}
 	up, err := ur.ReadUp(ctx, cur.Name)
+	if errors.Is(err, ErrUpInRead) {
+		return p
+	}
 	if err != nil {
 		r.log().Debug("guard: cannot read which servers are UP; it holds", "target", t.Name(), "backend", cur.Name, "error", err)
 		return p

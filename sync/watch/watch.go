@@ -82,7 +82,11 @@ type Watcher struct {
 
 // Established reports whether every watch has been established at least once.
 func (w *Watcher) Established() bool {
-	return int(w.established.Load()) == len(w.resources())
+	kinds := 2 // the Service and its slices
+	if w.Nodes {
+		kinds++
+	}
+	return int(w.established.Load()) == kinds
 }
 
 // Run watches until ctx is done.
