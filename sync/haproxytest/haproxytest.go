@@ -50,12 +50,35 @@ func FreePort(t testing.TB, host string) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// BinaryEnv names the HAProxy binary the tests run; empty means "haproxy"
+// on PATH (Debian's 2.6). The version matrix (make test) sets it to the
+// HAProxy 3.0 LTS that hack/build-haproxy.sh builds.
+const BinaryEnv = "HKS_HAPROXY"
+
+// Binary returns the path of the HAProxy binary under test.
+func Binary() (string, error) {
+	if b := os.Getenv(BinaryEnv); b != "" {
+		if abs, err := filepath.Abs(b); err == nil {
+			b = abs
+		}
+		if _, err := os.Stat(b); err != nil {
+			return "", fmt.Errorf("%s=%s: %w", BinaryEnv, b, err)
+		}
+		return b, nil
+	}
+	b, err := exec.LookPath("haproxy")
+	if err != nil {
+		return "", fmt.Errorf("haproxy not found: run `make test`, which installs Debian's haproxy package")
+	}
+	return b, nil
+}
+
 // Start runs HAProxy with the given backends until the test ends.
 func Start(t testing.TB, backends ...Backend) *HAProxy {
 	t.Helper()
-	bin, err := exec.LookPath("haproxy")
+	bin, err := Binary()
 	if err != nil {
-		t.Fatal("haproxy not found: run `make test`, which installs Debian's haproxy package")
+		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	h := &HAProxy{

@@ -55,6 +55,9 @@ type Server struct {
 	// current backend; desired servers leave it false. Only the
 	// mass-deletion guard reads it.
 	Up bool
+	// Runtime is what HAProxy's runtime API says about a current server,
+	// when the driver can see it; nil otherwise (and for desired servers).
+	Runtime *Runtime
 	// Source is the driver's own record of the server as it was read (for the
 	// Data Plane API, its model), so that a write changes only the fields this
 	// service manages. The planner ignores it; desired servers leave it nil.
@@ -69,6 +72,24 @@ func (a Server) SameTraffic(b Server) bool {
 		return false
 	}
 	return a.State != Ready || a.Weight == b.Weight
+}
+
+// Runtime is a current server as HAProxy's runtime API shows it ("show
+// servers state", "show stat"). The planner uses it to let a server take
+// traffic only once its health check has passed, and to delete a server
+// only once it has no sessions.
+type Runtime struct {
+	// CheckRunning: the health check is enabled and not paused (HAProxy
+	// pauses it while a server is in maintenance).
+	CheckRunning bool
+	// CheckPassed: the check's health has reached rise and its last
+	// result passed, i.e. the server has earned traffic.
+	CheckPassed bool
+	// Sessions counts the server's current sessions and queued requests.
+	Sessions int
+	// Since is the time since the server's last state change (whole
+	// seconds in HAProxy); for a parked server, how long it has been parked.
+	Since time.Duration
 }
 
 // Settings are the backend-level options this service manages. A desired

@@ -15,12 +15,22 @@
 // servers or more only parks them until their replacements are UP (the
 // mass-deletion guard). Under a Policy with MaxServers, adds beyond the cap
 // are left out.
+//
+// Under a Policy with GateChecks, a server takes traffic only once its health
+// check has passed (model.Runtime): a new server, or one back from
+// maintenance, is put in drain with its check restarted from zero
+// (Change.Gate) and listed in Waiting; a later reconcile puts it in service
+// once HAProxy shows the check passed. An unwanted server with sessions is
+// parked and listed in Draining; it is deleted once they have ended (or once
+// it has been parked for Policy.DrainTimeout).
 package plan
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 )
@@ -44,6 +54,13 @@ type Change struct {
 	Name   string
 	Old    *model.Server
 	New    *model.Server
+	// Gate asks the driver to keep the server out of service (New.State is
+	// drain) with its health check running and restarted from zero, so
+	// that it earns traffic by passing rise checks (Policy.GateChecks).
+	Gate bool
+	// Kill asks the driver to shut the sessions of a server to delete: it
+	// has been parked for Policy.DrainTimeout and still has some.
+	Kill bool
 }
 
 // SettingsChange is a change of backend-level settings.
@@ -64,7 +81,17 @@ type Plan struct {
 	// Capped lists desired servers not added because the backend would
 	// exceed Policy.MaxServers, sorted.
 	Capped []string
+	// Waiting lists desired ready servers kept out of service until their
+	// health check passes (Policy.GateChecks), sorted.
+	Waiting []string
+	// Draining lists unwanted servers kept parked until their sessions end
+	// (model.Runtime.Sessions), sorted.
+	Draining []string
 }
+
+// Pending reports whether a later reconcile has work that this one could
+// not do yet: servers waiting for their check, or for their sessions to end.
+func (p Plan) Pending() bool { return len(p.Waiting) > 0 || len(p.Draining) > 0 }
 
 // HasChanges reports whether applying the plan would change anything.
 func (p Plan) HasChanges() bool {
@@ -103,6 +130,14 @@ type Policy struct {
 	// MaxServers, when above 0, caps the servers of the backend: adds that
 	// would pass it are left out (by name order) and listed in Capped.
 	MaxServers int
+	// GateChecks makes servers earn traffic: see the package doc. Only a
+	// driver that reads model.Runtime sets it; servers it cannot see
+	// (Runtime nil) enter service as before.
+	GateChecks bool
+	// DrainTimeout, when above 0, is how long an unwanted server with
+	// sessions stays parked before it is deleted anyway (Change.Kill); 0
+	// waits for its sessions to end.
+	DrainTimeout time.Duration
 }
 
 // Calculate returns the plan that turns current into desired, deleting
@@ -128,6 +163,10 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 		d := &desired.Servers[i]
 		want[d.Name] = true
 		old, ok := have[d.Name]
+		if pol.GateChecks && d.State == model.Ready && mustEarn(old, ok, d) {
+			p.gate(old, d)
+			continue
+		}
 		switch {
 		case !ok:
 			p.Changes = append(p.Changes, Change{Action: Add, Name: d.Name, New: d})
@@ -142,9 +181,13 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 	}
 
 	var unwanted []*model.Server
+	deletable := 0
 	for i := range current.Servers {
-		if !want[current.Servers[i].Name] {
-			unwanted = append(unwanted, &current.Servers[i])
+		if u := &current.Servers[i]; !want[u.Name] {
+			unwanted = append(unwanted, u)
+			if free, _ := sessionsEnded(u, pol.DrainTimeout); free {
+				deletable++
+			}
 		}
 	}
 	// The guard's share counts the unwanted servers against those that
@@ -162,14 +205,18 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 		upDesired < len(desired.Servers)
 	// Delete when allowed (some server is desired, the guard does not hold)
 	// and the batch is full.
-	deleteNow := len(desired.Servers) > 0 && !guarded && len(unwanted) >= max(pol.DeleteBatch, 1)
+	deleteNow := len(desired.Servers) > 0 && !guarded && deletable >= max(pol.DeleteBatch, 1)
 	for _, old := range unwanted {
 		if guarded && len(desired.Servers) > 0 {
 			p.Guarded = append(p.Guarded, old.Name)
 		}
+		free, kill := sessionsEnded(old, pol.DrainTimeout)
+		if !free && len(desired.Servers) > 0 && !guarded {
+			p.Draining = append(p.Draining, old.Name)
+		}
 		switch {
-		case deleteNow:
-			p.Changes = append(p.Changes, Change{Action: Delete, Name: old.Name, Old: old})
+		case deleteNow && free:
+			p.Changes = append(p.Changes, Change{Action: Delete, Name: old.Name, Old: old, Kill: kill})
 		case old.State != model.Maint:
 			parked := *old
 			parked.State = model.Maint
@@ -179,8 +226,62 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 
 	sort.Slice(p.Changes, func(i, j int) bool { return p.Changes[i].Name < p.Changes[j].Name })
 	sort.Strings(p.Guarded)
+	sort.Strings(p.Waiting)
+	sort.Strings(p.Draining)
 	p.capAdds(len(current.Servers), pol.MaxServers)
 	return p
+}
+
+// mustEarn reports whether desired ready server d must pass its check
+// before it takes traffic: it is new, or HAProxy shows it out of service
+// without a passed check, or its address changes.
+func mustEarn(old *model.Server, ok bool, d *model.Server) bool {
+	switch {
+	case !ok:
+		return true
+	case old.Runtime == nil:
+		return false // the driver cannot see checks: nothing to gate on
+	case old.Address != d.Address || old.Port != d.Port:
+		return true
+	case old.State == model.Ready:
+		// In service: HAProxy's running check rules it. Without one
+		// (a check never started), it must earn its place again.
+		return !old.Runtime.CheckRunning
+	default:
+		return !old.Runtime.CheckRunning || !old.Runtime.CheckPassed
+	}
+}
+
+// gate plans desired ready server d into drain with its check restarted,
+// unless it waits there already with its check running.
+func (p *Plan) gate(old *model.Server, d *model.Server) {
+	p.Waiting = append(p.Waiting, d.Name)
+	held := *d
+	held.State = model.Drain
+	switch {
+	case old == nil:
+		p.Changes = append(p.Changes, Change{Action: Add, Name: d.Name, New: &held, Gate: true})
+	case old.Runtime == nil || !old.Runtime.CheckRunning || old.Address != d.Address || old.Port != d.Port:
+		p.Changes = append(p.Changes, Change{Action: Drain, Name: d.Name, Old: old, New: &held, Gate: true})
+	case old.Check != d.Check || old.State == model.Ready:
+		// Waiting with its check running; only settings change.
+		p.Changes = append(p.Changes, Change{Action: Update, Name: d.Name, Old: old, New: &held})
+	}
+}
+
+// sessionsEnded reports whether unwanted server u may be deleted now: it has
+// no sessions (or the driver cannot tell), or it has been parked for
+// timeout, in which case kill says its sessions must be shut first.
+func sessionsEnded(u *model.Server, timeout time.Duration) (free, kill bool) {
+	rt := u.Runtime
+	switch {
+	case rt == nil || rt.Sessions == 0:
+		return true, false
+	case timeout > 0 && u.State == model.Maint && rt.Since >= timeout:
+		return true, true
+	default:
+		return false, false
+	}
 }
 
 // capAdds drops the adds that would take the backend past limit servers.
@@ -217,6 +318,9 @@ func (p *Plan) capAdds(current, limit int) {
 	}
 	p.Changes = kept
 	sort.Strings(p.Capped)
+	if len(p.Waiting) > 0 {
+		p.Waiting = slices.DeleteFunc(p.Waiting, func(n string) bool { _, capped := slices.BinarySearch(p.Capped, n); return capped })
+	}
 }
 
 // WriteKind says how a write reached HAProxy.
@@ -240,6 +344,10 @@ type Applied struct {
 	ByKind map[WriteKind]int
 	// Reload says whether HAProxy was (or will be) reloaded.
 	Reload bool
+	// Deferred lists servers to delete that the driver left parked in
+	// maintenance for a later reconcile (sessions remain, or the version
+	// needs them parked first).
+	Deferred []string
 }
 
 // Count records one write of the given kind.
@@ -259,6 +367,7 @@ func (a *Applied) Add(b Applied) {
 		}
 	}
 	a.Reload = a.Reload || b.Reload
+	a.Deferred = append(a.Deferred, b.Deferred...)
 }
 
 // ServerError is a change HAProxy refused for one server.

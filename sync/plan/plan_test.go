@@ -285,3 +285,141 @@ func TestSettingsLeftAloneWhenNotManaged(t *testing.T) {
 		t.Error("an asked-for balance was not planned")
 	}
 }
+
+// rt returns s as a driver that reads the runtime shows it.
+func rt(s model.Server, running, passed bool, sessions int, since time.Duration) model.Server {
+	s.Runtime = &model.Runtime{CheckRunning: running, CheckPassed: passed, Sessions: sessions, Since: since}
+	s.Up = running && passed
+	return s
+}
+
+func TestCalculateGatesEntryOnChecks(t *testing.T) {
+	ready := srv("a", "10.0.0.1", 80, model.Ready)
+	type change struct {
+		Action Action
+		State  model.State
+		Gate   bool
+	}
+	tests := []struct {
+		name    string
+		current model.Backend
+		want    []change // for server "a"
+		waiting bool
+	}{
+		{name: "a new server is added in drain with its check restarted",
+			current: be(), want: []change{{Add, model.Drain, true}}, waiting: true},
+		{name: "a parked server (check paused) is restarted in drain, not put in service",
+			current: be(rt(srv("a", "10.0.0.1", 80, model.Maint), false, true, 0, time.Minute)),
+			want:    []change{{Drain, model.Drain, true}}, waiting: true},
+		{name: "a server whose check never started gets it started, still out of service",
+			current: be(rt(srv("a", "10.0.0.1", 80, model.Drain), false, false, 0, 0)),
+			want:    []change{{Drain, model.Drain, true}}, waiting: true},
+		{name: "a server whose running check has not passed yet waits, unchanged",
+			current: be(rt(srv("a", "10.0.0.1", 80, model.Drain), true, false, 0, 0)),
+			want:    nil, waiting: true},
+		{name: "a server in maintenance with its check running and not passed waits too",
+			current: be(rt(srv("a", "10.0.0.1", 80, model.Maint), true, false, 0, 0)),
+			want:    nil, waiting: true},
+		{name: "a server whose check passed is put in service",
+			current: be(rt(srv("a", "10.0.0.1", 80, model.Drain), true, true, 0, 0)),
+			want:    []change{{Update, model.Ready, false}}},
+		{name: "a checked server in maintenance (held by the API's config) is put in service",
+			current: be(rt(srv("a", "10.0.0.1", 80, model.Maint), true, true, 0, 0)),
+			want:    []change{{Update, model.Ready, false}}},
+		{name: "a ready server keeps serving: HAProxy's checks rule it",
+			current: be(rt(srv("a", "10.0.0.1", 80, model.Ready), true, false, 0, 0)),
+			want:    nil},
+		{name: "a ready server without a running check is taken out until it passes one",
+			current: be(rt(srv("a", "10.0.0.1", 80, model.Ready), false, true, 0, 0)),
+			want:    []change{{Drain, model.Drain, true}}, waiting: true},
+		{name: "a ready server moving to a new address earns traffic again",
+			current: be(rt(srv("a", "10.0.0.9", 80, model.Ready), true, true, 0, 0)),
+			want:    []change{{Drain, model.Drain, true}}, waiting: true},
+		{name: "a driver that cannot see checks puts servers in service as before",
+			current: be(srv("a", "10.0.0.1", 80, model.Maint)),
+			want:    []change{{Update, model.Ready, false}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := CalculateWith(tt.current, be(ready), Policy{GateChecks: true})
+			var got []change
+			for _, c := range p.Changes {
+				got = append(got, change{c.Action, c.New.State, c.Gate})
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("changes = %+v, want %+v", got, tt.want)
+			}
+			if w := len(p.Waiting) == 1 && p.Waiting[0] == "a"; w != tt.waiting {
+				t.Errorf("waiting = %v, want a listed: %v", p.Waiting, tt.waiting)
+			}
+			if p.Pending() != tt.waiting {
+				t.Errorf("Pending() = %v", p.Pending())
+			}
+		})
+	}
+	t.Run("without GateChecks a new server goes in service at once", func(t *testing.T) {
+		p := Calculate(be(), be(ready))
+		if len(p.Changes) != 1 || p.Changes[0].New.State != model.Ready || p.Changes[0].Gate || len(p.Waiting) != 0 {
+			t.Fatalf("plan = %+v", p)
+		}
+	})
+	t.Run("a desired drain server is added in drain, not gated", func(t *testing.T) {
+		p := CalculateWith(be(), be(srv("a", "10.0.0.1", 80, model.Drain)), Policy{GateChecks: true})
+		if len(p.Changes) != 1 || p.Changes[0].Gate || len(p.Waiting) != 0 {
+			t.Fatalf("plan = %+v", p)
+		}
+	})
+	t.Run("capped servers are not listed as waiting", func(t *testing.T) {
+		p := CalculateWith(be(), be(ready, srv("b", "10.0.0.2", 80, model.Ready)), Policy{GateChecks: true, MaxServers: 1})
+		if !reflect.DeepEqual(p.Waiting, []string{"a"}) || !reflect.DeepEqual(p.Capped, []string{"b"}) {
+			t.Fatalf("waiting %v capped %v", p.Waiting, p.Capped)
+		}
+	})
+}
+
+func TestCalculateWaitsForSessionsBeforeDeleting(t *testing.T) {
+	keep := rt(srv("k", "10.0.0.1", 80, model.Ready), true, true, 0, 0)
+	tests := []struct {
+		name     string
+		old      model.Server
+		timeout  time.Duration
+		want     map[Action][]string
+		kill     bool
+		draining bool
+	}{
+		{name: "no sessions: deleted at once",
+			old:  rt(srv("x", "10.0.0.2", 80, model.Ready), true, true, 0, 0),
+			want: map[Action][]string{Delete: {"x"}}},
+		{name: "sessions: parked, listed draining",
+			old:  rt(srv("x", "10.0.0.2", 80, model.Ready), true, true, 3, 0),
+			want: map[Action][]string{Maint: {"x"}}, draining: true},
+		{name: "parked with sessions: left alone, still draining",
+			old:  rt(srv("x", "10.0.0.2", 80, model.Maint), false, true, 1, time.Hour),
+			want: map[Action][]string{}, draining: true},
+		{name: "parked past the drain timeout: deleted, sessions shut",
+			old:     rt(srv("x", "10.0.0.2", 80, model.Maint), false, true, 1, 2*time.Minute),
+			timeout: time.Minute,
+			want:    map[Action][]string{Delete: {"x"}}, kill: true},
+		{name: "the timeout counts only once parked",
+			old:     rt(srv("x", "10.0.0.2", 80, model.Ready), true, true, 1, 2*time.Minute),
+			timeout: time.Minute,
+			want:    map[Action][]string{Maint: {"x"}}, draining: true},
+		{name: "sessions unknown (no runtime view): deleted at once",
+			old:  srv("x", "10.0.0.2", 80, model.Ready),
+			want: map[Action][]string{Delete: {"x"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := CalculateWith(be(keep, tt.old), be(srv("k", "10.0.0.1", 80, model.Ready)), Policy{GateChecks: true, DrainTimeout: tt.timeout})
+			if got := summary(p); !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("plan = %v, want %v", got, tt.want)
+			}
+			if len(p.Changes) == 1 && p.Changes[0].Kill != tt.kill {
+				t.Errorf("kill = %v, want %v", p.Changes[0].Kill, tt.kill)
+			}
+			if got := len(p.Draining) == 1; got != tt.draining {
+				t.Errorf("draining = %v, want listed: %v", p.Draining, tt.draining)
+			}
+		})
+	}
+}

@@ -2,7 +2,6 @@ package runtimeapi_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -27,17 +26,35 @@ func srv(name, addr string, port int, st model.State) model.Server {
 	return model.Server{Name: name, Address: addr, Port: port, Weight: 1, State: st, Check: chk}
 }
 
-func syncOnce(t *testing.T, c *runtimeapi.Client, w model.Backend) plan.Applied {
+func syncOnce(t *testing.T, c *runtimeapi.Client, w model.Backend) (plan.Plan, plan.Applied) {
 	t.Helper()
 	cur, err := c.Read(context.Background(), "be")
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := c.Apply(context.Background(), plan.Calculate(cur, w))
+	p := plan.CalculateWith(cur, w, c.Policy())
+	a, err := c.Apply(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return a
+	return p, a
+}
+
+// converge reconciles every 50ms, as the service's follow-up pokes do, until
+// nothing is left to do or pending.
+func converge(t *testing.T, c *runtimeapi.Client, w model.Backend, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		p, _ := syncOnce(t, c, w)
+		if !p.HasChanges() && !p.Pending() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not converged within %s: %+v", within, p)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // eventually polls cond for up to d.
@@ -62,8 +79,9 @@ func TestRuntimeDriverAgainstHAProxy(t *testing.T) {
 	a := haproxytest.Listen(t, "a", fmt.Sprintf("127.0.0.1:%d", p1))
 	haproxytest.Listen(t, "b", fmt.Sprintf("127.0.0.1:%d", p2))
 
-	// Initial sync into an empty backend: both servers get traffic.
-	syncOnce(t, c, want(srv("a", "127.0.0.1", p1, model.Ready), srv("b", "127.0.0.1", p2, model.Ready)))
+	// Initial sync into an empty backend: both servers get traffic once
+	// their checks pass.
+	converge(t, c, want(srv("a", "127.0.0.1", p1, model.Ready), srv("b", "127.0.0.1", p2, model.Ready)), 3*time.Second)
 	s := h.Servers(t, "be")
 	if len(s) != 2 || !s["a"].CheckRunning() || s["a"].Maint() || s["b"].Port != p2 {
 		t.Fatalf("servers %+v", s)
@@ -74,7 +92,7 @@ func TestRuntimeDriverAgainstHAProxy(t *testing.T) {
 	})
 
 	// Idempotent: nothing to do the second time.
-	if a := syncOnce(t, c, want(srv("a", "127.0.0.1", p1, model.Ready), srv("b", "127.0.0.1", p2, model.Ready))); a.Writes != 0 {
+	if _, a := syncOnce(t, c, want(srv("a", "127.0.0.1", p1, model.Ready), srv("b", "127.0.0.1", p2, model.Ready))); a.Writes != 0 {
 		t.Errorf("second sync sent %d commands", a.Writes)
 	}
 
@@ -86,7 +104,7 @@ func TestRuntimeDriverAgainstHAProxy(t *testing.T) {
 	}
 
 	// Drain, then delete: b drains, a is removed.
-	syncOnce(t, c, want(srv("b", "127.0.0.1", p2, model.Drain)))
+	converge(t, c, want(srv("b", "127.0.0.1", p2, model.Drain)), 3*time.Second)
 	s = h.Servers(t, "be")
 	if _, ok := s["a"]; ok || !s["b"].Drain() {
 		t.Errorf("after drain+delete: %+v", s)
@@ -104,7 +122,7 @@ func TestRuntimeDriverOverTCP(t *testing.T) {
 	}
 	port := haproxytest.FreePort(t, "127.0.0.1")
 	haproxytest.Listen(t, "a", fmt.Sprintf("127.0.0.1:%d", port))
-	syncOnce(t, c, want(srv("a", "127.0.0.1", port, model.Ready)))
+	converge(t, c, want(srv("a", "127.0.0.1", port, model.Ready)), 3*time.Second)
 	eventually(t, 3*time.Second, "server a takes traffic", func() bool {
 		return haproxytest.Spread(h.Frontends["be"], 2)["a"] == 2
 	})
@@ -114,9 +132,10 @@ func TestRuntimeDriverOverTCP(t *testing.T) {
 	}
 }
 
-// TestDeleteWithOpenConnections: HAProxy refuses to delete a server that
-// still has a connection; it stays in maintenance, out of traffic, and the
-// next reconcile after the connection ends deletes it.
+// TestDeleteWithOpenConnections: a server with a live connection is parked
+// (no new traffic) and listed as draining, not deleted; once the connection
+// ends, a later reconcile deletes it. On 2.6 "del server" with live streams
+// can crash HAProxy: the test would lose its HAProxy.
 func TestDeleteWithOpenConnections(t *testing.T) {
 	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance roundrobin", "option tcp-check"}})
 	c, err := runtimeapi.New(h.RuntimeURL(), model.Settings{Balance: "roundrobin", TCPCheck: true}, chk)
@@ -126,8 +145,7 @@ func TestDeleteWithOpenConnections(t *testing.T) {
 	pa, pb := haproxytest.FreePort(t, "127.0.0.1"), haproxytest.FreePort(t, "127.0.0.1")
 	holder := haproxytest.ListenHold(t, "a", fmt.Sprintf("127.0.0.1:%d", pa))
 	haproxytest.Listen(t, "b", fmt.Sprintf("127.0.0.1:%d", pb))
-	syncOnce(t, c, want(srv("a", "127.0.0.1", pa, model.Ready)))
-	eventually(t, 3*time.Second, "a is UP", func() bool { return h.Servers(t, "be")["a"].Up() })
+	converge(t, c, want(srv("a", "127.0.0.1", pa, model.Ready)), 3*time.Second)
 
 	// A long-lived client connection through HAProxy to a.
 	conn, err := net.Dial("tcp", h.Frontends["be"])
@@ -141,25 +159,111 @@ func TestDeleteWithOpenConnections(t *testing.T) {
 	}
 
 	w := want(srv("b", "127.0.0.1", pb, model.Ready))
-	cur, _ := c.Read(context.Background(), "be")
-	_, err = c.Apply(context.Background(), plan.Calculate(cur, w))
-	if !errors.Is(err, runtimeapi.ErrServerBusy) {
-		t.Fatalf("err = %v, want ErrServerBusy", err)
-	}
-	if s, ok := h.Servers(t, "be")["a"]; !ok || !s.Maint() {
-		t.Fatalf("a should stay, in maintenance: %+v", h.Servers(t, "be"))
+	for range 10 { // reconciles while the connection lives: a is never deleted
+		p, _ := syncOnce(t, c, w)
+		if len(p.Names(plan.Delete)) > 0 {
+			t.Fatalf("plan deletes a server with a live connection: %+v", p)
+		}
+		if s, ok := h.Servers(t, "be")["a"]; !ok || !s.Maint() {
+			t.Fatalf("a should stay, in maintenance: %+v", h.Servers(t, "be"))
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	eventually(t, 3*time.Second, "new traffic only to b", func() bool { return haproxytest.Spread(h.Frontends["be"], 4)["b"] == 4 })
+	if _, err := conn.Write([]byte("x")); err != nil {
+		t.Fatalf("the live connection through a was cut: %v", err)
+	}
 
 	conn.Close()
 	holder.Close() // the server side ends too
-	eventually(t, 3*time.Second, "a deleted once its connection ended", func() bool {
-		cur, err := c.Read(context.Background(), "be")
-		if err != nil {
-			return false
+	converge(t, c, w, 5*time.Second)
+	if _, still := h.Servers(t, "be")["a"]; still {
+		t.Fatal("a not deleted after its connection ended")
+	}
+}
+
+// TestGatedEntry: a server whose address answers nothing is never put in
+// service, however many reconciles run; once it answers, it is in service
+// within check interval × rise, plus the reconcile period.
+func TestGatedEntry(t *testing.T) {
+	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance roundrobin", "option tcp-check"}})
+	gchk := model.Check{Inter: inter, Rise: 2, Fall: 2}
+	c, err := runtimeapi.New(h.RuntimeURL(), model.Settings{Balance: "roundrobin", TCPCheck: true}, gchk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, pdead := haproxytest.FreePort(t, "127.0.0.1"), haproxytest.FreePort(t, "127.0.0.1")
+	haproxytest.Listen(t, "a", fmt.Sprintf("127.0.0.1:%d", pa))
+	live := model.Server{Name: "a", Address: "127.0.0.1", Port: pa, Weight: 1, State: model.Ready, Check: gchk}
+	dead := model.Server{Name: "dead", Address: "127.0.0.1", Port: pdead, Weight: 1, State: model.Ready, Check: gchk}
+	converge(t, c, want(live), 3*time.Second)
+
+	w := want(live, dead)
+	for i := range 30 { // 1.5 s: several check intervals
+		p, _ := syncOnce(t, c, w)
+		if i > 0 && (len(p.Waiting) != 1 || p.Waiting[0] != "dead") {
+			t.Fatalf("waiting = %v, want dead", p.Waiting)
 		}
-		_, err = c.Apply(context.Background(), plan.Calculate(cur, w))
-		_, still := h.Servers(t, "be")["a"]
-		return err == nil && !still
-	})
+		s := h.Servers(t, "be")["dead"]
+		if s.Up() || !s.Drain() && !s.Maint() {
+			t.Fatalf("dead server in service: %+v", s)
+		}
+		if got := haproxytest.Spread(h.Frontends["be"], 3); got["a"] != 3 {
+			t.Fatalf("a client connection failed while dead was being added: %v", got)
+		}
+	}
+	if !h.Servers(t, "be")["dead"].CheckRunning() {
+		t.Fatal("the gated server's check is not running")
+	}
+
+	haproxytest.Listen(t, "dead", fmt.Sprintf("127.0.0.1:%d", pdead))
+	start := time.Now()
+	converge(t, c, w, time.Duration(gchk.Rise)*inter+time.Second)
+	t.Logf("in service %s after its address answered", time.Since(start))
+	eventually(t, time.Second, "the revived server takes traffic", func() bool { return haproxytest.Spread(h.Frontends["be"], 6)["dead"] > 0 })
+}
+
+// TestFailureBetweenAddAndCheck: a server was added but the line that starts
+// its check never arrived (the service died in between, or the Data Plane
+// API added it). Reconciles must start its check before it takes traffic,
+// and never put it in service while its address answers nothing.
+func TestFailureBetweenAddAndCheck(t *testing.T) {
+	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance roundrobin", "option tcp-check"}})
+	gchk := model.Check{Inter: inter, Rise: 2, Fall: 2}
+	c, err := runtimeapi.New(h.RuntimeURL(), model.Settings{Balance: "roundrobin", TCPCheck: true}, gchk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, px := haproxytest.FreePort(t, "127.0.0.1"), haproxytest.FreePort(t, "127.0.0.1")
+	haproxytest.Listen(t, "a", fmt.Sprintf("127.0.0.1:%d", pa))
+	live := model.Server{Name: "a", Address: "127.0.0.1", Port: pa, Weight: 1, State: model.Ready, Check: gchk}
+	x := model.Server{Name: "x", Address: "127.0.0.1", Port: px, Weight: 1, State: model.Ready, Check: gchk}
+	converge(t, c, want(live), 3*time.Second)
+	for _, st := range []string{"maint", "ready"} {
+		// The half-done add: in maintenance, or even put in service,
+		// with a check configured but never started.
+		if _, err := h.Command(fmt.Sprintf("add server be/x 127.0.0.1:%d check inter 200ms rise 2 fall 2", px)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Command("set server be/x state " + st); err != nil {
+			t.Fatal(err)
+		}
+		for range 10 {
+			syncOnce(t, c, want(live, x))
+			s := h.Servers(t, "be")["x"]
+			if !s.Maint() && !s.CheckRunning() {
+				t.Fatalf("%s: x can take traffic with no running check: %+v", st, s)
+			}
+			if got := haproxytest.Spread(h.Frontends["be"], 3); got["a"] != 3 {
+				t.Fatalf("%s: a client connection failed: %v", st, got)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if _, err := h.Command("set server be/x state maint"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Command("del server be/x"); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -11,6 +11,17 @@
 // The runtime API cannot change a backend's balance algorithm nor the check
 // timing of an existing server, so Read reports the configured ones: servers
 // this driver adds get the configured checks; the rest is haproxy.cfg's job.
+//
+// Servers earn their traffic (plan.Policy.GateChecks): a server to gate is
+// added, its check enabled, put in drain and its health forced down, all on
+// one command line, so it takes no new connection until it has passed rise
+// checks; Read reports check and session state (model.Runtime) so that a
+// later reconcile puts it in service. A server to delete is parked in
+// maintenance first; it is deleted once it has no sessions, by "wait
+// srv-removable" then "del server" on 3.0+, and only by a later reconcile on
+// older versions, where "del server" with live streams can crash HAProxy
+// (haproxy#2298). Each server added gets an explicit unique id: without one,
+// HAProxy searches for a free id on every add.
 package runtimeapi
 
 import (
@@ -22,6 +33,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
@@ -71,8 +83,89 @@ func (c *Client) EnableHealth(ctx context.Context, backend, server string) error
 	return nil
 }
 
-// Policy deletes unwanted servers at once: "del server" needs no reload.
-func (c *Client) Policy() plan.Policy { return plan.Policy{} }
+// Policy deletes unwanted servers once their sessions end ("del server"
+// needs no reload) and gates servers on their checks.
+func (c *Client) Policy() plan.Policy { return plan.Policy{GateChecks: true} }
+
+// Gate starts a server's health check and holds it out of service: drain
+// (no new connections) with its health forced down, so that it goes UP only
+// after rise passed checks. One command line: nothing can fail in between.
+func (c *Client) Gate(ctx context.Context, backend, server string) error {
+	srv := backend + "/" + server
+	return expectSilent(c.sock.Commands(ctx, gateCommands(srv)...))
+}
+
+func gateCommands(srv string) []string {
+	return []string{"enable health " + srv, "set server " + srv + " state drain", "set server " + srv + " health down"}
+}
+
+// expectSilent accepts a reply with no words: what HAProxy answers to
+// commands that succeed.
+func expectSilent(reply string, err error) error {
+	if err != nil {
+		return err
+	}
+	if !empty(reply) {
+		return &CommandError{Command: "gate", Reply: reply}
+	}
+	return nil
+}
+
+// BackendError is a refusal that concerns the whole backend, e.g. an
+// algorithm that cannot take runtime servers; retrying would not help.
+type BackendError struct {
+	Backend string
+	Reply   string
+}
+
+func (e *BackendError) Error() string {
+	return fmt.Sprintf("backend %s cannot take runtime servers: %s (use a dynamic algorithm: roundrobin, leastconn, first, random, or a hash with hash-type consistent)",
+		e.Backend, strings.TrimSpace(e.Reply))
+}
+
+// Version is an HAProxy version as "show info" gives it.
+type Version struct{ Major, Minor, Patch int }
+
+// AtLeast reports whether v is major.minor or newer.
+func (v Version) AtLeast(major, minor int) bool {
+	return v.Major > major || v.Major == major && v.Minor >= minor
+}
+
+func (v Version) String() string { return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch) }
+
+// ParseVersion reads "2.6.12-1+deb12u4" or "3.0.11-9e587df".
+func ParseVersion(s string) (Version, error) {
+	var v Version
+	core, _, _ := strings.Cut(strings.TrimSpace(s), "-")
+	parts := strings.Split(core, ".")
+	if len(parts) < 2 {
+		return v, fmt.Errorf("haproxy version %q", s)
+	}
+	nums := []*int{&v.Major, &v.Minor, &v.Patch}
+	for i := 0; i < len(parts) && i < 3; i++ {
+		n, err := strconv.Atoi(parts[i])
+		if err != nil {
+			return v, fmt.Errorf("haproxy version %q", s)
+		}
+		*nums[i] = n
+	}
+	return v, nil
+}
+
+// Version asks HAProxy its version ("show info"). It is read each time it is
+// needed: an upgrade restarts HAProxy under the same socket.
+func (c *Client) Version(ctx context.Context) (Version, error) {
+	reply, err := c.sock.Command(ctx, "show info")
+	if err != nil {
+		return Version{}, err
+	}
+	for _, line := range strings.Split(reply, "\n") {
+		if v, ok := strings.CutPrefix(line, "Version:"); ok {
+			return ParseVersion(v)
+		}
+	}
+	return Version{}, &CommandError{Command: "show info", Reply: "no Version line"}
+}
 
 // CommandError is a command HAProxy refused; Reply is its answer.
 type CommandError struct {
@@ -83,10 +176,6 @@ type CommandError struct {
 func (e *CommandError) Error() string {
 	return fmt.Sprintf("haproxy refused %q: %s", e.Command, strings.TrimSpace(e.Reply))
 }
-
-// ErrServerBusy means "del server" was refused because the server still has
-// connections; it stays in maintenance and a later reconcile deletes it.
-var ErrServerBusy = errors.New("server still has connections: left in maintenance")
 
 // Admin state bits of "show servers state" (HAProxy's SRV_ADMF_*).
 const (
@@ -104,16 +193,12 @@ const (
 	admDrain = admForcedDrain | admInheritDrain
 )
 
-// Read lists the backend's servers with "show servers state".
+// Read lists the backend's servers with "show servers state", and their
+// sessions with "show stat".
 func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error) {
-	cmd := "show servers state " + backend
-	reply, err := c.sock.Command(ctx, cmd)
+	servers, err := c.ReadRuntime(ctx, backend)
 	if err != nil {
 		return model.Backend{}, err
-	}
-	servers, err := ParseServersState(reply, backend)
-	if err != nil {
-		return model.Backend{}, &CommandError{Command: cmd, Reply: err.Error()}
 	}
 	for i := range servers {
 		servers[i].Check = c.check
@@ -121,9 +206,80 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 	return model.Backend{Name: backend, Settings: c.settings, Servers: servers}, nil
 }
 
+// ReadRuntime returns the backend's servers as the runtime API shows them,
+// each with its model.Runtime (checks judged against the configured rise).
+func (c *Client) ReadRuntime(ctx context.Context, backend string) ([]model.Server, error) {
+	cmd := "show servers state " + backend
+	reply, err := c.sock.Command(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	servers, err := ParseServersState(reply, backend, c.check.Rise)
+	if err != nil {
+		return nil, &CommandError{Command: cmd, Reply: err.Error()}
+	}
+	if len(servers) == 0 {
+		return servers, nil
+	}
+	cmd = "show stat " + backend + " 4 -1"
+	if reply, err = c.sock.Command(ctx, cmd); err != nil {
+		return nil, err
+	}
+	sessions, err := ParseSessions(reply, backend)
+	if err != nil {
+		return nil, &CommandError{Command: cmd, Reply: err.Error()}
+	}
+	for i := range servers {
+		servers[i].Runtime.Sessions = sessions[servers[i].Name]
+	}
+	return servers, nil
+}
+
+// ParseSessions reads the reply to "show stat <backend> 4 -1" (CSV) into the
+// current sessions plus queued requests of each server.
+func ParseSessions(reply, backend string) (map[string]int, error) {
+	sc := bufio.NewScanner(strings.NewReader(reply))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "# pxname,svname,") {
+		return nil, fmt.Errorf("unexpected reply: %.200s", reply)
+	}
+	col := map[string]int{}
+	for i, name := range strings.Split(strings.TrimPrefix(sc.Text(), "# "), ",") {
+		col[name] = i
+	}
+	qcur, ok1 := col["qcur"]
+	scur, ok2 := col["scur"]
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("no qcur/scur columns: %.200s", reply)
+	}
+	out := map[string]int{}
+	for sc.Scan() {
+		f := strings.Split(sc.Text(), ",")
+		if len(f) <= max(qcur, scur) || f[0] != backend {
+			continue
+		}
+		q, _ := strconv.Atoi(f[qcur])
+		n, _ := strconv.Atoi(f[scur])
+		out[f[1]] = q + n
+	}
+	return out, sc.Err()
+}
+
+// Check state bits and results of "show servers state" (HAProxy's CHK_ST_*
+// and CHK_RES_*).
+const (
+	chkEnabled     = 0x04
+	chkPaused      = 0x08
+	chkResPassed   = 3
+	chkResCondOK   = 4
+	opStateRunning = 2
+)
+
 // ParseServersState reads the reply to "show servers state <backend>"
-// (format version 1) into servers of that backend.
-func ParseServersState(reply, backend string) ([]model.Server, error) {
+// (format version 1, the same from 2.6 to 3.4) into servers of that backend,
+// judging a check passed when its health reached rise and its last result
+// passed.
+func ParseServersState(reply, backend string, rise int) ([]model.Server, error) {
 	sc := bufio.NewScanner(strings.NewReader(reply))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	if !sc.Scan() || strings.TrimSpace(sc.Text()) != "1" {
@@ -145,11 +301,22 @@ func ParseServersState(reply, backend string) ([]model.Server, error) {
 		admin, err1 := strconv.ParseUint(f[6], 10, 32)
 		weight, err2 := strconv.Atoi(f[7])
 		port, err3 := strconv.Atoi(f[18])
-		if err := errors.Join(err1, err2, err3); err != nil {
+		since, err4 := strconv.ParseInt(f[9], 10, 64)
+		result, err5 := strconv.Atoi(f[11])
+		health, err6 := strconv.Atoi(f[12])
+		chk, err7 := strconv.ParseUint(f[13], 10, 32)
+		if err := errors.Join(err1, err2, err3, err4, err5, err6, err7); err != nil {
 			return nil, fmt.Errorf("bad line %.200s: %w", line, err)
 		}
 		// Field 5 is the operational state: 2 is running (UP).
-		s := model.Server{Name: f[3], Address: f[4], Port: port, Weight: weight, State: model.Ready, Up: f[5] == "2"}
+		up := f[5] == strconv.Itoa(opStateRunning)
+		rt := &model.Runtime{
+			CheckRunning: chk&chkEnabled != 0 && chk&chkPaused == 0,
+			// In maintenance the operational state says nothing; health does.
+			CheckPassed: (result == chkResPassed || result == chkResCondOK) && (up || health >= max(rise, 1)),
+			Since:       time.Duration(since) * time.Second,
+		}
+		s := model.Server{Name: f[3], Address: f[4], Port: port, Weight: weight, State: model.Ready, Up: up, Runtime: rt}
 		switch {
 		case admin&admMaint != 0:
 			s.State = model.Maint
@@ -161,41 +328,57 @@ func ParseServersState(reply, backend string) ([]model.Server, error) {
 	return out, sc.Err()
 }
 
-// Apply sends the plan's commands. A server to delete is put in maintenance
-// first; if HAProxy refuses to delete it because connections remain, the
-// other changes still go through and ErrServerBusy is returned.
+// Apply sends the plan's commands. Changes HAProxy refuses for one server
+// do not stop the others (plan.ServerErrors); a server whose deletion must
+// wait for its sessions, or for a later reconcile on versions older than
+// 3.0, stays parked and is listed in Applied.Deferred.
 func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	var out plan.Applied
-	var busy []string
 	var failed plan.ServerErrors
-	send := func(cmd string, ok func(string) bool) error {
-		reply, err := c.sock.Command(ctx, cmd)
+	send := func(ok func(string) bool, cmds ...string) error {
+		reply, err := c.sock.Commands(ctx, cmds...)
 		if err != nil {
 			return err
 		}
 		if !ok(reply) {
-			return &CommandError{Command: cmd, Reply: reply}
+			return &CommandError{Command: strings.Join(cmds, "; "), Reply: reply}
 		}
-		out.Count(plan.RuntimeWrite)
+		for range cmds {
+			out.Count(plan.RuntimeWrite)
+		}
 		return nil
+	}
+	a := applier{send: send, backend: p.Backend}
+	if needsVersion(p) {
+		v, err := c.Version(ctx)
+		if err != nil {
+			return out, fmt.Errorf("read haproxy version: %w", err)
+		}
+		a.version = v
+		if a.nextID, err = c.nextID(ctx, p.Backend); err != nil {
+			return out, err
+		}
 	}
 	for _, ch := range p.Changes {
 		srv := p.Backend + "/" + ch.Name
 		var err error
 		switch ch.Action {
 		case plan.Add:
-			err = c.add(send, srv, *ch.New)
+			err = a.add(srv, ch)
 		case plan.Delete:
-			err = c.del(send, srv, *ch.Old)
-			if errors.Is(err, ErrServerBusy) {
-				busy = append(busy, ch.Name)
-				err = nil
+			var deferred bool
+			deferred, err = a.del(srv, ch)
+			if deferred {
+				out.Deferred = append(out.Deferred, ch.Name)
 			}
 		default:
-			err = update(send, srv, *ch.Old, *ch.New)
+			err = a.update(srv, ch)
 		}
 		var refused *CommandError
+		var backendErr *BackendError
 		switch {
+		case errors.As(err, &backendErr):
+			return out, err
 		case errors.As(err, &refused):
 			// HAProxy refused this server's change: the others are
 			// independent and still go; retrying would not help.
@@ -207,68 +390,149 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	if len(failed) > 0 {
 		return out, failed
 	}
-	if len(busy) > 0 {
-		return out, fmt.Errorf("delete %s/%s: %w", p.Backend, strings.Join(busy, ","), ErrServerBusy)
-	}
 	return out, nil
 }
 
-type sender func(cmd string, ok func(string) bool) error
+func needsVersion(p plan.Plan) bool {
+	for _, ch := range p.Changes {
+		if ch.Action == plan.Add || ch.Action == plan.Delete {
+			return true
+		}
+	}
+	return false
+}
+
+// nextID returns the first server id above every id the backend uses, so
+// that each add names its id (HAProxy otherwise searches for a free one).
+func (c *Client) nextID(ctx context.Context, backend string) (int, error) {
+	cmd := "show servers state " + backend
+	reply, err := c.sock.Command(ctx, cmd)
+	if err != nil {
+		return 0, err
+	}
+	maxID := 0
+	for _, line := range strings.Split(reply, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[1] != backend {
+			continue
+		}
+		if id, err := strconv.Atoi(f[2]); err == nil && id > maxID {
+			maxID = id
+		}
+	}
+	return maxID + 1, nil
+}
+
+type sender func(ok func(string) bool, cmds ...string) error
+
+// applier sends one plan's changes to one HAProxy version.
+type applier struct {
+	send    sender
+	backend string
+	version Version
+	nextID  int
+}
 
 func empty(reply string) bool { return strings.TrimSpace(reply) == "" }
 
-// add creates the server in maintenance (HAProxy's default for "add server"),
-// starts its health check, then sets its state: a server added "enabled"
-// would take traffic with no check running.
-func (c *Client) add(send sender, srv string, s model.Server) error {
-	cmd := fmt.Sprintf("add server %s %s weight %d check inter %dms rise %d fall %d",
-		srv, net.JoinHostPort(s.Address, strconv.Itoa(s.Port)), s.Weight, s.Check.Inter.Milliseconds(), s.Check.Rise, s.Check.Fall)
+// lastWords returns the last non-blank line of a reply to several commands.
+func lastWords(reply string) string {
+	lines := strings.Split(strings.TrimSpace(reply), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+const dynamicAlgoRefusal = "Backend must use a dynamic load balancing"
+
+// add creates the server in maintenance (HAProxy's default for "add server")
+// with an explicit id, starts its health check, then, on the same line, puts
+// it in drain with its health down (a gated server) or in its state. A
+// server added "enabled", or set ready at once, would take traffic before
+// any check passed.
+func (a *applier) add(srv string, ch plan.Change) error {
+	s := *ch.New
+	cmd := fmt.Sprintf("add server %s %s weight %d check inter %dms rise %d fall %d id %d",
+		srv, net.JoinHostPort(s.Address, strconv.Itoa(s.Port)), s.Weight, s.Check.Inter.Milliseconds(), s.Check.Rise, s.Check.Fall, a.nextID)
+	a.nextID++
 	if s.Check.SendProxyV2 {
 		cmd += " send-proxy-v2 check-send-proxy"
 	}
-	if err := send(cmd, func(r string) bool { return strings.TrimSpace(r) == "New server registered." }); err != nil {
-		return err
+	cmds := []string{cmd}
+	switch {
+	case ch.Gate:
+		cmds = append(cmds, gateCommands(srv)...)
+	default:
+		cmds = append(cmds, "enable health "+srv)
+		if s.State != model.Maint {
+			cmds = append(cmds, "set server "+srv+" state "+stateWord(s.State))
+		}
 	}
-	if err := send("enable health "+srv, empty); err != nil {
-		return err
+	err := a.send(func(r string) bool { return strings.TrimSpace(r) == "New server registered." }, cmds...)
+	var ce *CommandError
+	if errors.As(err, &ce) && strings.Contains(ce.Reply, dynamicAlgoRefusal) {
+		return &BackendError{Backend: a.backend, Reply: strings.SplitN(strings.TrimSpace(ce.Reply), "\n", 2)[0]}
 	}
-	return send("set server "+srv+" state "+stateWord(s.State), empty)
+	return err
 }
 
-// update changes address, port, weight and state, each only if it differs.
-func update(send sender, srv string, old, s model.Server) error {
+// update changes address, port, weight and state, each only if it differs;
+// a gated server has its check restarted in drain instead of being put in
+// service.
+func (a *applier) update(srv string, ch plan.Change) error {
+	old, s := *ch.Old, *ch.New
 	if old.Address != s.Address || old.Port != s.Port {
 		cmd := fmt.Sprintf("set server %s addr %s port %d", srv, s.Address, s.Port)
 		ok := func(r string) bool {
 			return strings.HasPrefix(r, "IP changed from") || strings.HasPrefix(r, "no need to change the addr")
 		}
-		if err := send(cmd, ok); err != nil {
+		if err := a.send(ok, cmd); err != nil {
 			return err
 		}
 	}
 	if s.State == model.Ready && old.Weight != s.Weight {
-		if err := send(fmt.Sprintf("set server %s weight %d", srv, s.Weight), empty); err != nil {
+		if err := a.send(empty, fmt.Sprintf("set server %s weight %d", srv, s.Weight)); err != nil {
 			return err
 		}
 	}
-	if old.State != s.State {
-		return send("set server "+srv+" state "+stateWord(s.State), empty)
+	switch {
+	case ch.Gate:
+		return a.send(empty, gateCommands(srv)...)
+	case old.State != s.State:
+		return a.send(empty, "set server "+srv+" state "+stateWord(s.State))
 	}
 	return nil
 }
 
-func (c *Client) del(send sender, srv string, old model.Server) error {
+// del parks the server in maintenance and deletes it once HAProxy says it
+// can: on 3.0+ after "wait srv-removable"; before 3.0 only if it was parked
+// already (by an earlier reconcile that saw its sessions end), since "del
+// server" racing a live stream can crash those versions. deferred reports a
+// server left parked for a later reconcile.
+func (a *applier) del(srv string, ch plan.Change) (deferred bool, err error) {
+	old := *ch.Old
 	if old.State != model.Maint {
-		if err := send("set server "+srv+" state maint", empty); err != nil {
-			return err
+		if err := a.send(empty, "set server "+srv+" state maint"); err != nil {
+			return false, err
 		}
 	}
-	err := send("del server "+srv, func(r string) bool { return strings.TrimSpace(r) == "Server deleted." })
+	safe := a.version.AtLeast(3, 0)
+	if ch.Kill {
+		if err := a.send(empty, "shutdown sessions server "+srv); err != nil {
+			return false, err
+		}
+	}
+	if !safe && (old.State != model.Maint || ch.Kill) {
+		return true, nil
+	}
+	cmds := []string{"del server " + srv}
+	if safe {
+		cmds = []string{"wait 2000 srv-removable " + srv, "del server " + srv}
+	}
+	err = a.send(func(r string) bool { return lastWords(r) == "Server deleted." }, cmds...)
 	var ce *CommandError
 	if errors.As(err, &ce) && strings.Contains(ce.Reply, "still has connections") {
-		return ErrServerBusy
+		return true, nil
 	}
-	return err
+	return false, err
 }
 
 func stateWord(s model.State) string {

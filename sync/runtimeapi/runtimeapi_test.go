@@ -27,9 +27,12 @@ func TestParseServersState(t *testing.T) {
 		"3 be 5 v6 ::1 0 33 1 1 1 6 3 4 6 0 0 0 - 84 - 0 0 - - 0\n" +
 		"3 be 6 cfgdisabled 127.0.0.6 2 4 1 1 1 6 3 4 6 0 0 0 - 85 - 0 0 - - 0\n" +
 		"4 other 1 x 127.0.0.9 2 0 1 1 2 6 3 4 6 0 0 0 - 80 - 0 0 - - 0\n\n"
-	got, err := ParseServersState(reply, "be")
+	got, err := ParseServersState(reply, "be", 2)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for i := range got {
+		got[i].Runtime = nil // checked in TestParseServersStateChecks
 	}
 	want := []model.Server{
 		{Name: "ready", Address: "127.0.0.1", Port: 8080, Weight: 1, State: model.Ready, Up: true},
@@ -44,9 +47,38 @@ func TestParseServersState(t *testing.T) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
 	}
 	for _, bad := range []string{"Can't find backend.\n", "", "1\n3 be 1 short\n", header + "3 be 1 s x 2 x 1 1 2 6 3 4 6 0 0 0 - 80 - 0 0 - - 0\n"} {
-		if _, err := ParseServersState(bad, "be"); err == nil {
+		if _, err := ParseServersState(bad, "be", 2); err == nil {
 			t.Errorf("no error for %q", bad)
 		}
+	}
+}
+
+// TestParseServersStateChecks reads check and timing fields as seen on
+// HAProxy 2.6.12 and 3.0.11 (fields 9 to 13: seconds since the last change,
+// check status, result, health, check state).
+func TestParseServersStateChecks(t *testing.T) {
+	reply := header +
+		"3 be 1 fresh 127.0.0.1 0 1 1 1 1 1 0 0 2 0 0 0 - 80 - 0 0 - - 0\n" + // added, check not enabled
+		"3 be 2 inmaint 127.0.0.1 0 1 1 1 3 6 3 3 6 0 0 0 - 80 - 0 0 - - 0\n" + // in maint, check running, health reached rise
+		"3 be 3 onepass 127.0.0.1 0 1 1 1 3 6 3 1 6 0 0 0 - 80 - 0 0 - - 0\n" + // one pass of two
+		"3 be 4 gated 127.0.0.1 0 8 1 1 1 6 3 1 6 0 0 0 - 80 - 0 0 - - 0\n" + // drain, health forced down
+		"3 be 5 earned 127.0.0.1 2 8 1 1 5 6 3 4 6 0 0 0 - 80 - 0 0 - - 0\n" + // drain, UP by checks
+		"3 be 6 parked 127.0.0.1 0 1 1 1 75 6 3 4 14 0 0 0 - 80 - 0 0 - - 0\n" + // maint, check paused
+		"3 be 7 dead 127.0.0.1 0 8 1 1 5 8 2 0 6 0 0 0 - 80 - 0 0 - - 0\n" // drain, L4CON failed
+	got, err := ParseServersState(reply, "be", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type rt struct{ running, passed bool }
+	want := map[string]rt{"fresh": {false, false}, "inmaint": {true, true}, "onepass": {true, false},
+		"gated": {true, false}, "earned": {true, true}, "parked": {false, true}, "dead": {true, false}}
+	for _, s := range got {
+		if w := want[s.Name]; s.Runtime == nil || s.Runtime.CheckRunning != w.running || s.Runtime.CheckPassed != w.passed {
+			t.Errorf("%s: %+v, want running %v passed %v", s.Name, s.Runtime, w.running, w.passed)
+		}
+	}
+	if got[5].Runtime.Since != 75*time.Second {
+		t.Errorf("since = %v", got[5].Runtime.Since)
 	}
 }
 
@@ -99,48 +131,135 @@ var chk = model.Check{Inter: 2 * time.Second, Rise: 2, Fall: 3}
 
 func TestApplyCommandsAndReplies(t *testing.T) {
 	sc, u := serveScript(t, map[string]string{
-		"add server be/n1 127.0.0.1:80 weight 2 check inter 2000ms rise 2 fall 3 send-proxy-v2 check-send-proxy": "New server registered.\n",
-		"enable health be/n1":                     "\n",
-		"set server be/n1 state drain":            "\n",
-		"set server be/n2 addr 127.0.0.3 port 81": "IP changed from '127.0.0.2' to '127.0.0.3', port changed from '80' to '81' by 'stats socket command'\n",
-		"set server be/n2 weight 4":               "\n",
-		"set server be/n3 state maint":            "\n",
-		"del server be/n3":                        "Server still has connections attached to it, cannot remove it.",
-		"set server be/n4 state maint":            "\n",
-		"del server be/n4":                        "Server deleted.",
+		"show info":             "Name: HAProxy\nVersion: 3.0.11-9e587df\nRelease_date: 2025/07/01\n",
+		"show servers state be": header + "3 be 7 n2 127.0.0.2 2 0 1 1 2 6 3 4 6 0 0 0 - 80 - 0 0 - - 0\n",
+		"add server be/n1 127.0.0.1:80 weight 2 check inter 2000ms rise 2 fall 3 id 8 send-proxy-v2 check-send-proxy; enable health be/n1; set server be/n1 state drain; set server be/n1 health down": "New server registered.\n\n\n\n",
+		"add server be/n5 127.0.0.6:80 weight 1 check inter 2000ms rise 2 fall 3 id 9; enable health be/n5; set server be/n5 state drain":                                                              "New server registered.\n\n\n",
+		"set server be/n2 addr 127.0.0.3 port 81":         "IP changed from '127.0.0.2' to '127.0.0.3', port changed from '80' to '81' by 'stats socket command'\n",
+		"set server be/n2 weight 4":                       "\n",
+		"set server be/n3 state maint":                    "\n",
+		"wait 2000 srv-removable be/n3; del server be/n3": "Wait delay expired.\n\nServer still has connections attached to it, cannot remove it.",
+		"set server be/n4 state maint":                    "\n",
+		"wait 2000 srv-removable be/n4; del server be/n4": "\nServer deleted.",
 	})
 	c, err := New(u, model.Settings{}, chk)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n1 := model.Server{Name: "n1", Address: "127.0.0.1", Port: 80, Weight: 2, State: model.Drain, Check: model.Check{Inter: 2 * time.Second, Rise: 2, Fall: 3, SendProxyV2: true}}
+	n5 := model.Server{Name: "n5", Address: "127.0.0.6", Port: 80, Weight: 1, State: model.Drain, Check: chk}
 	oldN2 := model.Server{Name: "n2", Address: "127.0.0.2", Port: 80, Weight: 1, State: model.Ready, Check: chk}
 	newN2 := oldN2
 	newN2.Address, newN2.Port, newN2.Weight = "127.0.0.3", 81, 4
 	n3 := model.Server{Name: "n3", Address: "127.0.0.4", Port: 80, Weight: 1, State: model.Ready}
 	n4 := model.Server{Name: "n4", Address: "127.0.0.5", Port: 80, Weight: 1, State: model.Ready}
 	p := plan.Plan{Backend: "be", Changes: []plan.Change{
-		{Action: plan.Add, Name: "n1", New: &n1},
+		{Action: plan.Add, Name: "n1", New: &n1, Gate: true},
 		{Action: plan.Update, Name: "n2", Old: &oldN2, New: &newN2},
 		{Action: plan.Delete, Name: "n3", Old: &n3},
 		{Action: plan.Delete, Name: "n4", Old: &n4},
+		{Action: plan.Add, Name: "n5", New: &n5},
 	}}
 	a, err := c.Apply(context.Background(), p)
-	if !errors.Is(err, ErrServerBusy) || !strings.Contains(err.Error(), "n3") {
-		t.Fatalf("err = %v, want ErrServerBusy naming n3", err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a.Deferred, []string{"n3"}) {
+		t.Errorf("deferred = %v, want n3 (still has connections)", a.Deferred)
 	}
 	want := []string{
-		"add server be/n1 127.0.0.1:80 weight 2 check inter 2000ms rise 2 fall 3 send-proxy-v2 check-send-proxy",
-		"enable health be/n1", "set server be/n1 state drain",
+		"show info", "show servers state be",
+		"add server be/n1 127.0.0.1:80 weight 2 check inter 2000ms rise 2 fall 3 id 8 send-proxy-v2 check-send-proxy; enable health be/n1; set server be/n1 state drain; set server be/n1 health down",
 		"set server be/n2 addr 127.0.0.3 port 81", "set server be/n2 weight 4",
-		"set server be/n3 state maint", "del server be/n3",
-		"set server be/n4 state maint", "del server be/n4",
+		"set server be/n3 state maint", "wait 2000 srv-removable be/n3; del server be/n3",
+		"set server be/n4 state maint", "wait 2000 srv-removable be/n4; del server be/n4",
+		"add server be/n5 127.0.0.6:80 weight 1 check inter 2000ms rise 2 fall 3 id 9; enable health be/n5; set server be/n5 state drain",
 	}
 	if got := sc.commands(); !reflect.DeepEqual(got, want) {
 		t.Errorf("commands:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if a.Writes != 8 {
-		t.Errorf("writes = %d, want 8 (the refused del not counted)", a.Writes)
+	if a.Writes != 13 {
+		t.Errorf("writes = %d, want 13 (the refused del not counted)", a.Writes)
+	}
+}
+
+// TestDeleteBefore30ParksFirst: before 3.0 a server is never deleted in the
+// reconcile that parks it ("del server" racing a stream can crash 2.6.12),
+// and a parked one is deleted without "wait", which those versions lack.
+func TestDeleteBefore30ParksFirst(t *testing.T) {
+	sc, u := serveScript(t, map[string]string{
+		"show info":                     "Version: 2.6.12-1+deb12u4\n",
+		"show servers state be":         header,
+		"set server be/a state maint":   "\n",
+		"del server be/b":               "Server deleted.\n",
+		"shutdown sessions server be/c": "\n",
+	})
+	c, _ := New(u, model.Settings{}, chk)
+	a := model.Server{Name: "a", State: model.Ready}
+	b := model.Server{Name: "b", State: model.Maint}
+	cc := model.Server{Name: "c", State: model.Maint}
+	got, err := c.Apply(context.Background(), plan.Plan{Backend: "be", Changes: []plan.Change{
+		{Action: plan.Delete, Name: "a", Old: &a},
+		{Action: plan.Delete, Name: "b", Old: &b},
+		{Action: plan.Delete, Name: "c", Old: &cc, Kill: true},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Deferred, []string{"a", "c"}) {
+		t.Errorf("deferred = %v, want a (parked now) and c (sessions shut now)", got.Deferred)
+	}
+	want := []string{"show info", "show servers state be", "set server be/a state maint", "del server be/b", "shutdown sessions server be/c"}
+	if cmds := sc.commands(); !reflect.DeepEqual(cmds, want) {
+		t.Errorf("commands %q, want %q", cmds, want)
+	}
+}
+
+func TestStaticAlgorithmIsABackendError(t *testing.T) {
+	_, u := serveScript(t, map[string]string{
+		"show info":             "Version: 2.6.12\n",
+		"show servers state be": header,
+		"add server be/a 127.0.0.1:80 weight 1 check inter 2000ms rise 2 fall 3 id 1; enable health be/a; set server be/a state drain; set server be/a health down": "Backend must use a dynamic load balancing to support dynamic servers.\n\nNo such server.\n",
+	})
+	c, _ := New(u, model.Settings{}, chk)
+	n := model.Server{Name: "a", Address: "127.0.0.1", Port: 80, Weight: 1, State: model.Drain, Check: chk}
+	_, err := c.Apply(context.Background(), plan.Plan{Backend: "be", Changes: []plan.Change{{Action: plan.Add, Name: "a", New: &n, Gate: true}}})
+	var be *BackendError
+	if !errors.As(err, &be) || !strings.Contains(err.Error(), "dynamic") {
+		t.Fatalf("err = %v, want a BackendError", err)
+	}
+	var se plan.ServerErrors
+	if errors.As(err, &se) {
+		t.Error("a backend refusal is reported as one server's")
+	}
+}
+
+func TestParseVersion(t *testing.T) {
+	for in, want := range map[string]Version{
+		"2.6.12-1+deb12u4": {2, 6, 12}, " 3.0.11-9e587df": {3, 0, 11}, "3.2.0": {3, 2, 0}, "2.8-dev4": {2, 8, 0},
+	} {
+		if got, err := ParseVersion(in); err != nil || got != want {
+			t.Errorf("ParseVersion(%q) = %v, %v", in, got, err)
+		}
+	}
+	for _, bad := range []string{"", "x.y", "3"} {
+		if _, err := ParseVersion(bad); err == nil {
+			t.Errorf("ParseVersion(%q) accepted", bad)
+		}
+	}
+	if !(Version{3, 0, 0}).AtLeast(3, 0) || (Version{2, 9, 9}).AtLeast(3, 0) || !(Version{4, 0, 0}).AtLeast(3, 1) {
+		t.Error("AtLeast")
+	}
+}
+
+func TestParseSessions(t *testing.T) {
+	reply := "# pxname,svname,qcur,qmax,scur,smax,slim\nbe,a,1,0,2,3,\nbe,b,0,0,0,0,\nbe,BACKEND,0,0,2,3,\nother,a,9,9,9,9,\n"
+	got, err := ParseSessions(reply, "be")
+	if err != nil || got["a"] != 3 || got["b"] != 0 || got["x"] != 0 {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	if _, err := ParseSessions("No such backend.\n", "be"); err == nil {
+		t.Error("error reply accepted")
 	}
 }
 

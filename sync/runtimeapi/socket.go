@@ -22,9 +22,21 @@ type Socket struct {
 // Command sends one command and returns HAProxy's reply, trailing blank lines
 // removed. The reply is text; it is up to the caller to tell success from error.
 func (s Socket) Command(ctx context.Context, cmd string) (string, error) {
-	if strings.ContainsAny(cmd, "\n;") {
-		return "", fmt.Errorf("runtime command %q: newline and ';' are not allowed", cmd)
+	return s.Commands(ctx, cmd)
+}
+
+// Commands sends several commands on one line, separated by ';', which every
+// version runs in order (3.0+ runs only the first of newline-separated
+// commands). A line reaches HAProxy whole or not at all, so no failure can
+// fall between them. The reply holds each command's answer followed by a
+// blank line.
+func (s Socket) Commands(ctx context.Context, cmds ...string) (string, error) {
+	for _, c := range cmds {
+		if c == "" || strings.ContainsAny(c, "\n;") {
+			return "", fmt.Errorf("runtime command %q: empty, newline and ';' are not allowed", c)
+		}
 	}
+	cmd := strings.Join(cmds, "; ")
 	timeout := s.Timeout
 	if timeout == 0 {
 		timeout = 5 * time.Second
