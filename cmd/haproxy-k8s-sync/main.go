@@ -196,7 +196,7 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 	for i, u := range cfg.Dataplanes {
 		dpOpts := []dataplane.Option{dataplane.WithDeleteBatch(cfg.DeleteBatch)}
 		if len(runtimes) > 0 { // the same instance's socket starts checks of added servers
-			dpOpts = append(dpOpts, dataplane.WithHealthEnabler(runtimes[i]))
+			dpOpts = append(dpOpts, dataplane.WithRuntime(runtimes[i]))
 		}
 		targets = append(targets, m.WrapDriver(dataplane.New(u, auth, hc, dpOpts...)))
 	}
@@ -213,6 +213,7 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 		Timeout:      cfg.ReconcileTimeout,
 		GuardPercent: cfg.DeleteGuard,
 		MaxServers:   cfg.MaxServers,
+		DrainTimeout: cfg.DrainTimeout,
 		OnTransition: m.Transition,
 		Log:          log,
 	}, kc, nil
@@ -246,8 +247,12 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, kc kubernetes.Interface
 	defer stop()
 
 	wrapped := m.WrapReconciler(rec)
+	follow := &followUp{}
+	defer follow.stop()
 	shared := reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) {
-		return wrapped.Reconcile(ctx, false)
+		res, err := wrapped.Reconcile(ctx, false)
+		follow.after(res.Pending())
+		return res, err
 	})
 	var reconciled atomic.Bool // a poked reconcile has run (whatever its result)
 	shared.OnPoked(func(res reconcile.Result, err error) {
@@ -264,6 +269,7 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, kc kubernetes.Interface
 		m.Poke(source, coalesced)
 		log.Debug("poke", "source", source, "reason", reason, "coalesced", coalesced)
 	}
+	follow.setPoke(func() { poke("follow-up", "servers wait for their check or sessions") })
 
 	var watcher *watch.Watcher
 	if cfg.Watch && kc != nil {
@@ -396,4 +402,52 @@ func newID() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// followUp pokes again while servers wait for their first passed check or
+// for their sessions to end: no Kubernetes event will announce either. Every
+// second for the first two minutes of waiting (a check interval × rise is
+// seconds), then every 10 s, so a node that never answers costs little.
+type followUp struct {
+	mu      sync.Mutex
+	since   time.Time // when the current wait began; zero when none
+	timer   *time.Timer
+	poke    func()
+	stopped bool
+}
+
+func (f *followUp) setPoke(poke func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.poke = poke
+}
+
+// after is told whether the reconcile that just ended left work pending.
+func (f *followUp) after(pending bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !pending || f.stopped || f.poke == nil {
+		f.since = time.Time{}
+		return
+	}
+	if f.since.IsZero() {
+		f.since = time.Now()
+	}
+	d := time.Second
+	if time.Since(f.since) > 2*time.Minute {
+		d = 10 * time.Second
+	}
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	f.timer = time.AfterFunc(d, f.poke)
+}
+
+func (f *followUp) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = true
+	if f.timer != nil {
+		f.timer.Stop()
+	}
 }

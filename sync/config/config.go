@@ -36,15 +36,16 @@ type Config struct {
 	DataplaneCAFile   string `envconfig:"HAPROXY_DATAPLANE_CA_FILE" desc:"CA bundle for https Data Plane URLs"`
 	RuntimeURL        string `envconfig:"HAPROXY_RUNTIME_URL" desc:"HAProxy admin socket(s), unix:///path or tcp://host:port: alone, the runtime driver; with Data Plane URLs, one per instance, same order"`
 
-	SendProxyV2 bool          `envconfig:"HAPROXY_SEND_PROXY_V2" default:"false" desc:"servers and their checks send PROXY protocol v2"`
-	Balance     string        `envconfig:"HAPROXY_BALANCE" desc:"empty: keep the backend's balance and checks; set (e.g. roundrobin): the backend gets it and tcp-check"`
-	CheckInter  time.Duration `envconfig:"HAPROXY_CHECK_INTER" default:"5s" desc:"health check interval"`
-	CheckRise   int           `envconfig:"HAPROXY_CHECK_RISE" default:"2" desc:"passing checks before a server is UP"`
-	CheckFall   int           `envconfig:"HAPROXY_CHECK_FALL" default:"2" desc:"failing checks before a server is DOWN"`
-	Weight      string        `envconfig:"HAPROXY_WEIGHT" default:"equal" desc:"equal, or endpoints: in node mode a node's weight is its number of ready endpoints"`
-	DeleteBatch int           `envconfig:"HAPROXY_DELETE_BATCH" default:"10" desc:"Data Plane API: unwanted servers stay parked until this many, then go in one reload"`
-	DeleteGuard int           `envconfig:"HAPROXY_DELETE_GUARD_PERCENT" default:"100" desc:"mass-deletion guard: removing this share or more only parks servers until their replacements are UP; 0: off"`
-	MaxServers  int           `envconfig:"MAX_SERVERS" default:"4000" desc:"servers per backend at most; further adds are left out"`
+	SendProxyV2  bool          `envconfig:"HAPROXY_SEND_PROXY_V2" default:"false" desc:"servers and their checks send PROXY protocol v2"`
+	Balance      string        `envconfig:"HAPROXY_BALANCE" desc:"empty: keep the backend's balance and checks; set (e.g. roundrobin): the backend gets it and tcp-check"`
+	CheckInter   time.Duration `envconfig:"HAPROXY_CHECK_INTER" default:"5s" desc:"health check interval"`
+	CheckRise    int           `envconfig:"HAPROXY_CHECK_RISE" default:"2" desc:"passing checks before a server is UP"`
+	CheckFall    int           `envconfig:"HAPROXY_CHECK_FALL" default:"2" desc:"failing checks before a server is DOWN"`
+	Weight       string        `envconfig:"HAPROXY_WEIGHT" default:"equal" desc:"equal, or endpoints: in node mode a node's weight is its number of ready endpoints"`
+	DeleteBatch  int           `envconfig:"HAPROXY_DELETE_BATCH" default:"10" desc:"Data Plane API: unwanted servers stay parked until this many, then go in one reload"`
+	DeleteGuard  int           `envconfig:"HAPROXY_DELETE_GUARD_PERCENT" default:"100" desc:"mass-deletion guard: removing this share or more only parks servers until their replacements are UP; 0: off"`
+	DrainTimeout time.Duration `envconfig:"HAPROXY_DRAIN_TIMEOUT" default:"0s" desc:"how long a removed server's sessions may keep it (parked, no new traffic) before they are shut and it is deleted; 0 waits for them to end"`
+	MaxServers   int           `envconfig:"MAX_SERVERS" default:"4000" desc:"servers per backend at most; further adds are left out"`
 
 	AllowedCIDRs string `envconfig:"ALLOWED_SERVER_CIDRS" desc:"when set, server addresses must be inside these CIDRs; empty: any unicast address but loopback and link-local"`
 	ManagedBy    string `envconfig:"ENDPOINTSLICE_MANAGED_BY" desc:"when set, only EndpointSlices with this endpointslice.kubernetes.io/managed-by label count"`
@@ -180,6 +181,9 @@ func (c *Config) validate() error {
 	}
 	if c.DeleteGuard < 0 || c.DeleteGuard > 100 {
 		return bad("HAPROXY_DELETE_GUARD_PERCENT", "%d is not a percentage (0 to 100)", c.DeleteGuard)
+	}
+	if c.DrainTimeout < 0 {
+		return bad("HAPROXY_DRAIN_TIMEOUT", "%s is negative", c.DrainTimeout)
 	}
 	if c.MaxServers < 1 || c.MaxServers > 100000 {
 		return bad("MAX_SERVERS", "%d is not between 1 and 100000", c.MaxServers)

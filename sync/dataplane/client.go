@@ -55,26 +55,35 @@ type Client struct {
 	hc          *http.Client
 	auth        Auth
 	deleteBatch int
-	health      HealthEnabler
+	runtime     Runtime
 }
 
-// HealthEnabler starts the health check of a server HAProxy added at runtime
-// (the runtime API's "enable health"), which the Data Plane API never does.
-type HealthEnabler interface {
-	EnableHealth(ctx context.Context, backend, server string) error
+// Runtime is the runtime socket of the same HAProxy (HAPROXY_RUNTIME_URL
+// beside the Data Plane URL). The Data Plane API neither starts the check of
+// a server it adds at runtime nor shows check results or sessions; through
+// the socket, servers earn their traffic (plan.Policy.GateChecks) and are
+// deleted once their sessions end.
+type Runtime interface {
+	// Gate starts a server's check and holds it out of service, in
+	// drain with its health forced down, until rise checks pass.
+	Gate(ctx context.Context, backend, server string) error
+	// ReadRuntime returns the backend's servers with their model.Runtime
+	// and UP state.
+	ReadRuntime(ctx context.Context, backend string) ([]model.Server, error)
 }
 
 // MaxRuntimeAdds is the most servers one reconcile adds one by one without a
-// reload. Each costs three versioned writes, and the real API checks the
+// reload. Each costs a versioned write, and the real API checks the
 // whole configuration on each; a larger burst (an initial sync, a big
 // scale-up) is cheaper as one transaction and one reload.
 const MaxRuntimeAdds = 20
 
-// WithHealthEnabler adds servers without a reload: each is created in
-// maintenance (the API adds it at runtime and writes haproxy.cfg), its check
-// is started through h, the runtime socket of the same HAProxy, and only then
-// is it put in service. Without it, new servers go through the transaction.
-func WithHealthEnabler(h HealthEnabler) Option { return func(c *Client) { c.health = h } }
+// WithRuntime adds servers without a reload and gates them on their checks:
+// each is created in maintenance (the API adds it at runtime and writes
+// haproxy.cfg), gated through rt, and put in service by a later reconcile
+// once its check passed. Without it, new servers go through the transaction
+// and enter service as HAProxy loads them, before any check ran.
+func WithRuntime(rt Runtime) Option { return func(c *Client) { c.runtime = rt } }
 
 // Option changes a Client.
 type Option func(*Client)
@@ -95,8 +104,11 @@ func New(base *url.URL, auth Auth, hc *http.Client, opts ...Option) *Client {
 	return c
 }
 
-// Policy batches deletions (see WithDeleteBatch).
-func (c *Client) Policy() plan.Policy { return plan.Policy{DeleteBatch: c.deleteBatch} }
+// Policy batches deletions (see WithDeleteBatch) and, with a runtime
+// socket, gates servers on their checks.
+func (c *Client) Policy() plan.Policy {
+	return plan.Policy{DeleteBatch: c.deleteBatch, GateChecks: c.runtime != nil}
+}
 
 // NewHTTPClient returns the one outbound client shared by all targets, trusting
 // the CA bundle in caFile when it is not empty.
@@ -138,6 +150,9 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 	if v1.version != v2.version {
 		return model.Backend{}, &conflictError{fmt.Sprintf("read backend %s: configuration changed between reads (%d, %d)", backend, v1.version, v2.version)}
 	}
+	if err := dynamicAlgorithm(&be); err != nil {
+		return model.Backend{}, err
+	}
 	out := model.Backend{Name: backend, Revision: v2.version, Settings: settingsOf(&be)}
 	out.Servers = make([]model.Server, 0, len(servers))
 	for _, raw := range servers {
@@ -147,7 +162,51 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 		}
 		out.Servers = append(out.Servers, s)
 	}
+	if c.runtime != nil {
+		rs, err := c.runtime.ReadRuntime(ctx, backend)
+		if err != nil {
+			return model.Backend{}, fmt.Errorf("read runtime state of %s: %w", backend, err)
+		}
+		seen := make(map[string]model.Server, len(rs))
+		for _, r := range rs {
+			seen[r.Name] = r
+		}
+		for i := range out.Servers {
+			if r, ok := seen[out.Servers[i].Name]; ok {
+				out.Servers[i].Runtime, out.Servers[i].Up = r.Runtime, r.Up
+			}
+		}
+	}
 	return out, nil
+}
+
+// BackendError is a backend this service cannot manage as configured; no
+// retry helps until haproxy.cfg changes.
+type BackendError struct {
+	Backend, Reason string
+}
+
+func (e *BackendError) Error() string { return "backend " + e.Backend + ": " + e.Reason }
+
+// dynamicAlgorithm refuses a backend whose balance algorithm cannot take
+// servers at runtime: static-rr, and hashes with the default map-based
+// hash-type (HAProxy refuses "add server" there; churn would need reloads).
+func dynamicAlgorithm(be *models.Backend) error {
+	if be.Balance == nil || be.Balance.Algorithm == nil {
+		return nil // HAProxy's default: roundrobin (random from 3.3)
+	}
+	algo := *be.Balance.Algorithm
+	switch algo {
+	case "roundrobin", "leastconn", "first", "random":
+		return nil
+	case "static-rr":
+	default: // source, uri, url_param, hdr, hash, rdp-cookie
+		if be.HashType != nil && be.HashType.Method == "consistent" {
+			return nil
+		}
+	}
+	return &BackendError{Backend: be.Name, Reason: fmt.Sprintf(
+		"balance %s cannot take runtime servers: use roundrobin, leastconn, first, random, or hash-type consistent", algo)}
 }
 
 // ReadUp returns which of the backend's servers HAProxy sees UP, from the
@@ -176,7 +235,7 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	}
 
 	adds := len(p.Names(plan.Add))
-	runtimeAdds := c.health != nil && adds <= MaxRuntimeAdds
+	runtimeAdds := c.runtime != nil && adds <= MaxRuntimeAdds
 	var structural []plan.Change
 	for _, ch := range p.Changes {
 		var runtimeWrite *model.Server
@@ -189,12 +248,22 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 				runtimeWrite = &parked
 			}
 		case ch.Action == plan.Add && runtimeAdds:
-			v, err := c.addChecked(ctx, p.Backend, *ch.New, version, &out)
+			v, err := c.addChecked(ctx, p.Backend, ch, version, &out)
 			if refusedOne(err, ch.Name, &failed) {
 				continue
 			}
 			if err != nil {
 				return out, fmt.Errorf("add server %s/%s: %w", p.Backend, ch.Name, err)
+			}
+			version = v
+			continue
+		case ch.Gate && ch.Action != plan.Add:
+			v, err := c.gate(ctx, p.Backend, ch, version, &out)
+			if refusedOne(err, ch.Name, &failed) {
+				continue
+			}
+			if err != nil {
+				return out, fmt.Errorf("gate server %s/%s: %w", p.Backend, ch.Name, err)
 			}
 			version = v
 			continue
@@ -268,11 +337,14 @@ func (c *Client) versioned(ctx context.Context, method, path string, version int
 }
 
 // addChecked adds a server without a reload and with a running check: POST
-// in maintenance (201: added at runtime and written to haproxy.cfg), enable
-// its health check on the runtime socket, then PUT its state (runtime-safe).
-// If the API answers 202 (it reloads, e.g. because of a default_server), the
-// server comes from the reload with its check already running.
-func (c *Client) addChecked(ctx context.Context, backend string, srv model.Server, version int64, out *plan.Applied) (int64, error) {
+// in maintenance (201: added at runtime and written to haproxy.cfg), then
+// gate it on the runtime socket. A gated server stays in maintenance in
+// haproxy.cfg until a later reconcile sees its check passed; another is then
+// PUT in its state (runtime-safe). If the API answers 202 (it reloads, e.g.
+// because of a default_server), the server comes from the reload parked, and
+// a later reconcile gates it.
+func (c *Client) addChecked(ctx context.Context, backend string, ch plan.Change, version int64, out *plan.Applied) (int64, error) {
+	srv := *ch.New
 	parked := srv
 	parked.State = model.Maint
 	body, err := serverModel(parked, nil)
@@ -284,25 +356,51 @@ func (c *Client) addChecked(ctx context.Context, backend string, srv model.Serve
 		return version, err
 	}
 	version = r.nextVersion(version)
-	if r.status == http.StatusCreated {
-		if err := c.health.EnableHealth(ctx, backend, srv.Name); err != nil {
-			return version, fmt.Errorf("enable health: %w", err)
-		}
-		out.Count(plan.RuntimeWrite)
+	if r.status != http.StatusCreated {
+		return version, nil
 	}
-	if srv.State == model.Maint {
+	if err := c.runtime.Gate(ctx, backend, srv.Name); err != nil {
+		return version, fmt.Errorf("gate: %w", err)
+	}
+	out.Count(plan.RuntimeWrite)
+	if ch.Gate || srv.State == model.Maint {
 		return version, nil
 	}
 	path := "/configuration/backends/" + url.PathEscape(backend) + "/servers/" + url.PathEscape(srv.Name)
-	inService, err := serverModel(srv, body)
+	inState, err := serverModel(srv, body)
 	if err != nil {
 		return version, err
 	}
-	r, err = c.versioned(ctx, http.MethodPut, path, version, inService, out)
+	r, err = c.versioned(ctx, http.MethodPut, path, version, inState, out)
 	if err != nil {
 		return version, err
 	}
 	return r.nextVersion(version), nil
+}
+
+// gate holds an existing server out of service until its check passes:
+// haproxy.cfg (and so the runtime) says maintenance, with the new address if
+// it moves, then the runtime socket restarts its check in drain.
+func (c *Client) gate(ctx context.Context, backend string, ch plan.Change, version int64, out *plan.Applied) (int64, error) {
+	parked := *ch.New
+	parked.State = model.Maint
+	if ch.Old.State != model.Maint || ch.Old.Address != parked.Address || ch.Old.Port != parked.Port || ch.Old.Check != parked.Check {
+		body, err := serverModel(parked, ch.Old.Source)
+		if err != nil {
+			return version, err
+		}
+		path := "/configuration/backends/" + url.PathEscape(backend) + "/servers/" + url.PathEscape(ch.Name)
+		r, err := c.versioned(ctx, http.MethodPut, path, version, body, out)
+		if err != nil {
+			return version, err
+		}
+		version = r.nextVersion(version)
+	}
+	if err := c.runtime.Gate(ctx, backend, ch.Name); err != nil {
+		return version, err
+	}
+	out.Count(plan.RuntimeWrite)
+	return version, nil
 }
 
 // transaction writes the structural changes in one transaction and commits it.
@@ -352,7 +450,11 @@ func (c *Client) transaction(ctx context.Context, version int64, p plan.Plan, ch
 		switch ch.Action {
 		case plan.Add:
 			var body *models.Server
-			if body, err = serverModel(*ch.New, nil); err == nil {
+			loaded := *ch.New
+			if ch.Gate { // loaded parked; a later reconcile gates it
+				loaded.State = model.Maint
+			}
+			if body, err = serverModel(loaded, nil); err == nil {
 				_, err = c.do(ctx, http.MethodPost, "/configuration/backends/"+url.PathEscape(p.Backend)+"/servers", in, body, nil)
 			}
 		case plan.Delete:

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	stdsync "sync"
 	"testing"
@@ -58,7 +59,7 @@ func sync(t *testing.T, c *dataplane.Client, w model.Backend) (plan.Plan, plan.A
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := plan.Calculate(cur, w)
+	p := plan.CalculateWith(cur, w, c.Policy())
 	a, err := c.Apply(ctx, p)
 	if err != nil {
 		t.Fatalf("apply %+v: %v", p, err)
@@ -391,51 +392,92 @@ func TestHTTPSWithCAFile(t *testing.T) {
 	}
 }
 
-// healthLog records EnableHealth calls together with the API's requests, so
-// the order of POST, enable health and PUT can be checked.
+// healthLog is the runtime socket beside the API: it records Gate calls
+// together with the API's requests, so the order of POST, gate and PUT can be
+// checked, and shows gated servers' checks running, passed once passed is set.
 type healthLog struct {
-	api   *dataplanetest.Server
-	calls []string
-	at    []int // number of API requests seen at each call
+	api    *dataplanetest.Server
+	calls  []string
+	at     []int // number of API requests seen at each call
+	passed bool
 }
 
-func (h *healthLog) EnableHealth(_ context.Context, backend, server string) error {
+func (h *healthLog) Gate(_ context.Context, backend, server string) error {
 	h.calls = append(h.calls, backend+"/"+server)
 	h.at = append(h.at, len(h.api.Requests()))
 	return nil
 }
 
-func TestAddWithoutReloadWhenHealthCanBeEnabled(t *testing.T) {
+func (h *healthLog) ReadRuntime(_ context.Context, backend string) ([]model.Server, error) {
+	var out []model.Server
+	for _, s := range h.api.Servers(backend) {
+		out = append(out, model.Server{Name: s.Name, Up: h.passed,
+			Runtime: &model.Runtime{CheckRunning: slices.Contains(h.calls, backend+"/"+s.Name), CheckPassed: h.passed}})
+	}
+	return out, nil
+}
+
+func TestAddWithoutReloadGatedOnChecks(t *testing.T) {
 	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
 	hl := &healthLog{api: api}
 	u, _ := url.Parse(api.URL)
-	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithHealthEnabler(hl))
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+	w := want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Drain), srv("node-c", "127.0.1.3", model.Maint))
 
-	_, a := sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Drain), srv("node-c", "127.0.1.3", model.Maint)))
+	p, a := sync(t, c, w)
 	if a.Reload || api.Reloads() != 0 {
 		t.Errorf("adds reloaded HAProxy (%d reloads)", api.Reloads())
 	}
 	if strings.Join(hl.calls, ",") != "be/node-a,be/node-b,be/node-c" {
-		t.Errorf("enable health calls: %v", hl.calls)
+		t.Errorf("gate calls: %v", hl.calls)
 	}
-	// For node-a: POST (in maint), then enable health, then PUT (in service).
+	if !reflect.DeepEqual(p.Waiting, []string{"node-a"}) {
+		t.Errorf("waiting = %v, want node-a", p.Waiting)
+	}
+	// node-a: POST (in maint), then gate, and no PUT in service.
 	reqs := api.Requests()
-	var afterHealth []string
-	for _, r := range reqs[hl.at[0]:] {
-		afterHealth = append(afterHealth, r.Method+" "+r.Path[strings.LastIndex(r.Path, "/")+1:])
+	if before := reqs[hl.at[0]-1]; before.Method != http.MethodPost || strings.Contains(reqs[hl.at[0]].Path, "node-a") {
+		t.Errorf("order: %s %s, then %s %s", before.Method, before.Path, reqs[hl.at[0]].Method, reqs[hl.at[0]].Path)
 	}
-	if before := reqs[hl.at[0]-1]; before.Method != http.MethodPost || len(afterHealth) == 0 || afterHealth[0] != "PUT node-a" {
-		t.Errorf("order: %s %s, then %v", before.Method, before.Path, afterHealth)
+	persisted := func() map[string]models.Server {
+		got := map[string]models.Server{}
+		for _, s := range api.Servers("be") {
+			got[s.Name] = s
+		}
+		return got
 	}
-	got := map[string]models.Server{}
-	for _, s := range api.Servers("be") {
-		got[s.Name] = s
-	}
-	if got["node-a"].Maintenance == "enabled" || *got["node-b"].Weight != 0 || got["node-b"].Maintenance == "enabled" || got["node-c"].Maintenance != "enabled" {
+	got := persisted()
+	if got["node-a"].Maintenance != "enabled" || *got["node-b"].Weight != 0 || got["node-b"].Maintenance == "enabled" || got["node-c"].Maintenance != "enabled" {
 		t.Errorf("persisted states: a %q, b weight %d %q, c %q", got["node-a"].Maintenance, *got["node-b"].Weight, got["node-b"].Maintenance, got["node-c"].Maintenance)
 	}
-	if p, a := sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Drain), srv("node-c", "127.0.1.3", model.Maint))); p.HasChanges() || a.Writes != 0 {
-		t.Errorf("second sync: %+v", p)
+	// Its check has not passed: nothing to do, still waiting.
+	if p, a := sync(t, c, w); p.HasChanges() || a.Writes != 0 || len(p.Waiting) != 1 {
+		t.Errorf("sync before the check passed: %+v", p)
+	}
+	hl.passed = true
+	if p, _ := sync(t, c, w); !reflect.DeepEqual(p.Names(plan.Update), []string{"node-a"}) || p.Pending() {
+		t.Errorf("sync after the check passed: %+v", p)
+	}
+	if persisted()["node-a"].Maintenance == "enabled" || api.Reloads() != 0 {
+		t.Errorf("node-a not in service, or reloads %d", api.Reloads())
+	}
+	if p, a := sync(t, c, w); p.HasChanges() || a.Writes != 0 {
+		t.Errorf("last sync: %+v", p)
+	}
+}
+
+func TestStaticAlgorithmIsRefused(t *testing.T) {
+	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	u, _ := url.Parse(api.URL)
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient)
+	if _, err := c.Read(context.Background(), "be"); err != nil {
+		t.Fatal(err)
+	}
+	api.SetBalance("be", "static-rr")
+	_, err := c.Read(context.Background(), "be")
+	var be *dataplane.BackendError
+	if !errors.As(err, &be) || !strings.Contains(err.Error(), "static-rr") {
+		t.Fatalf("err = %v, want a BackendError naming static-rr", err)
 	}
 }
 
@@ -443,7 +485,7 @@ func TestAddWithDefaultServerReloadsAndSkipsEnableHealth(t *testing.T) {
 	api, _ := setup(t, dataplanetest.Options{DefaultsDefaultServer: true}, dataplane.Auth{})
 	hl := &healthLog{api: api}
 	u, _ := url.Parse(api.URL)
-	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithHealthEnabler(hl))
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
 	sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready)))
 	if len(hl.calls) != 0 {
 		t.Errorf("enable health on a server loaded by a reload: %v", hl.calls)
@@ -451,8 +493,13 @@ func TestAddWithDefaultServerReloadsAndSkipsEnableHealth(t *testing.T) {
 	if api.Reloads() == 0 {
 		t.Error("a POST with a default_server must reload")
 	}
-	if s := api.Servers("be"); len(s) != 1 || s[0].Maintenance == "enabled" {
+	// Loaded by the reload parked: it enters service only once gated and
+	// checked, by later reconciles.
+	if s := api.Servers("be"); len(s) != 1 || s[0].Maintenance != "enabled" {
 		t.Errorf("servers %+v", s)
+	}
+	if p, _ := sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready))); len(hl.calls) != 1 || len(p.Waiting) != 1 {
+		t.Errorf("the reloaded server was not gated: calls %v, plan %+v", hl.calls, p)
 	}
 }
 
@@ -460,7 +507,7 @@ func TestBigBurstOfAddsIsOneTransaction(t *testing.T) {
 	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
 	hl := &healthLog{api: api}
 	u, _ := url.Parse(api.URL)
-	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithHealthEnabler(hl))
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
 	var servers []model.Server
 	for i := range dataplane.MaxRuntimeAdds + 1 {
 		servers = append(servers, srv(fmt.Sprintf("node-%02d", i), fmt.Sprintf("127.0.1.%d", i+1), model.Ready))

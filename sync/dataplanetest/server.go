@@ -178,6 +178,16 @@ func (s *Server) AddBackend(b models.Backend, servers ...models.Server) {
 	s.cfg[b.Name] = &backendState{Backend: b, Servers: append([]models.Server(nil), servers...)}
 }
 
+// SetBalance changes a backend's balance algorithm, as an operator editing
+// haproxy.cfg would.
+func (s *Server) SetBalance(backend, algorithm string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b, ok := s.cfg[backend]; ok {
+		b.Backend.Balance = &models.Balance{Algorithm: &algorithm}
+	}
+}
+
 // Servers returns the backend's servers in configuration order.
 func (s *Server) Servers(backend string) []models.Server {
 	s.mu.Lock()

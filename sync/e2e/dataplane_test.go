@@ -104,7 +104,7 @@ func dataplaneDriver(api **dataplanetest.Server, timeout time.Duration) driverFo
 		}
 		u, _ := url.Parse((*api).URL)
 		return dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: timeout},
-			dataplane.WithDeleteBatch(10), dataplane.WithHealthEnabler(socket))
+			dataplane.WithDeleteBatch(10), dataplane.WithRuntime(socket))
 	}
 }
 

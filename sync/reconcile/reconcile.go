@@ -75,6 +75,9 @@ type Reconciler struct {
 	GuardPercent int
 	// MaxServers caps a backend's servers (plan.Policy.MaxServers; 0: none).
 	MaxServers int
+	// DrainTimeout bounds how long a parked server's sessions are waited
+	// for before it is deleted anyway (plan.Policy.DrainTimeout; 0: no bound).
+	DrainTimeout time.Duration
 	// OnTransition, when set, is told of every server state transition
 	// applied (each is also logged once, as "server transition").
 	OnTransition func(Transition)
@@ -122,10 +125,31 @@ type TargetResult struct {
 	// Failed lists the changes HAProxy refused, one server each; the other
 	// changes were applied.
 	Failed []plan.ServerError `json:"failed,omitempty"`
+	// Waiting lists servers kept out of service until their health check
+	// passes; a later reconcile puts them in service.
+	Waiting []string `json:"waiting,omitempty"`
+	// Draining lists unwanted servers parked until their sessions end; a
+	// later reconcile deletes them.
+	Draining []string `json:"draining,omitempty"`
 
 	changed bool
 	kubeErr error
 }
+
+// Pending reports whether some target has servers waiting for their check
+// or for their sessions to end: a later reconcile has work to do, though
+// nothing in Kubernetes will change to ask for it.
+func (r Result) Pending() bool {
+	for _, t := range r.Targets {
+		if len(t.Waiting) > 0 || len(t.Draining) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// maxRoundRobin is HAProxy's limit of active servers per roundrobin backend.
+const maxRoundRobin = 4095
 
 // ErrTargets means at least one HAProxy target failed; Result says which.
 var ErrTargets = errors.New("haproxy target failed")
@@ -221,6 +245,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 	var last error // the newest failure, for when the deadline ends the retries
 	pol.GuardPercent = r.GuardPercent
 	pol.MaxServers = r.MaxServers
+	pol.DrainTimeout = r.DrainTimeout
 	err := retry.Do(ctx, r.backoff(), func(ctx context.Context) error {
 		tr.Attempts++
 		cur, err := t.Read(ctx, backend)
@@ -238,6 +263,10 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		if !ok {
 			return fmt.Errorf("desired state has no backend %q", backend)
 		}
+		if cur.Settings.Balance == "roundrobin" && len(want.Servers) > maxRoundRobin && tr.Attempts == 1 {
+			r.log().Warn("roundrobin takes at most 4095 active servers per backend; use leastconn or random",
+				"target", tr.Target, "backend", backend, "desired", len(want.Servers))
+		}
 		p := plan.CalculateWith(cur, want, pol)
 		if len(p.Guarded) > 0 {
 			p = r.releaseGuard(ctx, t, cur, want, pol, p)
@@ -252,12 +281,18 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		}
 		applied, err := t.Apply(ctx, p)
 		tr.Reload = tr.Reload || applied.Reload
+		if len(applied.Deferred) > 0 {
+			// Left parked by the driver, not deleted: listed as draining.
+			tr.Draining = union(tr.Draining, applied.Deferred)
+			tr.Delete = slices.DeleteFunc(tr.Delete, func(n string) bool { return slices.Contains(applied.Deferred, n) })
+			tr.Maint = union(tr.Maint, applied.Deferred)
+		}
 		tr.Failed = nil
 		if se := (plan.ServerErrors)(nil); errors.As(err, &se) {
 			tr.Failed = se
-			r.transitions(tr.Target, p, want, se)
+			r.transitions(tr.Target, p, want, se, applied.Deferred)
 		} else if err == nil {
-			r.transitions(tr.Target, p, want, nil)
+			r.transitions(tr.Target, p, want, nil, applied.Deferred)
 		}
 		if err != nil {
 			r.log().Warn("apply failed", "target", tr.Target, "backend", backend, "attempt", tr.Attempts, "error", err)
@@ -326,6 +361,7 @@ func (tr *TargetResult) fill(p plan.Plan) {
 	tr.Delete = union(tr.Delete, p.Names(plan.Delete))
 	tr.changed = tr.changed || p.HasChanges()
 	tr.Guarded, tr.Capped = p.Guarded, p.Capped
+	tr.Waiting, tr.Draining = p.Waiting, p.Draining
 	if p.Settings != nil {
 		tr.Update = union(tr.Update, []string{"backend:" + p.Backend})
 	}
@@ -378,7 +414,7 @@ type Transition struct {
 
 // transitions logs, and reports to OnTransition, each state change of p that
 // was applied (all but the failed ones).
-func (r *Reconciler) transitions(target string, p plan.Plan, want model.Backend, failed plan.ServerErrors) {
+func (r *Reconciler) transitions(target string, p plan.Plan, want model.Backend, failed plan.ServerErrors, deferred []string) {
 	refused := map[string]bool{}
 	for _, f := range failed {
 		refused[f.Server] = true
@@ -397,6 +433,8 @@ func (r *Reconciler) transitions(target string, p plan.Plan, want model.Backend,
 		}
 		if ch.New != nil {
 			t.To = string(ch.New.State)
+		} else if slices.Contains(deferred, ch.Name) {
+			t.To = string(model.Maint) // parked; deleted by a later reconcile
 		}
 		if t.From == t.To {
 			continue // an address, port or weight change: not a state transition
