@@ -3,7 +3,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build demo test deps vet fmt-check unit bench fuzz clean
+.PHONY: all build demo test deps matrix vet fmt-check unit bench fuzz clean
 
 all: build
 
@@ -15,12 +15,20 @@ demo: build
 	./hack/demo.sh
 
 ## test: everything CI checks, from a fresh machine with only Go installed:
-## installs HAProxy and etcd (apt) and builds kube-apiserver when missing.
-test: deps fmt-check vet unit fuzz
+## installs HAProxy and etcd (apt) and builds kube-apiserver and HAProxy 3.0
+## when missing.
+test: deps fmt-check vet unit matrix fuzz
 
-## deps: HAProxy, etcd, iproute2 from Debian; kube-apiserver built into bin/.
+## deps: HAProxy, etcd, iproute2 from Debian; kube-apiserver, kubectl, helm
+## and HAProxy 3.0 LTS built into bin/ (cached in ~/.cache/haproxy-k8s-sync).
 deps:
 	./hack/install-deps.sh
+	./hack/build-haproxy.sh
+
+## matrix: the tests that drive a real HAProxy again, on HAProxy 3.0 LTS
+## (unit runs them on Debian's 2.6), with both drivers.
+matrix:
+	HKS_HAPROXY=$(CURDIR)/bin/haproxy-3.0 $(GO) test -race -count=1 ./sync/runtimeapi ./sync/dataplanetest ./sync/e2e
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

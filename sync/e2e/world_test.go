@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -137,14 +138,56 @@ func (w *world) reconcile() (int, reconcile.Result) {
 	return resp.StatusCode, res
 }
 
-// mustReconcile expects a 200.
+// mustReconcile expects a 200 and, like serve's follow-up pokes, reconciles
+// again while servers wait for their check or sessions (at most 5 s). The
+// result is the first one with the lists of every round merged, so a test
+// sees what the whole sequence did.
 func (w *world) mustReconcile() reconcile.Result {
 	w.t.Helper()
-	code, res := w.reconcile()
-	if code != http.StatusOK {
-		w.t.Fatalf("reconcile: %d %+v", code, res)
+	var out reconcile.Result
+	deadline := time.Now().Add(5 * time.Second)
+	for round := 0; ; round++ {
+		code, res := w.reconcile()
+		if code != http.StatusOK {
+			w.t.Fatalf("reconcile: %d %+v", code, res)
+		}
+		if round == 0 {
+			out = res
+		} else {
+			merge(&out, res)
+		}
+		if !res.Pending() || time.Now().After(deadline) {
+			for i := range out.Targets {
+				out.Targets[i].Waiting, out.Targets[i].Draining = res.Targets[i].Waiting, res.Targets[i].Draining
+			}
+			return out
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return res
+}
+
+// merge adds a later round's changes to out.
+func merge(out *reconcile.Result, res reconcile.Result) {
+	if res.Status == reconcile.StatusApplied {
+		out.Status = reconcile.StatusApplied
+	}
+	for i := range out.Targets {
+		if i >= len(res.Targets) {
+			break
+		}
+		o, r := &out.Targets[i], res.Targets[i]
+		for _, l := range []struct {
+			to   *[]string
+			from []string
+		}{
+			{&o.Add, r.Add}, {&o.Update, r.Update}, {&o.Drain, r.Drain}, {&o.Maint, r.Maint}, {&o.Delete, r.Delete},
+		} {
+			*l.to = append(*l.to, l.from...)
+			sort.Strings(*l.to)
+			*l.to = slices.Compact(*l.to)
+		}
+		o.Reload = o.Reload || r.Reload
+	}
 }
 
 // node creates a Node with an InternalIP (status is a subresource).

@@ -258,6 +258,7 @@ func (p *Plan) gate(old *model.Server, d *model.Server) {
 	p.Waiting = append(p.Waiting, d.Name)
 	held := *d
 	held.State = model.Drain
+	held.Reason = "check" // held until its check passes
 	switch {
 	case old == nil:
 		p.Changes = append(p.Changes, Change{Action: Add, Name: d.Name, New: &held, Gate: true})

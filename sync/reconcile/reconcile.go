@@ -408,7 +408,8 @@ type Transition struct {
 	// Reason says why: endpoints, annotation, taint, cordon, label (the
 	// Node's, see package desired), unwanted (no endpoint asks for it),
 	// guard (parked by the mass-deletion guard), no-endpoints (the Service
-	// has none: every server parked).
+	// has none: every server parked), check (held in drain until its
+	// health check passes).
 	Reason string
 }
 
