@@ -247,7 +247,7 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, kc kubernetes.Interface
 	defer stop()
 
 	wrapped := m.WrapReconciler(rec)
-	follow := &followUp{}
+	follow := &followUp{every: min(max(cfg.CheckInter/2, 250*time.Millisecond), time.Second)}
 	defer follow.stop()
 	shared := reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) {
 		res, err := wrapped.Reconcile(ctx, false)
@@ -406,9 +406,11 @@ func newID() string {
 
 // followUp pokes again while servers wait for their first passed check or
 // for their sessions to end: no Kubernetes event will announce either. Every
-// second for the first two minutes of waiting (a check interval × rise is
-// seconds), then every 10 s, so a node that never answers costs little.
+// half check interval (between 250 ms and 1 s) for the first two minutes of
+// waiting (a check interval × rise is seconds), then every 10 s, so a node
+// that never answers costs little.
 type followUp struct {
+	every   time.Duration
 	mu      sync.Mutex
 	since   time.Time // when the current wait began; zero when none
 	timer   *time.Timer
@@ -433,7 +435,7 @@ func (f *followUp) after(pending bool) {
 	if f.since.IsZero() {
 		f.since = time.Now()
 	}
-	d := time.Second
+	d := f.every
 	if time.Since(f.since) > 2*time.Minute {
 		d = 10 * time.Second
 	}
