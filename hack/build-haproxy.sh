@@ -9,7 +9,7 @@ version=3.0.11
 cache="${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/haproxy-k8s-sync"
 out="$root/bin/haproxy-3.0" cached="$cache/haproxy-$version"
 mkdir -p "$root/bin" "$cache"
-if [ -x "$out" ] && [ "$("$out" -v | awk 'NR==1{print $3}')" = "$version" ]; then exit 0; fi
+if [ -x "$out" ] && "$out" -v | awk 'NR==1{print $3}' | grep -q "^$version-\?"; then exit 0; fi
 if [ ! -x "$cached" ]; then
   echo "building haproxy $version from Debian trixie's source package (once) ..." >&2
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"

@@ -400,9 +400,14 @@ type healthLog struct {
 	calls  []string
 	at     []int // number of API requests seen at each call
 	passed bool
+	fail   int // Gate calls to fail first
 }
 
 func (h *healthLog) Gate(_ context.Context, backend, server string) error {
+	if h.fail > 0 {
+		h.fail--
+		return errors.New("runtime socket: connection refused")
+	}
 	h.calls = append(h.calls, backend+"/"+server)
 	h.at = append(h.at, len(h.api.Requests()))
 	return nil
@@ -463,6 +468,34 @@ func TestAddWithoutReloadGatedOnChecks(t *testing.T) {
 	}
 	if p, a := sync(t, c, w); p.HasChanges() || a.Writes != 0 {
 		t.Errorf("last sync: %+v", p)
+	}
+}
+
+// TestFailureBetweenAddAndGate: the POST landed, the gate on the socket
+// failed. The server stays in maintenance; the retry gates it and does not
+// put it in service until its check passed.
+func TestFailureBetweenAddAndGate(t *testing.T) {
+	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	hl := &healthLog{api: api, fail: 1}
+	u, _ := url.Parse(api.URL)
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+	w := want(srv("node-a", "127.0.1.1", model.Ready))
+	cur, err := c.Read(context.Background(), "be")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Apply(context.Background(), plan.CalculateWith(cur, w, c.Policy())); err == nil {
+		t.Fatal("a failed gate was not reported")
+	}
+	if s := api.Servers("be"); len(s) != 1 || s[0].Maintenance != "enabled" {
+		t.Fatalf("after the failed gate: %+v", s)
+	}
+	p, _ := sync(t, c, w) // the retry
+	if len(hl.calls) != 1 || !reflect.DeepEqual(p.Waiting, []string{"node-a"}) || api.Servers("be")[0].Maintenance != "enabled" {
+		t.Errorf("retry: gate calls %v, plan %+v, server %q", hl.calls, p, api.Servers("be")[0].Maintenance)
+	}
+	if p, _ := sync(t, c, w); p.HasChanges() || api.Servers("be")[0].Maintenance != "enabled" {
+		t.Errorf("in service before its check passed: %+v", p)
 	}
 }
 

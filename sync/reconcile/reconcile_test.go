@@ -3,6 +3,8 @@ package reconcile_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -271,5 +273,24 @@ func TestDeletionGuardParksAndReports(t *testing.T) {
 	}
 	if got := addrs(api); len(got) != 1 {
 		t.Errorf("servers = %v", got)
+	}
+}
+
+func TestRoundRobinPast4095ServersIsWarned(t *testing.T) {
+	for _, n := range []int{4095, 4096} {
+		ips := make([]string, n)
+		for i := range ips {
+			ips[i] = fmt.Sprintf("10.1.%d.%d", i/250, i%250+1)
+		}
+		var logs strings.Builder
+		r := reconciler(&desiredtest.Source{In: cluster(ips...)}, &memDriver{servers: map[string]model.Server{}})
+		r.MaxServers = 10000
+		r.Log = slog.New(slog.NewJSONHandler(&logs, nil))
+		if _, err := r.Reconcile(context.Background(), false); err != nil {
+			t.Fatal(err)
+		}
+		if warned := strings.Contains(logs.String(), "at most 4095"); warned != (n > 4095) {
+			t.Errorf("%d servers: warned %v", n, warned)
+		}
 	}
 }
