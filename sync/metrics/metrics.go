@@ -41,15 +41,27 @@ type Metrics struct {
 	authFailures    *prometheus.CounterVec
 	skipped         *prometheus.GaugeVec
 	transitions     *prometheus.CounterVec
+	servers         *prometheus.GaugeVec
+	held            *prometheus.GaugeVec
+	failures        prometheus.Gauge
+	dryRuns         *prometheus.CounterVec
 }
 
 // New registers the collectors on reg.
 func New(reg prometheus.Registerer, version string) *Metrics {
 	m := &Metrics{
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reconciles_total",
-			Help: "Reconciles by result: applied, unchanged, planned, error."}, []string{"result"}),
+			Help: "Reconciles (dry runs apart) by result: applied, unchanged, error."}, []string{"result"}),
+		dryRuns: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "dry_runs_total",
+			Help: "Dry runs (GET /plan, ?dryRun=true) by result: planned, error."}, []string{"result"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "reconcile_duration_seconds",
-			Help: "Duration of a reconcile, retries included.", Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12)}),
+			Help: "Duration of a reconcile (dry runs apart), retries included.", Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12)}),
+		servers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "servers",
+			Help: "Servers of each backend by state (ready, drain, maint), as the last successful reconcile left them."}, []string{"target", "backend", "state"}),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "servers_held",
+			Help: "Servers held by the last reconcile, by why: waiting (for their check), draining (for their sessions), guarded (mass-deletion guard), capped (MAX_SERVERS)."}, []string{"target", "backend", "why"}),
+		failures: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "consecutive_failures",
+			Help: "Reconciles (dry runs apart) that failed in a row; 0 after a success."}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "haproxy_writes_total",
 			Help: "Writes to HAProxy by kind: runtime (no reload), config (reloads), transaction."}, []string{"kind"}),
 		reloads: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "haproxy_reloads_total",
@@ -86,7 +98,8 @@ func New(reg prometheus.Registerer, version string) *Metrics {
 	build.WithLabelValues(version, revision(), runtime.Version()).Set(1)
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
 		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, m.watchEvents, m.watchRestarts,
-		m.pokes, m.pokesCoalesced, m.authFailures, m.skipped, m.transitions, build)
+		m.pokes, m.pokesCoalesced, m.authFailures, m.skipped, m.transitions,
+		m.servers, m.held, m.failures, m.dryRuns, build)
 	return m
 }
 
@@ -140,20 +153,37 @@ type observed struct {
 func (o observed) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result, error) {
 	start := time.Now()
 	res, err := o.r.Reconcile(ctx, dryRun)
+	if dryRun {
+		o.m.dryRuns.WithLabelValues(res.Status).Inc()
+		return res, err
+	}
 	o.m.duration.Observe(time.Since(start).Seconds())
 	o.m.reconciles.WithLabelValues(res.Status).Inc()
+	if err != nil {
+		o.m.failures.Inc()
+	} else {
+		o.m.failures.Set(0)
+	}
 	for _, t := range res.Targets {
+		if t.Error == "" {
+			for st, n := range t.Servers {
+				o.m.servers.WithLabelValues(t.Target, t.Backend, st).Set(float64(n))
+			}
+			for why, names := range map[string][]string{"waiting": t.Waiting, "draining": t.Draining, "guarded": t.Guarded, "capped": t.Capped} {
+				o.m.held.WithLabelValues(t.Target, t.Backend, why).Set(float64(len(names)))
+			}
+		}
 		if t.Attempts > 1 {
 			o.m.retries.Add(float64(t.Attempts - 1))
 		}
 		if t.Reload {
 			o.m.reloads.Inc()
 		}
-		if len(t.Guarded) > 0 && !dryRun {
+		if len(t.Guarded) > 0 {
 			o.m.guarded.WithLabelValues(t.Target, t.Backend).Inc()
 		}
 	}
-	if err == nil && !dryRun {
+	if err == nil {
 		o.m.lastSuccess.SetToCurrentTime()
 	}
 	if err == nil || errors.Is(err, reconcile.ErrTargets) { // Kubernetes was read

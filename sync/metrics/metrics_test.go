@@ -77,20 +77,39 @@ func TestMetricsThroughTheHandler(t *testing.T) {
 	post(`{"type":"BOOKMARK","object":{}}`, "application/json")
 	src.In = cluster("10.244.0.1", "10.244.0.9", "0177.0.0.1") // an octal address: skipped
 	post("", "")                                               // unchanged
+	dryRun := func() {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/plan", nil)
+		req.Header.Set("Authorization", "Bearer tok-0123456789abcdef")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	dryRun()
 	src.Err = errors.New("apiserver down")
 	if code := post("", ""); code != 503 {
 		t.Errorf("kubernetes down: %d", code)
 	}
+	post("", "")
+	dryRun()
 
 	expect := map[string]float64{
 		`haproxy_k8s_sync_reconciles_total{result="applied"}`:   2,
 		`haproxy_k8s_sync_reconciles_total{result="unchanged"}`: 2,
-		`haproxy_k8s_sync_reconciles_total{result="error"}`:     1,
-		`haproxy_k8s_sync_events_ignored_total`:                 1,
-		`haproxy_k8s_sync_kubernetes_reads_total{result="ok"}`:  4,
+		`haproxy_k8s_sync_reconciles_total{result="error"}`:     2,
+		`haproxy_k8s_sync_consecutive_failures`:                 2,
+		`haproxy_k8s_sync_dry_runs_total{result="planned"}`:     1,
+		`haproxy_k8s_sync_dry_runs_total{result="error"}`:       1,
+		// As the last successful reconcile left the backend.
+		`haproxy_k8s_sync_servers{backend="be",state="ready",target="` + api.URL + `"}`:      2,
+		`haproxy_k8s_sync_servers{backend="be",state="maint",target="` + api.URL + `"}`:      0,
+		`haproxy_k8s_sync_servers_held{backend="be",target="` + api.URL + `",why="guarded"}`: 0,
+		`haproxy_k8s_sync_events_ignored_total`:                                              1,
+		`haproxy_k8s_sync_kubernetes_reads_total{result="ok"}`:                               5, // the dry run included
 		// Kept through the failed read that followed.
 		`haproxy_k8s_sync_skipped_endpoints{reason="invalid-address"}`:                                           1,
-		`haproxy_k8s_sync_kubernetes_reads_total{result="error"}`:                                                1,
+		`haproxy_k8s_sync_kubernetes_reads_total{result="error"}`:                                                3,
 		`haproxy_k8s_sync_haproxy_reloads_total`:                                                                 2,
 		`haproxy_k8s_sync_build_info{goversion="` + runtime.Version() + `",revision="unknown",version="v-test"}`: 1,
 	}

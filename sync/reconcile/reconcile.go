@@ -131,6 +131,9 @@ type TargetResult struct {
 	// Draining lists unwanted servers parked until their sessions end; a
 	// later reconcile deletes them.
 	Draining []string `json:"draining,omitempty"`
+	// Servers counts the backend's servers by state (ready, drain, maint)
+	// as this reconcile left them; empty after a failure or a dry run.
+	Servers map[string]int `json:"servers,omitempty"`
 
 	changed bool
 	kubeErr error
@@ -276,7 +279,11 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			r.log().Warn("mass-deletion guard: servers parked, not deleted", "target", tr.Target, "backend", backend,
 				"servers", len(cur.Servers), "unwanted", len(p.Guarded), "guardPercent", pol.GuardPercent)
 		}
-		if dryRun || !p.HasChanges() {
+		if dryRun {
+			return nil
+		}
+		if !p.HasChanges() {
+			tr.Servers = statesAfter(cur, p, nil)
 			return nil
 		}
 		applied, err := t.Apply(ctx, p)
@@ -301,6 +308,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			}
 			return retryable(err)
 		}
+		tr.Servers = statesAfter(cur, p, applied.Deferred)
 		return nil
 	})
 	if err != nil {
@@ -313,6 +321,30 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		}
 	}
 	return tr, err
+}
+
+// statesAfter counts the backend's servers by state once p is applied to
+// cur; deferred deletions stay, parked.
+func statesAfter(cur model.Backend, p plan.Plan, deferred []string) map[string]int {
+	state := make(map[string]model.State, len(cur.Servers))
+	for _, s := range cur.Servers {
+		state[s.Name] = s.State
+	}
+	for _, ch := range p.Changes {
+		switch {
+		case ch.Action == plan.Delete && slices.Contains(deferred, ch.Name):
+			state[ch.Name] = model.Maint
+		case ch.Action == plan.Delete:
+			delete(state, ch.Name)
+		default:
+			state[ch.Name] = ch.New.State
+		}
+	}
+	out := map[string]int{string(model.Ready): 0, string(model.Drain): 0, string(model.Maint): 0}
+	for _, st := range state {
+		out[string(st)]++
+	}
+	return out
 }
 
 // releaseGuard reads which servers are UP when the driver's Read did not
