@@ -503,3 +503,88 @@ func TestChartRefusesOpenOrShortTokens(t *testing.T) {
 		})
 	}
 }
+
+// TestChartKnobs renders the chart with the knobs operators look for and
+// checks each reaches the objects it should.
+func TestChartKnobs(t *testing.T) {
+	out := string(helm(t,
+		"--set", "image.digest=sha256:0123456789abcdef",
+		"--set-json", `imagePullSecrets=[{"name":"regcred"}]`,
+		"--set", "podAnnotations.team=edge", "--set", "podLabels.tier=lb",
+		"--set-json", `extraEnv=[{"name":"GOMEMLIMIT","value":"100MiB"}]`,
+		"--set-json", `extraVolumes=[{"name":"extra","emptyDir":{}}]`,
+		"--set-json", `extraVolumeMounts=[{"name":"extra","mountPath":"/extra"}]`,
+		"--set", "serviceAccount.annotations.iam=role",
+		"--set", "securityContext.readOnlyRootFilesystem=false",
+		"--set", "readinessProbe.periodSeconds=7",
+		"--set", "serviceMonitor.enabled=true", "--set", "podMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
+		"--set", "prometheusRule.noSuccessFor=1h", "--set", "cronJob.enabled=true"))
+	for _, want := range []string{
+		"image: ghcr.io/haproxy-k8s-sync/haproxy-k8s-sync:0.2.0@sha256:0123456789abcdef", // tag from appVersion
+		"- name: regcred", "team: edge", "tier: lb", "name: GOMEMLIMIT", "mountPath: /extra", "emptyDir: {}",
+		"iam: role", "readOnlyRootFilesystem: false", "periodSeconds: 7",
+		"kind: ServiceMonitor", "kind: PodMonitor", "kind: PrometheusRule",
+		"haproxy_k8s_sync_last_success_timestamp_seconds", "> 3600", `why="guarded"`, `why="waiting"`, "skipped_endpoints",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rendered chart lacks %q", want)
+		}
+	}
+	if n := strings.Count(out, "- name: regcred"); n != 2 {
+		t.Errorf("imagePullSecrets in %d pod specs, want 2 (Deployment, CronJob)", n)
+	}
+	def := string(helm(t))
+	for _, absent := range []string{"ServiceMonitor", "PodMonitor", "PrometheusRule", "imagePullSecrets", "@sha256"} {
+		if strings.Contains(def, absent) {
+			t.Errorf("default render has %s", absent)
+		}
+	}
+
+	byName := string(helm(t, "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=existing"))
+	if strings.Contains(byName, "kind: ServiceAccount\n") && strings.Contains(byName, "name: existing\n  namespace") {
+		t.Error("serviceAccount.create=false still creates it")
+	}
+	if strings.Count(byName, ": existing") < 3 {
+		t.Errorf("the existing ServiceAccount is not used by the Deployment and bindings:\n%s", grepLines(byName, "existing"))
+	}
+	for name, args := range map[string][]string{
+		"latest tag":                 {"--set", "image.tag=latest"},
+		"no name for an existing SA": {"--set", "serviceAccount.create=false"},
+		"a bad alert duration":       {"--set", "prometheusRule.enabled=true", "--set", "prometheusRule.noSuccessFor=soon"},
+		"a schema violation":         {"--set", "replicaCount=two"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cmd := exec.Command(tool("helm"), append([]string{"template", "rel", "helm/haproxy-k8s-sync"}, args...)...)
+			if out, err := cmd.CombinedOutput(); err == nil {
+				t.Errorf("rendered:\n%.300s", out)
+			}
+		})
+	}
+}
+
+// TestChartNotes installs the chart as a dry run against the API server and
+// checks the notes tell how to see the sync and call it.
+func TestChartNotes(t *testing.T) {
+	namespace(t, "notes")
+	cmd := exec.Command(tool("helm"), "install", "--dry-run=server", "--kubeconfig", api.kubeconfig, "-n", "notes", "rel", "helm/haproxy-k8s-sync")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm install --dry-run: %v\n%s", err, out)
+	}
+	notes := string(out[strings.Index(string(out), "NOTES:"):])
+	for _, want := range []string{"follows Service notes/ingress-nginx", "logs deploy/rel-haproxy-k8s-sync", "WEBHOOK_TOKEN", "/plan", "haproxy.runtimeURL"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes lack %q:\n%s", want, notes)
+		}
+	}
+}
+
+func grepLines(text, sub string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -57,10 +57,23 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{- define "hks.image" -}}
-{{- if or (not .Values.image.tag) (eq (toString .Values.image.tag) "latest") -}}
-{{- fail "image.tag must name a release, not be empty or latest" -}}
+{{- $tag := default .Chart.AppVersion (toString .Values.image.tag) -}}
+{{- if eq $tag "latest" -}}
+{{- fail "image.tag must name a release, not latest" -}}
 {{- end -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}:{{ $tag }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ $tag }}
+{{- end -}}
+{{- end -}}
+
+{{- define "hks.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "hks.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required with serviceAccount.create=false" .Values.serviceAccount.name -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The container shared by the Deployment and the CronJob; arg: the command. */}}
@@ -71,6 +84,9 @@ args: [{{ .command | quote }}]
 env:
   - name: INGRESS_NAMESPACE
     value: {{ include "hks.ingressNamespace" .root | quote }}
+  {{- with .root.Values.extraEnv }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 envFrom:
   - configMapRef:
       name: {{ include "hks.fullname" .root }}
@@ -81,29 +97,46 @@ envFrom:
 resources:
   {{- toYaml .root.Values.resources | nindent 2 }}
 securityContext:
-  allowPrivilegeEscalation: false
-  readOnlyRootFilesystem: true
-  capabilities:
-    drop: ["ALL"]
-{{- with .root.Values.haproxy.caConfigMap }}
+  {{- toYaml .root.Values.securityContext | nindent 2 }}
+{{- if or .root.Values.haproxy.caConfigMap .root.Values.extraVolumeMounts }}
 volumeMounts:
+  {{- if .root.Values.haproxy.caConfigMap }}
   - name: ca
     mountPath: /etc/haproxy-k8s-sync/ca
     readOnly: true
+  {{- end }}
+  {{- with .root.Values.extraVolumeMounts }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 {{- end }}
 {{- end -}}
 
 {{- define "hks.podSecurityContext" -}}
 securityContext:
-  runAsNonRoot: true
-  runAsUser: 65532
-  runAsGroup: 65532
-  seccompProfile:
-    type: RuntimeDefault
-{{- with .Values.haproxy.caConfigMap }}
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if or .Values.haproxy.caConfigMap .Values.extraVolumes }}
 volumes:
+  {{- with .Values.haproxy.caConfigMap }}
   - name: ca
     configMap:
       name: {{ . }}
+  {{- end }}
+  {{- with .Values.extraVolumes }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 {{- end }}
+{{- end -}}
+
+{{/* A duration such as 15m, 1h or 90s, in seconds, for PromQL. */}}
+{{- define "hks.seconds" -}}
+{{- $d := toString . -}}
+{{- if hasSuffix "h" $d -}}{{ mul (trimSuffix "h" $d | int) 3600 }}
+{{- else if hasSuffix "m" $d -}}{{ mul (trimSuffix "m" $d | int) 60 }}
+{{- else if hasSuffix "s" $d -}}{{ trimSuffix "s" $d | int }}
+{{- else -}}{{ fail (printf "%q: want a duration in s, m or h" $d) }}
+{{- end -}}
 {{- end -}}
