@@ -15,11 +15,13 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/watch"
@@ -587,4 +589,43 @@ func grepLines(text, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestTwoKustomizeInstallsKeepTheirBindings: copies of the example overlay in
+// two namespaces, with the TokenReview component, give every cluster-scoped
+// binding a name of its own, bound to its own ServiceAccount.
+func TestTwoKustomizeInstallsKeepTheirBindings(t *testing.T) {
+	example, err := os.ReadFile("overlays/example/kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]string{}
+	for _, ns := range []string{"team-a", "team-b"} {
+		copied := strings.Replace(string(example), "../../base", "%[1]s/base", 1)
+		copied = strings.Replace(copied, "namespace: ingress-nginx", "namespace: "+ns, 1)
+		copied = strings.Replace(copied, "  - networkpolicy.yaml\n", "", 1)
+		copied += "components:\n  - %[1]s/components/kubernetes-auth\n"
+		out := kubectl(t, nil, "kustomize", overlay(t, copied, "."))
+		var bindings []string
+		for _, doc := range strings.Split(out, "\n---\n") {
+			if !strings.Contains(doc, "kind: ClusterRoleBinding") {
+				continue
+			}
+			var b rbacv1.ClusterRoleBinding
+			if err := yaml.Unmarshal([]byte(doc), &b); err != nil {
+				t.Fatal(err)
+			}
+			if len(b.Subjects) != 1 || b.Subjects[0].Namespace != ns {
+				t.Errorf("%s: binding %s subjects %+v", ns, b.Name, b.Subjects)
+			}
+			if other, taken := names[b.Name]; taken {
+				t.Errorf("%s and %s both install ClusterRoleBinding %s", other, ns, b.Name)
+			}
+			names[b.Name] = ns
+			bindings = append(bindings, b.Name)
+		}
+		if len(bindings) != 2 {
+			t.Errorf("%s: cluster role bindings %v, want nodes and tokenreview", ns, bindings)
+		}
+	}
 }
