@@ -205,7 +205,7 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 			"resources:\n  - %[1]s/overlays/example\ncomponents:\n  - %[1]s/components/cronjob\n  - %[1]s/components/kubernetes-auth\n", ".")),
 			[]string{sa, role, rb, crole, crb, cm, deploy, pdb, svc, netpol, cron}},
 		{"deploy/secret.example.yaml", "ingress-nginx", file("secret.example.yaml"), []string{secret}},
-		{"knative/", "ingress-nginx", kustomize("../knative"),
+		{"knative/", "ingress-nginx", kustomize("../knative/overlays/example"),
 			[]string{sa, role, rb, crole, crb, cm, ksvc, apisource, pingsrc}},
 		{"helm, default values", "", helm(t, "-n", "ingress-nginx"),
 			[]string{secret, sa, role, rb, crole, crb, cm, deploy, pdb, svc}},
@@ -285,7 +285,7 @@ patches:
 `, "rbac"))
 	kubectl(t, helm(t, "-n", "rbac-sync", "--set", "ingress.namespace=rbac-edge", "--set", "ingress.serviceName=web", "--show-only", "templates/rbac.yaml"),
 		"apply", "-f", "-")
-	kubectl(t, nil, "apply", "-n", "rbac-kustomize", "-f", "../knative/source-rbac.yaml")
+	kubectl(t, nil, "apply", "-n", "rbac-kustomize", "-f", "../knative/base/source-rbac.yaml")
 
 	cases := []struct {
 		name, watched, user string
