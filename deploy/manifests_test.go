@@ -520,11 +520,14 @@ func TestChartKnobs(t *testing.T) {
 		"--set", "securityContext.readOnlyRootFilesystem=false",
 		"--set", "readinessProbe.periodSeconds=7",
 		"--set", "serviceMonitor.enabled=true", "--set", "podMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
-		"--set", "prometheusRule.noSuccessFor=1h", "--set", "cronJob.enabled=true"))
+		"--set", "prometheusRule.noSuccessFor=1h", "--set", "cronJob.enabled=true",
+		"--set-json", `haproxy.dataplaneURL=["http://a:5555","http://b:5555"]`,
+		"--set-json", `haproxy.runtimeURL=["tcp://a:9999","tcp://b:9999"]`))
 	for _, want := range []string{
 		"image: ghcr.io/haproxy-k8s-sync/haproxy-k8s-sync:0.2.0@sha256:0123456789abcdef", // tag from appVersion
 		"- name: regcred", "team: edge", "tier: lb", "name: GOMEMLIMIT", "mountPath: /extra", "emptyDir: {}",
 		"iam: role", "readOnlyRootFilesystem: false", "periodSeconds: 7",
+		`HAPROXY_DATAPLANE_URL: "http://a:5555,http://b:5555"`, `HAPROXY_RUNTIME_URL: "tcp://a:9999,tcp://b:9999"`,
 		"kind: ServiceMonitor", "kind: PodMonitor", "kind: PrometheusRule",
 		"haproxy_k8s_sync_last_success_timestamp_seconds", "> 3600", `why="guarded"`, `why="waiting"`, "skipped_endpoints",
 	} {

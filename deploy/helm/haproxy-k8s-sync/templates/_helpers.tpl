@@ -140,3 +140,8 @@ volumes:
 {{- else -}}{{ fail (printf "%q: want a duration in s, m or h" $d) }}
 {{- end -}}
 {{- end -}}
+
+{{/* A list value, or a comma-separated string, as a comma-separated string. */}}
+{{- define "hks.list" -}}
+{{- if kindIs "slice" . -}}{{ join "," . }}{{- else -}}{{ . }}{{- end -}}
+{{- end -}}
