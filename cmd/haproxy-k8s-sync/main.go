@@ -76,7 +76,7 @@ func run(args []string) int {
 		return triggerCmd(args, os.Stdout, os.Stderr)
 	case "serve", "reconcile":
 	default:
-		fmt.Fprintf(os.Stderr, "unknown command %q: use serve, reconcile [--dry-run], trigger URL or version\n", trigger.Short(cmd))
+		fmt.Fprintf(os.Stderr, "unknown command %q: use serve, reconcile [--dry-run], trigger URL, version or help\n", trigger.Short(cmd))
 		return 2
 	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -263,5 +264,58 @@ func waitReady(t *testing.T, url string, logs *bytes.Buffer) {
 			t.Fatalf("never ready: %s", logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite the golden files of TestGolden")
+
+// TestGolden compares what the command prints with testdata/*.golden: help,
+// an unknown command, and a bad variable (one line naming it). Run with
+// -update after a deliberate change, and review the diff.
+func TestGolden(t *testing.T) {
+	for _, tt := range []struct {
+		name, args string
+		env        []string
+		code       int
+		stderr     bool
+	}{
+		{name: "help", args: "help"},
+		{name: "unknown-command", args: "frobnicate", code: 2, stderr: true},
+		{name: "bad-variable", args: "reconcile", env: []string{"HAPROXY_DATAPLANE_URL=http://h:5555", "HAPROXY_CHECK_RISE=zero"}, code: 2, stderr: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := command(t, tt.args, tt.env...)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			code := 0
+			var exit *exec.ExitError
+			if errors.As(err, &exit) {
+				code = exit.ExitCode()
+			}
+			if code != tt.code {
+				t.Errorf("exit %d, want %d (stderr %s)", code, tt.code, stderr.String())
+			}
+			got := stdout.Bytes()
+			if tt.stderr {
+				got = stderr.Bytes()
+			}
+			path := filepath.Join("testdata", tt.name+".golden")
+			if *update {
+				if err := os.MkdirAll("testdata", 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -run TestGolden -update)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("output differs from %s:\ngot:\n%s\nwant:\n%s", path, got, want)
+			}
+		})
 	}
 }
