@@ -12,6 +12,10 @@
 //	plan        current vs desired -> changes (pure)
 //	kube        reads Service, EndpointSlices and Nodes (I/O)
 //	dataplane   HAProxy Data Plane API v3 driver (I/O)
+//	runtimeapi  HAProxy runtime API driver, and the socket that gates checks (I/O)
+//	watch       watches the Service's objects and pokes reconciles
+//	metrics     Prometheus counters around the reconciler, source and drivers
 //	reconcile   wires one reconcile: read, plan, apply with retry
 //	dataplanetest  a spec-validating Data Plane API server for tests
+//	haproxytest    private HAProxy processes and counting listeners for tests
 package sync

@@ -8,9 +8,13 @@
 //     the runtime socket and writes haproxy.cfg, with no reload;
 //   - a server about to be deleted is first put in maintenance the same way,
 //     so it leaves traffic at once;
-//   - everything else (new servers, deletions, check parameters, backend
-//     settings) goes into one transaction: one commit, one reload, and servers
-//     loaded by that reload have running health checks.
+//   - with the instance's runtime socket (WithRuntime), up to MaxRuntimeAdds
+//     new servers are POSTed in maintenance (added at runtime, no reload) and
+//     gated on their checks through the socket; a later reconcile puts them
+//     in service once the socket shows the check passed;
+//   - everything else (more new servers, deletions, check parameters,
+//     backend settings) goes into one transaction: one commit, one reload
+//     (new servers are written parked when they are to be gated).
 //
 // Every write carries the version the plan was computed from; a conflict is
 // returned as a temporary error so the caller re-reads and re-plans. A

@@ -69,20 +69,6 @@ func New(rawURL string, settings model.Settings, check model.Check) (*Client, er
 // Name identifies the target in results.
 func (c *Client) Name() string { return c.name }
 
-// EnableHealth starts the health check of a server, e.g. one the Data Plane
-// API added at runtime (it never does this itself).
-func (c *Client) EnableHealth(ctx context.Context, backend, server string) error {
-	cmd := "enable health " + backend + "/" + server
-	reply, err := c.sock.Command(ctx, cmd)
-	if err != nil {
-		return err
-	}
-	if !empty(reply) {
-		return &CommandError{Command: cmd, Reply: reply}
-	}
-	return nil
-}
-
 // Policy deletes unwanted servers once their sessions end ("del server"
 // needs no reload) and gates servers on their checks.
 func (c *Client) Policy() plan.Policy { return plan.Policy{GateChecks: true} }
@@ -91,24 +77,19 @@ func (c *Client) Policy() plan.Policy { return plan.Policy{GateChecks: true} }
 // (no new connections) with its health forced down, so that it goes UP only
 // after rise passed checks. One command line: nothing can fail in between.
 func (c *Client) Gate(ctx context.Context, backend, server string) error {
-	srv := backend + "/" + server
-	return expectSilent(c.sock.Commands(ctx, gateCommands(srv)...))
-}
-
-func gateCommands(srv string) []string {
-	return []string{"enable health " + srv, "set server " + srv + " state drain", "set server " + srv + " health down"}
-}
-
-// expectSilent accepts a reply with no words: what HAProxy answers to
-// commands that succeed.
-func expectSilent(reply string, err error) error {
+	cmds := gateCommands(backend + "/" + server)
+	reply, err := c.sock.Commands(ctx, cmds...)
 	if err != nil {
 		return err
 	}
 	if !empty(reply) {
-		return &CommandError{Command: "gate", Reply: reply}
+		return &CommandError{Command: strings.Join(cmds, "; "), Reply: reply}
 	}
 	return nil
+}
+
+func gateCommands(srv string) []string {
+	return []string{"enable health " + srv, "set server " + srv + " state drain", "set server " + srv + " health down"}
 }
 
 // BackendError is a refusal that concerns the whole backend, e.g. an
