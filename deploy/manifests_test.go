@@ -112,6 +112,12 @@ func kubectl(t *testing.T, stdin []byte, args ...string) string {
 	return string(out)
 }
 
+// helmRefuses renders the chart and returns helm's output and error, for
+// values the chart must refuse.
+func helmRefuses(args ...string) ([]byte, error) {
+	return exec.Command(tool("helm"), append([]string{"template", "rel", "helm/haproxy-k8s-sync"}, args...)...).CombinedOutput()
+}
+
 // helm renders the chart with the given extra arguments.
 func helm(t *testing.T, args ...string) []byte {
 	t.Helper()
@@ -497,8 +503,7 @@ func TestChartRefusesOpenOrShortTokens(t *testing.T) {
 		"runtime API only, 2 replicas": {"--set", "haproxy.dataplaneURL=", "--set", "haproxy.runtimeURL=tcp://h:9999"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cmd := exec.Command(tool("helm"), append([]string{"template", "rel", "helm/haproxy-k8s-sync"}, args...)...)
-			out, err := cmd.CombinedOutput()
+			out, err := helmRefuses(args...)
 			if err == nil || !strings.Contains(string(out), "webhook") && !strings.Contains(string(out), "Token") && !strings.Contains(string(out), "replicaCount 1") {
 				t.Errorf("rendered: %v\n%s", err, out)
 			}
@@ -559,8 +564,7 @@ func TestChartKnobs(t *testing.T) {
 		"a schema violation":         {"--set", "replicaCount=two"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cmd := exec.Command(tool("helm"), append([]string{"template", "rel", "helm/haproxy-k8s-sync"}, args...)...)
-			if out, err := cmd.CombinedOutput(); err == nil {
+			if out, err := helmRefuses(args...); err == nil {
 				t.Errorf("rendered:\n%.300s", out)
 			}
 		})

@@ -360,14 +360,17 @@ func (c *Client) addChecked(ctx context.Context, backend string, ch plan.Change,
 		return version, err
 	}
 	version = r.nextVersion(version)
-	if r.status != http.StatusCreated {
+	// A server meant to stay in maintenance is left there, its check not
+	// started: gating would put it in drain. Whoever wants it in service
+	// later gates it then.
+	if r.status != http.StatusCreated || srv.State == model.Maint {
 		return version, nil
 	}
 	if err := c.runtime.Gate(ctx, backend, srv.Name); err != nil {
 		return version, fmt.Errorf("gate: %w", err)
 	}
 	out.Count(plan.RuntimeWrite)
-	if ch.Gate || srv.State == model.Maint {
+	if ch.Gate {
 		return version, nil
 	}
 	path := "/configuration/backends/" + url.PathEscape(backend) + "/servers/" + url.PathEscape(srv.Name)

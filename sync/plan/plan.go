@@ -180,12 +180,17 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 		}
 	}
 
-	var unwanted []*model.Server
+	type unwantedServer struct {
+		*model.Server
+		free, kill bool // see sessionsEnded
+	}
+	var unwanted []unwantedServer
 	deletable := 0
 	for i := range current.Servers {
 		if u := &current.Servers[i]; !want[u.Name] {
-			unwanted = append(unwanted, u)
-			if free, _ := sessionsEnded(u, pol.DrainTimeout); free {
+			free, kill := sessionsEnded(u, pol.DrainTimeout)
+			unwanted = append(unwanted, unwantedServer{u, free, kill})
+			if free {
 				deletable++
 			}
 		}
@@ -210,17 +215,16 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 		if guarded && len(desired.Servers) > 0 {
 			p.Guarded = append(p.Guarded, old.Name)
 		}
-		free, kill := sessionsEnded(old, pol.DrainTimeout)
-		if !free && len(desired.Servers) > 0 && !guarded {
+		if !old.free && len(desired.Servers) > 0 && !guarded {
 			p.Draining = append(p.Draining, old.Name)
 		}
 		switch {
-		case deleteNow && free:
-			p.Changes = append(p.Changes, Change{Action: Delete, Name: old.Name, Old: old, Kill: kill})
+		case deleteNow && old.free:
+			p.Changes = append(p.Changes, Change{Action: Delete, Name: old.Name, Old: old.Server, Kill: old.kill})
 		case old.State != model.Maint:
-			parked := *old
+			parked := *old.Server
 			parked.State = model.Maint
-			p.Changes = append(p.Changes, Change{Action: Maint, Name: old.Name, Old: old, New: &parked})
+			p.Changes = append(p.Changes, Change{Action: Maint, Name: old.Name, Old: old.Server, New: &parked})
 		}
 	}
 
@@ -262,12 +266,33 @@ func (p *Plan) gate(old *model.Server, d *model.Server) {
 	switch {
 	case old == nil:
 		p.Changes = append(p.Changes, Change{Action: Add, Name: d.Name, New: &held, Gate: true})
-	case old.Runtime == nil || !old.Runtime.CheckRunning || old.Address != d.Address || old.Port != d.Port:
+	case !old.Runtime.CheckRunning || old.Address != d.Address || old.Port != d.Port:
+		// (mustEarn gates only servers whose Runtime it can read.)
 		p.Changes = append(p.Changes, Change{Action: Drain, Name: d.Name, Old: old, New: &held, Gate: true})
-	case old.Check != d.Check || old.State == model.Ready:
-		// Waiting with its check running; only settings change.
+	case old.Check != d.Check:
+		// Waiting with its check running; only its settings change.
 		p.Changes = append(p.Changes, Change{Action: Update, Name: d.Name, Old: old, New: &held})
 	}
+}
+
+// Deferring returns the plan as it was applied when the driver left the
+// deletions of deferred (plan.Applied.Deferred) for a later reconcile: those
+// servers are parked in maintenance instead, and listed in Draining.
+func (p Plan) Deferring(deferred []string) Plan {
+	if len(deferred) == 0 {
+		return p
+	}
+	changes := slices.Clone(p.Changes)
+	for i, ch := range changes {
+		if ch.Action == Delete && slices.Contains(deferred, ch.Name) {
+			parked := *ch.Old
+			parked.State = model.Maint
+			changes[i] = Change{Action: Maint, Name: ch.Name, Old: ch.Old, New: &parked}
+		}
+	}
+	p.Changes = changes
+	p.Draining = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(p.Draining), deferred...))))
+	return p
 }
 
 // sessionsEnded reports whether unwanted server u may be deleted now: it has

@@ -423,3 +423,18 @@ func TestCalculateWaitsForSessionsBeforeDeleting(t *testing.T) {
 		})
 	}
 }
+
+func TestDeferringParksWhatTheDriverDidNotDelete(t *testing.T) {
+	a, b := srv("a", "10.0.0.1", 80, model.Ready), srv("b", "10.0.0.2", 80, model.Maint)
+	p := Calculate(be(a, b), be(srv("k", "10.0.0.3", 80, model.Ready)))
+	got := p.Deferring([]string{"a"})
+	if s := summary(got); !reflect.DeepEqual(s, map[Action][]string{Add: {"k"}, Maint: {"a"}, Delete: {"b"}}) {
+		t.Errorf("plan = %v", s)
+	}
+	if got.Changes[0].New.State != model.Maint || !reflect.DeepEqual(got.Draining, []string{"a"}) || !got.Pending() {
+		t.Errorf("a not parked and draining: %+v", got)
+	}
+	if s := summary(p); !reflect.DeepEqual(s[Delete], []string{"a", "b"}) {
+		t.Errorf("Deferring changed the plan it was called on: %v", s)
+	}
+}

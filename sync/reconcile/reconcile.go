@@ -274,32 +274,27 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		if len(p.Guarded) > 0 {
 			p = r.releaseGuard(ctx, t, cur, want, pol, p)
 		}
-		tr.fill(p)
 		if len(p.Guarded) > 0 {
 			r.log().Warn("mass-deletion guard: servers parked, not deleted", "target", tr.Target, "backend", backend,
 				"servers", len(cur.Servers), "unwanted", len(p.Guarded), "guardPercent", pol.GuardPercent)
 		}
-		if dryRun {
-			return nil
-		}
-		if !p.HasChanges() {
-			tr.Servers = statesAfter(cur, p, nil)
+		if dryRun || !p.HasChanges() {
+			tr.fill(p)
+			if !dryRun {
+				tr.Servers = statesAfter(cur, p)
+			}
 			return nil
 		}
 		applied, err := t.Apply(ctx, p)
+		p = p.Deferring(applied.Deferred) // left parked by the driver, not deleted
+		tr.fill(p)
 		tr.Reload = tr.Reload || applied.Reload
-		if len(applied.Deferred) > 0 {
-			// Left parked by the driver, not deleted: listed as draining.
-			tr.Draining = union(tr.Draining, applied.Deferred)
-			tr.Delete = slices.DeleteFunc(tr.Delete, func(n string) bool { return slices.Contains(applied.Deferred, n) })
-			tr.Maint = union(tr.Maint, applied.Deferred)
-		}
 		tr.Failed = nil
 		if se := (plan.ServerErrors)(nil); errors.As(err, &se) {
 			tr.Failed = se
-			r.transitions(tr.Target, p, want, se, applied.Deferred)
+			r.transitions(tr.Target, p, want, se)
 		} else if err == nil {
-			r.transitions(tr.Target, p, want, nil, applied.Deferred)
+			r.transitions(tr.Target, p, want, nil)
 		}
 		if err != nil {
 			r.log().Warn("apply failed", "target", tr.Target, "backend", backend, "attempt", tr.Attempts, "error", err)
@@ -308,7 +303,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			}
 			return retryable(err)
 		}
-		tr.Servers = statesAfter(cur, p, applied.Deferred)
+		tr.Servers = statesAfter(cur, p)
 		return nil
 	})
 	if err != nil {
@@ -323,20 +318,16 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 	return tr, err
 }
 
-// statesAfter counts the backend's servers by state once p is applied to
-// cur; deferred deletions stay, parked.
-func statesAfter(cur model.Backend, p plan.Plan, deferred []string) map[string]int {
+// statesAfter counts the backend's servers by state once p is applied to cur.
+func statesAfter(cur model.Backend, p plan.Plan) map[string]int {
 	state := make(map[string]model.State, len(cur.Servers))
 	for _, s := range cur.Servers {
 		state[s.Name] = s.State
 	}
 	for _, ch := range p.Changes {
-		switch {
-		case ch.Action == plan.Delete && slices.Contains(deferred, ch.Name):
-			state[ch.Name] = model.Maint
-		case ch.Action == plan.Delete:
+		if ch.Action == plan.Delete {
 			delete(state, ch.Name)
-		default:
+		} else {
 			state[ch.Name] = ch.New.State
 		}
 	}
@@ -352,8 +343,8 @@ func statesAfter(cur model.Backend, p plan.Plan, deferred []string) map[string]i
 // that cannot be read, the guard keeps holding.
 func (r *Reconciler) releaseGuard(ctx context.Context, t Driver, cur, want model.Backend, pol plan.Policy, p plan.Plan) plan.Plan {
 	ur, ok := t.(UpReader)
-	if !ok {
-		return p
+	if !ok || slices.ContainsFunc(cur.Servers, func(s model.Server) bool { return s.Runtime != nil }) {
+		return p // no other way to tell, or Read said already (with the runtime view)
 	}
 	up, err := ur.ReadUp(ctx, cur.Name)
 	if errors.Is(err, ErrUpInRead) {
@@ -447,7 +438,7 @@ type Transition struct {
 
 // transitions logs, and reports to OnTransition, each state change of p that
 // was applied (all but the failed ones).
-func (r *Reconciler) transitions(target string, p plan.Plan, want model.Backend, failed plan.ServerErrors, deferred []string) {
+func (r *Reconciler) transitions(target string, p plan.Plan, want model.Backend, failed plan.ServerErrors) {
 	refused := map[string]bool{}
 	for _, f := range failed {
 		refused[f.Server] = true
@@ -466,8 +457,6 @@ func (r *Reconciler) transitions(target string, p plan.Plan, want model.Backend,
 		}
 		if ch.New != nil {
 			t.To = string(ch.New.State)
-		} else if slices.Contains(deferred, ch.Name) {
-			t.To = string(model.Maint) // parked; deleted by a later reconcile
 		}
 		if t.From == t.To {
 			continue // an address, port or weight change: not a state transition

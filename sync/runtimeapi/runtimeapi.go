@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -111,8 +112,6 @@ type Version struct{ Major, Minor, Patch int }
 func (v Version) AtLeast(major, minor int) bool {
 	return v.Major > major || v.Major == major && v.Minor >= minor
 }
-
-func (v Version) String() string { return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch) }
 
 // ParseVersion reads "2.6.12-1+deb12u4" or "3.0.11-9e587df".
 func ParseVersion(s string) (Version, error) {
@@ -330,12 +329,13 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		return nil
 	}
 	a := applier{send: send, backend: p.Backend}
-	if needsVersion(p) {
-		v, err := c.Version(ctx)
-		if err != nil {
+	var err error
+	if has(p, plan.Delete) { // how to delete depends on the version
+		if a.version, err = c.Version(ctx); err != nil {
 			return out, fmt.Errorf("read haproxy version: %w", err)
 		}
-		a.version = v
+	}
+	if has(p, plan.Add) {
 		if a.nextID, err = c.nextID(ctx, p.Backend); err != nil {
 			return out, err
 		}
@@ -374,13 +374,8 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	return out, nil
 }
 
-func needsVersion(p plan.Plan) bool {
-	for _, ch := range p.Changes {
-		if ch.Action == plan.Add || ch.Action == plan.Delete {
-			return true
-		}
-	}
-	return false
+func has(p plan.Plan, a plan.Action) bool {
+	return slices.ContainsFunc(p.Changes, func(ch plan.Change) bool { return ch.Action == a })
 }
 
 // nextID returns the first server id above every id the backend uses, so

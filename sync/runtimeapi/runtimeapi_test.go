@@ -209,7 +209,7 @@ func TestDeleteBefore30ParksFirst(t *testing.T) {
 	if !reflect.DeepEqual(got.Deferred, []string{"a", "c"}) {
 		t.Errorf("deferred = %v, want a (parked now) and c (sessions shut now)", got.Deferred)
 	}
-	want := []string{"show info", "show servers state be", "set server be/a state maint", "del server be/b", "shutdown sessions server be/c"}
+	want := []string{"show info", "set server be/a state maint", "del server be/b", "shutdown sessions server be/c"}
 	if cmds := sc.commands(); !reflect.DeepEqual(cmds, want) {
 		t.Errorf("commands %q, want %q", cmds, want)
 	}
