@@ -50,7 +50,7 @@ func run(m *testing.M) int {
 		os.Setenv("TEST_ASSET_KUBE_APISERVER", tool("kube-apiserver"))
 	}
 	if os.Getenv("TEST_ASSET_ETCD") == "" {
-		os.Setenv("TEST_ASSET_ETCD", "/usr/bin/etcd")
+		os.Setenv("TEST_ASSET_ETCD", tool("etcd"))
 	}
 	for _, p := range []string{os.Getenv("TEST_ASSET_KUBE_APISERVER"), os.Getenv("TEST_ASSET_ETCD"), tool("kubectl"), tool("helm")} {
 		if _, err := os.Stat(p); err != nil {

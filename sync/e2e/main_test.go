@@ -84,7 +84,7 @@ func startKube() (*envtest.Environment, error) {
 		os.Setenv("TEST_ASSET_KUBE_APISERVER", filepath.Join(root, "bin", "kube-apiserver"))
 	}
 	if os.Getenv("TEST_ASSET_ETCD") == "" {
-		os.Setenv("TEST_ASSET_ETCD", "/usr/bin/etcd")
+		os.Setenv("TEST_ASSET_ETCD", filepath.Join(root, "bin", "etcd"))
 	}
 	for _, v := range []string{"TEST_ASSET_KUBE_APISERVER", "TEST_ASSET_ETCD"} {
 		if _, err := os.Stat(os.Getenv(v)); err != nil {

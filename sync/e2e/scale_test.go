@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"net"
 	"net/http"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,60 +77,109 @@ func manyNodes(t testing.TB, prefix string, n int, mutate func(i int, node *core
 }
 
 // TestNodeReadsAreNarrowed: among 1,200 Nodes, a reconcile's read finds the
-// Nodes that host endpoints, with one GET each, and never lists Nodes nor
-// reads any other one.
+// Nodes that host endpoints and reads no other Node. A few are read with one
+// GET each; many with one list selecting them by hostname label (whose
+// answer, read again, holds only them), plus a GET for each name the label
+// does not find: a Node whose hostname label is not its name, and one that is
+// gone. Nodes are never listed whole.
 func TestNodeReadsAreNarrowed(t *testing.T) {
 	w := newWorld(t, "web", "node", nil)
+	const every = 30 // Nodes 0, 30, 60, ... may host endpoints
 	names := manyNodes(t, w.ns, 1200, func(i int, n *corev1.Node) {
-		if i%120 == 0 { // only the hosting Nodes need a status
+		n.Labels[corev1.LabelHostname] = n.Name
+		if i == every { // a Node the kubelet named otherwise
+			n.Labels[corev1.LabelHostname] = "ip-127-1-0-31"
+		}
+		if i%every == 0 { // only the hosting Nodes need a status
 			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("127.1.%d.%d", i/250, i%250+1)}}
 		}
 	})
-	w.service("web", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80})
-	var eps []endpoint
-	hosting := map[string]bool{}
-	for i := 0; i < len(names); i += 120 { // 10 Nodes host an endpoint
-		eps = append(eps, endpoint{ip: fmt.Sprintf("10.244.9.%d", i/120+1), node: names[i]})
-		hosting[names[i]] = true
-	}
-	eps = append(eps, endpoint{ip: "10.244.9.99", node: w.ns + "-gone"})
-	w.slice("web-1", "web", map[string]int32{"http": 8080}, eps...)
-
-	var mu sync.Mutex
-	var requests []string
-	client := fastClient(t, func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			if strings.HasPrefix(r.URL.Path, "/api/v1/nodes") {
-				mu.Lock()
-				requests = append(requests, r.Method+" "+r.URL.Path)
-				mu.Unlock()
+	for _, tc := range []struct {
+		service string
+		hosts   int // how many Nodes host its endpoints
+		lists   bool
+	}{{"few", 10, false}, {"many", 40, true}} {
+		t.Run(tc.service, func(t *testing.T) {
+			w.service(tc.service, corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80})
+			var eps []endpoint
+			hosting := map[string]bool{}
+			for i := range tc.hosts {
+				eps = append(eps, endpoint{ip: fmt.Sprintf("10.244.%d.%d", 9+i/200, i%200+1), node: names[i*every]})
+				hosting[names[i*every]] = true
 			}
-			return rt.RoundTrip(r)
+			gone := w.ns + "-gone"
+			eps = append(eps, endpoint{ip: "10.244.8.99", node: gone})
+			w.slice(tc.service+"-1", tc.service, map[string]int32{"http": 8080}, eps...)
+
+			var mu sync.Mutex
+			var requests []*http.Request
+			client := fastClient(t, func(rt http.RoundTripper) http.RoundTripper {
+				return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+					if strings.HasPrefix(r.URL.Path, "/api/v1/nodes") {
+						mu.Lock()
+						requests = append(requests, r)
+						mu.Unlock()
+					}
+					return rt.RoundTrip(r)
+				})
+			})
+			in, err := (&kube.Source{Client: client, Namespace: w.ns, Service: tc.service, Nodes: true}).Read(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, n := range in.Nodes {
+				got = append(got, n.Name)
+				if !hosting[n.Name] || len(n.Status.Addresses) == 0 {
+					t.Errorf("node %s read", n.Name)
+				}
+			}
+			if len(got) != len(hosting) {
+				t.Errorf("%d nodes found, want %d", len(got), len(hosting))
+			}
+
+			wantGets := []string{gone}
+			if !tc.lists {
+				wantGets = slices.Collect(maps.Keys(hosting))
+				wantGets = append(wantGets, gone)
+			} else {
+				wantGets = append(wantGets, names[every]) // its hostname label is not its name
+			}
+			var gets []string
+			var selectors []string
+			for _, r := range requests {
+				switch name, ok := strings.CutPrefix(r.URL.Path, "/api/v1/nodes/"); {
+				case r.Method == http.MethodGet && ok:
+					gets = append(gets, name)
+				case r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes" && r.URL.Query().Get("labelSelector") != "":
+					selectors = append(selectors, r.URL.Query().Get("labelSelector"))
+				default:
+					t.Errorf("node request %s %s", r.Method, r.URL)
+				}
+			}
+			slices.Sort(gets)
+			slices.Sort(wantGets)
+			if !slices.Equal(gets, wantGets) {
+				t.Errorf("GETs %v\nwant %v", gets, wantGets)
+			}
+			if tc.lists != (len(selectors) == 1) || len(selectors) > 1 {
+				t.Fatalf("lists by selector %q, want one: %v", selectors, tc.lists)
+			}
+			for _, sel := range selectors {
+				l, err := cluster.client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: sel})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(l.Items) != len(hosting)-1 {
+					t.Errorf("the list answered %d Nodes, want %d", len(l.Items), len(hosting)-1)
+				}
+				for _, n := range l.Items {
+					if !hosting[n.Name] {
+						t.Errorf("the list answered Node %s, which hosts nothing", n.Name)
+					}
+				}
+			}
 		})
-	})
-	in, err := (&kube.Source{Client: client, Namespace: w.ns, Service: "web", Nodes: true}).Read(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, n := range in.Nodes {
-		got = append(got, n.Name)
-		if !hosting[n.Name] || len(n.Status.Addresses) == 0 {
-			t.Errorf("node %s read", n.Name)
-		}
-	}
-	if len(got) != len(hosting) {
-		t.Errorf("%d nodes found, want %d", len(got), len(hosting))
-	}
-	var want []string
-	for n := range hosting {
-		want = append(want, "GET /api/v1/nodes/"+n)
-	}
-	want = append(want, "GET /api/v1/nodes/"+w.ns+"-gone")
-	sort.Strings(want)
-	sort.Strings(requests)
-	if fmt.Sprint(requests) != fmt.Sprint(want) {
-		t.Errorf("node requests %v\nwant %v", requests, want)
 	}
 }
 
@@ -167,28 +218,64 @@ func BenchmarkNodeModeRead(b *testing.B) {
 			eps = append(eps, endpoint{ip: fmt.Sprintf("10.244.%d.%d", 10+len(eps)/250, len(eps)%250+1), node: names[i]})
 		}
 		w.slice("web-1", "web", map[string]int32{"http": 8080}, eps...)
-		var read atomic.Int64
-		client := fastClient(b, func(rt http.RoundTripper) http.RoundTripper {
-			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-				resp, err := rt.RoundTrip(r)
-				if err == nil {
-					resp.Body = countingBody{resp.Body, &read}
-				}
-				return resp, err
-			})
-		})
+		var read, decoded atomic.Int64
+		client := wireCountingClient(b, &read, &decoded)
 		src := &kube.Source{Client: client, Namespace: w.ns, Service: "web", Nodes: true}
 		b.Run(fmt.Sprintf("nodes-%d", size.nodes), func(b *testing.B) {
 			read.Store(0)
+			decoded.Store(0)
 			for b.Loop() {
 				in, err := src.Read(context.Background())
 				if err != nil || len(in.Nodes) != len(eps) {
 					b.Fatalf("%v: %d nodes", err, len(in.Nodes))
 				}
 			}
-			b.ReportMetric(float64(read.Load())/float64(b.N)/1024, "KB-read/op")
+			b.ReportMetric(float64(read.Load())/float64(b.N)/1024, "KB-wire/op")
+			b.ReportMetric(float64(decoded.Load())/float64(b.N)/1024, "KB-decoded/op")
 		})
 	}
+}
+
+// wireCountingClient is a fastClient that adds to wire every byte it
+// receives from the API server as sent (TLS, compressed or not), and to
+// decoded every byte of response bodies once decompressed.
+func wireCountingClient(t testing.TB, wire, decoded *atomic.Int64) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(cluster.cfg)
+	cfg.QPS, cfg.Burst = 2000, 2000
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(r)
+			if err == nil {
+				resp.Body = countingBody{resp.Body, decoded}
+			}
+			return resp, err
+		})
+	}
+	var d net.Dialer
+	cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{c, wire}, nil
+	}
+	c, err := kube.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 type countingBody struct {

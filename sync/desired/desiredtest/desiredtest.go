@@ -4,9 +4,10 @@ package desiredtest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -101,10 +102,14 @@ func Terminating(in desired.Input, ips ...string) desired.Input {
 }
 
 // RealisticNode is a Node shaped like one of a real cloud cluster, about
-// 12.5 KB of JSON: the usual labels and annotations, five conditions, a taint,
-// capacity, node info and 40 container images. Only its name and InternalIP
-// vary, so tests and benchmarks of large clusters carry realistic weight.
+// 12 KB of JSON: the usual labels and annotations, five conditions, a taint,
+// capacity, node info and 40 container images. Its identifiers (machine, boot,
+// instance) are drawn from its name and its images from a pool of 120 with
+// their own digests, so that Nodes differ as much as real ones do and a
+// compressed list of them is not smaller than a real one would be.
 func RealisticNode(name, internalIP string) *corev1.Node {
+	id := hexOf(name)
+	uuid := id[0:8] + "-" + id[8:12] + "-" + id[12:16] + "-" + id[16:20] + "-" + id[20:32]
 	beat := metav1.NewTime(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
 	cond := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason string) corev1.NodeCondition {
 		return corev1.NodeCondition{Type: t, Status: s, LastHeartbeatTime: beat, LastTransitionTime: beat, Reason: reason,
@@ -123,7 +128,7 @@ func RealisticNode(name, internalIP string) *corev1.Node {
 			Annotations: map[string]string{
 				"node.alpha.kubernetes.io/ttl":                           "0",
 				"volumes.kubernetes.io/controller-managed-attach-detach": "true",
-				"csi.volume.kubernetes.io/nodeid":                        `{"ebs.csi.aws.com":"i-0123456789abcdef0","efs.csi.aws.com":"i-0123456789abcdef0"}`,
+				"csi.volume.kubernetes.io/nodeid":                        `{"ebs.csi.aws.com":"i-` + id[:17] + `","efs.csi.aws.com":"i-` + id[:17] + `"}`,
 				"projectcalico.org/IPv4Address":                          internalIP + "/20",
 				"projectcalico.org/IPv4IPIPTunnelAddr":                   "192.168.77.1",
 				"cluster.x-k8s.io/owner-name":                            "general-purpose-pool-7-5d8f9c7b6-" + name,
@@ -131,7 +136,7 @@ func RealisticNode(name, internalIP string) *corev1.Node {
 		},
 		Spec: corev1.NodeSpec{
 			PodCIDR: "10.200.0.0/24", PodCIDRs: []string{"10.200.0.0/24"},
-			ProviderID: "aws:///eu-west-1a/i-0123456789abcdef0",
+			ProviderID: "aws:///eu-west-1a/i-" + id[:17],
 			Taints:     []corev1.Taint{{Key: "dedicated", Value: "ingress", Effect: corev1.TaintEffectPreferNoSchedule}},
 		},
 		Status: corev1.NodeStatus{
@@ -157,22 +162,30 @@ func RealisticNode(name, internalIP string) *corev1.Node {
 			},
 			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}},
 			NodeInfo: corev1.NodeSystemInfo{
-				MachineID: "ec2a5f0c2b9d4e0f8a1b2c3d4e5f6a7b", SystemUUID: "ec2a5f0c-2b9d-4e0f-8a1b-2c3d4e5f6a7b",
-				BootID: "3f2e1d0c-b9a8-4765-8432-10fedcba9876", KernelVersion: "6.8.0-1019-aws",
+				MachineID: id[32:64], SystemUUID: uuid,
+				BootID: hexOf("boot " + name)[:36], KernelVersion: "6.8.0-1019-aws",
 				OSImage: "Ubuntu 24.04.1 LTS", ContainerRuntimeVersion: "containerd://1.7.22",
 				KubeletVersion: "v1.34.1", OperatingSystem: "linux", Architecture: "amd64",
 			},
 		},
 	}
+	first := int(id[0]) // a different run of the pool on each Node
 	for i := range 40 {
-		img := fmt.Sprintf("registry.example.com/platform/team-%02d/service-%02d", i%7, i)
+		k := (first + i*3) % 120
+		img := fmt.Sprintf("registry.example.com/platform/team-%02d/service-%03d", k%7, k)
 		n.Status.Images = append(n.Status.Images, corev1.ContainerImage{
 			Names: []string{
-				img + "@sha256:" + strings.Repeat(fmt.Sprintf("%x", i%16), 64),
-				img + ":v1." + strconv.Itoa(i) + ".0",
+				img + "@sha256:" + hexOf(img),
+				img + ":v1." + strconv.Itoa(k) + ".0",
 			},
-			SizeBytes: int64(50_000_000 + i*1_000_000),
+			SizeBytes: int64(50_000_000 + k*1_000_000),
 		})
 	}
 	return n
+}
+
+// hexOf is a stable, random-looking 64-digit hex string for s (a digest).
+func hexOf(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }
