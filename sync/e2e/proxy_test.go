@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -13,6 +14,9 @@ import (
 type cutProxy struct {
 	ln     net.Listener
 	target string
+
+	// received counts the bytes sent back by the target.
+	received atomic.Int64
 
 	mu      sync.Mutex
 	conns   map[net.Conn]bool
@@ -64,7 +68,7 @@ func (p *cutProxy) forward(c net.Conn) {
 	p.mu.Unlock()
 	done := make(chan struct{}, 2)
 	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(countingWriter{c, &p.received}, up); done <- struct{}{} }()
 	<-done
 	c.Close()
 	up.Close()
@@ -95,4 +99,15 @@ func (p *cutProxy) allow() {
 	p.mu.Lock()
 	p.refused = false
 	p.mu.Unlock()
+}
+
+type countingWriter struct {
+	io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.Writer.Write(p)
+	c.n.Add(int64(n))
+	return n, err
 }
