@@ -158,7 +158,9 @@ func (h *HAProxy) Command(cmd string) (string, error) {
 // Server is one line of "show servers state".
 type Server struct {
 	Name, Address string
-	Port, Weight  int
+	// ID is the server's id (srv_id).
+	ID           int
+	Port, Weight int
 	// Op is the operational state: 0 down, 1 starting, 2 up, 3 stopping.
 	Op int
 	// Admin is the admin state bit field (SRV_ADMF_*): 0x01 forced maint,
@@ -192,7 +194,7 @@ func (h *HAProxy) Servers(t testing.TB, backend string) map[string]Server {
 			continue
 		}
 		n := func(i int) int { v, _ := strconv.Atoi(f[i]); return v }
-		out[f[3]] = Server{Name: f[3], Address: f[4], Op: n(5), Admin: n(6), Weight: n(7), CheckState: n(13), Port: n(18)}
+		out[f[3]] = Server{Name: f[3], ID: n(2), Address: f[4], Op: n(5), Admin: n(6), Weight: n(7), CheckState: n(13), Port: n(18)}
 	}
 	return out
 }

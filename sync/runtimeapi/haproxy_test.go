@@ -2,9 +2,12 @@ package runtimeapi_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -266,4 +269,111 @@ func TestFailureBetweenAddAndCheck(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestPipelinedBurst: a burst of adds goes on one pipelined connection and
+// is judged server by server: 60 new servers are gated on their checks, each
+// with its own id, while one HAProxy refuses (its name is taken by a server
+// outside the plan's knowledge) is reported alone; the next reconcile puts
+// the 60 in service, pipelined as well, and traffic reaches them.
+func TestPipelinedBurst(t *testing.T) {
+	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance roundrobin", "option tcp-check"}})
+	conns := countConns(t, h.AdminSocket)
+	c, err := runtimeapi.New("unix://"+conns.path, model.Settings{Balance: "roundrobin", TCPCheck: true}, chk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := haproxytest.FreePort(t, "127.0.0.1")
+	var ws []model.Server
+	for i := range 60 {
+		ip := fmt.Sprintf("127.0.9.%d", i+1)
+		haproxytest.Listen(t, fmt.Sprintf("s%02d", i), fmt.Sprintf("%s:%d", ip, port))
+		ws = append(ws, srv(fmt.Sprintf("s%02d", i), ip, port, model.Ready))
+	}
+	cur, err := c.Read(context.Background(), "be")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := plan.CalculateWith(cur, want(append(ws, srv("taken", "127.0.9.99", port, model.Ready))...), c.Policy())
+	// Another writer adds "taken" between this reconcile's read and apply.
+	if out, err := h.Command("add server be/taken 127.0.9.99:1"); err != nil || out != "New server registered." {
+		t.Fatalf("%q %v", out, err)
+	}
+	before := conns.n.Load()
+	_, err = c.Apply(context.Background(), p)
+	if n := conns.n.Load() - before; n > 2 { // the ids in use, then the burst
+		t.Errorf("the burst took %d connections to the socket, want 2", n)
+	}
+	var refused plan.ServerErrors
+	if !errors.As(err, &refused) || len(refused) != 1 || refused[0].Server != "taken" {
+		t.Fatalf("apply: %v, want only server taken refused", err)
+	}
+	ids := map[int]bool{}
+	got := h.Servers(t, "be")
+	for _, s := range ws {
+		hs, ok := got[s.Name]
+		switch {
+		case !ok:
+			t.Fatalf("server %s not added", s.Name)
+		case !hs.Drain() || !hs.CheckRunning():
+			t.Errorf("server %s not gated: %+v", s.Name, hs)
+		}
+		ids[hs.ID] = true
+	}
+	if len(ids) != len(ws) {
+		t.Errorf("%d distinct ids for %d servers", len(ids), len(ws))
+	}
+	if _, err := h.Command("del server be/taken"); err != nil {
+		t.Fatal(err)
+	}
+	converge(t, c, want(ws...), 5*time.Second)
+	for _, s := range h.Servers(t, "be") {
+		if !s.Up() || s.Drain() || s.Maint() {
+			t.Errorf("server %s not in service: %+v", s.Name, s)
+		}
+	}
+	// Every server answers through the frontend, nothing fails.
+	eventually(t, 5*time.Second, "traffic to every server", func() bool {
+		hits := haproxytest.Spread(h.Frontends["be"], 4*len(ws))
+		return len(hits) == len(ws) && hits[""] == 0
+	})
+}
+
+// connCounter forwards a unix socket to HAProxy's and counts connections.
+type connCounter struct {
+	path string
+	n    atomic.Int64
+}
+
+func countConns(t *testing.T, target string) *connCounter {
+	t.Helper()
+	c := &connCounter{path: filepath.Join(t.TempDir(), "count.sock")}
+	ln, err := net.Listen("unix", c.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.n.Add(1)
+			go func() {
+				defer in.Close()
+				up, err := net.Dial("unix", target)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() {
+					_, _ = io.Copy(up, in)
+					_ = up.(*net.UnixConn).CloseWrite()
+				}()
+				_, _ = io.Copy(in, up)
+			}()
+		}
+	}()
+	return c
 }

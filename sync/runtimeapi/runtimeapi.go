@@ -340,7 +340,16 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			return out, err
 		}
 	}
-	for _, ch := range p.Changes {
+	changes := p.Changes
+	if piped, rest := a.pipelinable(changes); len(piped) >= pipelineMin {
+		changes = rest
+		errs, err := c.pipeline(ctx, &a, piped, &out)
+		if err != nil {
+			return out, err
+		}
+		failed = append(failed, errs...)
+	}
+	for _, ch := range changes {
 		srv := p.Backend + "/" + ch.Name
 		var err error
 		switch ch.Action {
@@ -372,6 +381,83 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		return out, failed
 	}
 	return out, nil
+}
+
+// Big changes (a scale-up, an initial sync, many servers put in service
+// at once) are pipelined: from pipelineMin command lines on, they go on one
+// interactive connection, pipelineChunk lines at a time, instead of one
+// connection each.
+const (
+	pipelineMin   = 8
+	pipelineChunk = 500
+)
+
+// pipelinable splits changes into those that are one command line each
+// (adds, and updates that do not move the server) and the rest.
+func (a *applier) pipelinable(changes []plan.Change) (piped, rest []plan.Change) {
+	for _, ch := range changes {
+		switch {
+		case ch.Action == plan.Add:
+			piped = append(piped, ch)
+		case ch.Action == plan.Update && ch.Old.Address == ch.New.Address && ch.Old.Port == ch.New.Port:
+			piped = append(piped, ch)
+		default:
+			rest = append(rest, ch)
+		}
+	}
+	return piped, rest
+}
+
+// pipeline sends each change as one line and judges each reply as the
+// one-by-one path does: a refused server is recorded, the others go on.
+func (c *Client) pipeline(ctx context.Context, a *applier, changes []plan.Change, out *plan.Applied) (plan.ServerErrors, error) {
+	var failed plan.ServerErrors
+	for len(changes) > 0 {
+		chunk := changes[:min(pipelineChunk, len(changes))]
+		changes = changes[len(chunk):]
+		var lines [][]string
+		var kept []plan.Change
+		for _, ch := range chunk {
+			srv := a.backend + "/" + ch.Name
+			var line []string
+			if ch.Action == plan.Add {
+				line = a.addLine(srv, ch)
+			} else {
+				line = updateLine(srv, ch)
+			}
+			if len(line) > 0 {
+				lines = append(lines, line)
+				kept = append(kept, ch)
+			}
+		}
+		if len(lines) == 0 {
+			continue
+		}
+		replies, err := c.sock.Pipeline(ctx, lines)
+		if err != nil {
+			return failed, fmt.Errorf("pipelined changes to %s: %w", a.backend, err)
+		}
+		for i, ch := range kept {
+			ok := empty
+			if ch.Action == plan.Add {
+				ok = addOK
+			}
+			if ok(replies[i]) {
+				for range lines[i] {
+					out.Count(plan.RuntimeWrite)
+				}
+				continue
+			}
+			err := error(&CommandError{Command: strings.Join(lines[i], "; "), Reply: replies[i]})
+			if ch.Action == plan.Add {
+				if err = a.addChecked(err); errors.As(err, new(*BackendError)) {
+					return failed, err
+				}
+			}
+			failed = append(failed, plan.ServerError{Server: ch.Name, Error: err.Error(), Err: err})
+		}
+	}
+	return failed, nil
 }
 
 func has(p plan.Plan, a plan.Action) bool {
@@ -425,6 +511,11 @@ const dynamicAlgoRefusal = "Backend must use a dynamic load balancing"
 // server added "enabled", or set ready at once, would take traffic before
 // any check passed.
 func (a *applier) add(srv string, ch plan.Change) error {
+	return a.addChecked(a.send(addOK, a.addLine(srv, ch)...))
+}
+
+// addLine is the command line that adds srv, taking the next explicit id.
+func (a *applier) addLine(srv string, ch plan.Change) []string {
 	s := *ch.New
 	cmd := fmt.Sprintf("add server %s %s weight %d check inter %dms rise %d fall %d id %d",
 		srv, net.JoinHostPort(s.Address, strconv.Itoa(s.Port)), s.Weight, s.Check.Inter.Milliseconds(), s.Check.Rise, s.Check.Fall, a.nextID)
@@ -442,12 +533,36 @@ func (a *applier) add(srv string, ch plan.Change) error {
 			cmds = append(cmds, "set server "+srv+" state "+stateWord(s.State))
 		}
 	}
-	err := a.send(func(r string) bool { return strings.TrimSpace(r) == "New server registered." }, cmds...)
+	return cmds
+}
+
+func addOK(r string) bool { return strings.TrimSpace(r) == "New server registered." }
+
+// addChecked turns HAProxy's refusal of runtime servers in this backend into
+// a BackendError.
+func (a *applier) addChecked(err error) error {
 	var ce *CommandError
 	if errors.As(err, &ce) && strings.Contains(ce.Reply, dynamicAlgoRefusal) {
 		return &BackendError{Backend: a.backend, Reply: strings.SplitN(strings.TrimSpace(ce.Reply), "\n", 2)[0]}
 	}
 	return err
+}
+
+// updateLine is update's commands for a server that does not move, as one
+// line whose every reply is empty.
+func updateLine(srv string, ch plan.Change) []string {
+	old, s := *ch.Old, *ch.New
+	var cmds []string
+	if s.State == model.Ready && old.Weight != s.Weight {
+		cmds = append(cmds, fmt.Sprintf("set server %s weight %d", srv, s.Weight))
+	}
+	switch {
+	case ch.Gate:
+		cmds = append(cmds, gateCommands(srv)...)
+	case old.State != s.State:
+		cmds = append(cmds, "set server "+srv+" state "+stateWord(s.State))
+	}
+	return cmds
 }
 
 // update changes address, port, weight and state, each only if it differs;
@@ -464,16 +579,8 @@ func (a *applier) update(srv string, ch plan.Change) error {
 			return err
 		}
 	}
-	if s.State == model.Ready && old.Weight != s.Weight {
-		if err := a.send(empty, fmt.Sprintf("set server %s weight %d", srv, s.Weight)); err != nil {
-			return err
-		}
-	}
-	switch {
-	case ch.Gate:
-		return a.send(empty, gateCommands(srv)...)
-	case old.State != s.State:
-		return a.send(empty, "set server "+srv+" state "+stateWord(s.State))
+	if line := updateLine(srv, ch); len(line) > 0 {
+		return a.send(empty, line...)
 	}
 	return nil
 }

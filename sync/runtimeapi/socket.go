@@ -1,6 +1,7 @@
 package runtimeapi
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -72,3 +73,83 @@ type networkError struct{ err error }
 func (e *networkError) Error() string   { return e.err.Error() }
 func (e *networkError) Unwrap() error   { return e.err }
 func (e *networkError) Temporary() bool { return true }
+
+// Pipeline sends many command lines on one connection in interactive mode
+// ("prompt") without waiting for each answer, and returns each line's reply
+// in the format Commands returns. Lines are written while replies are read,
+// so neither side's buffer fills. In interactive mode HAProxy ends every
+// command's answer (each of a line's ';'-separated commands) with the prompt
+// "\n> ", on 2.6 as on 3.x. The connection's deadline is the Timeout plus a
+// millisecond per command.
+func (s Socket) Pipeline(ctx context.Context, lines [][]string) ([]string, error) {
+	var b strings.Builder
+	b.WriteString("prompt\n")
+	total := 1 // the prompt command's own answer
+	for _, cmds := range lines {
+		for _, c := range cmds {
+			if c == "" || strings.ContainsAny(c, "\n;") {
+				return nil, fmt.Errorf("runtime command %q: empty, newline and ';' are not allowed", c)
+			}
+		}
+		b.WriteString(strings.Join(cmds, "; "))
+		b.WriteString("\n")
+		total += len(cmds)
+	}
+	timeout := s.Timeout
+	if timeout == 0 {
+		timeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout+time.Duration(total)*time.Millisecond)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, s.Network, s.Address)
+	if err != nil {
+		return nil, &networkError{fmt.Errorf("dial %s: %w", s.Address, err)}
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	werr := make(chan error, 1)
+	go func() {
+		_, err := io.WriteString(conn, b.String())
+		werr <- err
+	}()
+	const prompt = "\n> "
+	var answers []string
+	var buf []byte
+	chunk := make([]byte, 64<<10)
+	for len(answers) < total {
+		n, err := conn.Read(chunk)
+		buf = append(buf, chunk[:n]...)
+		for len(answers) < total {
+			i := bytes.Index(buf, []byte(prompt))
+			if i < 0 {
+				break
+			}
+			answers = append(answers, string(buf[:i+1]))
+			buf = buf[i+len(prompt):]
+		}
+		if len(buf) > 16<<20 {
+			return nil, fmt.Errorf("runtime pipeline: an answer over 16 MB")
+		}
+		if err != nil && len(answers) < total {
+			return nil, &networkError{fmt.Errorf("read pipelined replies (%d of %d): %w", len(answers), total, err)}
+		}
+	}
+	if err := <-werr; err != nil {
+		return nil, &networkError{fmt.Errorf("send pipelined commands: %w", err)}
+	}
+	out := make([]string, 0, len(lines))
+	next := answers[1:]
+	for _, cmds := range lines {
+		var r strings.Builder
+		for _, a := range next[:len(cmds)] {
+			r.WriteString(a)
+			r.WriteString("\n")
+		}
+		next = next[len(cmds):]
+		out = append(out, strings.TrimRight(r.String(), "\n"))
+	}
+	return out, nil
+}
