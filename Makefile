@@ -55,7 +55,7 @@ fuzz:
 ## each (they are long), with the idle period README quotes.
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 $$($(GO) list ./... | grep -v /sync/e2e)
-	HKS_BENCH_IDLE=1m HKS_BENCH_NODES=5000 $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./sync/e2e
+	HKS_BENCH_IDLE=1m HKS_BENCH_NODES=5000 HKS_BENCH_ENDPOINTS=10000 $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./sync/e2e
 
 clean:
 	rm -rf bin
