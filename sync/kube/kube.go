@@ -35,9 +35,11 @@ const pageSize = 500
 
 // Node reads. Only the Nodes the endpoints name are read: a 5,000-Node
 // cluster costs a reconcile what its ingress Nodes cost, not what every
-// Node's status (~12 KB each) does. Up to maxNodeGets names are read one GET
-// each, nodeGetters at a time; more are found in a paged list of every Node,
-// keeping only the named ones, which is then fewer requests.
+// Node's status (~12 KB each) does. Up to maxNodeGets names are read by name:
+// one GET each, nodeGetters at a time, or, from minNodeSelect names, one list
+// selecting them by hostname label (selectNodes); more are found in a paged
+// list of every Node, keeping only the named ones, which is then fewer
+// requests.
 const (
 	maxNodeGets = 256
 	nodeGetters = 16

@@ -175,3 +175,56 @@ func TestAnExpiredContinueTokenStartsTheListOver(t *testing.T) {
 		t.Errorf("err %v, items %v after %d calls", err, got, calls)
 	}
 }
+
+// TestNodesByHostnameLabel: from minNodeSelect names, the Nodes come from one
+// list by hostname label; a name the label misses (a Node labelled otherwise,
+// one that is gone, one too long for a label value) is read by GET. A failed
+// list is an error, never fewer Nodes.
+func TestNodesByHostnameLabel(t *testing.T) {
+	var objs []runtime.Object
+	var names []string
+	for i := range 20 {
+		n := fmt.Sprintf("node-%02d", i)
+		names = append(names, n)
+		host := n
+		if i == 3 {
+			host = "ip-10-0-0-3"
+		}
+		objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{corev1.LabelHostname: host}}})
+	}
+	long := strings.Repeat("n", 70) // a valid Node name, too long for a label value
+	objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: long}})
+	names = append(names, long, "node-gone")
+	client := fake.NewClientset(objs...)
+	s := &Source{Client: client, Nodes: true}
+	got, err := s.readNodes(context.Background(), names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 21 {
+		t.Errorf("%d nodes, want 21", len(got))
+	}
+	var lists, gets []string
+	for _, a := range client.Actions() {
+		switch a := a.(type) {
+		case k8stesting.ListAction:
+			lists = append(lists, a.GetListRestrictions().Labels.String())
+		case k8stesting.GetAction:
+			gets = append(gets, a.GetName())
+		}
+	}
+	sort.Strings(gets)
+	if len(lists) != 1 || !strings.HasPrefix(lists[0], corev1.LabelHostname+" in (") {
+		t.Errorf("lists %q, want one by hostname", lists)
+	}
+	if want := []string{long, "node-03", "node-gone"}; fmt.Sprint(gets) != fmt.Sprint(want) {
+		t.Errorf("GETs %v, want %v", gets, want)
+	}
+
+	client.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("etcd is away")
+	})
+	if got, err := s.readNodes(context.Background(), names); err == nil {
+		t.Errorf("failed list: %d nodes and no error", len(got))
+	}
+}
