@@ -377,3 +377,30 @@ func countConns(t *testing.T, target string) *connCounter {
 	}()
 	return c
 }
+
+// TestPipelinedBurstStaticAlgorithm: a burst into a backend that cannot take
+// runtime servers is the whole backend's error, as one add is.
+func TestPipelinedBurstStaticAlgorithm(t *testing.T) {
+	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance static-rr"}})
+	c, err := runtimeapi.New(h.RuntimeURL(), model.Settings{}, chk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ws []model.Server
+	for i := range 10 {
+		ws = append(ws, srv(fmt.Sprintf("s%02d", i), fmt.Sprintf("127.0.9.%d", i+1), 80, model.Ready))
+	}
+	cur, err := c.Read(context.Background(), "be")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Apply(context.Background(), plan.CalculateWith(cur, want(ws...), c.Policy()))
+	var be *runtimeapi.BackendError
+	var se plan.ServerErrors
+	if !errors.As(err, &be) || errors.As(err, &se) {
+		t.Fatalf("err = %v, want the backend's error", err)
+	}
+	if got := h.Servers(t, "be"); len(got) != 0 {
+		t.Errorf("%d servers added", len(got))
+	}
+}

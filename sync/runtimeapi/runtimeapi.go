@@ -315,20 +315,14 @@ func ParseServersState(reply, backend string, rise int) ([]model.Server, error) 
 func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	var out plan.Applied
 	var failed plan.ServerErrors
-	send := func(ok func(string) bool, cmds ...string) error {
+	a := applier{backend: p.Backend, out: &out}
+	a.send = func(ok func(string) bool, cmds ...string) error {
 		reply, err := c.sock.Commands(ctx, cmds...)
 		if err != nil {
 			return err
 		}
-		if !ok(reply) {
-			return &CommandError{Command: strings.Join(cmds, "; "), Reply: reply}
-		}
-		for range cmds {
-			out.Count(plan.RuntimeWrite)
-		}
-		return nil
+		return a.judged(ok, cmds, reply)
 	}
-	a := applier{send: send, backend: p.Backend}
 	var err error
 	if has(p, plan.Delete) { // how to delete depends on the version
 		if a.version, err = c.Version(ctx); err != nil {
@@ -340,14 +334,36 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			return out, err
 		}
 	}
+	// judge records a change HAProxy refused for its one server (the others
+	// are independent and still go; retrying would not help) and returns any
+	// other error, which ends the apply.
+	judge := func(ch plan.Change, err error) error {
+		var refused *CommandError
+		var backendErr *BackendError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &backendErr):
+			return err
+		case errors.As(err, &refused):
+			failed = append(failed, plan.ServerError{Server: ch.Name, Error: err.Error(), Err: err})
+			return nil
+		default:
+			return fmt.Errorf("%s server %s/%s: %w", ch.Action, p.Backend, ch.Name, err)
+		}
+	}
 	changes := p.Changes
-	if piped, rest := a.pipelinable(changes); len(piped) >= pipelineMin {
+	if piped, rest := pipelinable(changes); len(piped) >= pipelineMin {
 		changes = rest
-		errs, err := c.pipeline(ctx, &a, piped, &out)
+		errs, err := c.pipeline(ctx, &a, piped)
 		if err != nil {
 			return out, err
 		}
-		failed = append(failed, errs...)
+		for i, ch := range piped {
+			if err := judge(ch, errs[i]); err != nil {
+				return out, err
+			}
+		}
 	}
 	for _, ch := range changes {
 		srv := p.Backend + "/" + ch.Name
@@ -364,17 +380,8 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		default:
 			err = a.update(srv, ch)
 		}
-		var refused *CommandError
-		var backendErr *BackendError
-		switch {
-		case errors.As(err, &backendErr):
+		if err := judge(ch, err); err != nil {
 			return out, err
-		case errors.As(err, &refused):
-			// HAProxy refused this server's change: the others are
-			// independent and still go; retrying would not help.
-			failed = append(failed, plan.ServerError{Server: ch.Name, Error: err.Error(), Err: err})
-		case err != nil:
-			return out, fmt.Errorf("%s server %s: %w", ch.Action, srv, err)
 		}
 	}
 	if len(failed) > 0 {
@@ -384,7 +391,7 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 }
 
 // Big changes (a scale-up, an initial sync, many servers put in service
-// at once) are pipelined: from pipelineMin command lines on, they go on one
+// at once) are pipelined: from pipelineMin such changes on, they go on one
 // interactive connection, pipelineChunk lines at a time, instead of one
 // connection each.
 const (
@@ -394,7 +401,7 @@ const (
 
 // pipelinable splits changes into those that are one command line each
 // (adds, and updates that do not move the server) and the rest.
-func (a *applier) pipelinable(changes []plan.Change) (piped, rest []plan.Change) {
+func pipelinable(changes []plan.Change) (piped, rest []plan.Change) {
 	for _, ch := range changes {
 		switch {
 		case ch.Action == plan.Add:
@@ -408,16 +415,16 @@ func (a *applier) pipelinable(changes []plan.Change) (piped, rest []plan.Change)
 	return piped, rest
 }
 
-// pipeline sends each change as one line and judges each reply as the
-// one-by-one path does: a refused server is recorded, the others go on.
-func (c *Client) pipeline(ctx context.Context, a *applier, changes []plan.Change, out *plan.Applied) (plan.ServerErrors, error) {
-	var failed plan.ServerErrors
-	for len(changes) > 0 {
-		chunk := changes[:min(pipelineChunk, len(changes))]
-		changes = changes[len(chunk):]
+// pipeline sends each change as one line and returns, for each, the error
+// the one-by-one path would have returned (nil when its reply says
+// success); the error it returns itself means the connection failed.
+func (c *Client) pipeline(ctx context.Context, a *applier, changes []plan.Change) ([]error, error) {
+	errs := make([]error, len(changes))
+	for start := 0; start < len(changes); start += pipelineChunk {
 		var lines [][]string
-		var kept []plan.Change
-		for _, ch := range chunk {
+		var at []int // the change each line is for
+		for i := start; i < min(start+pipelineChunk, len(changes)); i++ {
+			ch := changes[i]
 			srv := a.backend + "/" + ch.Name
 			var line []string
 			if ch.Action == plan.Add {
@@ -427,7 +434,7 @@ func (c *Client) pipeline(ctx context.Context, a *applier, changes []plan.Change
 			}
 			if len(line) > 0 {
 				lines = append(lines, line)
-				kept = append(kept, ch)
+				at = append(at, i)
 			}
 		}
 		if len(lines) == 0 {
@@ -435,29 +442,17 @@ func (c *Client) pipeline(ctx context.Context, a *applier, changes []plan.Change
 		}
 		replies, err := c.sock.Pipeline(ctx, lines)
 		if err != nil {
-			return failed, fmt.Errorf("pipelined changes to %s: %w", a.backend, err)
+			return nil, fmt.Errorf("pipelined changes to %s: %w", a.backend, err)
 		}
-		for i, ch := range kept {
-			ok := empty
-			if ch.Action == plan.Add {
-				ok = addOK
+		for j, i := range at {
+			if changes[i].Action == plan.Add {
+				errs[i] = a.addChecked(a.judged(addOK, lines[j], replies[j]))
+			} else {
+				errs[i] = a.judged(empty, lines[j], replies[j])
 			}
-			if ok(replies[i]) {
-				for range lines[i] {
-					out.Count(plan.RuntimeWrite)
-				}
-				continue
-			}
-			err := error(&CommandError{Command: strings.Join(lines[i], "; "), Reply: replies[i]})
-			if ch.Action == plan.Add {
-				if err = a.addChecked(err); errors.As(err, new(*BackendError)) {
-					return failed, err
-				}
-			}
-			failed = append(failed, plan.ServerError{Server: ch.Name, Error: err.Error(), Err: err})
 		}
 	}
-	return failed, nil
+	return errs, nil
 }
 
 func has(p plan.Plan, a plan.Action) bool {
@@ -493,6 +488,19 @@ type applier struct {
 	backend string
 	version Version
 	nextID  int
+	out     *plan.Applied
+}
+
+// judged checks the reply to one command line: a CommandError unless ok
+// says it is success, in which case each command counts as a runtime write.
+func (a *applier) judged(ok func(string) bool, cmds []string, reply string) error {
+	if !ok(reply) {
+		return &CommandError{Command: strings.Join(cmds, "; "), Reply: reply}
+	}
+	for range cmds {
+		a.out.Count(plan.RuntimeWrite)
+	}
+	return nil
 }
 
 func empty(reply string) bool { return strings.TrimSpace(reply) == "" }

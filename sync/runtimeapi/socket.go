@@ -32,27 +32,16 @@ func (s Socket) Command(ctx context.Context, cmd string) (string, error) {
 // fall between them. The reply holds each command's answer followed by a
 // blank line.
 func (s Socket) Commands(ctx context.Context, cmds ...string) (string, error) {
-	for _, c := range cmds {
-		if c == "" || strings.ContainsAny(c, "\n;") {
-			return "", fmt.Errorf("runtime command %q: empty, newline and ';' are not allowed", c)
-		}
-	}
-	cmd := strings.Join(cmds, "; ")
-	timeout := s.Timeout
-	if timeout == 0 {
-		timeout = 5 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, s.Network, s.Address)
+	cmd, err := line(cmds)
 	if err != nil {
-		return "", &networkError{fmt.Errorf("dial %s: %w", s.Address, err)}
+		return "", err
 	}
+	conn, cancel, err := s.dial(ctx, 0)
+	if err != nil {
+		return "", err
+	}
+	defer cancel()
 	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
-	}
 	if _, err := io.WriteString(conn, cmd+"\n"); err != nil {
 		return "", &networkError{fmt.Errorf("send %q: %w", cmd, err)}
 	}
@@ -65,6 +54,37 @@ func (s Socket) Commands(ctx context.Context, cmds ...string) (string, error) {
 		return "", &networkError{fmt.Errorf("read reply to %q: %w", cmd, err)}
 	}
 	return strings.TrimRight(string(reply), "\n"), nil
+}
+
+// line joins commands with ';', refusing an empty one and any that would
+// split the line.
+func line(cmds []string) (string, error) {
+	for _, c := range cmds {
+		if c == "" || strings.ContainsAny(c, "\n;") {
+			return "", fmt.Errorf("runtime command %q: empty, newline and ';' are not allowed", c)
+		}
+	}
+	return strings.Join(cmds, "; "), nil
+}
+
+// dial connects with a deadline of the Timeout (5 s when zero) plus extra,
+// or the context's, whichever comes first.
+func (s Socket) dial(ctx context.Context, extra time.Duration) (net.Conn, context.CancelFunc, error) {
+	timeout := s.Timeout
+	if timeout == 0 {
+		timeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout+extra)
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, s.Network, s.Address)
+	if err != nil {
+		cancel()
+		return nil, nil, &networkError{fmt.Errorf("dial %s: %w", s.Address, err)}
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	return conn, cancel, nil
 }
 
 // networkError is a command that got no answer; worth retrying.
@@ -86,30 +106,19 @@ func (s Socket) Pipeline(ctx context.Context, lines [][]string) ([]string, error
 	b.WriteString("prompt\n")
 	total := 1 // the prompt command's own answer
 	for _, cmds := range lines {
-		for _, c := range cmds {
-			if c == "" || strings.ContainsAny(c, "\n;") {
-				return nil, fmt.Errorf("runtime command %q: empty, newline and ';' are not allowed", c)
-			}
+		l, err := line(cmds)
+		if err != nil {
+			return nil, err
 		}
-		b.WriteString(strings.Join(cmds, "; "))
-		b.WriteString("\n")
+		b.WriteString(l + "\n")
 		total += len(cmds)
 	}
-	timeout := s.Timeout
-	if timeout == 0 {
-		timeout = 5 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout+time.Duration(total)*time.Millisecond)
-	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, s.Network, s.Address)
+	conn, cancel, err := s.dial(ctx, time.Duration(total)*time.Millisecond)
 	if err != nil {
-		return nil, &networkError{fmt.Errorf("dial %s: %w", s.Address, err)}
+		return nil, err
 	}
+	defer cancel()
 	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
-	}
 	werr := make(chan error, 1)
 	go func() {
 		_, err := io.WriteString(conn, b.String())
