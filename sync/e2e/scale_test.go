@@ -139,11 +139,10 @@ func TestNodeReadsAreNarrowed(t *testing.T) {
 			}
 
 			wantGets := []string{gone}
-			if !tc.lists {
-				wantGets = slices.Collect(maps.Keys(hosting))
-				wantGets = append(wantGets, gone)
-			} else {
+			if tc.lists {
 				wantGets = append(wantGets, names[every]) // its hostname label is not its name
+			} else {
+				wantGets = append(wantGets, slices.Collect(maps.Keys(hosting))...)
 			}
 			var gets []string
 			var selectors []string

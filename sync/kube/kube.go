@@ -117,10 +117,7 @@ func (s *Source) readNodes(ctx context.Context, names []string) ([]corev1.Node, 
 	}
 	nodes := s.Client.CoreV1().Nodes()
 	if len(names) > maxNodeGets {
-		want := make(map[string]bool, len(names))
-		for _, n := range names {
-			want[n] = true
-		}
+		want := nameSet(names)
 		var out []corev1.Node
 		err := eachPage(ctx, nodePage, nodes.List, func() { out = nil }, func(l *corev1.NodeList) {
 			for i := range l.Items {
@@ -134,12 +131,9 @@ func (s *Source) readNodes(ctx context.Context, names []string) ([]corev1.Node, 
 		}
 		return out, nil
 	}
-	var listed []corev1.Node
-	if len(names) >= minNodeSelect {
-		var err error
-		if listed, names, err = s.selectNodes(ctx, names); err != nil {
-			return nil, err
-		}
+	listed, names, err := s.selectNodes(ctx, names)
+	if err != nil {
+		return nil, err
 	}
 	found := make([]*corev1.Node, len(names))
 	g, gctx := errgroup.WithContext(ctx)
@@ -175,7 +169,8 @@ func (s *Source) readNodes(ctx context.Context, names []string) ([]corev1.Node, 
 // API server compresses a response this large (gzip, from 128 KB) where it
 // sends each GET whole. It returns the Nodes found under their own name and
 // the names still to GET: a Node whose hostname label is not its name, a name
-// no label value can hold, and a Node that does not exist.
+// no label value can hold, and a Node that does not exist (all of them when
+// fewer than minNodeSelect names can be selected).
 //
 // It is a consistent read, as fresh as the GETs it replaces: from Kubernetes
 // 1.31 with etcd 3.5.13+ the API server answers it from its watch cache;
@@ -200,10 +195,7 @@ func (s *Source) selectNodes(ctx context.Context, names []string) (found []corev
 	if err != nil {
 		return nil, nil, fmt.Errorf("list nodes by hostname: %w", err)
 	}
-	want := make(map[string]bool, len(names))
-	for _, n := range names {
-		want[n] = true
-	}
+	want := nameSet(names)
 	for i := range l.Items {
 		if want[l.Items[i].Name] {
 			found = append(found, l.Items[i])
@@ -216,6 +208,14 @@ func (s *Source) selectNodes(ctx context.Context, names []string) (found []corev
 		}
 	}
 	return found, rest, nil
+}
+
+func nameSet(names []string) map[string]bool {
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		set[n] = true
+	}
+	return set
 }
 
 // eachPage lists in pages of size, giving each page to each. When a continue
