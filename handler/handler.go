@@ -24,8 +24,6 @@ package handler
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -231,7 +229,7 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 func (a *api) run(w http.ResponseWriter, r *http.Request, tr trigger.Trigger, dryRun bool) {
 	id := tr.ID
 	if id == "" {
-		id = newID()
+		id = trigger.NewID()
 	}
 	log := a.log.With("trigger", tr.Kind, "id", id, "type", tr.Type)
 	shared, slots := a.shared, a.waiters
@@ -286,12 +284,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
-}
-
-func newID() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // MaxConns bounds the connections served at once; more wait in the

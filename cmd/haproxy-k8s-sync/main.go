@@ -12,8 +12,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -257,7 +255,7 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, kc kubernetes.Interface
 	var reconciled atomic.Bool // a poked reconcile has run (whatever its result)
 	shared.OnPoked(func(res reconcile.Result, err error) {
 		reconciled.Store(true)
-		l := log.With("trigger", "poke", "id", newID())
+		l := log.With("trigger", "poke", "id", trigger.NewID())
 		if err != nil {
 			l.Error("reconcile failed", "status", res.Status, "error", err, "durationMs", res.DurationMs, "targets", res.Targets)
 			return
@@ -396,12 +394,6 @@ func resync(ctx context.Context, period time.Duration, poke func()) {
 			poke()
 		}
 	}
-}
-
-func newID() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // followUp pokes again while servers wait for their first passed check or

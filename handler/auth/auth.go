@@ -26,6 +26,8 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/cut"
 )
 
 // Authenticator checks a request's credentials.
@@ -239,9 +241,4 @@ func contains(list []string, s string) bool {
 }
 
 // short bounds a string taken from outside for an error message.
-func short(s string) string {
-	if len(s) > 100 {
-		return s[:100] + "..."
-	}
-	return s
-}
+func short(s string) string { return cut.To(s, 100) }

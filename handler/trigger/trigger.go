@@ -12,12 +12,16 @@ package trigger
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"mime"
 	"net/http"
 	"strings"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/cut"
 )
 
 // Kind is the shape of the request.
@@ -69,11 +73,14 @@ const MaxQuote = 200
 
 // Short cuts s to MaxQuote bytes (marking the cut), for messages that quote
 // input.
-func Short(s string) string {
-	if len(s) <= MaxQuote {
-		return s
-	}
-	return s[:MaxQuote] + "...(cut)"
+func Short(s string) string { return cut.To(s, MaxQuote) }
+
+// NewID returns a random trigger id, for a request that brings none and for
+// the service's own pokes.
+func NewID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // Parse reads a request's headers and its (size-limited) body.

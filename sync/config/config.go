@@ -15,6 +15,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/cut"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 )
@@ -336,12 +337,7 @@ func parseURL(raw string, i int) (*url.URL, error) {
 }
 
 // short bounds a value quoted in an error.
-func short(s string) string {
-	if len(s) > 200 {
-		return s[:200] + "...(cut)"
-	}
-	return s
-}
+func short(s string) string { return cut.To(s, 200) }
 
 // parseBackends reads "PORT=BACKEND,..." where PORT is a Service port name or number.
 func parseBackends(spec string) ([]desired.PortBackend, error) {

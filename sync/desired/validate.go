@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/cut"
 )
 
 // Everything read from Kubernetes is untrusted: whoever may write an
@@ -78,12 +80,7 @@ func (r Report) Total() int {
 }
 
 // quote bounds a string from Kubernetes for a report or a log line.
-func quote(s string) string {
-	if len(s) > 80 {
-		s = s[:80] + "...(cut)"
-	}
-	return fmt.Sprintf("%q", s)
-}
+func quote(s string) string { return fmt.Sprintf("%q", cut.To(s, 80)) }
 
 // AddressPolicy decides which server addresses are acceptable.
 type AddressPolicy struct {
