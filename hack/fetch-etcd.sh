@@ -5,7 +5,8 @@
 # watch cache and reads them from etcd instead, which is not what a real
 # cluster measures. The .deb is found through trixie's signed index
 # (InRelease checked with gpgv against Debian's keyring, then Packages.xz,
-# then the package by their SHA-256) and kept in the user cache.
+# then the package by their SHA-256) and kept in the user cache. Run by
+# install-deps.sh, which installs gpgv, xz and curl first.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cache="${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/haproxy-k8s-sync"
@@ -14,11 +15,6 @@ mkdir -p "$root/bin" "$cache"
 if [ -x "$out" ] && "$out" --version | grep -q '^etcd Version: 3\.5\.'; then exit 0; fi
 cached=$(ls -1 "$cache"/etcd-3.5.* 2>/dev/null | sort -V | tail -n 1 || true)
 if [ -z "$cached" ]; then
-  if ! command -v gpgv >/dev/null || ! command -v xz >/dev/null; then
-    sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends gpgv xz-utils curl >/dev/null
-  fi
   echo "fetching etcd-server from Debian trixie (once) ..." >&2
   mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
   mirror="${mirror:-http://deb.debian.org/debian}"

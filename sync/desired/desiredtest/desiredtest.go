@@ -169,7 +169,7 @@ func RealisticNode(name, internalIP string) *corev1.Node {
 			},
 		},
 	}
-	first := int(id[0]) // a different run of the pool on each Node
+	first := int(id[0]) // one of 16 runs through the pool, by name
 	for i := range 40 {
 		k := (first + i*3) % 120
 		img := fmt.Sprintf("registry.example.com/platform/team-%02d/service-%03d", k%7, k)
