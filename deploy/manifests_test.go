@@ -302,8 +302,8 @@ patches:
 	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
 			cluster(t, tt.watched)
-			as := impersonate(t, tt.user)
-			src := &kube.Source{Client: as, Namespace: tt.watched, Service: "web", Nodes: true}
+			as, own := impersonate(t, tt.user), syncClient(t, tt.user)
+			src := &kube.Source{Client: own, Namespace: tt.watched, Service: "web", Nodes: true}
 			in, err := src.Read(ctx)
 			if err != nil {
 				t.Fatalf("the sync's read: %v", err)
@@ -314,7 +314,7 @@ patches:
 			// serve's own watches: the Service by name, its slices, the Nodes.
 			wctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			wt := &watch.Watcher{Client: as, Namespace: tt.watched, Service: "web", Nodes: true}
+			wt := &watch.Watcher{Client: own, Namespace: tt.watched, Service: "web", Nodes: true}
 			go wt.Run(wctx)
 			deadline := time.Now().Add(10 * time.Second)
 			for !wt.Established() {
@@ -329,8 +329,8 @@ patches:
 	t.Run("kubernetes-auth component: may review tokens", func(t *testing.T) {
 		namespace(t, "rbac-ka")
 		kubectl(t, nil, "apply", "-k", overlay(t, "namespace: rbac-ka\nresources:\n  - %[1]s/rbac\ncomponents:\n  - %[1]s/components/kubernetes-auth\n", "."))
-		as := impersonate(t, "system:serviceaccount:rbac-ka:haproxy-k8s-sync")
-		if _, err := as.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: "x"}}, metav1.CreateOptions{}); err != nil {
+		as := syncClient(t, "system:serviceaccount:rbac-ka:haproxy-k8s-sync")
+		if _, err := as.CreateTokenReview(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: "x"}}); err != nil {
 			t.Errorf("create tokenreviews: %v", err)
 		}
 		trigger := impersonate(t, "system:serviceaccount:rbac-ka:haproxy-k8s-sync-trigger")
@@ -357,13 +357,27 @@ patches:
 
 func impersonate(t *testing.T, user string) kubernetes.Interface {
 	t.Helper()
-	cfg := rest.CopyConfig(api.cfg)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	c, err := kubernetes.NewForConfig(cfg)
+	c, err := kubernetes.NewForConfig(impersonated(user))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// syncClient is the service's own client, acting as user.
+func syncClient(t *testing.T, user string) *kube.Client {
+	t.Helper()
+	c, err := kube.NewClient(impersonated(user))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func impersonated(user string) *rest.Config {
+	cfg := rest.CopyConfig(api.cfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	return cfg
 }
 
 // cluster creates, as admin, a Service "web" with one EndpointSlice in ns,

@@ -36,7 +36,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/net/netutil"
 	k8swatch "k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
@@ -169,7 +168,7 @@ Variables (name, default, meaning):
 
 // newReconciler wires the concrete source and drivers; the one place that
 // does. kc is the Kubernetes client, nil when reading manifests.
-func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *metrics.Metrics) (*reconcile.Reconciler, kubernetes.Interface, error) {
+func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *metrics.Metrics) (*reconcile.Reconciler, *kube.Client, error) {
 	opts := cfg.Options()
 	source, kc, err := newSource(cfg, manifests, opts.Mode == desired.NodeMode)
 	if err != nil {
@@ -219,7 +218,7 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 
 // newSource reads the Kubernetes API, or manifests when a path is given (then
 // the client is nil).
-func newSource(cfg config.Config, manifests string, nodes bool) (reconcile.Source, kubernetes.Interface, error) {
+func newSource(cfg config.Config, manifests string, nodes bool) (reconcile.Source, *kube.Client, error) {
 	if manifests != "" {
 		return &kube.FileSource{Path: manifests, Namespace: cfg.Namespace, Service: cfg.Service, Nodes: nodes}, nil, nil
 	}
@@ -240,7 +239,7 @@ func newSource(cfg config.Config, manifests string, nodes bool) (reconcile.Sourc
 // returns. With WATCH (and a Kubernetes client) it watches the Service's
 // objects and reconciles by itself on every change that can matter; with
 // RESYNC_PERIOD it also reconciles on that period.
-func serve(cfg config.Config, rec *reconcile.Reconciler, kc kubernetes.Interface, log *slog.Logger, m *metrics.Metrics, metricsHandler http.Handler) error {
+func serve(cfg config.Config, rec *reconcile.Reconciler, kc *kube.Client, log *slog.Logger, m *metrics.Metrics, metricsHandler http.Handler) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
@@ -359,7 +358,7 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, kc kubernetes.Interface
 }
 
 // newAuthenticator returns the webhook authenticator cfg asks for.
-func newAuthenticator(cfg config.Config, kc kubernetes.Interface) (auth.Authenticator, error) {
+func newAuthenticator(cfg config.Config, kc *kube.Client) (auth.Authenticator, error) {
 	switch cfg.WebhookAuth {
 	case config.AuthToken:
 		t, err := auth.NewToken(cfg.WebhookToken)

@@ -24,8 +24,6 @@ import (
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/cut"
 )
@@ -117,9 +115,14 @@ const (
 	cacheBad = 5 * time.Second
 )
 
+// TokenReviewer creates TokenReviews; a *kube.Client is one.
+type TokenReviewer interface {
+	CreateTokenReview(ctx context.Context, tr *authnv1.TokenReview) (*authnv1.TokenReview, error)
+}
+
 // Kubernetes verifies bearer tokens with the TokenReview API.
 type Kubernetes struct {
-	client   kubernetes.Interface
+	client   TokenReviewer
 	audience string
 	// allowed are the usernames (system:serviceaccount:NS:NAME) that may
 	// call; empty means any token the API server accepts for the audience.
@@ -139,7 +142,7 @@ type cached struct {
 // NewKubernetes returns an authenticator that accepts tokens the API server
 // validates for audience, from one of serviceAccounts ("namespace/name";
 // none: any).
-func NewKubernetes(client kubernetes.Interface, audience string, serviceAccounts []string) (*Kubernetes, error) {
+func NewKubernetes(client TokenReviewer, audience string, serviceAccounts []string) (*Kubernetes, error) {
 	if audience == "" {
 		return nil, errors.New("the audience must not be empty")
 	}
@@ -214,9 +217,9 @@ func (k *Kubernetes) evict() {
 func (k *Kubernetes) review(ctx context.Context, tok string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	tr, err := k.client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
+	tr, err := k.client.CreateTokenReview(ctx, &authnv1.TokenReview{
 		Spec: authnv1.TokenReviewSpec{Token: tok, Audiences: []string{k.audience}},
-	}, metav1.CreateOptions{})
+	})
 	if err != nil {
 		return fmt.Errorf("create tokenreview: %w", err)
 	}

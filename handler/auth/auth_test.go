@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube/kubetest"
 )
 
 func header(v string) http.Header {
@@ -78,7 +80,7 @@ func reviewer(t *testing.T, calls *atomic.Int32, fail *atomic.Bool) *fake.Client
 func TestKubernetes(t *testing.T) {
 	var calls atomic.Int32
 	var fail atomic.Bool
-	k, err := NewKubernetes(reviewer(t, &calls, &fail), "haproxy-k8s-sync", []string{"ingress-nginx/cron"})
+	k, err := NewKubernetes(kubetest.Clientset{Interface: reviewer(t, &calls, &fail)}, "haproxy-k8s-sync", []string{"ingress-nginx/cron"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +139,7 @@ func TestKubernetesBoundsConcurrentReviews(t *testing.T) {
 		<-release
 		return true, a.(k8stesting.CreateAction).GetObject(), nil
 	})
-	k, _ := NewKubernetes(c, "aud", nil)
+	k, _ := NewKubernetes(kubetest.Clientset{Interface: c}, "aud", nil)
 	var wg sync.WaitGroup
 	for i := range maxReviews {
 		wg.Add(1)

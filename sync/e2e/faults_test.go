@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
@@ -36,7 +35,7 @@ func TestKubernetesFaultsLeaveHAProxyUntouched(t *testing.T) {
 	down := &rest.Config{Host: "https://127.0.0.1:1", Timeout: time.Second}
 	for name, cfg := range map[string]*rest.Config{"forbidden": forbidden, "unreachable": down} {
 		step(t, name, func(t *testing.T) {
-			client, err := kubernetes.NewForConfig(cfg)
+			client, err := kube.NewClient(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,14 +12,18 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
 )
 
 const inNetns = "HKS_E2E_IN_NETNS"
 
 // cluster is the API server shared by the tests of this binary.
 var cluster struct {
-	cfg    *rest.Config
-	client kubernetes.Interface
+	cfg *rest.Config
+	// client sets the cluster up; service is the service's own client.
+	client  kubernetes.Interface
+	service *kube.Client
 }
 
 // podAddrs are added to the namespace's loopback: the test's own pod hosts.
@@ -103,7 +107,9 @@ func startKube() (*envtest.Environment, error) {
 		return nil, fmt.Errorf("start envtest: %w", err)
 	}
 	cluster.cfg = cfg
-	cluster.client, err = kubernetes.NewForConfig(cfg)
+	if cluster.client, err = kubernetes.NewForConfig(cfg); err == nil {
+		cluster.service, err = kube.NewClient(cfg)
+	}
 	if err != nil {
 		_ = env.Stop()
 		return nil, err

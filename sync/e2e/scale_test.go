@@ -24,12 +24,25 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
 )
 
-// fastClient is a client of the test API server without client-go's default
-// limit of 5 requests a second, for setting up large clusters.
-func fastClient(t testing.TB, wrap func(http.RoundTripper) http.RoundTripper) kubernetes.Interface {
+// fastClient is a clientset of the test API server without client-go's
+// default limit of 5 requests a second, for setting up large clusters.
+func fastClient(t testing.TB) kubernetes.Interface {
 	t.Helper()
 	cfg := rest.CopyConfig(cluster.cfg)
 	cfg.QPS, cfg.Burst = 2000, 2000
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// serviceClient is the service's own client of the test API server, its
+// transport wrapped by wrap when set.
+func serviceClient(t testing.TB, wrap func(http.RoundTripper) http.RoundTripper) *kube.Client {
+	t.Helper()
+	cfg := rest.CopyConfig(cluster.cfg)
 	cfg.WrapTransport = wrap
 	c, err := kube.NewClient(cfg)
 	if err != nil {
@@ -46,7 +59,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // returns their names; mutate, when set, shapes each.
 func manyNodes(t testing.TB, prefix string, n int, mutate func(i int, node *corev1.Node)) []string {
 	t.Helper()
-	c := fastClient(t, nil)
+	c := fastClient(t)
 	names := make([]string, n)
 	var g errgroup.Group
 	g.SetLimit(32)
@@ -113,7 +126,7 @@ func TestNodeReadsAreNarrowed(t *testing.T) {
 
 			var mu sync.Mutex
 			var requests []*http.Request
-			client := fastClient(t, func(rt http.RoundTripper) http.RoundTripper {
+			client := serviceClient(t, func(rt http.RoundTripper) http.RoundTripper {
 				return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 					if strings.HasPrefix(r.URL.Path, "/api/v1/nodes") {
 						mu.Lock()
@@ -235,13 +248,12 @@ func BenchmarkNodeModeRead(b *testing.B) {
 	}
 }
 
-// wireCountingClient is a fastClient that adds to wire every byte it
+// wireCountingClient is a serviceClient that adds to wire every byte it
 // receives from the API server as sent (TLS, compressed or not), and to
 // decoded every byte of response bodies once decompressed.
-func wireCountingClient(t testing.TB, wire, decoded *atomic.Int64) kubernetes.Interface {
+func wireCountingClient(t testing.TB, wire, decoded *atomic.Int64) *kube.Client {
 	t.Helper()
 	cfg := rest.CopyConfig(cluster.cfg)
-	cfg.QPS, cfg.Burst = 2000, 2000
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(r)

@@ -109,7 +109,7 @@ func newWorld(t testing.TB, service string, mode desired.Mode, backends []desire
 		}
 		drv = rt
 	}
-	w.src = &switchSource{src: &kube.Source{Client: cluster.client, Namespace: w.ns, Service: service, Nodes: mode == desired.NodeMode}}
+	w.src = &switchSource{src: &kube.Source{Client: cluster.service, Namespace: w.ns, Service: service, Nodes: mode == desired.NodeMode}}
 	rec := &reconcile.Reconciler{
 		Source:  w.src,
 		Options: opts,

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -50,9 +49,17 @@ const (
 	minNodeSelect = 12
 )
 
-// Source reads one Service's objects through client-go.
+// Reader is what a Source asks of the Kubernetes API; a *Client is one.
+type Reader interface {
+	GetService(ctx context.Context, namespace, name string) (*corev1.Service, error)
+	ListEndpointSlices(ctx context.Context, namespace string, opts metav1.ListOptions) (*discoveryv1.EndpointSliceList, error)
+	GetNode(ctx context.Context, name string) (*corev1.Node, error)
+	ListNodes(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error)
+}
+
+// Source reads one Service's objects from the Kubernetes API.
 type Source struct {
-	Client    kubernetes.Interface
+	Client    Reader
 	Namespace string
 	Service   string
 	// Nodes says whether Nodes are needed (node mode).
@@ -63,7 +70,7 @@ type Source struct {
 // name. A failed read is an error, never a shorter list.
 func (s *Source) Read(ctx context.Context) (desired.Input, error) {
 	var in desired.Input
-	svc, err := s.Client.CoreV1().Services(s.Namespace).Get(ctx, s.Service, metav1.GetOptions{})
+	svc, err := s.Client.GetService(ctx, s.Namespace, s.Service)
 	if apierrors.IsNotFound(err) {
 		return in, fmt.Errorf("get service %s/%s: %w", s.Namespace, s.Service, ErrServiceNotFound)
 	}
@@ -73,10 +80,9 @@ func (s *Source) Read(ctx context.Context) (desired.Input, error) {
 	in.Service = svc
 
 	sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: s.Service}).String()
-	slices := s.Client.DiscoveryV1().EndpointSlices(s.Namespace)
 	err = eachPage(ctx, pageSize, func(ctx context.Context, o metav1.ListOptions) (*discoveryv1.EndpointSliceList, error) {
 		o.LabelSelector = sel
-		return slices.List(ctx, o)
+		return s.Client.ListEndpointSlices(ctx, s.Namespace, o)
 	}, func() { in.Slices = nil }, func(l *discoveryv1.EndpointSliceList) { in.Slices = append(in.Slices, l.Items...) })
 	if err != nil {
 		return in, fmt.Errorf("list endpointslices %s/%s: %w", s.Namespace, s.Service, err)
@@ -115,11 +121,10 @@ func (s *Source) readNodes(ctx context.Context, names []string) ([]corev1.Node, 
 	if len(names) == 0 {
 		return nil, nil
 	}
-	nodes := s.Client.CoreV1().Nodes()
 	if len(names) > maxNodeGets {
 		want := nameSet(names)
 		var out []corev1.Node
-		err := eachPage(ctx, nodePage, nodes.List, func() { out = nil }, func(l *corev1.NodeList) {
+		err := eachPage(ctx, nodePage, s.Client.ListNodes, func() { out = nil }, func(l *corev1.NodeList) {
 			for i := range l.Items {
 				if want[l.Items[i].Name] {
 					out = append(out, l.Items[i])
@@ -140,7 +145,7 @@ func (s *Source) readNodes(ctx context.Context, names []string) ([]corev1.Node, 
 	g.SetLimit(nodeGetters)
 	for i, name := range names {
 		g.Go(func() error {
-			n, err := nodes.Get(gctx, name, metav1.GetOptions{})
+			n, err := s.Client.GetNode(gctx, name)
 			switch {
 			case apierrors.IsNotFound(err):
 				return nil // reported by the desired state as a Node not found
@@ -191,7 +196,7 @@ func (s *Source) selectNodes(ctx context.Context, names []string) (found []corev
 		return nil, names, nil // not expressible: GET each
 	}
 	opts := metav1.ListOptions{LabelSelector: labels.NewSelector().Add(*req).String()}
-	l, err := s.Client.CoreV1().Nodes().List(ctx, opts)
+	l, err := s.Client.ListNodes(ctx, opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list nodes by hostname: %w", err)
 	}
@@ -242,29 +247,6 @@ func eachPage[L metav1.ListInterface](ctx context.Context, size int64, list func
 		}
 		reset()
 	}
-}
-
-// NewClient returns a clientset for cfg that speaks protobuf: the core and
-// discovery types this service reads (and watches) decode several times
-// faster than from JSON, and are smaller on the wire.
-//
-// client-go's default client-side limit (5 requests/s, bursts of 10) would
-// hold each reconcile's reads back by ~400 ms under steady churn, and a
-// reconcile in node mode reads one GET per Node hosting endpoints (up to
-// maxNodeGets, nodeGetters at a time). Reconciles are already bounded by the
-// coalescer (at most one running, one waiting) and the API server protects
-// itself (API Priority and Fairness), so the limit here only guards against
-// a bug: 1,000/s.
-func NewClient(cfg *rest.Config) (kubernetes.Interface, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	cfg.QPS, cfg.Burst = 1000, 1000
-	kc, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	return kc, nil
 }
 
 // RESTConfig returns the client configuration by client-go's loading rules,

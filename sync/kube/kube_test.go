@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube/kubetest"
 )
 
 func objects() []runtime.Object {
@@ -34,7 +36,7 @@ func objects() []runtime.Object {
 }
 
 func TestReadSelectsTheServiceSlices(t *testing.T) {
-	s := &Source{Client: fake.NewClientset(objects()...), Namespace: "ns", Service: "web", Nodes: true}
+	s := &Source{Client: kubetest.Clientset{Interface: fake.NewClientset(objects()...)}, Namespace: "ns", Service: "web", Nodes: true}
 	in, err := s.Read(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +56,7 @@ func TestReadSelectsTheServiceSlices(t *testing.T) {
 }
 
 func TestMissingServiceIsAnError(t *testing.T) {
-	s := &Source{Client: fake.NewClientset(), Namespace: "ns", Service: "web"}
+	s := &Source{Client: kubetest.Clientset{Interface: fake.NewClientset()}, Namespace: "ns", Service: "web"}
 	if _, err := s.Read(context.Background()); !errors.Is(err, ErrServiceNotFound) {
 		t.Fatalf("err = %v", err)
 	}
@@ -67,7 +69,7 @@ func TestListErrorsAreErrorsNotEmptyLists(t *testing.T) {
 			c.PrependReactor(verb, resource, func(k8stesting.Action) (bool, runtime.Object, error) {
 				return true, nil, errors.New("etcdserver: request timed out")
 			})
-			s := &Source{Client: c, Namespace: "ns", Service: "web", Nodes: true}
+			s := &Source{Client: kubetest.Clientset{Interface: c}, Namespace: "ns", Service: "web", Nodes: true}
 			if _, err := s.Read(context.Background()); err == nil {
 				t.Fatal("no error")
 			}
@@ -79,7 +81,7 @@ func TestListErrorsAreErrorsNotEmptyLists(t *testing.T) {
 // endpoints name with a valid name; a Node that is gone is simply absent.
 func TestReadGetsOnlyTheNamedNodes(t *testing.T) {
 	c := fake.NewClientset(objects()...)
-	s := &Source{Client: c, Namespace: "ns", Service: "web", Nodes: true}
+	s := &Source{Client: kubetest.Clientset{Interface: c}, Namespace: "ns", Service: "web", Nodes: true}
 	in, err := s.Read(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +123,7 @@ func TestReadListsNodesWhenManyAreNamed(t *testing.T) {
 	}
 	objs = append(objs, sl, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}})
 	c := fake.NewClientset(objs...)
-	in, err := (&Source{Client: c, Namespace: "ns", Service: "web", Nodes: true}).Read(context.Background())
+	in, err := (&Source{Client: kubetest.Clientset{Interface: c}, Namespace: "ns", Service: "web", Nodes: true}).Read(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +198,7 @@ func TestNodesByHostnameLabel(t *testing.T) {
 	objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: long}})
 	names = append(names, long, "node-gone")
 	client := fake.NewClientset(objs...)
-	s := &Source{Client: client, Nodes: true}
+	s := &Source{Client: kubetest.Clientset{Interface: client}, Nodes: true}
 	got, err := s.readNodes(context.Background(), names)
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -42,7 +43,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 )
 
 // The kinds of watched objects, as metrics and logs name them.
@@ -56,10 +56,20 @@ const (
 // about 100 x 15 KB for realistic Nodes).
 const nodePage = 100
 
+// Client is what a Watcher asks of the Kubernetes API; a *kube.Client is one.
+type Client interface {
+	ListServices(ctx context.Context, namespace string, opts metav1.ListOptions) (*corev1.ServiceList, error)
+	WatchServices(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error)
+	ListEndpointSlices(ctx context.Context, namespace string, opts metav1.ListOptions) (*discoveryv1.EndpointSliceList, error)
+	WatchEndpointSlices(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error)
+	ListNodes(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error)
+	WatchNodes(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
 // Watcher watches one Service's objects and pokes on every change that can
 // matter. Run it once.
 type Watcher struct {
-	Client    kubernetes.Interface
+	Client    Client
 	Namespace string
 	Service   string
 	// Nodes says whether Nodes are watched too (node mode).
@@ -125,42 +135,39 @@ type filter interface {
 
 func (w *Watcher) resources() []resource {
 	byName := fields.OneTermEqualSelector("metadata.name", w.Service).String()
-	svcs := w.Client.CoreV1().Services(w.Namespace)
 	bySvc := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: w.Service}).String()
-	slices := w.Client.DiscoveryV1().EndpointSlices(w.Namespace)
 	out := []resource{
 		{
 			kind: KindService, page: 1,
 			list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				o.FieldSelector = byName
-				return svcs.List(ctx, o)
+				return w.Client.ListServices(ctx, w.Namespace, o)
 			},
 			watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				o.FieldSelector = byName
-				return svcs.Watch(ctx, o)
+				return w.Client.WatchServices(ctx, w.Namespace, o)
 			},
 		},
 		{
 			kind: KindEndpointSlice, page: 1,
 			list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				o.LabelSelector = bySvc
-				return slices.List(ctx, o)
+				return w.Client.ListEndpointSlices(ctx, w.Namespace, o)
 			},
 			watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				o.LabelSelector = bySvc
-				return slices.Watch(ctx, o)
+				return w.Client.WatchEndpointSlices(ctx, w.Namespace, o)
 			},
 		},
 	}
 	if w.Nodes {
-		nodes := w.Client.CoreV1().Nodes()
 		out = append(out, resource{
 			kind: KindNode, page: nodePage,
 			list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return nodes.List(ctx, o)
+				return w.Client.ListNodes(ctx, o)
 			},
 			watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return nodes.Watch(ctx, o)
+				return w.Client.WatchNodes(ctx, o)
 			},
 			filter: &NodeFilter{},
 		})

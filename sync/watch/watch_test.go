@@ -16,6 +16,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube/kubetest"
 )
 
 // scripted is a fake clientset whose watches the test drives by hand: each
@@ -102,7 +103,7 @@ func (p *pokes) none(t *testing.T) {
 
 func start(t *testing.T, s *scripted, nodes bool, p *pokes) *Watcher {
 	t.Helper()
-	w := &Watcher{Client: s.client, Namespace: "ns", Service: "web", Nodes: nodes, Poke: p.poke,
+	w := &Watcher{Client: kubetest.Clientset{Interface: s.client}, Namespace: "ns", Service: "web", Nodes: nodes, Poke: p.poke,
 		MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -149,7 +150,7 @@ func TestRestartsPokeAndResume(t *testing.T) {
 	s := newScripted()
 	p := newPokes()
 	var restarts sync.Map
-	w := &Watcher{Client: s.client, Namespace: "ns", Service: "web", Poke: p.poke,
+	w := &Watcher{Client: kubetest.Clientset{Interface: s.client}, Namespace: "ns", Service: "web", Poke: p.poke,
 		MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond,
 		OnRestart: func(kind string) { n, _ := restarts.LoadOrStore(kind, new(int)); *n.(*int)++ }}
 	ctx, cancel := context.WithCancel(context.Background())
