@@ -12,9 +12,16 @@
 //     new servers are POSTed in maintenance (added at runtime, no reload) and
 //     gated on their checks through the socket; a later reconcile puts them
 //     in service once the socket shows the check passed;
-//   - everything else (more new servers, deletions, check parameters,
-//     backend settings) goes into one transaction: one commit, one reload
-//     (new servers are written parked when they are to be gated).
+//   - with the socket, a bigger burst of new servers is added through the
+//     socket itself (pipelined, gated) and written to haproxy.cfg in service
+//     by the transaction below: its reload, when it comes, loads them as
+//     they will be, while they earn their traffic in the running HAProxy;
+//   - a change haproxy.cfg already holds (the running HAProxy differs from
+//     it, e.g. a server gated after such a burst) goes through the socket: a
+//     PUT that changes nothing is not applied;
+//   - everything else (new servers without a socket, deletions, check
+//     parameters, backend settings) goes into one transaction: one commit,
+//     one reload.
 //
 // Every write carries the version the plan was computed from; a conflict is
 // returned as a temporary error so the caller re-reads and re-plans. A
@@ -33,6 +40,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -74,12 +82,17 @@ type Runtime interface {
 	// ReadRuntime returns the backend's servers with their model.Runtime
 	// and UP state.
 	ReadRuntime(ctx context.Context, backend string) ([]model.Server, error)
+	// Apply makes a plan true in the running HAProxy only (the runtime API
+	// driver): a burst of adds, pipelined and gated, and changes haproxy.cfg
+	// already holds.
+	Apply(ctx context.Context, p plan.Plan) (plan.Applied, error)
 }
 
-// MaxRuntimeAdds is the most servers one reconcile adds one by one without a
-// reload. Each costs a versioned write, and the real API checks the
-// whole configuration on each; a larger burst (an initial sync, a big
-// scale-up) is cheaper as one transaction and one reload.
+// MaxRuntimeAdds is the most servers one reconcile adds through the API one
+// by one. Each costs a versioned write, and the real API checks the whole
+// configuration on each; a larger burst (an initial sync, a big scale-up)
+// goes through the runtime socket and is persisted by one transaction (one
+// reload), or, without a socket, by that transaction alone.
 const MaxRuntimeAdds = 20
 
 // WithRuntime adds servers without a reload and gates them on their checks:
@@ -177,6 +190,10 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 		}
 		for i := range out.Servers {
 			if r, ok := seen[out.Servers[i].Name]; ok {
+				// The running HAProxy's state is what serves traffic, and what
+				// a plan must change: it differs from haproxy.cfg while a
+				// server is gated, or after a change through the socket.
+				out.Servers[i].State = r.State
 				out.Servers[i].Runtime, out.Servers[i].Up = r.Runtime, r.Up
 			}
 		}
@@ -240,7 +257,9 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 
 	adds := len(p.Names(plan.Add))
 	runtimeAdds := c.runtime != nil && adds <= MaxRuntimeAdds
+	burst := c.runtime != nil && adds > MaxRuntimeAdds
 	var structural []plan.Change
+	var onSocket []plan.Change // changes haproxy.cfg holds already
 	for _, ch := range p.Changes {
 		var runtimeWrite *model.Server
 		switch {
@@ -279,6 +298,11 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		if runtimeWrite == nil {
 			continue
 		}
+		if c.runtime != nil && configHolds(ch.Old.Source, *runtimeWrite) {
+			ch.New = runtimeWrite
+			onSocket = append(onSocket, ch)
+			continue
+		}
 		body, err := serverModel(*runtimeWrite, ch.Old.Source)
 		if err != nil {
 			return out, err
@@ -292,6 +316,17 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		}
 		version = r.nextVersion(version)
 	}
+	if len(onSocket) > 0 {
+		if err := c.onRuntime(ctx, plan.Plan{Backend: p.Backend, Changes: onSocket}, &out, &failed); err != nil {
+			return out, err
+		}
+	}
+	if burst {
+		var err error
+		if structural, err = c.addAtRuntime(ctx, p.Backend, structural, &out, &failed); err != nil {
+			return out, err
+		}
+	}
 	if len(structural) > 0 || p.Settings != nil {
 		tx, err := c.transaction(ctx, version, p, structural, serverPath)
 		out.Add(tx)
@@ -303,6 +338,74 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		return out, failed
 	}
 	return out, nil
+}
+
+// configHolds reports whether haproxy.cfg, as read (source), already holds
+// srv as far as traffic goes: then only the running HAProxy differs from it,
+// and a PUT would change nothing (the API applies only what changes).
+func configHolds(source any, srv model.Server) bool {
+	raw, ok := source.(rawServer)
+	if !ok {
+		return false
+	}
+	cfg, err := serverOf(json.RawMessage(raw))
+	return err == nil && cfg.SameTraffic(srv)
+}
+
+// onRuntime applies changes through the runtime socket; a change it refused
+// for its one server is recorded in failed.
+func (c *Client) onRuntime(ctx context.Context, p plan.Plan, out *plan.Applied, failed *plan.ServerErrors) error {
+	applied, err := c.runtime.Apply(ctx, p)
+	out.Add(applied)
+	var refused plan.ServerErrors
+	if errors.As(err, &refused) {
+		*failed = append(*failed, refused...)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("runtime changes to %s: %w", p.Backend, err)
+	}
+	return nil
+}
+
+// addAtRuntime adds the burst of new servers among changes through the
+// runtime socket, pipelined and gated, before the transaction persists them:
+// through the API each would be a versioned write checking the whole
+// configuration. It returns changes without the servers the socket refused
+// (reported in failed). A server the running HAProxy has already (added by an
+// attempt whose transaction then failed) is not added again, only moved
+// (gated) if its address differs, and is persisted like the others.
+func (c *Client) addAtRuntime(ctx context.Context, backend string, changes []plan.Change, out *plan.Applied, failed *plan.ServerErrors) ([]plan.Change, error) {
+	running, err := c.runtime.ReadRuntime(ctx, backend)
+	if err != nil {
+		return nil, fmt.Errorf("read runtime state of %s: %w", backend, err)
+	}
+	there := make(map[string]*model.Server, len(running))
+	for i := range running {
+		there[running[i].Name] = &running[i]
+	}
+	rp := plan.Plan{Backend: backend}
+	for _, ch := range changes {
+		old, ok := there[ch.Name]
+		switch {
+		case ch.Action != plan.Add:
+		case !ok:
+			rp.Changes = append(rp.Changes, ch)
+		case old.Address != ch.New.Address || old.Port != ch.New.Port:
+			held := *ch.New
+			held.State = model.Drain
+			rp.Changes = append(rp.Changes, plan.Change{Action: plan.Drain, Name: ch.Name, Old: old, New: &held, Gate: true})
+		}
+	}
+	before := len(*failed)
+	if err := c.onRuntime(ctx, rp, out, failed); err != nil {
+		return nil, err
+	}
+	refused := map[string]bool{}
+	for _, f := range (*failed)[before:] {
+		refused[f.Server] = true
+	}
+	return slices.DeleteFunc(changes, func(ch plan.Change) bool { return refused[ch.Name] }), nil
 }
 
 // refusedOne records err as one server's refused change when the API
@@ -458,8 +561,13 @@ func (c *Client) transaction(ctx context.Context, version int64, p plan.Plan, ch
 		case plan.Add:
 			var body *models.Server
 			loaded := *ch.New
-			if ch.Gate { // loaded parked; a later reconcile gates it
-				loaded.State = model.Maint
+			if ch.Gate {
+				// Added and gated through the socket (addAtRuntime), and
+				// put in service there once its check passes: written in
+				// service, so that the reload this commit causes keeps it
+				// there (a server still waiting then starts in service, as
+				// HAProxy starts every server it loads).
+				loaded.State, loaded.Reason = model.Ready, ""
 			}
 			if body, err = serverModel(loaded, nil); err == nil {
 				_, err = c.do(ctx, http.MethodPost, "/configuration/backends/"+url.PathEscape(p.Backend)+"/servers", in, body, nil)

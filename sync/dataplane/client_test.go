@@ -395,12 +395,22 @@ func TestHTTPSWithCAFile(t *testing.T) {
 // healthLog is the runtime socket beside the API: it records Gate calls
 // together with the API's requests, so the order of POST, gate and PUT can be
 // checked, and shows gated servers' checks running, passed once passed is set.
+// Like a running HAProxy, it holds the state the socket set (gated: drain)
+// until the API applies a versioned PUT of that server; servers its Apply
+// added exist before haproxy.cfg has them.
 type healthLog struct {
-	api    *dataplanetest.Server
-	calls  []string
-	at     []int // number of API requests seen at each call
-	passed bool
-	fail   int // Gate calls to fail first
+	api     *dataplanetest.Server
+	calls   []string
+	at      []int // number of API requests seen at each call
+	passed  bool
+	fail    int // Gate calls to fail first
+	applied []plan.Plan
+	running map[string]runningServer // set through the socket
+}
+
+type runningServer struct {
+	model.Server
+	at int // number of API requests seen when set
 }
 
 func (h *healthLog) Gate(_ context.Context, backend, server string) error {
@@ -410,16 +420,64 @@ func (h *healthLog) Gate(_ context.Context, backend, server string) error {
 	}
 	h.calls = append(h.calls, backend+"/"+server)
 	h.at = append(h.at, len(h.api.Requests()))
+	h.set(model.Server{Name: server, State: model.Drain})
 	return nil
+}
+
+func (h *healthLog) set(s model.Server) {
+	if h.running == nil {
+		h.running = map[string]runningServer{}
+	}
+	h.running[s.Name] = runningServer{s, len(h.api.Requests())}
+}
+
+// Apply applies adds and state changes as the runtime API driver would.
+func (h *healthLog) Apply(_ context.Context, p plan.Plan) (plan.Applied, error) {
+	h.applied = append(h.applied, p)
+	var out plan.Applied
+	for _, ch := range p.Changes {
+		s := *ch.New
+		if ch.Gate {
+			h.calls = append(h.calls, p.Backend+"/"+ch.Name)
+			s.State = model.Drain
+		}
+		h.set(s)
+		out.Count(plan.RuntimeWrite)
+	}
+	return out, nil
 }
 
 func (h *healthLog) ReadRuntime(_ context.Context, backend string) ([]model.Server, error) {
 	var out []model.Server
+	inCfg := map[string]bool{}
+	reqs := h.api.Requests()
 	for _, s := range h.api.Servers(backend) {
-		out = append(out, model.Server{Name: s.Name, Up: h.passed,
-			Runtime: &model.Runtime{CheckRunning: slices.Contains(h.calls, backend+"/"+s.Name), CheckPassed: h.passed}})
+		inCfg[s.Name] = true
+		st := model.Ready
+		switch {
+		case s.Maintenance == "enabled":
+			st = model.Maint
+		case s.Weight != nil && *s.Weight == 0:
+			st = model.Drain
+		}
+		if r, ok := h.running[s.Name]; ok && !slices.ContainsFunc(reqs[r.at:], func(q dataplanetest.Request) bool {
+			return q.Method == http.MethodPut && strings.HasSuffix(q.Path, "/servers/"+s.Name) && strings.Contains(q.Query, "version=")
+		}) {
+			st = r.State
+		}
+		out = append(out, h.server(backend, s.Name, s.Address, st))
+	}
+	for name, r := range h.running {
+		if !inCfg[name] && r.Address != "" {
+			out = append(out, h.server(backend, name, r.Address, r.State))
+		}
 	}
 	return out, nil
+}
+
+func (h *healthLog) server(backend, name, addr string, st model.State) model.Server {
+	return model.Server{Name: name, Address: addr, Port: 30080, State: st, Up: h.passed,
+		Runtime: &model.Runtime{CheckRunning: slices.Contains(h.calls, backend+"/"+name), CheckPassed: h.passed}}
 }
 
 func TestAddWithoutReloadGatedOnChecks(t *testing.T) {
@@ -537,21 +595,89 @@ func TestAddWithDefaultServerReloadsAndSkipsEnableHealth(t *testing.T) {
 	}
 }
 
-func TestBigBurstOfAddsIsOneTransaction(t *testing.T) {
+// TestBigBurstIsAddedAtRuntimeAndPersistedOnce: more than MaxRuntimeAdds new
+// servers are added through the socket in one plan, gated, and written to
+// haproxy.cfg in service by one transaction (one reload). Once their checks
+// pass they are put in service through the socket: haproxy.cfg says so
+// already, and a PUT would change nothing.
+func TestBigBurstIsAddedAtRuntimeAndPersistedOnce(t *testing.T) {
 	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
 	hl := &healthLog{api: api}
 	u, _ := url.Parse(api.URL)
 	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+	w := burst(dataplane.MaxRuntimeAdds + 1)
+
+	p, a := sync(t, c, w)
+	if api.Reloads() != 1 || !a.Reload || len(hl.applied) != 1 || len(hl.applied[0].Names(plan.Add)) != len(w.Servers) {
+		t.Fatalf("%d adds: %d reloads, runtime plans %+v; want all added at runtime, one transaction", len(w.Servers), api.Reloads(), hl.applied)
+	}
+	if len(p.Waiting) != len(w.Servers) || len(hl.calls) != len(w.Servers) {
+		t.Errorf("waiting %v, gated %v", p.Waiting, hl.calls)
+	}
+	inService(t, api, len(w.Servers))
+	if p, a := sync(t, c, w); p.HasChanges() || a.Writes != 0 {
+		t.Errorf("sync before the checks passed: %+v", p)
+	}
+	hl.passed = true
+	writes := len(api.Requests())
+	p, _ = sync(t, c, w)
+	if len(p.Names(plan.Update)) != len(w.Servers) || len(hl.applied) != 2 || len(hl.applied[1].Changes) != len(w.Servers) {
+		t.Fatalf("after the checks passed: plan %+v, runtime plans %d", p, len(hl.applied))
+	}
+	for _, r := range api.Requests()[writes:] {
+		if r.Method != http.MethodGet {
+			t.Errorf("%s %s: haproxy.cfg holds the servers in service already", r.Method, r.Path)
+		}
+	}
+	if p, a := sync(t, c, w); p.HasChanges() || a.Writes != 0 || api.Reloads() != 1 {
+		t.Errorf("last sync: %+v, %d reloads", p, api.Reloads())
+	}
+}
+
+// TestBurstWhoseCommitFailed: the servers were added at runtime, then the
+// commit failed. The retry finds them running, does not add them again, and
+// persists them.
+func TestBurstWhoseCommitFailed(t *testing.T) {
+	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	hl := &healthLog{api: api}
+	u, _ := url.Parse(api.URL)
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+	w := burst(dataplane.MaxRuntimeAdds + 5)
+	api.InjectFault(dataplanetest.Fault{PathPrefix: "/v3/services/haproxy/transactions/", Writes: true, Status: http.StatusInternalServerError, Times: 1})
+	cur, err := c.Read(context.Background(), "be")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Apply(context.Background(), plan.CalculateWith(cur, w, c.Policy())); err == nil || len(api.Servers("be")) != 0 {
+		t.Fatalf("failed commit: err %v, %d servers in haproxy.cfg", err, len(api.Servers("be")))
+	}
+	sync(t, c, w)
+	if len(hl.applied) != 2 || len(hl.applied[1].Changes) != 0 {
+		t.Errorf("the retry sent %+v to the socket; the servers run already", hl.applied[1:])
+	}
+	inService(t, api, len(w.Servers))
+}
+
+func burst(n int) model.Backend {
 	var servers []model.Server
-	for i := range dataplane.MaxRuntimeAdds + 1 {
+	for i := range n {
 		servers = append(servers, srv(fmt.Sprintf("node-%02d", i), fmt.Sprintf("127.0.1.%d", i+1), model.Ready))
 	}
-	_, a := sync(t, c, want(servers...))
-	if api.Reloads() != 1 || !a.Reload || len(hl.calls) != 0 {
-		t.Errorf("%d adds: %d reloads, %d enable health calls; want one transaction", len(servers), api.Reloads(), len(hl.calls))
+	return want(servers...)
+}
+
+// inService checks that haproxy.cfg holds n servers, each in service: what
+// the reload a commit causes will load.
+func inService(t *testing.T, api *dataplanetest.Server, n int) {
+	t.Helper()
+	got := api.Servers("be")
+	if len(got) != n {
+		t.Errorf("haproxy.cfg has %d servers, want %d", len(got), n)
 	}
-	if got := len(api.Servers("be")); got != len(servers) {
-		t.Errorf("%d servers", got)
+	for _, s := range got {
+		if s.Maintenance == "enabled" || s.Weight == nil || *s.Weight == 0 {
+			t.Errorf("%s written out of service", s.Name)
+		}
 	}
 }
 
