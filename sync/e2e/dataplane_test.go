@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"testing"
@@ -115,4 +116,62 @@ func testAPI(t testing.TB, h *haproxytest.HAProxy) *dataplanetest.Server {
 	rr := "roundrobin"
 	api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
 	return api
+}
+
+// TestDataplaneBurstThroughTheSocket: 30 new nodes at once (more than
+// dataplane.MaxRuntimeAdds) through the Data Plane API driver with the
+// runtime socket. The first commit fails after the servers were added at
+// runtime; the retry persists them without adding them again. Every live node
+// earns its traffic in the running HAProxy; a node that died while being
+// added never takes a connection. haproxy.cfg (the test API) holds all of
+// them in service: what the one reload the commit asks for will load.
+func TestDataplaneBurstThroughTheSocket(t *testing.T) {
+	const n = dataplane.MaxRuntimeAdds + 10
+	var api *dataplanetest.Server
+	w := newWorld(t, "web", desired.NodeMode, []desired.PortBackend{{Backend: "be"}}, dataplaneDriver(&api, 5*time.Second))
+	svc := w.service("web", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80})
+	np := svc.Spec.Ports[0].NodePort
+	var live []string
+	var eps []endpoint
+	for i := range n {
+		ip := fmt.Sprintf("127.0.6.%d", i+1)
+		name := w.node(fmt.Sprintf("n%02d", i), ip)
+		if i != 7 { // node 7 died while being added: nothing answers there
+			listen(t, name, ip, np)
+			live = append(live, name)
+		}
+		eps = append(eps, endpoint{ip: fmt.Sprintf("10.244.6.%d", i+1), node: name})
+	}
+	w.slice("web-1", "web", map[string]int32{"http": 8080}, eps...)
+	api.InjectFault(dataplanetest.Fault{PathPrefix: "/v3/services/haproxy/transactions/", Writes: true, Status: http.StatusInternalServerError, Times: 1})
+
+	res := w.mustReconcile()
+	if api.FaultsHit() != 1 {
+		t.Fatalf("the commit was not failed once (%d)", api.FaultsHit())
+	}
+	if len(res.Targets) != 1 || len(res.Targets[0].Waiting) != 1 {
+		t.Errorf("waiting: %+v, want the dead node only", res.Targets)
+	}
+	w.expectTraffic("be", live...)
+	got := w.h.Servers(t, "be")
+	if len(got) != n {
+		t.Fatalf("HAProxy runs %d servers, want %d", len(got), n)
+	}
+	for name, s := range got {
+		if s.ID > n {
+			t.Errorf("server %s has id %d: added more than once?", name, s.ID)
+		}
+	}
+	if api.Reloads() != 1 || w.h.Reloads(t) != 0 {
+		t.Errorf("reloads: Data Plane API %d (want the one commit), HAProxy %d", api.Reloads(), w.h.Reloads(t))
+	}
+	persisted := api.Servers("be")
+	if len(persisted) != n {
+		t.Errorf("haproxy.cfg has %d servers, want %d", len(persisted), n)
+	}
+	for _, s := range persisted {
+		if s.Maintenance == "enabled" || s.Weight == nil || *s.Weight == 0 {
+			t.Errorf("%s written out of service", s.Name)
+		}
+	}
 }

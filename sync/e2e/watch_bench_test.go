@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 )
 
@@ -126,12 +127,26 @@ func BenchmarkWatchNoPost(b *testing.B) {
 }
 
 // BenchmarkWatchScaleUp200 measures a 200-node scale-up with nobody POSTing:
-// the real service watching, the runtime API of a real HAProxy. 200 Nodes
-// exist; one EndpointSlice write puts an endpoint on each. It reports the
-// time from that write until HAProxy has 200 servers UP with passing checks
-// (scale-up-ms), then proves it with traffic reaching every node.
+// the real service watching a real kube-apiserver, and a real HAProxy driven
+// through its runtime API alone (runtime) or through the Data Plane API test
+// server with the runtime socket beside it (dataplane). 200 Nodes exist; one
+// EndpointSlice write puts an endpoint on each. It reports the time from that
+// write until HAProxy has 200 servers UP with passing checks and in service
+// (scale-up-ms), then proves it with traffic reaching every node, and the
+// reloads asked for (reloads: the Data Plane API's, whose reload the test
+// server does not replay, plus the real HAProxy's).
+//
+// With the Data Plane API, the burst goes in through the socket and one
+// transaction writes it to haproxy.cfg in service; the benchmark checks that
+// haproxy.cfg holds the 200 servers in service, so that the reload the commit
+// causes (reload_delay later with a real API) loads what converged.
 func BenchmarkWatchScaleUp200(b *testing.B) {
-	const n = 200
+	for _, driver := range []string{"runtime", "dataplane"} {
+		b.Run(driver, func(b *testing.B) { scaleUp(b, 200, driver == "dataplane") })
+	}
+}
+
+func scaleUp(b *testing.B, n int, dataplane bool) {
 	w := newWorld(b, "web", desired.NodeMode, []desired.PortBackend{{Backend: "be"}})
 	svc := w.service("web", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80})
 	np := svc.Spec.Ports[0].NodePort
@@ -147,10 +162,17 @@ func BenchmarkWatchScaleUp200(b *testing.B) {
 	ports := map[string]int32{"http": 8080}
 	w.slice("web-1", "web", ports, eps[0])
 	proxy := newCutProxy(b, apiHostPort(b))
-	s := startService(b,
-		"KUBECONFIG="+kubeconfigVia(b, proxy.addr()), "INGRESS_NAMESPACE="+w.ns, "INGRESS_SERVICE_NAME=web",
-		"HAPROXY_BACKEND_NAME=be", "HAPROXY_RUNTIME_URL="+w.h.RuntimeURL(),
-		"HAPROXY_CHECK_INTER=200ms", "HAPROXY_CHECK_RISE=1", "HAPROXY_CHECK_FALL=1")
+	env := []string{
+		"KUBECONFIG=" + kubeconfigVia(b, proxy.addr()), "INGRESS_NAMESPACE=" + w.ns, "INGRESS_SERVICE_NAME=web",
+		"HAPROXY_BACKEND_NAME=be", "HAPROXY_RUNTIME_URL=" + w.h.RuntimeURL(),
+		"HAPROXY_CHECK_INTER=200ms", "HAPROXY_CHECK_RISE=1", "HAPROXY_CHECK_FALL=1",
+	}
+	var api *dataplanetest.Server
+	if dataplane {
+		api = testAPI(b, w.h)
+		env = append(env, "HAPROXY_DATAPLANE_URL="+api.URL)
+	}
+	s := startService(b, env...)
 	s.wait(b, "/readyz", 10*time.Second)
 	w.expectTraffic("be", names[0])
 	b.ResetTimer()
@@ -160,7 +182,7 @@ func BenchmarkWatchScaleUp200(b *testing.B) {
 	for {
 		up := 0
 		for _, srv := range w.h.Servers(b, "be") {
-			if srv.Up() && !srv.Maint() && !srv.Drain() {
+			if srv.Up() && !srv.Maint() && !srv.Drain() && srv.Weight > 0 {
 				up++
 			}
 		}
@@ -175,10 +197,24 @@ func BenchmarkWatchScaleUp200(b *testing.B) {
 	took := time.Since(start)
 	b.StopTimer()
 	w.expectTraffic("be", names...)
-	if r := w.h.Reloads(b); r != 0 {
-		b.Errorf("%d reloads", r)
+	reloads := w.h.Reloads(b)
+	if api != nil {
+		reloads += api.Reloads()
+		inCfg := 0
+		for _, srv := range api.Servers("be") {
+			if srv.Maintenance != "enabled" && srv.Weight != nil && *srv.Weight > 0 {
+				inCfg++
+			}
+		}
+		if inCfg != n {
+			b.Errorf("haproxy.cfg holds %d servers in service, want %d", inCfg, n)
+		}
+	}
+	if reloads > 1 {
+		b.Errorf("%d reloads, want at most 1", reloads)
 	}
 	b.ReportMetric(ms(took), "scale-up-ms")
+	b.ReportMetric(float64(reloads), "reloads")
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
