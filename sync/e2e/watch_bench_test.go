@@ -200,14 +200,8 @@ func scaleUp(b *testing.B, n int, dataplane bool) {
 	reloads := w.h.Reloads(b)
 	if api != nil {
 		reloads += api.Reloads()
-		inCfg := 0
-		for _, srv := range api.Servers("be") {
-			if srv.Maintenance != "enabled" && srv.Weight != nil && *srv.Weight > 0 {
-				inCfg++
-			}
-		}
-		if inCfg != n {
-			b.Errorf("haproxy.cfg holds %d servers in service, want %d", inCfg, n)
+		if in, _ := persistedInService(api, "be"); in != n {
+			b.Errorf("haproxy.cfg holds %d servers in service, want %d", in, n)
 		}
 	}
 	if reloads > 1 {
