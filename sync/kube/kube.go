@@ -1,7 +1,9 @@
 // Package kube reads the objects the desired state is computed from: the
 // Service, its EndpointSlices and (in node mode) the Nodes they name. A failed
 // or partial read is an error, never a shorter list: an empty list would tell
-// the planner to remove servers.
+// the planner to remove servers. Client is the service's one connection to
+// the API server, for these reads, the watches and token reviews alike;
+// FileSource reads the same objects from manifests.
 package kube
 
 import (
