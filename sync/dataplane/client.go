@@ -95,10 +95,12 @@ type Runtime interface {
 // reload), or, without a socket, by that transaction alone.
 const MaxRuntimeAdds = 20
 
-// WithRuntime adds servers without a reload and gates them on their checks:
-// each is created in maintenance (the API adds it at runtime and writes
-// haproxy.cfg), gated through rt, and put in service by a later reconcile
-// once its check passed. Without it, new servers go through the transaction
+// WithRuntime adds servers without waiting for a reload and gates them on
+// their checks: each is created in maintenance (the API adds it at runtime
+// and writes haproxy.cfg), or, in a burst of more than MaxRuntimeAdds, added
+// through rt and written by one transaction; it is gated through rt and put
+// in service by a later reconcile once its check passed. Read takes each
+// server's state from rt. Without it, new servers go through the transaction
 // and enter service as HAProxy loads them, before any check ran.
 func WithRuntime(rt Runtime) Option { return func(c *Client) { c.runtime = rt } }
 
