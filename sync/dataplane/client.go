@@ -301,6 +301,9 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			continue
 		}
 		if c.runtime != nil && configHolds(ch.Old.Source, *runtimeWrite) {
+			if ch.Action == plan.Delete {
+				ch.Action = plan.Maint // the socket only parks it; the transaction deletes it
+			}
 			ch.New = runtimeWrite
 			onSocket = append(onSocket, ch)
 			continue

@@ -530,6 +530,31 @@ func TestAddWithoutReloadGatedOnChecks(t *testing.T) {
 	}
 }
 
+// TestGatedServerRemovedIsParkedOnTheSocket: a server gated in the running
+// HAProxy (drain) and parked in haproxy.cfg is no longer wanted. Parking it is
+// a change haproxy.cfg already holds, so it goes through the socket, as a
+// park: the socket must not delete it (the transaction does, in haproxy.cfg).
+func TestGatedServerRemovedIsParkedOnTheSocket(t *testing.T) {
+	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	hl := &healthLog{api: api}
+	u, _ := url.Parse(api.URL)
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+	sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready)))
+
+	p, _ := sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready)))
+	if !reflect.DeepEqual(p.Names(plan.Delete), []string{"node-b"}) || len(hl.applied) != 1 {
+		t.Fatalf("plan %+v, socket plans %+v", p, hl.applied)
+	}
+	for _, ch := range hl.applied[0].Changes {
+		if ch.Name != "node-b" || ch.Action == plan.Delete || ch.New.State != model.Maint {
+			t.Errorf("socket got %s %s (state %s), want node-b parked", ch.Action, ch.Name, ch.New.State)
+		}
+	}
+	if s := api.Servers("be"); len(s) != 1 || s[0].Name != "node-a" {
+		t.Errorf("haproxy.cfg: %+v, want node-a alone", s)
+	}
+}
+
 // TestFailureBetweenAddAndGate: the POST landed, the gate on the socket
 // failed. The server stays in maintenance; the retry gates it and does not
 // put it in service until its check passed.
