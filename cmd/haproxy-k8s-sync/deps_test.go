@@ -8,9 +8,9 @@ import (
 
 // TestLinksOnlyTheAPIGroupsItUses: the service carries the types of the three
 // API groups it reads or creates, and not client-go's clientset, whose typed
-// clients register every built-in group's types when the program starts: ~10
-// MB of resident memory, a third of what the service needs when idle (issue
-// 16: 60 MB at 5,000 Nodes).
+// clients register every built-in group's types when the program starts: 14
+// MB of resident memory (idle: 34 MB with them, 20 without; issue 16 allows
+// 60 MB at 5,000 Nodes).
 func TestLinksOnlyTheAPIGroupsItUses(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {

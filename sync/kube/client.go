@@ -21,9 +21,9 @@ import (
 // REST client with a scheme holding only their API groups.
 //
 // It is not client-go's clientset on purpose: the typed clients register the
-// types of every built-in API group (~60 of them) when the program starts,
-// which costs this service ~10 MB of its resident memory for types it never
-// sees (a third of what it needs when idle).
+// types of every built-in API group (~60 of them) when the program starts.
+// The service sees three; with all of them its idle resident memory was 34
+// MB, without them 20 MB.
 type Client struct {
 	core, discovery, authn *rest.RESTClient
 	params                 runtime.ParameterCodec
