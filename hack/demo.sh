@@ -35,14 +35,13 @@ echo "== HAProxy backend ingress-nginx before:"
 servers
 echo
 env=(INGRESS_NAMESPACE=ingress-nginx INGRESS_SERVICE_NAME=ingress-nginx TARGET_ADDRESS=node
-  HAPROXY_WEIGHT=endpoints HAPROXY_CHECK_INTER=1s HAPROXY_CHECK_RISE=1
+  HAPROXY_WEIGHT=endpoints
   HAPROXY_RUNTIME_URL="unix://$run/admin.sock" LOG_LEVEL=warn
   ALLOWED_SERVER_CIDRS=127.0.0.0/8) # the demo's Nodes are on loopback
 sync_cmd=("$root/bin/haproxy-k8s-sync" reconcile --manifests "$root/testdata/demo/cluster.yaml")
 echo "== haproxy-k8s-sync reconcile --manifests testdata/demo/cluster.yaml"
 env "${env[@]}" "${sync_cmd[@]}"
 echo
-sleep 1.5 # one check interval, so the new servers are UP
 echo "== HAProxy backend ingress-nginx after (node-c drains: its pod is terminating):"
 servers
 echo

@@ -96,21 +96,47 @@ func run(args []string) int {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg, version)
-	rec, kc, err := newReconciler(cfg, *manifests, log, m)
+	rec, checks, kc, err := newReconciler(cfg, *manifests, log, m)
 	if err != nil {
 		log.Error("start", "error", err)
 		return 1
 	}
 	if cmd == "reconcile" {
-		res, err := rec.Reconcile(context.Background(), *dryRun)
-		_ = json.NewEncoder(os.Stdout).Encode(res)
-		if err != nil {
-			return 1
-		}
-		return 0
+		return reconcileOnce(rec, checks, *dryRun, log)
 	}
-	if err := serve(cfg, rec, kc, log, m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
+	if err := serve(cfg, rec, checks, kc, log, m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
 		log.Error("serve", "error", err)
+		return 1
+	}
+	return 0
+}
+
+// settleTime bounds how long the one-shot reconcile waits for the servers
+// it gated to pass their check.
+const settleTime = time.Minute
+
+// reconcileOnce runs the reconcile command: one reconcile, then, unless it
+// is a dry run, more while servers it gated wait for their first passed
+// check (up to settleTime), so that what it started is finished when it
+// exits. The last result goes to stdout; exit 1 when it failed or servers
+// still wait.
+func reconcileOnce(rec *reconcile.Reconciler, checks map[string]reconcile.CheckReader, dryRun bool, log *slog.Logger) int {
+	ctx := context.Background()
+	run := func(ctx context.Context) (reconcile.Result, error) { return rec.Reconcile(ctx, dryRun) }
+	var res reconcile.Result
+	var err error
+	if dryRun {
+		res, err = run(ctx)
+	} else {
+		sctx, cancel := context.WithTimeout(ctx, settleTime)
+		res, err = reconcile.Settle(sctx, run, checks, 25*time.Millisecond)
+		cancel()
+		if errors.Is(err, reconcile.ErrStillWaiting) {
+			log.Error("servers never passed their health check", "waited", settleTime.String(), "targets", res.Targets)
+		}
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(res)
+	if err != nil {
 		return 1
 	}
 	return 0
@@ -167,38 +193,46 @@ Variables (name, default, meaning):
 }
 
 // newReconciler wires the concrete source and drivers; the one place that
-// does. kc is the Kubernetes client, nil when reading manifests.
-func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *metrics.Metrics) (*reconcile.Reconciler, *kube.Client, error) {
+// does. checks reads each target's health checks through its runtime socket
+// (when it has one), for the follow-ups. kc is the Kubernetes client, nil
+// when reading manifests.
+func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *metrics.Metrics) (rec *reconcile.Reconciler, checks map[string]reconcile.CheckReader, kc *kube.Client, err error) {
 	opts := cfg.Options()
 	source, kc, err := newSource(cfg, manifests, opts.Mode == desired.NodeMode)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	// One request may take a third of the reconcile at most, so that a hung
 	// answer leaves time for retries.
 	hc, err := dataplane.NewHTTPClient(cfg.DataplaneCAFile, min(10*time.Second, cfg.ReconcileTimeout/3))
 	if err != nil {
-		return nil, nil, fmt.Errorf("HAPROXY_DATAPLANE_CA_FILE: %w", err)
+		return nil, nil, nil, fmt.Errorf("HAPROXY_DATAPLANE_CA_FILE: %w", err)
 	}
 	auth := dataplane.Auth{Username: cfg.DataplaneUsername, Password: cfg.DataplanePassword, Token: cfg.DataplaneToken}
 	var runtimes []*runtimeapi.Client
 	for _, raw := range cfg.RuntimeURLs {
 		rt, err := runtimeapi.New(raw, opts.Settings, opts.Check)
 		if err != nil {
-			return nil, nil, fmt.Errorf("HAPROXY_RUNTIME_URL: %w", err)
+			return nil, nil, nil, fmt.Errorf("HAPROXY_RUNTIME_URL: %w", err)
 		}
 		runtimes = append(runtimes, rt)
 	}
 	var targets []reconcile.Driver
+	checks = map[string]reconcile.CheckReader{}
 	for i, u := range cfg.Dataplanes {
 		dpOpts := []dataplane.Option{dataplane.WithDeleteBatch(cfg.DeleteBatch)}
 		if len(runtimes) > 0 { // the same instance's socket starts checks of added servers
 			dpOpts = append(dpOpts, dataplane.WithRuntime(runtimes[i]))
 		}
-		targets = append(targets, m.WrapDriver(dataplane.New(u, auth, hc, dpOpts...)))
+		dp := dataplane.New(u, auth, hc, dpOpts...)
+		if len(runtimes) > 0 {
+			checks[dp.Name()] = runtimes[i]
+		}
+		targets = append(targets, m.WrapDriver(dp))
 	}
 	if len(targets) == 0 { // the runtime API is used alone, as a lighter option
 		for _, rt := range runtimes {
+			checks[rt.Name()] = rt
 			targets = append(targets, m.WrapDriver(rt))
 		}
 	}
@@ -213,7 +247,7 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 		DrainTimeout: cfg.DrainTimeout,
 		OnTransition: m.Transition,
 		Log:          log,
-	}, kc, nil
+	}, checks, kc, nil
 }
 
 // newSource reads the Kubernetes API, or manifests when a path is given (then
@@ -239,17 +273,19 @@ func newSource(cfg config.Config, manifests string, nodes bool) (reconcile.Sourc
 // returns. With WATCH (and a Kubernetes client) it watches the Service's
 // objects and reconciles by itself on every change that can matter; with
 // RESYNC_PERIOD it also reconciles on that period.
-func serve(cfg config.Config, rec *reconcile.Reconciler, kc *kube.Client, log *slog.Logger, m *metrics.Metrics, metricsHandler http.Handler) error {
+func serve(cfg config.Config, rec *reconcile.Reconciler, checks map[string]reconcile.CheckReader, kc *kube.Client, log *slog.Logger, m *metrics.Metrics, metricsHandler http.Handler) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
 	wrapped := m.WrapReconciler(rec)
-	follow := &followUp{every: min(max(cfg.CheckInter/2, 250*time.Millisecond), time.Second)}
-	defer follow.stop()
 	shared := reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) {
-		res, err := wrapped.Reconcile(ctx, false)
-		follow.after(res.Pending())
-		return res, err
+		return wrapped.Reconcile(ctx, false)
+	})
+	follow := &reconcile.FollowUp{Checks: checks}
+	defer follow.Stop()
+	shared.Follow(follow, func(reason string, coalesced bool) {
+		m.Poke("follow-up", coalesced)
+		log.Debug("poke", "source", "follow-up", "reason", reason, "coalesced", coalesced)
 	})
 	var reconciled atomic.Bool // a poked reconcile has run (whatever its result)
 	shared.OnPoked(func(res reconcile.Result, err error) {
@@ -266,7 +302,6 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, kc *kube.Client, log *s
 		m.Poke(source, coalesced)
 		log.Debug("poke", "source", source, "reason", reason, "coalesced", coalesced)
 	}
-	follow.setPoke(func() { poke("follow-up", "servers wait for their check or sessions") })
 
 	var watcher *watch.Watcher
 	if cfg.Watch && kc != nil {
@@ -392,55 +427,5 @@ func resync(ctx context.Context, period time.Duration, poke func()) {
 		case <-t.C:
 			poke()
 		}
-	}
-}
-
-// followUp pokes again while servers wait for their first passed check or
-// for their sessions to end: no Kubernetes event will announce either. Every
-// half check interval (between 250 ms and 1 s) for the first two minutes of
-// waiting (a check interval × rise is seconds), then every 10 s, so a node
-// that never answers costs little.
-type followUp struct {
-	every   time.Duration
-	mu      sync.Mutex
-	since   time.Time // when the current wait began; zero when none
-	timer   *time.Timer
-	poke    func()
-	stopped bool
-}
-
-func (f *followUp) setPoke(poke func()) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.poke = poke
-}
-
-// after is told whether the reconcile that just ended left work pending.
-func (f *followUp) after(pending bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !pending || f.stopped || f.poke == nil {
-		f.since = time.Time{}
-		return
-	}
-	if f.since.IsZero() {
-		f.since = time.Now()
-	}
-	d := f.every
-	if time.Since(f.since) > 2*time.Minute {
-		d = 10 * time.Second
-	}
-	if f.timer != nil {
-		f.timer.Stop()
-	}
-	f.timer = time.AfterFunc(d, f.poke)
-}
-
-func (f *followUp) stop() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.stopped = true
-	if f.timer != nil {
-		f.timer.Stop()
 	}
 }

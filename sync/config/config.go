@@ -39,9 +39,12 @@ type Config struct {
 
 	SendProxyV2  bool          `envconfig:"HAPROXY_SEND_PROXY_V2" default:"false" desc:"servers and their checks send PROXY protocol v2"`
 	Balance      string        `envconfig:"HAPROXY_BALANCE" desc:"empty: keep the backend's balance and checks; set (e.g. roundrobin): the backend gets it and tcp-check"`
-	CheckInter   time.Duration `envconfig:"HAPROXY_CHECK_INTER" default:"5s" desc:"health check interval"`
+	CheckInter   time.Duration `envconfig:"HAPROXY_CHECK_INTER" default:"5s" desc:"health check interval while a server is steadily UP"`
+	CheckFast    time.Duration `envconfig:"HAPROXY_CHECK_FASTINTER" default:"100ms" desc:"check interval while a server's health changes (between its first pass and rise, its first failure and fall)"`
+	CheckDown    time.Duration `envconfig:"HAPROXY_CHECK_DOWNINTER" default:"200ms" desc:"check interval while a server is DOWN: a new server's first check comes this long after it is added"`
 	CheckRise    int           `envconfig:"HAPROXY_CHECK_RISE" default:"2" desc:"passing checks before a server is UP"`
 	CheckFall    int           `envconfig:"HAPROXY_CHECK_FALL" default:"2" desc:"failing checks before a server is DOWN"`
+	CheckOnError string        `envconfig:"HAPROXY_CHECK_ON_ERROR" default:"sudden-death" desc:"what a failed client connection to a server does to its check (observe layer4): fastinter, fail-check, sudden-death (one more failed check marks it DOWN), mark-down, or none"`
 	Weight       string        `envconfig:"HAPROXY_WEIGHT" default:"equal" desc:"equal, or endpoints: in node mode a node's weight is its number of ready endpoints"`
 	DeleteBatch  int           `envconfig:"HAPROXY_DELETE_BATCH" default:"10" desc:"Data Plane API: unwanted servers stay parked until this many, then go in one reload"`
 	DeleteGuard  int           `envconfig:"HAPROXY_DELETE_GUARD_PERCENT" default:"100" desc:"mass-deletion guard: removing this share or more only parks servers until their replacements are UP; 0: off"`
@@ -82,6 +85,9 @@ var balances = map[string]bool{
 	"roundrobin": true, "static-rr": true, "leastconn": true, "first": true, "source": true,
 	"uri": true, "url_param": true, "hdr": true, "random": true, "rdp-cookie": true, "hash": true,
 }
+
+// onErrors are HAProxy's on-error actions, and none.
+var onErrors = map[string]bool{"fastinter": true, "fail-check": true, "sudden-death": true, "mark-down": true, "none": true}
 
 // Load reads the configuration from the process environment and validates
 // it. Every error is one line that starts with the variable at fault.
@@ -170,6 +176,15 @@ func (c *Config) validate() error {
 	}
 	if c.CheckInter < time.Millisecond {
 		return bad("HAPROXY_CHECK_INTER", "%s is below 1ms", c.CheckInter)
+	}
+	if c.CheckFast < time.Millisecond {
+		return bad("HAPROXY_CHECK_FASTINTER", "%s is below 1ms", c.CheckFast)
+	}
+	if c.CheckDown < time.Millisecond {
+		return bad("HAPROXY_CHECK_DOWNINTER", "%s is below 1ms", c.CheckDown)
+	}
+	if !onErrors[c.CheckOnError] {
+		return bad("HAPROXY_CHECK_ON_ERROR", "%q is not fastinter, fail-check, sudden-death, mark-down or none", short(c.CheckOnError))
 	}
 	if c.CheckRise < 1 {
 		return bad("HAPROXY_CHECK_RISE", "%d is below 1", c.CheckRise)
@@ -382,13 +397,23 @@ func (c Config) Options() desired.Options {
 		// configured (no backend write, no reload); set, the backend gets
 		// that balance and option tcp-check (checks honour send-proxy-v2).
 		Settings: model.Settings{Balance: c.Balance, TCPCheck: c.Balance != ""},
-		Check: model.Check{
-			Inter: c.CheckInter, Rise: c.CheckRise, Fall: c.CheckFall, SendProxyV2: c.SendProxyV2,
-		},
+		Check: c.Check(),
 		Addresses:     desired.AddressPolicy{Allowed: c.Allowed},
 		ManagedBy:     c.ManagedBy,
 		DrainCordoned: c.Cordoned == "drain",
 	}
+}
+
+// Check returns the health check every server gets.
+func (c Config) Check() model.Check {
+	ck := model.Check{
+		Inter: c.CheckInter, FastInter: c.CheckFast, DownInter: c.CheckDown,
+		Rise: c.CheckRise, Fall: c.CheckFall, OnError: c.CheckOnError, SendProxyV2: c.SendProxyV2,
+	}
+	if ck.OnError == "none" {
+		ck.OnError = ""
+	}
+	return ck
 }
 
 // String describes the configuration without secrets, for the start-up log.

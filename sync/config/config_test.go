@@ -56,7 +56,14 @@ func TestLoadDefaults(t *testing.T) {
 		t.Errorf("dataplanes = %v", c.Dataplanes)
 	}
 	o := c.Options()
-	if o.Mode != desired.NodeMode || o.Settings != (model.Settings{}) || o.Check.Inter != 5*time.Second || o.WeightByEndpoints {
+	// Steady checks every 5s, fast ones while a server is DOWN or changing,
+	// and real connections observed: the shipped timing (README "Checks").
+	wantCheck := model.Check{Inter: 5 * time.Second, FastInter: 100 * time.Millisecond, DownInter: 200 * time.Millisecond,
+		Rise: 2, Fall: 2, OnError: "sudden-death"}
+	if o.Check != wantCheck {
+		t.Errorf("check = %+v, want %+v", o.Check, wantCheck)
+	}
+	if o.Mode != desired.NodeMode || o.Settings != (model.Settings{}) || o.WeightByEndpoints {
 		t.Errorf("options = %+v", o)
 	}
 }
@@ -95,6 +102,9 @@ func TestLoadRejectsBadValues(t *testing.T) {
 		{"HAPROXY_BACKEND_PORT", "x"},
 		{"HAPROXY_CHECK_INTER", "5"},
 		{"HAPROXY_CHECK_INTER", "soon"},
+		{"HAPROXY_CHECK_FASTINTER", "0s"},
+		{"HAPROXY_CHECK_DOWNINTER", "fast"},
+		{"HAPROXY_CHECK_ON_ERROR", "reboot"},
 		{"HAPROXY_CHECK_RISE", "0"},
 		{"HAPROXY_CHECK_FALL", "-1"},
 		{"HAPROXY_BALANCE", "fastest"},

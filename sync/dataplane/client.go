@@ -37,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -134,6 +135,10 @@ func (c *Client) Policy() plan.Policy {
 func NewHTTPClient(caFile string, timeout time.Duration) (*http.Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 16
+	// A target that does not answer a connect within 2 s (one lost SYN is
+	// resent after 1 s) is down: fail its attempt rather than hold the
+	// reconcile of the others.
+	tr.DialContext = (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)
 		if err != nil {

@@ -768,3 +768,31 @@ func TestARefusedServerChangeDoesNotStopTheOthers(t *testing.T) {
 		t.Errorf("states %v", st)
 	}
 }
+
+// TestShippedCheckIsWrittenAndReadBack: the shipped check timing (fast
+// checks while DOWN or changing, connections observed) goes into
+// haproxy.cfg on every server, is read back equal (the next sync changes
+// nothing), and a server written before it, without them, is rewritten once.
+func TestShippedCheckIsWrittenAndReadBack(t *testing.T) {
+	api, c := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	shipped := model.Check{Inter: 5 * time.Second, FastInter: 100 * time.Millisecond, DownInter: 200 * time.Millisecond,
+		Rise: 2, Fall: 2, OnError: "sudden-death"}
+	older := srv("node-a", "127.0.1.1", model.Ready)
+	sync(t, c, want(older)) // written with the older check: no fastinter, downinter, observe
+	a, b := older, srv("node-b", "127.0.1.2", model.Ready)
+	a.Check, b.Check = shipped, shipped
+	p, _ := sync(t, c, want(a, b))
+	if !reflect.DeepEqual(p.Names(plan.Update), []string{"node-a"}) || !reflect.DeepEqual(p.Names(plan.Add), []string{"node-b"}) {
+		t.Fatalf("plan %+v, want node-a rewritten, node-b added", p)
+	}
+	for _, s := range api.Servers("be") {
+		if s.Fastinter == nil || *s.Fastinter != 100 || s.Downinter == nil || *s.Downinter != 200 ||
+			s.Observe != "layer4" || s.ErrorLimit != 1 || s.OnError != "sudden-death" {
+			t.Errorf("server %s in haproxy.cfg: fastinter %v downinter %v observe %q error-limit %d on-error %q",
+				s.Name, s.Fastinter, s.Downinter, s.Observe, s.ErrorLimit, s.OnError)
+		}
+	}
+	if p, _ := sync(t, c, want(a, b)); p.HasChanges() {
+		t.Errorf("second sync changes %+v", p.Changes)
+	}
+}

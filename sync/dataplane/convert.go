@@ -47,8 +47,13 @@ type managedFields struct {
 	Maintenance string `json:"maintenance"`
 	Check       string `json:"check"`
 	Inter       *int64 `json:"inter"`
+	Fastinter   *int64 `json:"fastinter"`
+	Downinter   *int64 `json:"downinter"`
 	Rise        *int64 `json:"rise"`
 	Fall        *int64 `json:"fall"`
+	Observe     string `json:"observe"`
+	ErrorLimit  int64  `json:"error_limit"`
+	OnError     string `json:"on-error"`
 	SendProxyV2 string `json:"send-proxy-v2"`
 }
 
@@ -83,9 +88,15 @@ func serverOf(raw json.RawMessage) (model.Server, error) {
 	if s.Check == enabled {
 		out.Check = model.Check{
 			Inter:       time.Duration(deref(s.Inter)) * time.Millisecond,
+			FastInter:   time.Duration(deref(s.Fastinter)) * time.Millisecond,
+			DownInter:   time.Duration(deref(s.Downinter)) * time.Millisecond,
 			Rise:        int(deref(s.Rise)),
 			Fall:        int(deref(s.Fall)),
 			SendProxyV2: s.SendProxyV2 == enabled,
+		}
+		// Only the observation this service writes counts as one.
+		if s.Observe == "layer4" && s.ErrorLimit == 1 {
+			out.Check.OnError = s.OnError
 		}
 	}
 	return out, nil
@@ -123,8 +134,19 @@ func serverModel(srv model.Server, source any) (*models.Server, error) {
 	m.Weight = &weight
 	m.Check = enabled
 	m.Inter = ptr(srv.Check.Inter.Milliseconds())
+	m.Fastinter, m.Downinter = nil, nil
+	if srv.Check.FastInter > 0 {
+		m.Fastinter = ptr(srv.Check.FastInter.Milliseconds())
+	}
+	if srv.Check.DownInter > 0 {
+		m.Downinter = ptr(srv.Check.DownInter.Milliseconds())
+	}
 	m.Rise = ptr(int64(srv.Check.Rise))
 	m.Fall = ptr(int64(srv.Check.Fall))
+	m.Observe, m.ErrorLimit, m.OnError = "", 0, ""
+	if srv.Check.OnError != "" {
+		m.Observe, m.ErrorLimit, m.OnError = "layer4", 1, srv.Check.OnError
+	}
 	if srv.Check.SendProxyV2 {
 		m.SendProxyV2 = enabled
 		m.CheckSendProxy = enabled

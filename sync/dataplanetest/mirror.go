@@ -42,10 +42,19 @@ func (m *mirror) add(backend string, s models.Server) error {
 	for _, kv := range []struct {
 		k string
 		v *int64
-	}{{"fall", s.Fall}, {"inter", s.Inter}, {"rise", s.Rise}, {"weight", s.Weight}} {
+	}{{"fall", s.Fall}, {"inter", s.Inter}, {"fastinter", s.Fastinter}, {"downinter", s.Downinter}, {"rise", s.Rise}, {"weight", s.Weight}} {
 		if kv.v != nil {
 			fmt.Fprintf(&b, " %s %d", kv.k, *kv.v)
 		}
+	}
+	if s.Observe != "" {
+		fmt.Fprintf(&b, " observe %s", s.Observe)
+	}
+	if s.ErrorLimit != 0 {
+		fmt.Fprintf(&b, " error-limit %d", s.ErrorLimit)
+	}
+	if s.OnError != "" {
+		fmt.Fprintf(&b, " on-error %s", s.OnError)
 	}
 	if s.SendProxyV2 == "enabled" {
 		b.WriteString(" send-proxy-v2")

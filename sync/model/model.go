@@ -32,10 +32,24 @@ func (s State) Rank() int {
 // Check holds the health-check parameters written on every server. They live on
 // each server rather than in default_server because the Data Plane API can add
 // servers without a reload only when the backend has no default_server.
+//
+// HAProxy picks the delay before a server's next check by its state (its
+// srv_getinter): Inter while the server is steadily UP, DownInter while it
+// is DOWN with health 0 (a gated server starts there, so its first check
+// comes DownInter after it is added), FastInter while its health moves
+// between the two. Zero FastInter or DownInter means Inter.
 type Check struct {
-	Inter       time.Duration
-	Rise        int
-	Fall        int
+	Inter     time.Duration
+	FastInter time.Duration
+	DownInter time.Duration
+	Rise      int
+	Fall      int
+	// OnError, when set, makes HAProxy watch the server's real connections
+	// ("observe layer4 error-limit 1 on-error OnError"), so that a node that
+	// stops answering leaves traffic at its first failed connection instead
+	// of at its next steady check. Values: fastinter, fail-check,
+	// sudden-death, mark-down.
+	OnError     string
 	SendProxyV2 bool
 }
 

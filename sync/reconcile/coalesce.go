@@ -23,6 +23,10 @@ type Coalescer struct {
 	// onPoked, when set, receives the result of each reconcile that served
 	// at least one poke.
 	onPoked func(Result, error)
+	// follow, when set, is told every result and pokes again (FollowUp);
+	// followed is told of each of its pokes.
+	follow   *FollowUp
+	followed func(reason string, coalesced bool)
 
 	mu      sync.Mutex
 	running bool
@@ -47,6 +51,14 @@ func NewCoalescer(run func(context.Context) (Result, error)) *Coalescer {
 // OnPoked sets the function that receives the result of each reconcile that
 // served a poke; set it before the first Poke.
 func (c *Coalescer) OnPoked(f func(Result, error)) { c.onPoked = f }
+
+// Follow makes f follow every reconcile up (see FollowUp): the coalescer
+// pokes itself while a result says servers wait, or after a failure.
+// followed, when set, is told of each such poke. Set it before the first
+// call.
+func (c *Coalescer) Follow(f *FollowUp, followed func(reason string, coalesced bool)) {
+	c.follow, c.followed = f, followed
+}
 
 // Do waits for a reconcile that starts after the call and returns its result.
 // The reconcile is not cancelled when ctx is: other callers may share it.
@@ -110,10 +122,21 @@ func (c *Coalescer) loop(ctx context.Context) {
 		}
 		c.mu.Unlock()
 		cl.res, cl.err = c.safeRun(ctx)
+		if c.follow != nil {
+			c.follow.Observe(cl.res, cl.err, c.pokeAgain)
+		}
 		close(cl.done)
 		if cl.pokes > 0 && c.onPoked != nil {
 			c.onPoked(cl.res, cl.err)
 		}
+	}
+}
+
+// pokeAgain is the follow-up's poke.
+func (c *Coalescer) pokeAgain(reason string) {
+	coalesced := c.Poke()
+	if c.followed != nil {
+		c.followed(reason, coalesced)
 	}
 }
 

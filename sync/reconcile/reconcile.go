@@ -24,6 +24,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sethvargo/go-retry"
@@ -397,8 +398,15 @@ func union(a, b []string) []string {
 	return slices.Compact(out)
 }
 
-// retryable marks err for another attempt when it says it is temporary.
+// retryable marks err for another attempt when it says it is temporary,
+// unless nothing listens at the target (connection refused, no such
+// socket): that fails in milliseconds, and retrying for the rest of the
+// reconcile would only hold back the result of the targets that answer.
+// The follow-up tries the reconcile again (FollowUp).
 func retryable(err error) error {
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+		return err
+	}
 	var t interface{ Temporary() bool }
 	if errors.As(err, &t) && t.Temporary() {
 		return retry.RetryableError(err)

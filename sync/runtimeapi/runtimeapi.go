@@ -189,20 +189,13 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 // ReadRuntime returns the backend's servers as the runtime API shows them,
 // each with its model.Runtime (checks judged against the configured rise).
 func (c *Client) ReadRuntime(ctx context.Context, backend string) ([]model.Server, error) {
-	cmd := "show servers state " + backend
+	servers, err := c.serversState(ctx, backend)
+	if err != nil || len(servers) == 0 {
+		return servers, err
+	}
+	cmd := "show stat " + backend + " 4 -1"
 	reply, err := c.sock.Command(ctx, cmd)
 	if err != nil {
-		return nil, err
-	}
-	servers, err := ParseServersState(reply, backend, c.check.Rise)
-	if err != nil {
-		return nil, &CommandError{Command: cmd, Reply: err.Error()}
-	}
-	if len(servers) == 0 {
-		return servers, nil
-	}
-	cmd = "show stat " + backend + " 4 -1"
-	if reply, err = c.sock.Command(ctx, cmd); err != nil {
 		return nil, err
 	}
 	sessions, err := ParseSessions(reply, backend)
@@ -213,6 +206,35 @@ func (c *Client) ReadRuntime(ctx context.Context, backend string) ([]model.Serve
 		servers[i].Runtime.Sessions = sessions[servers[i].Name]
 	}
 	return servers, nil
+}
+
+// serversState reads "show servers state" of backend.
+func (c *Client) serversState(ctx context.Context, backend string) ([]model.Server, error) {
+	cmd := "show servers state " + backend
+	reply, err := c.sock.Command(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	servers, err := ParseServersState(reply, backend, c.check.Rise)
+	if err != nil {
+		return nil, &CommandError{Command: cmd, Reply: err.Error()}
+	}
+	return servers, nil
+}
+
+// ReadChecks reports which of the backend's servers passed their health
+// check (model.Runtime.CheckPassed), from one "show servers state": cheap
+// enough to ask every few tens of milliseconds while servers wait.
+func (c *Client) ReadChecks(ctx context.Context, backend string) (map[string]bool, error) {
+	servers, err := c.serversState(ctx, backend)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(servers))
+	for _, s := range servers {
+		out[s.Name] = s.Runtime.CheckPassed
+	}
+	return out, nil
 }
 
 // ParseSessions reads the reply to "show stat <backend> 4 -1" (CSV) into the
@@ -525,8 +547,8 @@ func (a *applier) add(srv string, ch plan.Change) error {
 // addLine is the command line that adds srv, taking the next explicit id.
 func (a *applier) addLine(srv string, ch plan.Change) []string {
 	s := *ch.New
-	cmd := fmt.Sprintf("add server %s %s weight %d check inter %dms rise %d fall %d id %d",
-		srv, net.JoinHostPort(s.Address, strconv.Itoa(s.Port)), s.Weight, s.Check.Inter.Milliseconds(), s.Check.Rise, s.Check.Fall, a.nextID)
+	cmd := fmt.Sprintf("add server %s %s weight %d %s id %d",
+		srv, net.JoinHostPort(s.Address, strconv.Itoa(s.Port)), s.Weight, checkKeywords(s.Check), a.nextID)
 	a.nextID++
 	if s.Check.SendProxyV2 {
 		cmd += " send-proxy-v2 check-send-proxy"
@@ -542,6 +564,24 @@ func (a *applier) addLine(srv string, ch plan.Change) []string {
 		}
 	}
 	return cmds
+}
+
+// checkKeywords are the server keywords of check ck's timing and
+// observation (send-proxy-v2 is written apart).
+func checkKeywords(ck model.Check) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "check inter %dms", ck.Inter.Milliseconds())
+	if ck.FastInter > 0 {
+		fmt.Fprintf(&b, " fastinter %dms", ck.FastInter.Milliseconds())
+	}
+	if ck.DownInter > 0 {
+		fmt.Fprintf(&b, " downinter %dms", ck.DownInter.Milliseconds())
+	}
+	fmt.Fprintf(&b, " rise %d fall %d", ck.Rise, ck.Fall)
+	if ck.OnError != "" {
+		b.WriteString(" observe layer4 error-limit 1 on-error " + ck.OnError)
+	}
+	return b.String()
 }
 
 func addOK(r string) bool { return strings.TrimSpace(r) == "New server registered." }

@@ -75,7 +75,7 @@ func (s Socket) dial(ctx context.Context, extra time.Duration) (net.Conn, contex
 		timeout = 5 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout+extra)
-	var d net.Dialer
+	d := net.Dialer{Timeout: 2 * time.Second} // a socket that takes longer to accept is down
 	conn, err := d.DialContext(ctx, s.Network, s.Address)
 	if err != nil {
 		cancel()

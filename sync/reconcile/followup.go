@@ -1,0 +1,328 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// CheckReader reads, from one running HAProxy, which servers of a backend
+// have passed their health check: one read of the runtime socket, no
+// Kubernetes read and no configuration read, so it can be asked often while
+// servers wait.
+type CheckReader interface {
+	ReadChecks(ctx context.Context, backend string) (passed map[string]bool, err error)
+}
+
+// FollowUp reconciles again when nothing in Kubernetes will ask for it:
+//
+//   - while servers wait for their first passed check, it reads their
+//     target's checks every Poll and asks for a reconcile as soon as one
+//     passed, so a server enters service within a Poll of its check passing;
+//     a target with no CheckReader gets a reconcile every Slow instead;
+//   - while unwanted servers wait for their sessions to end, every Drain;
+//   - after a failed reconcile, after Retry, doubling up to MaxRetry while
+//     failures go on, so a target that was down is repaired when it is back
+//     even if nobody pokes.
+//
+// Each target is watched by itself: a dead or slow target does not delay
+// the poke another target's passed check asks for. A newer result replaces
+// whatever an older one started. Waits longer than Patience poll every Slow.
+type FollowUp struct {
+	// Checks are the targets' check readers, by Driver.Name.
+	Checks map[string]CheckReader
+	// Poll, Slow, Patience, Drain, Retry and MaxRetry: see the type doc;
+	// zero takes 50ms, 10s, 2m, 1s, 1s and 30s.
+	Poll, Slow, Patience, Drain, Retry, MaxRetry time.Duration
+	// AfterFunc and Now are the clock; nil takes package time's.
+	AfterFunc func(time.Duration, func()) (stop func() bool)
+	Now       func() time.Time
+
+	mu       sync.Mutex
+	poke     func(reason string)
+	stops    []func() bool // what the latest result started
+	cancel   context.CancelFunc
+	since    time.Time // when servers began to wait; zero when none
+	failures int       // consecutive failed reconciles
+	stopped  bool
+}
+
+func (f *FollowUp) dur(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+func (f *FollowUp) now() time.Time {
+	if f.Now != nil {
+		return f.Now()
+	}
+	return time.Now()
+}
+
+func (f *FollowUp) after(d time.Duration, fn func()) func() bool {
+	if f.AfterFunc != nil {
+		return f.AfterFunc(d, fn)
+	}
+	return time.AfterFunc(d, fn).Stop
+}
+
+// Observe is told every reconcile's result; it replaces what the previous
+// result started. poke asks for a reconcile.
+func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reset()
+	if f.stopped {
+		return
+	}
+	f.poke = poke
+	if err != nil {
+		f.failures++
+	} else {
+		f.failures = 0
+	}
+	if f.failures > 0 {
+		d := f.dur(f.Retry, time.Second)
+		for i := 1; i < f.failures && d < f.dur(f.MaxRetry, 30*time.Second); i++ {
+			d *= 2
+		}
+		d = min(d, f.dur(f.MaxRetry, 30*time.Second))
+		f.stops = append(f.stops, f.after(d, func() { f.fire("retry after a failure") }))
+	}
+	waiting := waitingByTarget(res)
+	if len(waiting) == 0 {
+		f.since = time.Time{}
+	} else if f.since.IsZero() {
+		f.since = f.now()
+	}
+	patient := !f.since.IsZero() && f.now().Sub(f.since) > f.dur(f.Patience, 2*time.Minute)
+	if len(waiting) > 0 {
+		ctx, cancel := context.WithCancel(context.Background())
+		f.cancel = cancel
+		for target, backends := range waiting {
+			cr := f.Checks[target]
+			if cr == nil || patient {
+				f.stops = append(f.stops, f.after(f.dur(f.Slow, 10*time.Second), func() { f.fire("servers wait for their check") }))
+				continue
+			}
+			f.pollChecks(ctx, cr, backends, f.dur(f.Poll, 50*time.Millisecond))
+		}
+	}
+	if res.draining() {
+		f.stops = append(f.stops, f.after(f.dur(f.Drain, time.Second), func() { f.fire("servers wait for their sessions to end") }))
+	}
+}
+
+// pollChecks reads cr's checks every poll until a server in backends (name
+// → waiting servers) passed its check, then pokes. A failed read is tried
+// again at the next poll: a target that cannot be read is one whose
+// reconcile failed, and the retry covers it.
+func (f *FollowUp) pollChecks(ctx context.Context, cr CheckReader, backends map[string][]string, poll time.Duration) {
+	var tick func()
+	tick = func() {
+		if ctx.Err() != nil {
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		passed := passedOne(rctx, cr, backends)
+		cancel()
+		if passed {
+			f.fire("a waiting server passed its check")
+			return
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if ctx.Err() == nil {
+			f.stops = append(f.stops, f.after(poll, tick))
+		}
+	}
+	f.stops = append(f.stops, f.after(poll, tick))
+}
+
+// fire pokes, unless a newer result or Stop came first (then what was
+// started is gone already).
+func (f *FollowUp) fire(reason string) {
+	f.mu.Lock()
+	poke := f.poke
+	if f.stopped || poke == nil {
+		f.mu.Unlock()
+		return
+	}
+	f.reset()
+	f.mu.Unlock()
+	poke(reason)
+}
+
+// reset stops what the latest result started; f.mu is held.
+func (f *FollowUp) reset() {
+	for _, stop := range f.stops {
+		stop()
+	}
+	f.stops = nil
+	if f.cancel != nil {
+		f.cancel()
+		f.cancel = nil
+	}
+}
+
+// Stop ends every follow-up, for good.
+func (f *FollowUp) Stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = true
+	f.reset()
+}
+
+// waitingByTarget returns the servers res lists as waiting for their check,
+// by target and backend.
+func waitingByTarget(res Result) map[string]map[string][]string {
+	out := map[string]map[string][]string{}
+	for _, t := range res.Targets {
+		if len(t.Waiting) == 0 {
+			continue
+		}
+		if out[t.Target] == nil {
+			out[t.Target] = map[string][]string{}
+		}
+		out[t.Target][t.Backend] = append(out[t.Target][t.Backend], t.Waiting...)
+	}
+	return out
+}
+
+func (r Result) draining() bool {
+	for _, t := range r.Targets {
+		if len(t.Draining) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Settle runs reconciles until no server waits for its check, reading the
+// targets' checks through checks between them (a reconcile as soon as one
+// passed, at least every second), or until ctx ends: what a one-shot
+// reconcile does so that it finishes what it started. It returns the last
+// result; the error is the last reconcile's, or ErrStillWaiting when ctx
+// ended with servers still waiting.
+//
+// The result is the reconciles' together: each target's lists hold what
+// any of them did, its attempts add up, and its waiting, guarded, capped,
+// draining and server counts are the last one's.
+func Settle(ctx context.Context, run func(context.Context) (Result, error), checks map[string]CheckReader, poll time.Duration) (Result, error) {
+	start := time.Now()
+	res, err := run(ctx)
+	for err == nil && len(waitingByTarget(res)) > 0 {
+		if !waitForCheck(ctx, res, checks, poll, time.Second) && ctx.Err() != nil {
+			err = ErrStillWaiting
+			break
+		}
+		var next Result
+		next, err = run(ctx)
+		res = merged(res, next)
+		if err == nil && ctx.Err() != nil && len(waitingByTarget(res)) > 0 {
+			err = ErrStillWaiting
+		}
+	}
+	res.DurationMs = float64(time.Since(start).Microseconds()) / 1000
+	if errors.Is(err, ErrStillWaiting) {
+		res.Status, res.Error = StatusError, err.Error()
+	}
+	return res, err
+}
+
+// merged is next with each target's lists joined to prev's (see Settle).
+func merged(prev, next Result) Result {
+	before := map[[2]string]TargetResult{}
+	for _, t := range prev.Targets {
+		before[[2]string{t.Target, t.Backend}] = t
+	}
+	if next.Status == StatusUnchanged && prev.Status == StatusApplied {
+		next.Status = StatusApplied
+	}
+	targets := make([]TargetResult, len(next.Targets))
+	for i, t := range next.Targets {
+		if p, ok := before[[2]string{t.Target, t.Backend}]; ok {
+			t.Add, t.Update, t.Drain = union(p.Add, t.Add), union(p.Update, t.Update), union(p.Drain, t.Drain)
+			t.Maint, t.Delete = union(p.Maint, t.Maint), union(p.Delete, t.Delete)
+			t.Reload = t.Reload || p.Reload
+			t.Attempts += p.Attempts
+		}
+		targets[i] = t
+	}
+	next.Targets = targets
+	return next
+}
+
+// ErrStillWaiting means servers still waited for their first passed check
+// when the time given to them ended.
+var ErrStillWaiting = errStillWaiting{}
+
+type errStillWaiting struct{}
+
+func (errStillWaiting) Error() string {
+	return "servers still wait for their first passed health check"
+}
+
+// waitForCheck reads the checks of the servers res lists as waiting every
+// poll until one passed (true), or for at most limit, or until ctx ends.
+func waitForCheck(ctx context.Context, res Result, checks map[string]CheckReader, poll, limit time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	passed := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	for target, backends := range waitingByTarget(res) {
+		cr := checks[target]
+		if cr == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(poll)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				if passedOne(ctx, cr, backends) {
+					select {
+					case passed <- struct{}{}:
+					default:
+					}
+					return
+				}
+			}
+		}()
+	}
+	defer wg.Wait()
+	select {
+	case <-passed:
+		cancel()
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// passedOne reports whether, on cr, a server of backends (name → waiting
+// servers) passed its check, or is gone (a reconcile has work either way).
+// A backend that cannot be read says nothing.
+func passedOne(ctx context.Context, cr CheckReader, backends map[string][]string) bool {
+	for backend, names := range backends {
+		got, err := cr.ReadChecks(ctx, backend)
+		if err != nil {
+			continue
+		}
+		for _, n := range names {
+			if ok, there := got[n]; ok || !there {
+				return true
+			}
+		}
+	}
+	return false
+}

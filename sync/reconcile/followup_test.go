@@ -1,0 +1,285 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeClock runs nothing by itself: a test fires the due timers.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	at      time.Time
+	d       time.Duration
+	f       func()
+	stopped bool
+}
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{at: c.now.Add(d), d: d, f: f}
+	c.timers = append(c.timers, t)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		was := !t.stopped
+		t.stopped = true
+		return was
+	}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// pending returns the delays of the timers not stopped nor fired.
+func (c *fakeClock) pending() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []time.Duration
+	for _, t := range c.timers {
+		if !t.stopped {
+			out = append(out, t.d)
+		}
+	}
+	return out
+}
+
+// advance moves the clock by d and fires, in order, every timer due.
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+	for {
+		c.mu.Lock()
+		var due *fakeTimer
+		for _, t := range c.timers {
+			if !t.stopped && !t.at.After(c.now) && (due == nil || t.at.Before(due.at)) {
+				due = t
+			}
+		}
+		if due != nil {
+			due.stopped = true
+		}
+		c.mu.Unlock()
+		if due == nil {
+			return
+		}
+		due.f()
+	}
+}
+
+// checks is a CheckReader whose answers a test sets.
+type checks struct {
+	mu     sync.Mutex
+	passed map[string]bool
+	err    error
+	reads  int
+}
+
+func (c *checks) ReadChecks(_ context.Context, _ string) (map[string]bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reads++
+	if c.err != nil {
+		return nil, c.err
+	}
+	out := map[string]bool{}
+	for k, v := range c.passed {
+		out[k] = v
+	}
+	return out, nil
+}
+
+func (c *checks) set(name string, passed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.passed[name] = passed
+}
+
+type pokes struct {
+	mu      sync.Mutex
+	reasons []string
+}
+
+func (p *pokes) poke(reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reasons = append(p.reasons, reason)
+}
+
+func (p *pokes) got() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.reasons...)
+}
+
+func waiting(target string, names ...string) TargetResult {
+	return TargetResult{Target: target, Backend: "be", Waiting: names}
+}
+
+func newFollowUp(clock *fakeClock, readers map[string]CheckReader) *FollowUp {
+	return &FollowUp{Checks: readers, AfterFunc: clock.AfterFunc, Now: clock.Now}
+}
+
+func TestFollowUpPokesWhenAWaitingServerPasses(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)}
+	a := &checks{passed: map[string]bool{"n1": false}}
+	f := newFollowUp(clock, map[string]CheckReader{"a": a})
+	var p pokes
+	f.Observe(Result{Targets: []TargetResult{waiting("a", "n1")}}, nil, p.poke)
+
+	clock.advance(50 * time.Millisecond)
+	clock.advance(50 * time.Millisecond)
+	if len(p.got()) != 0 || a.reads != 2 {
+		t.Fatalf("before the check passed: pokes %v, %d reads; want none, 2", p.got(), a.reads)
+	}
+	a.set("n1", true)
+	clock.advance(50 * time.Millisecond)
+	if want := []string{"a waiting server passed its check"}; !reflect.DeepEqual(p.got(), want) {
+		t.Fatalf("pokes %v, want %v", p.got(), want)
+	}
+	clock.advance(time.Minute)
+	if len(p.got()) != 1 || len(clock.pending()) != 0 {
+		t.Errorf("after the poke: pokes %v, timers %v; want one poke, nothing left", p.got(), clock.pending())
+	}
+}
+
+// TestFollowUpTargetsAreIndependent: a target whose socket cannot be read
+// does not hold back the poke the other target's passed check asks for.
+func TestFollowUpTargetsAreIndependent(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)}
+	dead := &checks{err: errors.New("dial: connection refused")}
+	live := &checks{passed: map[string]bool{"n1": true}}
+	f := newFollowUp(clock, map[string]CheckReader{"dead": dead, "live": live})
+	var p pokes
+	f.Observe(Result{Targets: []TargetResult{waiting("dead", "n1"), waiting("live", "n1")}}, errors.New("dead failed"), p.poke)
+	clock.advance(50 * time.Millisecond)
+	if got := p.got(); len(got) != 1 || got[0] != "a waiting server passed its check" {
+		t.Fatalf("pokes %v, want the live target's", got)
+	}
+}
+
+func TestFollowUpRetriesFailuresWithBackoff(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)}
+	f := newFollowUp(clock, nil)
+	var p pokes
+	var delays []time.Duration
+	for range 7 {
+		f.Observe(Result{}, errors.New("target down"), p.poke)
+		delays = append(delays, clock.pending()...)
+		clock.advance(time.Hour)
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second}
+	if !reflect.DeepEqual(delays, want) || len(p.got()) != 7 {
+		t.Fatalf("retry delays %v (%d pokes), want %v", delays, len(p.got()), want)
+	}
+	f.Observe(Result{}, nil, p.poke)
+	if len(clock.pending()) != 0 {
+		t.Errorf("after a success: timers %v, want none", clock.pending())
+	}
+	f.Observe(Result{}, errors.New("down again"), p.poke)
+	if got := clock.pending(); !reflect.DeepEqual(got, []time.Duration{time.Second}) {
+		t.Errorf("first failure after a success waits %v, want 1s", got)
+	}
+}
+
+func TestFollowUpDrainingAndNoReader(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)}
+	f := newFollowUp(clock, nil) // the target has no socket to read checks from
+	var p pokes
+	res := Result{Targets: []TargetResult{waiting("a", "n1"), {Target: "b", Backend: "be", Draining: []string{"old"}}}}
+	f.Observe(res, nil, p.poke)
+	got := clock.pending()
+	if !reflect.DeepEqual(got, []time.Duration{10 * time.Second, time.Second}) {
+		t.Fatalf("timers %v, want 10s (waiting, no reader) and 1s (draining)", got)
+	}
+	clock.advance(time.Second)
+	if want := []string{"servers wait for their sessions to end"}; !reflect.DeepEqual(p.got(), want) {
+		t.Errorf("pokes %v, want %v", p.got(), want)
+	}
+}
+
+func TestFollowUpNewerResultReplacesOlder(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)}
+	a := &checks{passed: map[string]bool{"n1": false}}
+	f := newFollowUp(clock, map[string]CheckReader{"a": a})
+	var p pokes
+	f.Observe(Result{Targets: []TargetResult{waiting("a", "n1")}}, nil, p.poke)
+	f.Observe(Result{}, nil, p.poke) // nothing waits any more
+	a.set("n1", true)
+	clock.advance(time.Minute)
+	if len(p.got()) != 0 || a.reads != 0 {
+		t.Errorf("pokes %v, %d reads after a result with nothing waiting; want none", p.got(), a.reads)
+	}
+	f.Observe(Result{Targets: []TargetResult{waiting("a", "n1")}}, nil, p.poke)
+	f.Stop()
+	clock.advance(time.Minute)
+	if len(p.got()) != 0 {
+		t.Errorf("pokes %v after Stop", p.got())
+	}
+}
+
+func TestFollowUpSlowsDownAfterPatience(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)}
+	a := &checks{passed: map[string]bool{"n1": false}}
+	f := newFollowUp(clock, map[string]CheckReader{"a": a})
+	var p pokes
+	res := Result{Targets: []TargetResult{waiting("a", "n1")}}
+	f.Observe(res, nil, p.poke)
+	if got := clock.pending(); !reflect.DeepEqual(got, []time.Duration{50 * time.Millisecond}) {
+		t.Fatalf("timers %v, want a 50ms poll", got)
+	}
+	clock.advance(3 * time.Minute) // polls all along; the server never passes
+	f.Observe(res, nil, p.poke)    // the same server still waits, past the patience
+	if got := clock.pending(); !reflect.DeepEqual(got, []time.Duration{10 * time.Second}) {
+		t.Errorf("timers %v past the patience, want one 10s reconcile", got)
+	}
+}
+
+func TestSettleRunsUntilNothingWaits(t *testing.T) {
+	a := &checks{passed: map[string]bool{"n1": true}}
+	runs := 0
+	run := func(context.Context) (Result, error) {
+		runs++
+		tr := TargetResult{Target: "a", Backend: "be", Attempts: 1, Add: []string{}, Update: []string{}}
+		if runs == 1 {
+			tr.Add, tr.Waiting = []string{"n1"}, []string{"n1"}
+			return Result{Status: StatusApplied, Targets: []TargetResult{tr}}, nil
+		}
+		tr.Update = []string{"n1"}
+		return Result{Status: StatusApplied, Targets: []TargetResult{tr}}, nil
+	}
+	res, err := Settle(context.Background(), run, map[string]CheckReader{"a": a}, time.Millisecond)
+	if err != nil || runs != 2 {
+		t.Fatalf("err %v after %d runs, want nil after 2", err, runs)
+	}
+	tr := res.Targets[0]
+	if !reflect.DeepEqual(tr.Add, []string{"n1"}) || !reflect.DeepEqual(tr.Update, []string{"n1"}) || tr.Attempts != 2 || len(tr.Waiting) != 0 {
+		t.Errorf("merged result %+v", tr)
+	}
+}
+
+func TestSettleGivesUpWithServersWaiting(t *testing.T) {
+	a := &checks{passed: map[string]bool{"n1": false}}
+	run := func(context.Context) (Result, error) {
+		return Result{Status: StatusApplied, Targets: []TargetResult{waiting("a", "n1")}}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	res, err := Settle(ctx, run, map[string]CheckReader{"a": a}, time.Millisecond)
+	if !errors.Is(err, ErrStillWaiting) || res.Status != StatusError || len(res.Targets[0].Waiting) != 1 {
+		t.Fatalf("err %v, result %+v; want ErrStillWaiting, status error, n1 still waiting", err, res)
+	}
+}
