@@ -396,8 +396,8 @@ func (c Config) Options() desired.Options {
 		// With HAPROXY_BALANCE unset the backend's settings are left as
 		// configured (no backend write, no reload); set, the backend gets
 		// that balance and option tcp-check (checks honour send-proxy-v2).
-		Settings: model.Settings{Balance: c.Balance, TCPCheck: c.Balance != ""},
-		Check: c.Check(),
+		Settings:      model.Settings{Balance: c.Balance, TCPCheck: c.Balance != ""},
+		Check:         c.Check(),
 		Addresses:     desired.AddressPolicy{Allowed: c.Allowed},
 		ManagedBy:     c.ManagedBy,
 		DrainCordoned: c.Cordoned == "drain",
