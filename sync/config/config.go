@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -39,7 +40,7 @@ type Config struct {
 
 	SendProxyV2  bool          `envconfig:"HAPROXY_SEND_PROXY_V2" default:"false" desc:"servers and their checks send PROXY protocol v2"`
 	Balance      string        `envconfig:"HAPROXY_BALANCE" desc:"empty: keep the backend's balance and checks; set (e.g. roundrobin): the backend gets it and tcp-check"`
-	CheckInter   time.Duration `envconfig:"HAPROXY_CHECK_INTER" default:"5s" desc:"health check interval while a server is steadily UP"`
+	CheckInter   time.Duration `envconfig:"HAPROXY_CHECK_INTER" default:"1.5s" desc:"health check interval while a server is steadily UP: a node that stops answering is DOWN within this plus fastinter"`
 	CheckFast    time.Duration `envconfig:"HAPROXY_CHECK_FASTINTER" default:"100ms" desc:"check interval while a server's health changes (between its first pass and rise, its first failure and fall)"`
 	CheckDown    time.Duration `envconfig:"HAPROXY_CHECK_DOWNINTER" default:"200ms" desc:"check interval while a server is DOWN: a new server's first check comes this long after it is added"`
 	CheckRise    int           `envconfig:"HAPROXY_CHECK_RISE" default:"2" desc:"passing checks before a server is UP"`
@@ -402,6 +403,34 @@ func (c Config) Options() desired.Options {
 		ManagedBy:     c.ManagedBy,
 		DrainCordoned: c.Cordoned == "drain",
 	}
+}
+
+// ShippedCheck is the health check every server gets on the shipped
+// defaults (each variable's default tag), for tests and benchmarks that must
+// measure what users get.
+func ShippedCheck() model.Check {
+	var c Config
+	t := reflect.TypeOf(c)
+	v := reflect.ValueOf(&c).Elem()
+	for i := range t.NumField() {
+		def, ok := t.Field(i).Tag.Lookup("default")
+		if !ok {
+			continue
+		}
+		switch f := v.Field(i); f.Interface().(type) {
+		case time.Duration:
+			d, _ := time.ParseDuration(def)
+			f.SetInt(int64(d))
+		case int:
+			n, _ := strconv.Atoi(def)
+			f.SetInt(int64(n))
+		case string:
+			f.SetString(def)
+		case bool:
+			f.SetBool(def == "true")
+		}
+	}
+	return c.Check()
 }
 
 // Check returns the health check every server gets.

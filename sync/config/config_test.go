@@ -45,7 +45,7 @@ func TestLoadDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Namespace != "ingress-nginx" || c.Service != "ingress-nginx" || c.BackendName != "ingress-nginx" ||
-		c.Target != "node" || c.Balance != "" || c.CheckInter != 5*time.Second || c.CheckRise != 2 ||
+		c.Target != "node" || c.Balance != "" || c.CheckInter != 1500*time.Millisecond || c.CheckRise != 2 ||
 		c.CheckFall != 2 || c.Weight != "equal" || c.DeleteBatch != 10 || c.ReconcileTimeout != 30*time.Second || c.Port != 8080 || c.LogLevel != "info" {
 		t.Errorf("defaults: %+v", c)
 	}
@@ -56,12 +56,12 @@ func TestLoadDefaults(t *testing.T) {
 		t.Errorf("dataplanes = %v", c.Dataplanes)
 	}
 	o := c.Options()
-	// Steady checks every 5s, fast ones while a server is DOWN or changing,
+	// Steady checks every 1.5s, fast ones while a server is DOWN or changing,
 	// and real connections observed: the shipped timing (README "Checks").
-	wantCheck := model.Check{Inter: 5 * time.Second, FastInter: 100 * time.Millisecond, DownInter: 200 * time.Millisecond,
+	wantCheck := model.Check{Inter: 1500 * time.Millisecond, FastInter: 100 * time.Millisecond, DownInter: 200 * time.Millisecond,
 		Rise: 2, Fall: 2, OnError: "sudden-death"}
-	if o.Check != wantCheck {
-		t.Errorf("check = %+v, want %+v", o.Check, wantCheck)
+	if o.Check != wantCheck || ShippedCheck() != wantCheck {
+		t.Errorf("check = %+v, shipped %+v, want %+v", o.Check, ShippedCheck(), wantCheck)
 	}
 	if o.Mode != desired.NodeMode || o.Settings != (model.Settings{}) || o.WeightByEndpoints {
 		t.Errorf("options = %+v", o)

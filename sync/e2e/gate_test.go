@@ -16,9 +16,9 @@ import (
 
 // TestServersEarnTraffic runs the real service (watching, nobody POSTing)
 // with each driver against a real HAProxy, and judges by traffic through its
-// frontend: a server whose node answers nothing never takes a connection;
-// once the node answers, the server is in service within check interval ×
-// rise + 1 s; a removed server with a live connection keeps it, takes no new
+// frontend, on the shipped check timing: a server whose node answers nothing
+// never takes a connection; once the node answers, the server is put in
+// service (by the follow-up: nothing in Kubernetes changed); a removed server with a live connection keeps it, takes no new
 // one, and is deleted only once it ends; nothing reloads. The version matrix
 // runs it on HAProxy 2.6 and 3.0.
 func TestServersEarnTraffic(t *testing.T) {
@@ -33,10 +33,9 @@ func TestServersEarnTraffic(t *testing.T) {
 			ports := map[string]int32{"http": 8080}
 			w.slice("web-1", "web", ports, endpoint{ip: "10.244.0.1", node: a})
 
-			const inter, rise = 500 * time.Millisecond, 2
+			// The shipped check timing: no HAPROXY_CHECK_* variable.
 			env := []string{"KUBECONFIG=" + kubeconfigVia(t, apiHostPort(t)), "INGRESS_NAMESPACE=" + w.ns, "INGRESS_SERVICE_NAME=web",
-				"HAPROXY_BACKEND_NAME=be", "HAPROXY_RUNTIME_URL=" + w.h.RuntimeURL(),
-				"HAPROXY_CHECK_INTER=" + inter.String(), fmt.Sprintf("HAPROXY_CHECK_RISE=%d", rise), "HAPROXY_CHECK_FALL=2"}
+				"HAPROXY_BACKEND_NAME=be", "HAPROXY_RUNTIME_URL=" + w.h.RuntimeURL()}
 			reloads := func() int { return w.h.Reloads(t) }
 			if driver == "dataplane" {
 				api := testAPI(t, w.h)
@@ -65,7 +64,7 @@ func TestServersEarnTraffic(t *testing.T) {
 				}
 			})
 			var revived *haproxytest.Listener
-			step(t, "once its node answers it is in service within inter × rise + 1 s", func(t *testing.T) {
+			step(t, "once its node answers it is in service", func(t *testing.T) {
 				revived = listen(t, dead, ipDead, np)
 				start := time.Now()
 				for haproxytest.Spread(w.h.Frontends["be"], 4)[dead] == 0 {
@@ -74,11 +73,8 @@ func TestServersEarnTraffic(t *testing.T) {
 					}
 					time.Sleep(20 * time.Millisecond)
 				}
-				took := time.Since(start)
-				t.Logf("in service %v after its node answered", took.Round(time.Millisecond))
-				if limit := rise*inter + time.Second; took > limit {
-					t.Errorf("in service after %v, want within %v", took, limit)
-				}
+				// How soon is BenchmarkEntryOnDefaults' to measure.
+				t.Logf("in service %v after its node answered", time.Since(start).Round(time.Millisecond))
 			})
 			step(t, "a removed server with a live connection keeps it until it ends", func(t *testing.T) {
 				revived.Close()
@@ -123,7 +119,7 @@ func TestServersEarnTraffic(t *testing.T) {
 
 // connectTo opens connections through frontend until one is served by the
 // server named want, and returns it open.
-func connectTo(t *testing.T, frontend, want string) net.Conn {
+func connectTo(t testing.TB, frontend, want string) net.Conn {
 	t.Helper()
 	for range 50 {
 		c, err := net.DialTimeout("tcp", frontend, time.Second)

@@ -151,9 +151,9 @@ func TestGuardHoldsUntilReplacementsAreUp(t *testing.T) {
 		if len(res.Targets[0].Delete) != 0 || fmt.Sprint(res.Targets[0].Guarded) != "[a b]" {
 			t.Fatalf("reconcile %d while c and d are not UP: %+v", i+1, res.Targets[0])
 		}
-		// Nothing answers on c and d: their checks fail within a few
-		// intervals (fall 1).
-		time.Sleep(5 * checkInter)
+		// Nothing answers on c and d: their checks, every downinter
+		// while they are DOWN, keep failing.
+		time.Sleep(5 * shipped.DownInter)
 	}
 	if got := w.h.Servers(t, "be"); len(got) != 4 || got["c"].Up() || got["d"].Up() || !got["a"].Maint() || !got["b"].Maint() {
 		t.Fatalf("servers %+v", got)

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
@@ -28,8 +29,11 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
 )
 
-// checkInter is short so that health checks settle quickly.
-const checkInter = 200 * time.Millisecond
+// shipped is the health check users get: the tests measure what they see.
+var shipped = config.ShippedCheck()
+
+// checkInter is the steady check interval of the shipped defaults.
+var checkInter = shipped.Inter
 
 // allowedCIDRs is ALLOWED_SERVER_CIDRS for the tests: their Nodes are on
 // loopback and their pods in the namespace's 10.244.0.0/16.
@@ -95,7 +99,7 @@ func newWorld(t testing.TB, service string, mode desired.Mode, backends []desire
 	opts := desired.Options{
 		Mode: mode, Backends: backends,
 		Settings: model.Settings{Balance: "roundrobin", TCPCheck: true},
-		Check:    model.Check{Inter: checkInter, Rise: 1, Fall: 1},
+		Check:    shipped,
 		// The tests' Nodes are on loopback, their pods in 10.244.0.0/16.
 		Addresses: desired.AddressPolicy{Allowed: testCIDRs},
 	}
