@@ -137,3 +137,51 @@ func connectTo(t testing.TB, frontend, want string) net.Conn {
 	t.Fatalf("no connection through %s reached %s", frontend, want)
 	return nil
 }
+
+// TestReloadWhileServersWait reloads HAProxy while a server waits for its
+// first passed check (its node answers nothing), on the shipped check
+// timing: the reload must not put it in service (HAProxy loads every
+// configured server UP). The runtime driver writes nothing to haproxy.cfg,
+// so the reload forgets the server and the next reconcile adds it gated
+// again; clients never reach it, before or after.
+func TestReloadWhileServersWait(t *testing.T) {
+	w := newWorld(t, "web", desired.NodeMode, []desired.PortBackend{{Backend: "be"}})
+	ipA, ipDead := "127.0.9.41", "127.0.9.42"
+	a, dead := w.node("a", ipA), w.node("dead", ipDead)
+	svc := w.service("web", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80})
+	np := svc.Spec.Ports[0].NodePort
+	listen(t, a, ipA, np)
+	w.slice("web-1", "web", map[string]int32{"http": 8080}, endpoint{ip: "10.244.0.1", node: a}, endpoint{ip: "10.244.0.2", node: dead})
+
+	inService := func(when string, traffic bool) {
+		t.Helper()
+		srv, ok := w.h.Servers(t, "be")[dead]
+		if ok && srv.Up() && !srv.Drain() && !srv.Maint() && srv.Weight > 0 {
+			t.Fatalf("%s: %s in service without a passed check: %+v", when, dead, srv)
+		}
+		if got := haproxytest.Spread(w.h.Frontends["be"], 4); traffic && got[a] != 4 {
+			t.Fatalf("%s: client connections %v, want all on %s", when, got, a)
+		}
+	}
+	for round := range 2 {
+		// Reconcile (as the follow-up would) until only the dead node waits.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			_, res := w.reconcile()
+			if fmt.Sprint(res.Targets[0].Waiting) == "["+dead+"]" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: waiting %v, want [%s] alone", round, res.Targets[0].Waiting, dead)
+			}
+		}
+		inService(fmt.Sprintf("round %d, before the reload", round), true)
+		w.h.Reload(t)
+		// The reload forgot both runtime servers: no traffic to judge by,
+		// but the dead one must not come back UP from HAProxy's state file
+		// or configuration during its first checks.
+		for range 10 {
+			inService(fmt.Sprintf("round %d, after the reload", round), false)
+			time.Sleep(shipped.FastInter)
+		}
+	}
+}

@@ -28,7 +28,7 @@ func idleFor(b *testing.B) time.Duration {
 }
 
 // BenchmarkWatchNoPost measures the plain install, where nobody POSTs: the
-// real service with its defaults (watching), the Data Plane API test server
+// real service with its defaults (watching, the shipped check timing), the Data Plane API test server
 // mirroring its runtime changes onto a real HAProxy (with that HAProxy's
 // admin socket, as README recommends), a real kube-apiserver. It reports:
 //   - change-p50-ms, change-p90-ms: from the EndpointSlice write to HAProxy
@@ -58,8 +58,7 @@ func BenchmarkWatchNoPost(b *testing.B) {
 	proxy := newCutProxy(b, apiHostPort(b))
 	s := startService(b,
 		"KUBECONFIG="+kubeconfigVia(b, proxy.addr()), "INGRESS_NAMESPACE="+w.ns, "INGRESS_SERVICE_NAME=web",
-		"HAPROXY_BACKEND_NAME=be", "HAPROXY_DATAPLANE_URL="+api.URL, "HAPROXY_RUNTIME_URL="+w.h.RuntimeURL(),
-		"HAPROXY_CHECK_INTER=200ms", "HAPROXY_CHECK_RISE=1", "HAPROXY_CHECK_FALL=1")
+		"HAPROXY_BACKEND_NAME=be", "HAPROXY_DATAPLANE_URL="+api.URL, "HAPROXY_RUNTIME_URL="+w.h.RuntimeURL()) // shipped check timing
 	s.wait(b, "/readyz", 10*time.Second)
 	w.expectTraffic("be", a, bn)
 	b.ResetTimer()
@@ -129,7 +128,8 @@ func BenchmarkWatchNoPost(b *testing.B) {
 // BenchmarkWatchScaleUp200 measures a 200-node scale-up with nobody POSTing:
 // the real service watching a real kube-apiserver, and a real HAProxy driven
 // through its runtime API alone (runtime) or through the Data Plane API test
-// server with the runtime socket beside it (dataplane). 200 Nodes exist; one
+// server with the runtime socket beside it (dataplane), on the shipped check
+// timing (rise 2: each server passes two checks first). 200 Nodes exist; one
 // EndpointSlice write puts an endpoint on each. It reports the time from that
 // write until HAProxy has 200 servers UP with passing checks and in service
 // (scale-up-ms), then proves it with traffic reaching every node, and the
@@ -164,8 +164,7 @@ func scaleUp(b *testing.B, n int, dataplane bool) {
 	proxy := newCutProxy(b, apiHostPort(b))
 	env := []string{
 		"KUBECONFIG=" + kubeconfigVia(b, proxy.addr()), "INGRESS_NAMESPACE=" + w.ns, "INGRESS_SERVICE_NAME=web",
-		"HAPROXY_BACKEND_NAME=be", "HAPROXY_RUNTIME_URL=" + w.h.RuntimeURL(),
-		"HAPROXY_CHECK_INTER=200ms", "HAPROXY_CHECK_RISE=1", "HAPROXY_CHECK_FALL=1",
+		"HAPROXY_BACKEND_NAME=be", "HAPROXY_RUNTIME_URL=" + w.h.RuntimeURL(), // shipped check timing
 	}
 	var api *dataplanetest.Server
 	if dataplane {

@@ -206,16 +206,44 @@ func (h *HAProxy) Reloads(t testing.TB) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	n, ok := reloadCount(reply)
+	if !ok {
+		t.Fatalf("show proc: no master line with a reload count in %q", reply)
+	}
+	return n
+}
+
+// reloadCount reads the master's reload counter from "show proc".
+func reloadCount(reply string) (int, bool) {
 	for _, line := range strings.Split(reply, "\n") {
 		f := strings.Fields(line)
 		if len(f) >= 3 && f[1] == "master" {
 			n, err := strconv.Atoi(f[2])
-			if err != nil {
-				t.Fatalf("show proc: %q", line)
-			}
-			return n
+			return n, err == nil
 		}
 	}
-	t.Fatalf("show proc: no master line in %q", reply)
-	return 0
+	return 0, false
+}
+
+// Reload reloads HAProxy (SIGUSR2 to the master, which every version takes)
+// and waits until the new worker answers on the admin socket.
+func (h *HAProxy) Reload(t testing.TB) {
+	t.Helper()
+	before := h.Reloads(t)
+	if err := h.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// The master socket may drop a connection while it reloads.
+		reply, err := runtimeapi.Socket{Network: "unix", Address: h.MasterSocket}.Command(context.Background(), "show proc")
+		n, ok := reloadCount(reply)
+		if _, info := h.Command("show info"); err == nil && ok && n > before && info == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("haproxy did not answer after its reload: %s", h.Logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
