@@ -118,8 +118,8 @@ const settleTime = time.Minute
 // reconcileOnce runs the reconcile command: one reconcile, then, unless it
 // is a dry run, more while servers it gated wait for their first passed
 // check (up to settleTime), so that what it started is finished when it
-// exits. The last result goes to stdout; exit 1 when it failed or servers
-// still wait.
+// exits. The reconciles' result, together (reconcile.Settle), goes to
+// stdout; exit 1 when one failed or servers still wait.
 func reconcileOnce(rec *reconcile.Reconciler, checks map[string]reconcile.CheckReader, dryRun bool, log *slog.Logger) int {
 	ctx := context.Background()
 	run := func(ctx context.Context) (reconcile.Result, error) { return rec.Reconcile(ctx, dryRun) }

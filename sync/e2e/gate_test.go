@@ -18,9 +18,10 @@ import (
 // with each driver against a real HAProxy, and judges by traffic through its
 // frontend, on the shipped check timing: a server whose node answers nothing
 // never takes a connection; once the node answers, the server is put in
-// service (by the follow-up: nothing in Kubernetes changed); a removed server with a live connection keeps it, takes no new
-// one, and is deleted only once it ends; nothing reloads. The version matrix
-// runs it on HAProxy 2.6 and 3.0.
+// service (by the follow-up: nothing in Kubernetes changed); a removed server
+// with a live connection keeps it, takes no new one, and is deleted only once
+// it ends; nothing reloads. The version matrix runs it on HAProxy 2.6 and 3.0.
+// How soon a server enters service is BenchmarkEntryOnDefaults' to measure.
 func TestServersEarnTraffic(t *testing.T) {
 	for i, driver := range []string{"runtime", "dataplane"} {
 		t.Run(driver, func(t *testing.T) {
@@ -73,7 +74,6 @@ func TestServersEarnTraffic(t *testing.T) {
 					}
 					time.Sleep(20 * time.Millisecond)
 				}
-				// How soon is BenchmarkEntryOnDefaults' to measure.
 				t.Logf("in service %v after its node answered", time.Since(start).Round(time.Millisecond))
 			})
 			step(t, "a removed server with a live connection keeps it until it ends", func(t *testing.T) {
@@ -153,7 +153,7 @@ func TestReloadWhileServersWait(t *testing.T) {
 	listen(t, a, ipA, np)
 	w.slice("web-1", "web", map[string]int32{"http": 8080}, endpoint{ip: "10.244.0.1", node: a}, endpoint{ip: "10.244.0.2", node: dead})
 
-	inService := func(when string, traffic bool) {
+	notInService := func(when string, traffic bool) {
 		t.Helper()
 		srv, ok := w.h.Servers(t, "be")[dead]
 		if ok && srv.Up() && !srv.Drain() && !srv.Maint() && srv.Weight > 0 {
@@ -174,13 +174,13 @@ func TestReloadWhileServersWait(t *testing.T) {
 				t.Fatalf("round %d: waiting %v, want [%s] alone", round, res.Targets[0].Waiting, dead)
 			}
 		}
-		inService(fmt.Sprintf("round %d, before the reload", round), true)
+		notInService(fmt.Sprintf("round %d, before the reload", round), true)
 		w.h.Reload(t)
 		// The reload forgot both runtime servers: no traffic to judge by,
 		// but the dead one must not come back UP from HAProxy's state file
 		// or configuration during its first checks.
 		for range 10 {
-			inService(fmt.Sprintf("round %d, after the reload", round), false)
+			notInService(fmt.Sprintf("round %d, after the reload", round), false)
 			time.Sleep(shipped.FastInter)
 		}
 	}

@@ -119,7 +119,8 @@ func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
 // pollChecks reads cr's checks every poll until a server in backends (name
 // → waiting servers) passed its check, then pokes. A failed read is tried
 // again at the next poll: a target that cannot be read is one whose
-// reconcile failed, and the retry covers it.
+// reconcile failed, and the retry covers it. Cancelling ctx (a newer
+// result, Stop) ends the polls: a tick still pending returns at once.
 func (f *FollowUp) pollChecks(ctx context.Context, cr CheckReader, backends map[string][]string, poll time.Duration) {
 	var tick func()
 	tick = func() {
@@ -133,13 +134,9 @@ func (f *FollowUp) pollChecks(ctx context.Context, cr CheckReader, backends map[
 			f.fire("a waiting server passed its check")
 			return
 		}
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if ctx.Err() == nil {
-			f.stops = append(f.stops, f.after(poll, tick))
-		}
+		f.after(poll, tick)
 	}
-	f.stops = append(f.stops, f.after(poll, tick))
+	f.after(poll, tick)
 }
 
 // fire pokes, unless a newer result or Stop came first (then what was
@@ -213,18 +210,32 @@ func (r Result) draining() bool {
 // draining and server counts are the last one's.
 func Settle(ctx context.Context, run func(context.Context) (Result, error), checks map[string]CheckReader, poll time.Duration) (Result, error) {
 	start := time.Now()
+	f := &FollowUp{Checks: checks, Poll: poll}
+	defer f.Stop()
+	woke := make(chan struct{}, 1)
+	wake := func(string) {
+		select {
+		case woke <- struct{}{}:
+		default:
+		}
+	}
 	res, err := run(ctx)
 	for err == nil && len(waitingByTarget(res)) > 0 {
-		if !waitForCheck(ctx, res, checks, poll, time.Second) && ctx.Err() != nil {
+		f.Observe(res, nil, wake)
+		limit := time.NewTimer(time.Second)
+		select {
+		case <-woke:
+		case <-limit.C:
+		case <-ctx.Done():
 			err = ErrStillWaiting
+		}
+		limit.Stop()
+		if err != nil {
 			break
 		}
 		var next Result
 		next, err = run(ctx)
 		res = merged(res, next)
-		if err == nil && ctx.Err() != nil && len(waitingByTarget(res)) > 0 {
-			err = ErrStillWaiting
-		}
 	}
 	res.DurationMs = float64(time.Since(start).Microseconds()) / 1000
 	if errors.Is(err, ErrStillWaiting) {
@@ -264,49 +275,6 @@ type errStillWaiting struct{}
 
 func (errStillWaiting) Error() string {
 	return "servers still wait for their first passed health check"
-}
-
-// waitForCheck reads the checks of the servers res lists as waiting every
-// poll until one passed (true), or for at most limit, or until ctx ends.
-func waitForCheck(ctx context.Context, res Result, checks map[string]CheckReader, poll, limit time.Duration) bool {
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
-	passed := make(chan struct{}, 1)
-	var wg sync.WaitGroup
-	for target, backends := range waitingByTarget(res) {
-		cr := checks[target]
-		if cr == nil {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t := time.NewTicker(poll)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-				if passedOne(ctx, cr, backends) {
-					select {
-					case passed <- struct{}{}:
-					default:
-					}
-					return
-				}
-			}
-		}()
-	}
-	defer wg.Wait()
-	select {
-	case <-passed:
-		cancel()
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // passedOne reports whether, on cr, a server of backends (name → waiting
