@@ -48,7 +48,7 @@ type Config struct {
 	CheckOnError string        `envconfig:"HAPROXY_CHECK_ON_ERROR" default:"sudden-death" desc:"what a failed client connection to a server does to its check (observe layer4): fastinter, fail-check, sudden-death (one more failed check marks it DOWN), mark-down, or none"`
 	Weight       string        `envconfig:"HAPROXY_WEIGHT" default:"equal" desc:"equal, or endpoints: in node mode a node's weight is its number of ready endpoints"`
 	DeleteBatch  int           `envconfig:"HAPROXY_DELETE_BATCH" default:"10" desc:"Data Plane API: unwanted servers stay parked until this many, then go in one reload"`
-	DeleteGuard  int           `envconfig:"HAPROXY_DELETE_GUARD_PERCENT" default:"100" desc:"mass-deletion guard: removing this share or more only parks servers until their replacements are UP; 0: off"`
+	DeleteGuard  int           `envconfig:"HAPROXY_DELETE_GUARD_PERCENT" default:"100" desc:"mass-deletion guard: removing this share or more only parks servers until a later reconcile confirms it and their replacements are UP; 0: off"`
 	DrainTimeout time.Duration `envconfig:"HAPROXY_DRAIN_TIMEOUT" default:"0s" desc:"how long a removed server's sessions may keep it (parked, no new traffic) before they are shut and it is deleted; 0 waits for them to end"`
 	MaxServers   int           `envconfig:"MAX_SERVERS" default:"4000" desc:"servers per backend at most; further adds are left out"`
 

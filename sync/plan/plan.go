@@ -12,9 +12,10 @@
 // Under a Policy with DeleteBatch > 1, unwanted servers are parked in
 // maintenance and deleted together once the batch is full. Under a Policy
 // with GuardPercent, a plan that would remove that share of the backend's
-// servers or more only parks them until their replacements are UP (the
-// mass-deletion guard). Under a Policy with MaxServers, adds beyond the cap
-// are left out.
+// servers or more only parks them, until a later reconcile finds them
+// parked and every replacement UP (the mass-deletion guard). Under a Policy
+// with MaxServers, adds beyond the cap are left out; parked servers are
+// deleted to make room for them, guard or not.
 //
 // Under a Policy with GateChecks, a server takes traffic only once its health
 // check has passed (model.Runtime): a new server, or one back from
@@ -123,9 +124,14 @@ type Policy struct {
 	// 100 holds only when every server would go; 0 turns the guard off.
 	// Parking is undone by one runtime write; a deletion is not.
 	//
-	// The guard holds until every desired server is in the backend and UP
-	// (model.Server.Up, read from HAProxy each time, so nothing is kept
-	// between reconciles): only then are the unwanted servers deleted.
+	// The guard holds until a later reconcile finds those servers parked
+	// and every desired server in the backend and UP (model.Server.Up,
+	// read from HAProxy each time, so nothing is kept between reconciles):
+	// only then are they deleted. A shrink whose remaining servers are all
+	// UP is thus confirmed by a second read of Kubernetes before anything
+	// goes. When MaxServers leaves desired servers out, parked servers
+	// make room for them whatever the guard says: they are out of traffic
+	// already, and keeping them would keep the new servers out for good.
 	GuardPercent int
 	// MaxServers, when above 0, caps the servers of the backend: adds that
 	// would pass it are left out (by name order) and listed in Capped.
@@ -205,21 +211,41 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 			upDesired++
 		}
 	}
+	// A share at or past the guard is parked first and deleted only once a
+	// later reconcile, reading Kubernetes afresh, finds it parked and still
+	// unwanted, and every replacement UP.
+	allParked := true
+	for _, u := range unwanted {
+		allParked = allParked && u.State == model.Maint
+	}
 	guarded := pol.GuardPercent > 0 && len(unwanted) > 0 &&
 		len(unwanted)*100 >= pol.GuardPercent*(len(unwanted)+upDesired) &&
-		upDesired < len(desired.Servers)
+		(upDesired < len(desired.Servers) || !allParked)
+	// The cap needs room when the adds do not fit beside every current
+	// server: then parked servers (out of traffic, confirmed unwanted by
+	// the reconcile that finds them parked) give way to the desired ones,
+	// guard or not, or a backend at its cap whose servers are all renamed
+	// would never take the new ones.
+	adds := 0
+	for i := range desired.Servers {
+		if _, ok := have[desired.Servers[i].Name]; !ok {
+			adds++
+		}
+	}
+	needRoom := pol.MaxServers > 0 && adds > 0 && len(current.Servers)+adds > pol.MaxServers
 	// Delete when allowed (some server is desired, the guard does not hold)
 	// and the batch is full.
 	deleteNow := len(desired.Servers) > 0 && !guarded && deletable >= max(pol.DeleteBatch, 1)
 	for _, old := range unwanted {
-		if guarded && len(desired.Servers) > 0 {
+		makeRoom := needRoom && old.free && old.State == model.Maint
+		if guarded && len(desired.Servers) > 0 && !makeRoom {
 			p.Guarded = append(p.Guarded, old.Name)
 		}
 		if !old.free && len(desired.Servers) > 0 && !guarded {
 			p.Draining = append(p.Draining, old.Name)
 		}
 		switch {
-		case deleteNow && old.free:
+		case (deleteNow || makeRoom) && old.free:
 			p.Changes = append(p.Changes, Change{Action: Delete, Name: old.Name, Old: old.Server, Kill: old.kill})
 		case old.State != model.Maint:
 			parked := *old.Server

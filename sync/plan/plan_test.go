@@ -1,7 +1,10 @@
 package plan
 
 import (
+	"fmt"
 	"reflect"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -210,9 +213,17 @@ func TestCalculateWithDeletionGuard(t *testing.T) {
 		{name: "every replacement UP: the parked servers are deleted",
 			current: be(srv("a", "10.0.0.1", 80, model.Maint), srv("b", "10.0.0.2", 80, model.Maint), up(n1), up(n2)), desired: be(n1, n2), guard: 100,
 			want: map[Action][]string{Delete: {"a", "b"}}},
-		{name: "scale down to servers that are UP: deleted",
+		{name: "scale down to servers that are UP: parked first",
 			current: be(up(a), b, c), desired: be(a), guard: 50,
+			want:        map[Action][]string{Maint: {"b", "c"}},
+			wantGuarded: []string{"b", "c"}},
+		{name: "scale down confirmed by the next reconcile: deleted",
+			current: be(up(a), srv("b", "10.0.0.2", 80, model.Maint), srv("c", "10.0.0.3", 80, model.Maint)), desired: be(a), guard: 50,
 			want: map[Action][]string{Delete: {"b", "c"}}},
+		{name: "scale down, one more goes on the confirming reconcile: parked again",
+			current: be(up(a), up(b), srv("c", "10.0.0.3", 80, model.Maint)), desired: be(a), guard: 50,
+			want:        map[Action][]string{Maint: {"b"}},
+			wantGuarded: []string{"b", "c"}},
 		{name: "one of three goes: below the guard",
 			current: be(up(a), up(b), c), desired: be(a, b), guard: 50,
 			want: map[Action][]string{Delete: {"c"}}},
@@ -437,4 +448,98 @@ func TestDeferringParksWhatTheDriverDidNotDelete(t *testing.T) {
 	if s := summary(p); !reflect.DeepEqual(s[Delete], []string{"a", "b"}) {
 		t.Errorf("Deferring changed the plan it was called on: %v", s)
 	}
+}
+
+// TestGuardHoldsOnAPureShrink: losing 99 of 100 servers whose survivor is
+// UP is a share the guard must hold for one reconcile, whatever else is UP.
+func TestGuardHoldsOnAPureShrink(t *testing.T) {
+	var current []model.Server
+	for i := range 100 {
+		current = append(current, up(srv(fmt.Sprintf("s%03d", i), fmt.Sprintf("10.0.%d.%d", i/200, i%200+1), 80, model.Ready)))
+	}
+	desired := be(current[0])
+	p := CalculateWith(be(current...), desired, Policy{GuardPercent: 50})
+	if got := p.Names(Delete); len(got) != 0 {
+		t.Fatalf("deleted %d servers on the first read", len(got))
+	}
+	if len(p.Guarded) != 99 || len(p.Names(Maint)) != 99 {
+		t.Fatalf("guarded %d, parked %d; want 99 each", len(p.Guarded), len(p.Names(Maint)))
+	}
+	// The next reconcile reads the same: the parked servers go.
+	next := simulate(be(current...), p)
+	p = CalculateWith(next, desired, Policy{GuardPercent: 50})
+	if got := p.Names(Delete); len(got) != 99 || len(p.Guarded) != 0 {
+		t.Fatalf("confirming reconcile deleted %d, guarded %d; want 99, 0", len(got), len(p.Guarded))
+	}
+}
+
+// TestCapAndGuardDoNotDeadlock: a backend at MaxServers whose servers are
+// all renamed (a node-pool swap) ends with every new server in service. The
+// cap once counted the parked old servers against the new ones while the
+// guard waited for the new ones: zero in service, for good.
+func TestCapAndGuardDoNotDeadlock(t *testing.T) {
+	var old, renamed []model.Server
+	for i := range 10 {
+		o := rt(srv(fmt.Sprintf("old%02d", i), fmt.Sprintf("10.0.0.%d", i+1), 80, model.Ready), true, true, 0, 0)
+		old = append(old, o)
+		renamed = append(renamed, srv(fmt.Sprintf("new%02d", i), fmt.Sprintf("10.0.1.%d", i+1), 80, model.Ready))
+	}
+	pol := Policy{MaxServers: 10, DeleteBatch: 10, GuardPercent: 100, GateChecks: true}
+	current, desired := be(old...), be(renamed...)
+	var p Plan
+	for range 10 {
+		p = CalculateWith(current, desired, pol)
+		current = simulate(current, p)
+	}
+	if n := inService(current); n != 10 || len(current.Servers) != 10 {
+		t.Fatalf("after 10 reconciles: %d in service of %d servers (capped %v, guarded %v)", n, len(current.Servers), p.Capped, p.Guarded)
+	}
+	for _, s := range current.Servers {
+		if !strings.HasPrefix(s.Name, "new") {
+			t.Errorf("server %s left", s.Name)
+		}
+	}
+}
+
+// simulate applies p to current as a driver would, then lets every health
+// check run and pass, as it does between two reconciles.
+func simulate(current model.Backend, p Plan) model.Backend {
+	byName := map[string]model.Server{}
+	for _, s := range current.Servers {
+		byName[s.Name] = s
+	}
+	for _, c := range p.Changes {
+		switch c.Action {
+		case Delete:
+			delete(byName, c.Name)
+		default:
+			s := *c.New
+			if old, ok := byName[c.Name]; ok && !c.Gate {
+				s.Runtime = old.Runtime
+			}
+			if s.Runtime == nil || c.Gate {
+				s.Runtime = &model.Runtime{}
+			}
+			byName[c.Name] = s
+		}
+	}
+	out := current
+	out.Servers = nil
+	for _, s := range byName {
+		s.Runtime = &model.Runtime{CheckRunning: true, CheckPassed: true}
+		s.Up = s.State == model.Ready
+		out.Servers = append(out.Servers, s)
+	}
+	sort.Slice(out.Servers, func(i, j int) bool { return out.Servers[i].Name < out.Servers[j].Name })
+	return out
+}
+
+func inService(b model.Backend) int {
+	n := 0
+	for _, s := range b.Servers {
+		if s.State == model.Ready && s.Up {
+			n++
+		}
+	}
+	return n
 }

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 )
@@ -22,6 +23,9 @@ type CheckReader interface {
 //     passed, so a server enters service within a Poll of its check passing;
 //     a target with no CheckReader gets a reconcile every Slow instead;
 //   - while unwanted servers wait for their sessions to end, every Drain;
+//   - after a reconcile whose deletion guard parked servers, once after
+//     Drain: the guard deletes them only when a later read of Kubernetes
+//     confirms they are unwanted, and nothing else may ask for that read;
 //   - after a failed reconcile, after Retry, doubling up to MaxRetry while
 //     failures go on, so a target that was down is repaired when it is back
 //     even if nobody pokes.
@@ -113,6 +117,8 @@ func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
 	}
 	if res.draining() {
 		f.stops = append(f.stops, f.after(f.dur(f.Drain, time.Second), func() { f.fire("servers wait for their sessions to end") }))
+	} else if res.guardParked() {
+		f.stops = append(f.stops, f.after(f.dur(f.Drain, time.Second), func() { f.fire("guarded servers wait for a confirming read") }))
 	}
 }
 
@@ -187,6 +193,19 @@ func waitingByTarget(res Result) map[string]map[string][]string {
 		out[t.Target][t.Backend] = append(out[t.Target][t.Backend], t.Waiting...)
 	}
 	return out
+}
+
+// guardParked reports whether this reconcile parked servers the deletion
+// guard holds: they go only when a later reconcile confirms it.
+func (r Result) guardParked() bool {
+	for _, t := range r.Targets {
+		for _, g := range t.Guarded {
+			if slices.Contains(t.Maint, g) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (r Result) draining() bool {

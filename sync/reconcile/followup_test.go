@@ -212,6 +212,29 @@ func TestFollowUpDrainingAndNoReader(t *testing.T) {
 	}
 }
 
+// A reconcile whose guard parked servers asks for the read that confirms
+// them; one that finds them parked already (guard still holding while
+// replacements wait) leaves it to the check polls.
+func TestFollowUpConfirmsWhatTheGuardParked(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)}
+	f := newFollowUp(clock, nil)
+	var p pokes
+	parked := Result{Targets: []TargetResult{{Target: "a", Backend: "be", Maint: []string{"old1", "old2"}, Guarded: []string{"old1", "old2"}}}}
+	f.Observe(parked, nil, p.poke)
+	if got := clock.pending(); !reflect.DeepEqual(got, []time.Duration{time.Second}) {
+		t.Fatalf("timers %v, want one of 1s", got)
+	}
+	clock.advance(time.Second)
+	if want := []string{"guarded servers wait for a confirming read"}; !reflect.DeepEqual(p.got(), want) {
+		t.Errorf("pokes %v, want %v", p.got(), want)
+	}
+	held := Result{Targets: []TargetResult{{Target: "a", Backend: "be", Guarded: []string{"old1", "old2"}}}}
+	f.Observe(held, nil, p.poke)
+	if got := clock.pending(); len(got) != 0 {
+		t.Errorf("timers %v after a result that parked nothing, want none", got)
+	}
+}
+
 func TestFollowUpNewerResultReplacesOlder(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)}
 	a := &checks{passed: map[string]bool{"n1": false}}
