@@ -1,12 +1,14 @@
 package runtimeapi_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -403,4 +405,133 @@ func TestPipelinedBurstStaticAlgorithm(t *testing.T) {
 	if got := h.Servers(t, "be"); len(got) != 0 {
 		t.Errorf("%d servers added", len(got))
 	}
+}
+
+// TestStaticServerWithoutCheckStaysInService: a desired server whose name
+// matches one written in haproxy.cfg without "check" (a static config being
+// migrated) cannot be gated, since its check cannot be enabled. The refusal
+// is reported for that server, and the server stays as it was: in service,
+// taking traffic (a gate sent as one ';' line drained it and forced its
+// health down for good, since HAProxy runs a line's later commands after
+// one failed).
+func TestStaticServerWithoutCheckStaysInService(t *testing.T) {
+	port := haproxytest.FreePort(t, "127.0.0.1")
+	haproxytest.Listen(t, "static", fmt.Sprintf("127.0.0.1:%d", port))
+	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance roundrobin", fmt.Sprintf("server static 127.0.0.1:%d", port)}})
+	c, err := runtimeapi.New(h.RuntimeURL(), model.Settings{Balance: "roundrobin"}, chk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		cur, err := c.Read(context.Background(), "be")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Apply(context.Background(), plan.CalculateWith(cur, want(srv("static", "127.0.0.1", port, model.Ready)), c.Policy()))
+		var se plan.ServerErrors
+		if !errors.As(err, &se) || len(se) != 1 || se[0].Server != "static" || !strings.Contains(err.Error(), "enable health") {
+			t.Fatalf("err = %v, want static's check refused", err)
+		}
+		if s := h.Servers(t, "be")["static"]; !s.Up() || s.Drain() || s.Maint() {
+			t.Fatalf("static knocked out of service: %+v", s)
+		}
+		if got := haproxytest.Spread(h.Frontends["be"], 3); got["static"] != 3 {
+			t.Fatalf("traffic %v, want all to static", got)
+		}
+	}
+}
+
+// TestMovedServerNeverServesUnchecked: a server in service moves to an
+// address where nothing answers, and the connection to HAProxy dies after
+// k lines, for every k. Whatever ran, the server never takes traffic at its
+// new address before a check passed there (it used to be moved on its own
+// line while ready and UP, and gated on a second one).
+func TestMovedServerNeverServesUnchecked(t *testing.T) {
+	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance roundrobin", "option tcp-check"}})
+	gchk := model.Check{Inter: inter, Rise: 2, Fall: 2}
+	pa, pb, pdead := haproxytest.FreePort(t, "127.0.0.1"), haproxytest.FreePort(t, "127.0.0.1"), haproxytest.FreePort(t, "127.0.0.1")
+	haproxytest.Listen(t, "a", fmt.Sprintf("127.0.0.1:%d", pa))
+	haproxytest.Listen(t, "b", fmt.Sprintf("127.0.0.1:%d", pb))
+	a := model.Server{Name: "a", Address: "127.0.0.1", Port: pa, Weight: 1, State: model.Ready, Check: gchk}
+	b := model.Server{Name: "b", Address: "127.0.0.1", Port: pb, Weight: 1, State: model.Ready, Check: gchk}
+	direct, err := runtimeapi.New(h.RuntimeURL(), model.Settings{Balance: "roundrobin", TCPCheck: true}, gchk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	converge(t, direct, want(a, b), 5*time.Second)
+	moved := a
+	moved.Port = pdead
+	for k := 1; k <= 5; k++ {
+		relay := cutAfter(t, h.AdminSocket, k)
+		c, _ := runtimeapi.New("unix://"+relay, model.Settings{Balance: "roundrobin", TCPCheck: true}, gchk)
+		cur, err := direct.Read(context.Background(), "be")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Apply(context.Background(), plan.CalculateWith(cur, want(moved, b), c.Policy()))
+		t.Logf("cut after %d lines: %v", k, err)
+		if k >= 4 && err != nil { // the move's 4 lines all went through
+			t.Fatalf("cut after %d lines: %v", k, err)
+		}
+		if s := h.Servers(t, "be")["a"]; s.Port == pdead && !s.Drain() && !s.Maint() {
+			t.Fatalf("cut after %d lines: a in service at its new, unchecked address: %+v", k, s)
+		}
+		if got := haproxytest.Spread(h.Frontends["be"], 4); got[""] != 0 {
+			t.Fatalf("cut after %d lines: client connections failed: %v", k, got)
+		}
+		// Put a back where it was, in service.
+		for _, cmd := range []string{fmt.Sprintf("set server be/a addr 127.0.0.1 port %d", pa), "set server be/a state ready", "set server be/a health up"} {
+			if _, err := h.Command(cmd); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// cutAfter forwards a unix socket to HAProxy's and ends each connection
+// once k command lines went through (the interactive mode's "prompt" is not
+// counted), a moment after the last, as a connection that dies would.
+func cutAfter(t *testing.T, target string, k int) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), fmt.Sprintf("cut%d.sock", k))
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var sent atomic.Int64 // lines through, over every connection
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer in.Close()
+				up, err := net.Dial("unix", target)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { _, _ = io.Copy(in, up) }()
+				r := bufio.NewReader(in)
+				for sent.Load() < int64(k) {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						_ = up.(*net.UnixConn).CloseWrite()
+						time.Sleep(100 * time.Millisecond)
+						return
+					}
+					if strings.TrimSpace(line) != "prompt" {
+						sent.Add(1)
+					}
+					if _, err := io.WriteString(up, line); err != nil {
+						return
+					}
+				}
+				time.Sleep(100 * time.Millisecond) // HAProxy runs the last line
+			}()
+		}
+	}()
+	return path
 }

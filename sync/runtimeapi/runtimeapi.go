@@ -13,9 +13,10 @@
 // this driver adds get the configured checks; the rest is haproxy.cfg's job.
 //
 // Servers earn their traffic (plan.Policy.GateChecks): a server to gate is
-// added, its check enabled, put in drain and its health forced down, all on
-// one command line, so it takes no new connection until it has passed rise
-// checks; Read reports check and session state (model.Runtime) so that a
+// added, its check enabled, put in drain and its health forced down, each
+// step only once the one before succeeded (Socket.Sequences), so it takes no
+// new connection until it has passed rise checks, and a refused step leaves
+// it out of service or untouched, never half-gated in service; Read reports check and session state (model.Runtime) so that a
 // later reconcile puts it in service. A server to delete is parked in
 // maintenance first; it is deleted once it has no sessions, by "wait
 // srv-removable" then "del server" on 3.0+, and only by a later reconcile on
@@ -76,21 +77,35 @@ func (c *Client) Policy() plan.Policy { return plan.Policy{GateChecks: true} }
 
 // Gate starts a server's health check and holds it out of service: drain
 // (no new connections) with its health forced down, so that it goes UP only
-// after rise passed checks. One command line: nothing can fail in between.
+// after rise passed checks. Each step runs only if the one before passed: a
+// server whose check cannot be enabled (none configured) is left as it was.
 func (c *Client) Gate(ctx context.Context, backend, server string) error {
-	cmds := gateCommands(backend + "/" + server)
-	reply, err := c.sock.Commands(ctx, cmds...)
+	steps := gateSteps(backend + "/" + server)
+	got, err := c.sock.Sequences(ctx, [][]Step{steps})
 	if err != nil {
 		return err
 	}
-	if !empty(reply) {
-		return &CommandError{Command: strings.Join(cmds, "; "), Reply: reply}
-	}
-	return nil
+	return stopped(steps, got[0])
 }
 
-func gateCommands(srv string) []string {
-	return []string{"enable health " + srv, "set server " + srv + " state drain", "set server " + srv + " health down"}
+// gateSteps start srv's check, then, only once that worked, put it in drain
+// and force its health down. Stopping after any step is harmless: a check
+// that runs, a server drained.
+func gateSteps(srv string) []Step {
+	return []Step{
+		{"enable health " + srv, empty},
+		{"set server " + srv + " state drain", empty},
+		{"set server " + srv + " health down", empty},
+	}
+}
+
+// stopped is the CommandError of the step that stopped a sequence, or nil
+// when every step passed.
+func stopped(steps []Step, o Outcome) error {
+	if o.Done >= len(steps) {
+		return nil
+	}
+	return &CommandError{Command: steps[o.Done].Cmd, Reply: o.Answer}
 }
 
 // BackendError is a refusal that concerns the whole backend, e.g. an
@@ -356,10 +371,10 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			return out, err
 		}
 	}
-	// judge records a change HAProxy refused for its one server (the others
-	// are independent and still go; retrying would not help) and returns any
-	// other error, which ends the apply.
-	judge := func(ch plan.Change, err error) error {
+	// refusedOne records a change HAProxy refused for its one server (the
+	// others are independent and still go; retrying would not help) and
+	// returns any other error, which ends the apply.
+	refusedOne := func(ch plan.Change, err error) error {
 		var refused *CommandError
 		var backendErr *BackendError
 		switch {
@@ -374,35 +389,32 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			return fmt.Errorf("%s server %s/%s: %w", ch.Action, p.Backend, ch.Name, err)
 		}
 	}
-	changes := p.Changes
-	if piped, rest := pipelinable(changes); len(piped) >= pipelineMin {
-		changes = rest
-		errs, err := c.pipeline(ctx, &a, piped)
-		if err != nil {
-			return out, err
+	var stepped, deletes []plan.Change
+	for _, ch := range p.Changes {
+		if ch.Action == plan.Delete {
+			deletes = append(deletes, ch)
+		} else {
+			stepped = append(stepped, ch)
 		}
-		for i, ch := range piped {
-			if err := judge(ch, errs[i]); err != nil {
+	}
+	for start := 0; start < len(stepped); start += sequenceChunk {
+		chunk := stepped[start:min(start+sequenceChunk, len(stepped))]
+		errs, err := c.sequences(ctx, &a, chunk)
+		if err != nil {
+			return out, fmt.Errorf("changes to %s: %w", p.Backend, err)
+		}
+		for i, ch := range chunk {
+			if err := refusedOne(ch, errs[i]); err != nil {
 				return out, err
 			}
 		}
 	}
-	for _, ch := range changes {
-		srv := p.Backend + "/" + ch.Name
-		var err error
-		switch ch.Action {
-		case plan.Add:
-			err = a.add(srv, ch)
-		case plan.Delete:
-			var deferred bool
-			deferred, err = a.del(srv, ch)
-			if deferred {
-				out.Deferred = append(out.Deferred, ch.Name)
-			}
-		default:
-			err = a.update(srv, ch)
+	for _, ch := range deletes {
+		deferred, err := a.del(p.Backend+"/"+ch.Name, ch)
+		if deferred {
+			out.Deferred = append(out.Deferred, ch.Name)
 		}
-		if err := judge(ch, err); err != nil {
+		if err := refusedOne(ch, err); err != nil {
 			return out, err
 		}
 	}
@@ -412,66 +424,38 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	return out, nil
 }
 
-// Big changes (a scale-up, an initial sync, many servers put in service
-// at once) are pipelined: from pipelineMin such changes on, they go on one
-// interactive connection, pipelineChunk lines at a time, instead of one
-// connection each.
-const (
-	pipelineMin   = 8
-	pipelineChunk = 500
-)
+// Adds and updates go on one interactive connection in rounds of steps
+// (Socket.Sequences), sequenceChunk changes at a time: a burst of adds costs
+// a few round trips, not a connection per change.
+const sequenceChunk = 500
 
-// pipelinable splits changes into those that are one command line each
-// (adds, and updates that do not move the server) and the rest.
-func pipelinable(changes []plan.Change) (piped, rest []plan.Change) {
-	for _, ch := range changes {
-		switch {
-		case ch.Action == plan.Add:
-			piped = append(piped, ch)
-		case ch.Action == plan.Update && ch.Old.Address == ch.New.Address && ch.Old.Port == ch.New.Port:
-			piped = append(piped, ch)
-		default:
-			rest = append(rest, ch)
+// sequences runs each change's steps and returns, for each, the error that
+// stopped it (nil when every step passed); the error it returns itself
+// means the connection failed.
+func (c *Client) sequences(ctx context.Context, a *applier, changes []plan.Change) ([]error, error) {
+	seqs := make([][]Step, len(changes))
+	for i, ch := range changes {
+		srv := a.backend + "/" + ch.Name
+		if ch.Action == plan.Add {
+			seqs[i] = a.addSteps(srv, ch)
+		} else {
+			seqs[i] = updateSteps(srv, ch)
 		}
 	}
-	return piped, rest
-}
-
-// pipeline sends each change as one line and returns, for each, the error
-// the one-by-one path would have returned (nil when its reply says
-// success); the error it returns itself means the connection failed.
-func (c *Client) pipeline(ctx context.Context, a *applier, changes []plan.Change) ([]error, error) {
+	got, err := c.sock.Sequences(ctx, seqs)
+	for _, o := range got {
+		for range o.Done {
+			a.out.Count(plan.RuntimeWrite)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
 	errs := make([]error, len(changes))
-	for start := 0; start < len(changes); start += pipelineChunk {
-		var lines [][]string
-		var at []int // the change each line is for
-		for i := start; i < min(start+pipelineChunk, len(changes)); i++ {
-			ch := changes[i]
-			srv := a.backend + "/" + ch.Name
-			var line []string
-			if ch.Action == plan.Add {
-				line = a.addLine(srv, ch)
-			} else {
-				line = updateLine(srv, ch)
-			}
-			if len(line) > 0 {
-				lines = append(lines, line)
-				at = append(at, i)
-			}
-		}
-		if len(lines) == 0 {
-			continue
-		}
-		replies, err := c.sock.Pipeline(ctx, lines)
-		if err != nil {
-			return nil, fmt.Errorf("pipelined changes to %s: %w", a.backend, err)
-		}
-		for j, i := range at {
-			if changes[i].Action == plan.Add {
-				errs[i] = a.addChecked(a.judged(addOK, lines[j], replies[j]))
-			} else {
-				errs[i] = a.judged(empty, lines[j], replies[j])
-			}
+	for i, ch := range changes {
+		errs[i] = stopped(seqs[i], got[i])
+		if ch.Action == plan.Add {
+			errs[i] = a.backendRefusal(errs[i])
 		}
 	}
 	return errs, nil
@@ -535,17 +519,13 @@ func lastWords(reply string) string {
 
 const dynamicAlgoRefusal = "Backend must use a dynamic load balancing"
 
-// add creates the server in maintenance (HAProxy's default for "add server")
-// with an explicit id, starts its health check, then, on the same line, puts
-// it in drain with its health down (a gated server) or in its state. A
-// server added "enabled", or set ready at once, would take traffic before
-// any check passed.
-func (a *applier) add(srv string, ch plan.Change) error {
-	return a.addChecked(a.send(addOK, a.addLine(srv, ch)...))
-}
-
-// addLine is the command line that adds srv, taking the next explicit id.
-func (a *applier) addLine(srv string, ch plan.Change) []string {
+// addSteps create the server in maintenance (HAProxy's default for "add
+// server") with the next explicit id, start its health check, then put it
+// in drain with its health down (a gated server) or in its state. A server
+// added "enabled", or set ready at once, would take traffic before any check
+// passed. When the add is refused (the name exists already), nothing after
+// it runs: the existing server is left alone.
+func (a *applier) addSteps(srv string, ch plan.Change) []Step {
 	s := *ch.New
 	cmd := fmt.Sprintf("add server %s %s weight %d %s id %d",
 		srv, net.JoinHostPort(s.Address, strconv.Itoa(s.Port)), s.Weight, checkKeywords(s.Check), a.nextID)
@@ -553,17 +533,17 @@ func (a *applier) addLine(srv string, ch plan.Change) []string {
 	if s.Check.SendProxyV2 {
 		cmd += " send-proxy-v2 check-send-proxy"
 	}
-	cmds := []string{cmd}
+	steps := []Step{{cmd, addOK}}
 	switch {
 	case ch.Gate:
-		cmds = append(cmds, gateCommands(srv)...)
+		steps = append(steps, gateSteps(srv)...)
 	default:
-		cmds = append(cmds, "enable health "+srv)
+		steps = append(steps, Step{"enable health " + srv, empty})
 		if s.State != model.Maint {
-			cmds = append(cmds, "set server "+srv+" state "+stateWord(s.State))
+			steps = append(steps, Step{"set server " + srv + " state " + stateWord(s.State), empty})
 		}
 	}
-	return cmds
+	return steps
 }
 
 // checkKeywords are the server keywords of check ck's timing and
@@ -586,9 +566,9 @@ func checkKeywords(ck model.Check) string {
 
 func addOK(r string) bool { return strings.TrimSpace(r) == "New server registered." }
 
-// addChecked turns HAProxy's refusal of runtime servers in this backend into
-// a BackendError.
-func (a *applier) addChecked(err error) error {
+// backendRefusal turns HAProxy's refusal of runtime servers in this
+// backend into a BackendError.
+func (a *applier) backendRefusal(err error) error {
 	var ce *CommandError
 	if errors.As(err, &ce) && strings.Contains(ce.Reply, dynamicAlgoRefusal) {
 		return &BackendError{Backend: a.backend, Reply: strings.SplitN(strings.TrimSpace(ce.Reply), "\n", 2)[0]}
@@ -596,41 +576,35 @@ func (a *applier) addChecked(err error) error {
 	return err
 }
 
-// updateLine is update's commands for a server that does not move, as one
-// line whose every reply is empty.
-func updateLine(srv string, ch plan.Change) []string {
+// updateSteps change address, port, weight and state, each only if it
+// differs. A gated server has its check restarted in drain with its health
+// down before it moves, so that it never takes traffic at an address no
+// check passed at; should a later step fail, it is left out of service, and
+// the next reconcile sees it where it is. A server leaving service leaves
+// before it moves; one entering enters after.
+func updateSteps(srv string, ch plan.Change) []Step {
 	old, s := *ch.Old, *ch.New
-	var cmds []string
-	if s.State == model.Ready && old.Weight != s.Weight {
-		cmds = append(cmds, fmt.Sprintf("set server %s weight %d", srv, s.Weight))
-	}
+	var steps []Step
+	state := Step{"set server " + srv + " state " + stateWord(s.State), empty}
 	switch {
 	case ch.Gate:
-		cmds = append(cmds, gateCommands(srv)...)
-	case old.State != s.State:
-		cmds = append(cmds, "set server "+srv+" state "+stateWord(s.State))
+		steps = gateSteps(srv)
+	case old.State != s.State && s.State != model.Ready:
+		steps = append(steps, state)
 	}
-	return cmds
-}
-
-// update changes address, port, weight and state, each only if it differs;
-// a gated server has its check restarted in drain instead of being put in
-// service.
-func (a *applier) update(srv string, ch plan.Change) error {
-	old, s := *ch.Old, *ch.New
 	if old.Address != s.Address || old.Port != s.Port {
-		cmd := fmt.Sprintf("set server %s addr %s port %d", srv, s.Address, s.Port)
-		ok := func(r string) bool {
-			return strings.HasPrefix(r, "IP changed from") || strings.HasPrefix(r, "no need to change the addr")
-		}
-		if err := a.send(ok, cmd); err != nil {
-			return err
-		}
+		steps = append(steps, Step{fmt.Sprintf("set server %s addr %s port %d", srv, s.Address, s.Port), func(r string) bool {
+			// 3.0 says "port changed from" when only the port moves.
+			return strings.HasPrefix(r, "IP changed from") || strings.HasPrefix(r, "no need to change the addr") || strings.HasPrefix(r, "port changed from")
+		}})
 	}
-	if line := updateLine(srv, ch); len(line) > 0 {
-		return a.send(empty, line...)
+	if s.State == model.Ready && old.Weight != s.Weight {
+		steps = append(steps, Step{fmt.Sprintf("set server %s weight %d", srv, s.Weight), empty})
 	}
-	return nil
+	if !ch.Gate && old.State != s.State && s.State == model.Ready {
+		steps = append(steps, state)
+	}
+	return steps
 }
 
 // del parks the server in maintenance and deletes it once HAProxy says it

@@ -83,7 +83,10 @@ func TestParseServersStateChecks(t *testing.T) {
 }
 
 // script is a fake runtime socket: it answers commands from a table and
-// records them; unknown commands get HAProxy's "Unknown command" reply.
+// records them; unknown commands get HAProxy's "Unknown command" reply. A
+// connection that starts with "prompt" is interactive, as HAProxy's: every
+// answer ends with a blank line and "> ", and one command follows another
+// until the client closes.
 type script struct {
 	mu      sync.Mutex
 	replies map[string]string
@@ -105,20 +108,46 @@ func serveScript(t *testing.T, replies map[string]string) (*script, string) {
 			if err != nil {
 				return
 			}
-			line, _ := bufio.NewReader(c).ReadString('\n')
-			cmd := strings.TrimSpace(line)
-			s.mu.Lock()
-			s.got = append(s.got, cmd)
-			reply, ok := s.replies[cmd]
-			s.mu.Unlock()
-			if !ok {
-				reply = "Unknown command, but maybe one of the following ones is a better match:\n"
-			}
-			_, _ = c.Write([]byte(reply + "\n"))
-			c.Close()
+			go s.serve(c)
 		}
 	}()
 	return s, "unix://" + path
+}
+
+func (s *script) serve(c net.Conn) {
+	defer c.Close()
+	r := bufio.NewReader(c)
+	line, _ := r.ReadString('\n')
+	if strings.TrimSpace(line) != "prompt" {
+		_, _ = c.Write([]byte(s.answer(line) + "\n"))
+		return
+	}
+	_, _ = c.Write([]byte("\n> "))
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		a := strings.TrimRight(s.answer(line), "\n")
+		if a != "" {
+			a += "\n"
+		}
+		if _, err := c.Write([]byte(a + "\n> ")); err != nil {
+			return
+		}
+	}
+}
+
+func (s *script) answer(line string) string {
+	cmd := strings.TrimSpace(line)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = append(s.got, cmd)
+	reply, ok := s.replies[cmd]
+	if !ok {
+		reply = "Unknown command, but maybe one of the following ones is a better match:\n"
+	}
+	return reply
 }
 
 func (s *script) commands() []string {
@@ -133,8 +162,13 @@ func TestApplyCommandsAndReplies(t *testing.T) {
 	sc, u := serveScript(t, map[string]string{
 		"show info":             "Name: HAProxy\nVersion: 3.0.11-9e587df\nRelease_date: 2025/07/01\n",
 		"show servers state be": header + "3 be 7 n2 127.0.0.2 2 0 1 1 2 6 3 4 6 0 0 0 - 80 - 0 0 - - 0\n",
-		"add server be/n1 127.0.0.1:80 weight 2 check inter 2000ms rise 2 fall 3 id 8 send-proxy-v2 check-send-proxy; enable health be/n1; set server be/n1 state drain; set server be/n1 health down": "New server registered.\n\n\n\n",
-		"add server be/n5 127.0.0.6:80 weight 1 check inter 2000ms rise 2 fall 3 id 9; enable health be/n5; set server be/n5 state drain":                                                              "New server registered.\n\n\n",
+		"add server be/n1 127.0.0.1:80 weight 2 check inter 2000ms rise 2 fall 3 id 8 send-proxy-v2 check-send-proxy": "New server registered.\n",
+		"add server be/n5 127.0.0.6:80 weight 1 check inter 2000ms rise 2 fall 3 id 9":                                "New server registered.\n",
+		"enable health be/n1":                             "\n",
+		"set server be/n1 state drain":                    "\n",
+		"set server be/n1 health down":                    "\n",
+		"enable health be/n5":                             "\n",
+		"set server be/n5 state drain":                    "\n",
 		"set server be/n2 addr 127.0.0.3 port 81":         "IP changed from '127.0.0.2' to '127.0.0.3', port changed from '80' to '81' by 'stats socket command'\n",
 		"set server be/n2 weight 4":                       "\n",
 		"set server be/n3 state maint":                    "\n",
@@ -167,13 +201,18 @@ func TestApplyCommandsAndReplies(t *testing.T) {
 	if !reflect.DeepEqual(a.Deferred, []string{"n3"}) {
 		t.Errorf("deferred = %v, want n3 (still has connections)", a.Deferred)
 	}
+	// Adds and updates go in rounds, one step of each per round; deletes
+	// follow, one by one.
 	want := []string{
 		"show info", "show servers state be",
-		"add server be/n1 127.0.0.1:80 weight 2 check inter 2000ms rise 2 fall 3 id 8 send-proxy-v2 check-send-proxy; enable health be/n1; set server be/n1 state drain; set server be/n1 health down",
-		"set server be/n2 addr 127.0.0.3 port 81", "set server be/n2 weight 4",
+		"add server be/n1 127.0.0.1:80 weight 2 check inter 2000ms rise 2 fall 3 id 8 send-proxy-v2 check-send-proxy",
+		"set server be/n2 addr 127.0.0.3 port 81",
+		"add server be/n5 127.0.0.6:80 weight 1 check inter 2000ms rise 2 fall 3 id 9",
+		"enable health be/n1", "set server be/n2 weight 4", "enable health be/n5",
+		"set server be/n1 state drain", "set server be/n5 state drain",
+		"set server be/n1 health down",
 		"set server be/n3 state maint", "wait 2000 srv-removable be/n3; del server be/n3",
 		"set server be/n4 state maint", "wait 2000 srv-removable be/n4; del server be/n4",
-		"add server be/n5 127.0.0.6:80 weight 1 check inter 2000ms rise 2 fall 3 id 9; enable health be/n5; set server be/n5 state drain",
 	}
 	if got := sc.commands(); !reflect.DeepEqual(got, want) {
 		t.Errorf("commands:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -219,7 +258,7 @@ func TestStaticAlgorithmIsABackendError(t *testing.T) {
 	_, u := serveScript(t, map[string]string{
 		"show info":             "Version: 2.6.12\n",
 		"show servers state be": header,
-		"add server be/a 127.0.0.1:80 weight 1 check inter 2000ms rise 2 fall 3 id 1; enable health be/a; set server be/a state drain; set server be/a health down": "Backend must use a dynamic load balancing to support dynamic servers.\n\nNo such server.\n",
+		"add server be/a 127.0.0.1:80 weight 1 check inter 2000ms rise 2 fall 3 id 1": "Backend must use a dynamic load balancing to support dynamic servers.\n",
 	})
 	c, _ := New(u, model.Settings{}, chk)
 	n := model.Server{Name: "a", Address: "127.0.0.1", Port: 80, Weight: 1, State: model.Drain, Check: chk}
@@ -330,5 +369,103 @@ func TestARefusedCommandDoesNotStopTheOthers(t *testing.T) {
 	}
 	if got := sc.commands(); len(got) != 2 || got[1] != "set server be/ok state maint" {
 		t.Errorf("commands %q", got)
+	}
+}
+
+// TestARefusedStepStopsItsChange: HAProxy runs every command of a ';' line
+// even after one failed, so a gate sent as one line knocked out a server
+// with no check configured (drained, health down, for good), and a refused
+// add gated the server that already had the name. Each step now runs only
+// after the one before passed; the other changes go on.
+func TestARefusedStepStopsItsChange(t *testing.T) {
+	sc, u := serveScript(t, map[string]string{
+		"show servers state be":   header,
+		"enable health be/static": "Health check was not configured on this server, cannot enable.\n",
+		"add server be/taken 127.0.0.1:81 weight 1 check inter 2000ms rise 2 fall 3 id 1": "Already exists a server with the same name in backend.\n",
+		"add server be/new 127.0.0.1:82 weight 1 check inter 2000ms rise 2 fall 3 id 2":   "New server registered.\n",
+		"enable health be/new":          "\n",
+		"set server be/new state drain": "\n",
+		"set server be/new health down": "\n",
+	})
+	c, _ := New(u, model.Settings{}, chk)
+	static := model.Server{Name: "static", Address: "127.0.0.1", Port: 80, Weight: 1, State: model.Ready, Check: chk}
+	held := static
+	held.State = model.Drain
+	taken := model.Server{Name: "taken", Address: "127.0.0.1", Port: 81, Weight: 1, State: model.Drain, Check: chk}
+	fresh := model.Server{Name: "new", Address: "127.0.0.1", Port: 82, Weight: 1, State: model.Drain, Check: chk}
+	a, err := c.Apply(context.Background(), plan.Plan{Backend: "be", Changes: []plan.Change{
+		{Action: plan.Drain, Name: "static", Old: &static, New: &held, Gate: true},
+		{Action: plan.Add, Name: "taken", New: &taken, Gate: true},
+		{Action: plan.Add, Name: "new", New: &fresh, Gate: true},
+	}})
+	var se plan.ServerErrors
+	if !errors.As(err, &se) || len(se) != 2 || se[0].Server != "static" || se[1].Server != "taken" {
+		t.Fatalf("err = %v, want static and taken refused", err)
+	}
+	for _, cmd := range sc.commands() {
+		if strings.Contains(cmd, "be/static") && cmd != "enable health be/static" || strings.Contains(cmd, "be/taken") && !strings.HasPrefix(cmd, "add server") {
+			t.Errorf("%q sent after its change's first step was refused", cmd)
+		}
+	}
+	if a.Writes != 4 {
+		t.Errorf("writes = %d, want the 4 steps of new", a.Writes)
+	}
+}
+
+// serveRaw is a socket that reads a connection's first line, answers reply
+// whatever it was, then closes the connection.
+func serveRaw(t *testing.T, reply []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "raw.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = bufio.NewReader(c).ReadString('\n')
+				_, _ = c.Write(reply)
+			}()
+		}
+	}()
+	return path
+}
+
+// TestNoReplyIsAFailure: a connection closed without a byte (a tcp relay
+// whose HAProxy is down does that) ran nothing, though a command with
+// nothing to say answers "\n": it is a temporary error, not success.
+func TestNoReplyIsAFailure(t *testing.T) {
+	path := serveRaw(t, nil)
+	sock := Socket{Network: "unix", Address: path}
+	var tmp interface{ Temporary() bool }
+	if _, err := sock.Command(context.Background(), "set server be/a state drain"); !errors.As(err, &tmp) || !tmp.Temporary() {
+		t.Errorf("Command: err = %v, want a temporary error", err)
+	}
+	c, _ := New("unix://"+path, model.Settings{}, chk)
+	if err := c.Gate(context.Background(), "be", "a"); !errors.As(err, &tmp) || !tmp.Temporary() {
+		t.Errorf("Gate: err = %v, want a temporary error", err)
+	}
+	old := model.Server{Name: "a", State: model.Ready}
+	parked := old
+	parked.State = model.Maint
+	if _, err := c.Apply(context.Background(), plan.Plan{Backend: "be", Changes: []plan.Change{{Action: plan.Maint, Name: "a", Old: &old, New: &parked}}}); err == nil {
+		t.Error("Apply: no error though nothing reached HAProxy")
+	}
+}
+
+// TestLongReplyIsAFailure: a reply past the read limit (show stat of ~60k
+// servers) is an error; cut, it would read as servers without sessions.
+func TestLongReplyIsAFailure(t *testing.T) {
+	path := serveRaw(t, []byte(strings.Repeat("be,s,0,0,0,0,\n", maxReply/14+1)))
+	_, err := Socket{Network: "unix", Address: path}.Command(context.Background(), "show stat")
+	if err == nil || !strings.Contains(err.Error(), "over") {
+		t.Fatalf("err = %v, want a reply too long", err)
 	}
 }

@@ -11,8 +11,9 @@ import (
 )
 
 // Socket sends commands to an HAProxy runtime API socket (a "stats socket ...
-// level admin", or the master socket), one connection per command: HAProxy
-// answers a command, then closes a non-interactive connection.
+// level admin", or the master socket): Command and Commands use one
+// connection per line (HAProxy answers it, then closes a non-interactive
+// connection); Sequences use one interactive connection for many steps.
 type Socket struct {
 	Network string // "unix" or "tcp"
 	Address string
@@ -28,8 +29,9 @@ func (s Socket) Command(ctx context.Context, cmd string) (string, error) {
 
 // Commands sends several commands on one line, separated by ';', which every
 // version runs in order (3.0+ runs only the first of newline-separated
-// commands). A line reaches HAProxy whole or not at all, so no failure can
-// fall between them. The reply holds each command's answer followed by a
+// commands). HAProxy runs them all even when one fails: use it only for
+// commands whose later ones are harmless after a failure (to stop at a
+// failure, Sequences). The reply holds each command's answer followed by a
 // blank line.
 func (s Socket) Commands(ctx context.Context, cmds ...string) (string, error) {
 	cmd, err := line(cmds)
@@ -49,9 +51,19 @@ func (s Socket) Commands(ctx context.Context, cmds ...string) (string, error) {
 	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
 	}
-	reply, err := io.ReadAll(io.LimitReader(conn, 16<<20))
+	reply, err := io.ReadAll(io.LimitReader(conn, maxReply+1))
 	if err != nil {
 		return "", &networkError{fmt.Errorf("read reply to %q: %w", cmd, err)}
+	}
+	if len(reply) > maxReply {
+		// A cut reply would read as fewer servers, or fewer sessions.
+		return "", fmt.Errorf("reply to %q: over %d bytes", cmd, maxReply)
+	}
+	if len(reply) == 0 {
+		// HAProxy ends every answer with a blank line, so even a command
+		// with nothing to say answers "\n": a connection closed with no
+		// byte (a relay whose HAProxy is down) ran nothing.
+		return "", &networkError{fmt.Errorf("send %q: connection closed with no reply", cmd)}
 	}
 	return strings.TrimRight(string(reply), "\n"), nil
 }
@@ -94,24 +106,47 @@ func (e *networkError) Error() string   { return e.err.Error() }
 func (e *networkError) Unwrap() error   { return e.err }
 func (e *networkError) Temporary() bool { return true }
 
-// Pipeline sends many command lines on one connection in interactive mode
-// ("prompt") without waiting for each answer, and returns each line's reply
-// in the format Commands returns. Lines are written while replies are read,
-// so neither side's buffer fills. In interactive mode HAProxy ends every
-// command's answer (each of a line's ';'-separated commands) with the prompt
-// "\n> ", on 2.6 as on 3.x. The connection's deadline is the Timeout plus a
-// millisecond per command.
-func (s Socket) Pipeline(ctx context.Context, lines [][]string) ([]string, error) {
-	var b strings.Builder
-	b.WriteString("prompt\n")
-	total := 1 // the prompt command's own answer
-	for _, cmds := range lines {
-		l, err := line(cmds)
-		if err != nil {
-			return nil, err
+// Step is one runtime command and the test its answer must pass.
+type Step struct {
+	Cmd string
+	OK  func(answer string) bool
+}
+
+// Outcome is how far a sequence of steps went: Done steps passed; when
+// Done is short of the sequence, Answer is the answer that stopped it.
+type Outcome struct {
+	Done   int
+	Answer string
+}
+
+// maxReply bounds one reply; a longer one is an error, never cut silently.
+const maxReply = 16 << 20
+
+// Sequences runs sequences of steps on one interactive connection
+// ("prompt"), in rounds: round k sends the k-th step of every sequence still
+// going, then reads their answers, so a burst costs one round trip per step
+// of the longest sequence, not one per command. A sequence stops at the
+// first answer its step rejects: unlike the commands of one ';' line, which
+// HAProxy runs all even after one failed, a later step never runs after an
+// earlier one failed. Each sequence's steps must be safe to stop after.
+//
+// The error means the connection failed: the earlier rounds ran, the round
+// in flight may have run in part. The connection's deadline is the Timeout
+// plus a millisecond per step. In interactive mode HAProxy ends each
+// command's answer with the prompt "\n> ", on 2.6 as on 3.x.
+func (s Socket) Sequences(ctx context.Context, seqs [][]Step) ([]Outcome, error) {
+	total := 0
+	for _, seq := range seqs {
+		for _, st := range seq {
+			if _, err := line([]string{st.Cmd}); err != nil {
+				return nil, err
+			}
 		}
-		b.WriteString(l + "\n")
-		total += len(cmds)
+		total += len(seq)
+	}
+	out := make([]Outcome, len(seqs))
+	if total == 0 {
+		return out, nil
 	}
 	conn, cancel, err := s.dial(ctx, time.Duration(total)*time.Millisecond)
 	if err != nil {
@@ -119,46 +154,80 @@ func (s Socket) Pipeline(ctx context.Context, lines [][]string) ([]string, error
 	}
 	defer cancel()
 	defer conn.Close()
+	r := &answers{conn: conn}
+	if err := r.round(conn, []string{"prompt"}, func(int, string) {}); err != nil {
+		return nil, err
+	}
+	going := make([]int, len(seqs)) // the sequences still going
+	for i := range going {
+		going[i] = i
+	}
+	for k := 0; len(going) > 0; k++ {
+		var cmds []string
+		var at []int
+		for _, i := range going {
+			if k < len(seqs[i]) {
+				cmds = append(cmds, seqs[i][k].Cmd)
+				at = append(at, i)
+			}
+		}
+		if len(cmds) == 0 {
+			break
+		}
+		going = going[:0]
+		err := r.round(conn, cmds, func(j int, answer string) {
+			i := at[j]
+			if !seqs[i][k].OK(answer) {
+				out[i].Answer = answer
+				return
+			}
+			out[i].Done++
+			going = append(going, i)
+		})
+		if err != nil {
+			return out, fmt.Errorf("round %d of %d commands: %w", k+1, len(cmds), err)
+		}
+	}
+	return out, nil
+}
+
+// answers reads prompt-terminated answers from an interactive connection.
+type answers struct {
+	conn  net.Conn
+	buf   []byte
+	chunk []byte
+}
+
+// round writes cmds, one per line, while it reads their answers and hands
+// each to got, in order.
+func (r *answers) round(conn net.Conn, cmds []string, got func(j int, answer string)) error {
 	werr := make(chan error, 1)
 	go func() {
-		_, err := io.WriteString(conn, b.String())
+		_, err := io.WriteString(conn, strings.Join(cmds, "\n")+"\n")
 		werr <- err
 	}()
 	const prompt = "\n> "
-	var answers []string
-	var buf []byte
-	chunk := make([]byte, 64<<10)
-	for len(answers) < total {
-		n, err := conn.Read(chunk)
-		buf = append(buf, chunk[:n]...)
-		for len(answers) < total {
-			i := bytes.Index(buf, []byte(prompt))
-			if i < 0 {
-				break
-			}
-			answers = append(answers, string(buf[:i+1]))
-			buf = buf[i+len(prompt):]
+	if r.chunk == nil {
+		r.chunk = make([]byte, 64<<10)
+	}
+	for j := 0; j < len(cmds); {
+		if i := bytes.Index(r.buf, []byte(prompt)); i >= 0 {
+			got(j, string(r.buf[:i+1]))
+			r.buf = r.buf[i+len(prompt):]
+			j++
+			continue
 		}
-		if len(buf) > 16<<20 {
-			return nil, fmt.Errorf("runtime pipeline: an answer over 16 MB")
+		if len(r.buf) > maxReply {
+			return fmt.Errorf("runtime answer over %d bytes", maxReply)
 		}
-		if err != nil && len(answers) < total {
-			return nil, &networkError{fmt.Errorf("read pipelined replies (%d of %d): %w", len(answers), total, err)}
+		n, err := r.conn.Read(r.chunk)
+		r.buf = append(r.buf, r.chunk[:n]...)
+		if err != nil && n == 0 {
+			return &networkError{fmt.Errorf("read answers (%d of %d): %w", j, len(cmds), err)}
 		}
 	}
 	if err := <-werr; err != nil {
-		return nil, &networkError{fmt.Errorf("send pipelined commands: %w", err)}
+		return &networkError{fmt.Errorf("send commands: %w", err)}
 	}
-	out := make([]string, 0, len(lines))
-	next := answers[1:]
-	for _, cmds := range lines {
-		var r strings.Builder
-		for _, a := range next[:len(cmds)] {
-			r.WriteString(a)
-			r.WriteString("\n")
-		}
-		next = next[len(cmds):]
-		out = append(out, strings.TrimRight(r.String(), "\n"))
-	}
-	return out, nil
+	return nil
 }
