@@ -330,7 +330,7 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, checks map[string]recon
 	if authn.Mode() == config.AuthNone {
 		log.Warn("webhook auth is off (WEBHOOK_AUTH=none): whoever reaches the port can trigger reconciles and read the plan")
 	}
-	target := trigger.Target{Namespace: cfg.Namespace, Service: cfg.Service, NodeMode: rec.Options.Mode == desired.NodeMode}
+	target := trigger.Target{Namespace: cfg.Namespace, Service: cfg.Service, NodeMode: rec.Options.Mode == desired.NodeMode, ManagedBy: cfg.ManagedBy}
 	h := handler.New(handler.Config{
 		Reconciler: wrapped, Shared: shared, Target: target,
 		Auth: authn, OnAuthFailure: m.AuthFailure, Wait: cfg.ReconcileTimeout + handler.WaitMargin,

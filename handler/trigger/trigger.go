@@ -54,6 +54,9 @@ type Target struct {
 	Namespace string
 	Service   string
 	NodeMode  bool
+	// ManagedBy is ENDPOINTSLICE_MANAGED_BY: which controller's slices
+	// count; empty, any controller's.
+	ManagedBy string
 }
 
 // Error is a request that cannot be read; Status is 400 or 415.
@@ -330,7 +333,10 @@ func (r objectRef) ignore(t Target) string {
 			return fmt.Sprintf("endpointslice %s/%s is in another namespace", r.namespace, r.name)
 		case r.full && r.labels["kubernetes.io/service-name"] != t.Service:
 			return fmt.Sprintf("endpointslice %s/%s belongs to service %q", r.namespace, r.name, r.labels["kubernetes.io/service-name"])
-		case !r.full && r.name != "" && !strings.HasPrefix(r.name, slicePrefix(t.Service)):
+		case !r.full && r.name != "" && namesSlices(t.ManagedBy) && !strings.HasPrefix(r.name, slicePrefix(t.Service)):
+			// Without labels (Reference mode) a name tells only when
+			// the slices that count come from a controller that names
+			// them after their Service: any other event is a poke.
 			return fmt.Sprintf("endpointslice %s/%s is not named after service %s", r.namespace, r.name, t.Service)
 		}
 	case "Service":
@@ -343,6 +349,12 @@ func (r objectRef) ignore(t Target) string {
 		}
 	}
 	return ""
+}
+
+// namesSlices reports whether managedBy is one of Kubernetes' EndpointSlice
+// controllers, which name every slice "<service>-" and 5 random characters.
+func namesSlices(managedBy string) bool {
+	return managedBy == "endpointslice-controller.k8s.io" || managedBy == "endpointslicemirroring-controller.k8s.io"
 }
 
 func slicePrefix(service string) string {

@@ -39,7 +39,10 @@ func TestParseRecordedEvents(t *testing.T) {
 		typ     string
 	}{
 		{"apiserver-ref-binary-ours", CloudEvent, reconcile, "dev.knative.apiserver.ref.update"},
-		{"apiserver-ref-binary-other-service", CloudEvent, ignored, "dev.knative.apiserver.ref.add"},
+		// A Reference-mode event carries no labels: its slice may be
+		// ours whatever its name, unless ENDPOINTSLICE_MANAGED_BY chose
+		// a Kubernetes controller, which names slices after the Service.
+		{"apiserver-ref-binary-unattributable", CloudEvent, reconcile, "dev.knative.apiserver.ref.add"},
 		{"apiserver-ref-binary-other-namespace", CloudEvent, ignored, "dev.knative.apiserver.ref.delete"},
 		{"apiserver-resource-binary-ours", CloudEvent, reconcile, "dev.knative.apiserver.resource.update"},
 		{"apiserver-resource-binary-other-label", CloudEvent, ignored, "dev.knative.apiserver.resource.add"},
@@ -101,7 +104,12 @@ func TestParseRecordedEvents(t *testing.T) {
 
 func TestIgnoreRules(t *testing.T) {
 	pod := Target{Namespace: "ns", Service: "web"}
-	long := Target{Namespace: "ns", Service: strings.Repeat("s", 70)}
+	// Only slices of Kubernetes' own controllers are named after their
+	// Service: with one of those chosen, a name says whose a slice is.
+	kube := Target{Namespace: "ns", Service: "web", ManagedBy: "endpointslice-controller.k8s.io"}
+	mirrored := Target{Namespace: "ns", Service: "web", ManagedBy: "endpointslicemirroring-controller.k8s.io"}
+	custom := Target{Namespace: "ns", Service: "web", ManagedBy: "my-controller"}
+	long := Target{Namespace: "ns", Service: strings.Repeat("s", 70), ManagedBy: "endpointslice-controller.k8s.io"}
 	tests := []struct {
 		name   string
 		ref    objectRef
@@ -109,7 +117,11 @@ func TestIgnoreRules(t *testing.T) {
 		ignore bool
 	}{
 		{"our slice by name", objectRef{kind: "EndpointSlice", namespace: "ns", name: "web-x1y2z"}, pod, false},
-		{"a slice named after a longer service", objectRef{kind: "EndpointSlice", namespace: "ns", name: "webshop-x1y2z"}, pod, true},
+		{"a slice named after a longer service", objectRef{kind: "EndpointSlice", namespace: "ns", name: "webshop-x1y2z"}, kube, true},
+		{"a mirrored slice named after another service", objectRef{kind: "EndpointSlice", namespace: "ns", name: "api-x1y2z"}, mirrored, true},
+		{"any slice by reference, any controller counting", objectRef{kind: "EndpointSlice", namespace: "ns", name: "webshop-x1y2z"}, pod, false},
+		{"a custom controller's slice by reference", objectRef{kind: "EndpointSlice", namespace: "ns", name: "edge-pool-1"}, custom, false},
+		{"a slice by reference in another namespace", objectRef{kind: "EndpointSlice", namespace: "other", name: "web-x1y2z"}, custom, true},
 		{"slice with our label but a custom name (full object)", objectRef{kind: "EndpointSlice", namespace: "ns", name: "custom", full: true, labels: map[string]string{"kubernetes.io/service-name": "web"}}, pod, false},
 		{"full slice without labels", objectRef{kind: "EndpointSlice", namespace: "ns", name: "web-abcde", full: true}, pod, true},
 		{"slice without name or namespace", objectRef{kind: "EndpointSlice"}, pod, false},
