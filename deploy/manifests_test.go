@@ -515,6 +515,8 @@ func TestChartRefusesOpenOrShortTokens(t *testing.T) {
 		"a short token":                {"--set", "secret.webhookToken=short"},
 		"an unknown auth mode":         {"--set", "webhook.auth=oauth"},
 		"runtime API only, 2 replicas": {"--set", "haproxy.dataplaneURL=", "--set", "haproxy.runtimeURL=tcp://h:9999"},
+		// Any pod's ServiceAccount can get a token for the default audience.
+		"kubernetes auth open to any pod": {"--set", "webhook.auth=kubernetes"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, err := helmRefuses(args...)

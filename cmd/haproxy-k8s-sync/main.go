@@ -330,6 +330,9 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, checks map[string]recon
 	if authn.Mode() == config.AuthNone {
 		log.Warn("webhook auth is off (WEBHOOK_AUTH=none): whoever reaches the port can trigger reconciles and read the plan")
 	}
+	if authn.Mode() == config.AuthKubernetes && len(cfg.AllowedServiceAccounts) == 0 {
+		log.Warn("kubernetes auth accepts any ServiceAccount token issued for the audience; list the callers in WEBHOOK_ALLOWED_SERVICEACCOUNTS to narrow it", "audience", cfg.WebhookAudience)
+	}
 	target := trigger.Target{Namespace: cfg.Namespace, Service: cfg.Service, NodeMode: rec.Options.Mode == desired.NodeMode, ManagedBy: cfg.ManagedBy}
 	h := handler.New(handler.Config{
 		Reconciler: wrapped, Shared: shared, Target: target,
@@ -409,6 +412,7 @@ func newAuthenticator(cfg config.Config, kc *kube.Client) (auth.Authenticator, e
 		if err != nil {
 			return nil, fmt.Errorf("WEBHOOK_AUTH: %w", err)
 		}
+
 		return k, nil
 	case config.AuthNone:
 		return auth.None{}, nil

@@ -60,7 +60,7 @@ type Config struct {
 	WebhookTokenFile string        `envconfig:"WEBHOOK_TOKEN_FILE" desc:"file holding the webhook token instead (e.g. a mounted Secret or projected token)"`
 	WebhookAuth      string        `envconfig:"WEBHOOK_AUTH" desc:"token (the default with a token), kubernetes (TokenReview for WEBHOOK_AUDIENCE) or none; serve refuses to start with none chosen"`
 	WebhookAudience  string        `envconfig:"WEBHOOK_AUDIENCE" default:"haproxy-k8s-sync" desc:"audience callers' tokens must be issued for (kubernetes auth)"`
-	WebhookAllowed   string        `envconfig:"WEBHOOK_ALLOWED_SERVICEACCOUNTS" desc:"kubernetes auth: only these callers, namespace/name,...; empty: any"`
+	WebhookAllowed   string        `envconfig:"WEBHOOK_ALLOWED_SERVICEACCOUNTS" desc:"kubernetes auth: only these callers, namespace/name,...; empty: any caller with a token for WEBHOOK_AUDIENCE, which must then not be the default"`
 	Watch            bool          `envconfig:"WATCH" default:"true" desc:"serve watches the Service, its EndpointSlices (and Nodes) and reconciles on changes; false where Knative delivers events"`
 	ResyncPeriod     time.Duration `envconfig:"RESYNC_PERIOD" default:"0" desc:"serve also reconciles on this period; 0: off"`
 	ReconcileTimeout time.Duration `envconfig:"RECONCILE_TIMEOUT" default:"30s" desc:"deadline of one reconcile, retries included"`
@@ -242,6 +242,9 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// DefaultWebhookAudience is WEBHOOK_AUDIENCE's default.
+const DefaultWebhookAudience = "haproxy-k8s-sync"
+
 // Webhook auth modes (WEBHOOK_AUTH).
 const (
 	AuthToken      = "token"
@@ -285,6 +288,12 @@ func (c *Config) validateWebhookAuth() error {
 	}
 	if c.WebhookAuth == AuthKubernetes && c.WebhookAudience == "" {
 		return errors.New("WEBHOOK_AUDIENCE: must not be empty with WEBHOOK_AUTH=kubernetes")
+	}
+	// Whoever may create a pod can have a ServiceAccount token issued for
+	// any audience: the well-known default, with nobody listed, would let
+	// all of them in.
+	if c.WebhookAuth == AuthKubernetes && len(c.AllowedServiceAccounts) == 0 && c.WebhookAudience == DefaultWebhookAudience {
+		return fmt.Errorf("WEBHOOK_ALLOWED_SERVICEACCOUNTS: empty with WEBHOOK_AUTH=kubernetes and the default WEBHOOK_AUDIENCE %q accepts a token from anyone who may create a pod; list the callers (namespace/name,...) or choose an audience of your own", DefaultWebhookAudience)
 	}
 	return nil
 }

@@ -176,6 +176,11 @@ func TestWebhookAuth(t *testing.T) {
 		{"a missing token file", map[string]string{"WEBHOOK_TOKEN_FILE": "/nonexistent"}, "", "WEBHOOK_TOKEN_FILE:"},
 		{"token mode without a token", map[string]string{"WEBHOOK_AUTH": "token"}, "", "WEBHOOK_AUTH:"},
 		{"kubernetes", map[string]string{"WEBHOOK_AUTH": "kubernetes", "WEBHOOK_ALLOWED_SERVICEACCOUNTS": "ingress-nginx/cron, knative-eventing/oidc"}, AuthKubernetes, ""},
+		// Any pod's ServiceAccount can be given a token for any audience:
+		// the default one, with nobody listed, would let anyone in who may
+		// create a pod.
+		{"kubernetes, default audience, nobody listed", map[string]string{"WEBHOOK_AUTH": "kubernetes"}, "", "WEBHOOK_ALLOWED_SERVICEACCOUNTS:"},
+		{"kubernetes, an audience of its own", map[string]string{"WEBHOOK_AUTH": "kubernetes", "WEBHOOK_AUDIENCE": "serving.knative.dev/service/ns/sync"}, AuthKubernetes, ""},
 		{"kubernetes and a token", map[string]string{"WEBHOOK_AUTH": "kubernetes", "WEBHOOK_TOKEN": "0123456789abcdef"}, "", "WEBHOOK_TOKEN:"},
 		{"kubernetes without audience", map[string]string{"WEBHOOK_AUTH": "kubernetes", "WEBHOOK_AUDIENCE": ""}, "", "WEBHOOK_AUDIENCE:"},
 		{"a bad ServiceAccount", map[string]string{"WEBHOOK_AUTH": "kubernetes", "WEBHOOK_ALLOWED_SERVICEACCOUNTS": "cron"}, "", "WEBHOOK_ALLOWED_SERVICEACCOUNTS:"},

@@ -383,3 +383,19 @@ func TestNodeLifecycle(t *testing.T) {
 		})
 	}
 }
+
+// TestSkippedCountOnceEach: an endpoint met by several backends (ports) is
+// one skipped item, past the listed ones too (they were counted again once
+// the list was full, and each was looked for in the whole list).
+func TestSkippedCountOnceEach(t *testing.T) {
+	var r Report
+	n := MaxSkippedListed + 50
+	for range 2 { // two backends meet every endpoint
+		for i := range n {
+			r.skip(fmt.Sprintf("ns/web-1 \"10.0.0.%d\"", i), ReasonAddressNotAllowed, "")
+		}
+	}
+	if r.Total() != n || len(r.Skipped) != MaxSkippedListed {
+		t.Errorf("total %d, listed %d; want %d and %d", r.Total(), len(r.Skipped), n, MaxSkippedListed)
+	}
+}

@@ -52,18 +52,23 @@ type Report struct {
 	Skipped []Skipped
 	// Counts counts every skipped item by reason.
 	Counts map[string]int
+
+	seen map[[2]string]bool // endpoint and reason already counted
 }
 
+// skip records one skipped item, once per endpoint and reason however many
+// backends (ports) meet it: a set, not a search of the list, so a hostile
+// slice costs linear time and items past the listed ones count once too.
 func (r *Report) skip(endpoint, reason, detail string) {
 	if r.Counts == nil {
 		r.Counts = map[string]int{}
+		r.seen = map[[2]string]bool{}
 	}
-	key := endpoint + "\x00" + reason
-	for _, s := range r.Skipped { // one entry per cause, not one per backend
-		if s.Endpoint+"\x00"+s.Reason == key {
-			return
-		}
+	key := [2]string{endpoint, reason}
+	if r.seen[key] {
+		return
 	}
+	r.seen[key] = true
 	r.Counts[reason]++
 	if len(r.Skipped) < MaxSkippedListed {
 		r.Skipped = append(r.Skipped, Skipped{Endpoint: endpoint, Reason: reason, Detail: detail})

@@ -221,24 +221,43 @@ func (w *Watcher) loop(ctx context.Context, r resource) {
 		}
 		var events int
 		rv, events, err = w.consume(ctx, r, wi, rv)
-		switch {
-		case ctx.Err() != nil:
+		if ctx.Err() != nil {
 			return
-		case errors.Is(err, errGone):
-			log.Info("watch expired; listing again", "error", err)
-			rv, failures = "", 0
+		}
+		var relist bool
+		failures, relist = afterWatch(failures, events, err)
+		if relist {
+			rv = ""
+		}
+		switch {
+		case relist:
+			log.Info("watch expired; listing again", "error", err, "failures", failures)
 		case err != nil:
-			failures++
 			log.Warn("watch error; restarting", "error", err, "failures", failures)
-		case events == 0:
-			// Closed before any event or bookmark: maybe something cutting
-			// connections at once; back off rather than spin.
-			failures++
+		case failures > 0:
 			log.Debug("watch closed with no event; restarting")
 		default:
-			failures = 0
 			log.Debug("watch closed; resuming", "resourceVersion", rv)
 		}
+	}
+}
+
+// afterWatch decides, from how a watch ended (its events, the error event
+// included, and its error), the consecutive failures that set the next
+// backoff and whether to list again. Only a watch that delivered something
+// is progress: a watch closed at once (something cutting connections) or
+// expired at once (a server answering 410 to every watch) counts as a
+// failure, or the loop would list and watch again without pause.
+func afterWatch(failures, events int, err error) (next int, relist bool) {
+	switch {
+	case errors.Is(err, errGone) && events > 1:
+		return 0, true
+	case errors.Is(err, errGone):
+		return failures + 1, true
+	case err != nil, events == 0:
+		return failures + 1, false
+	default:
+		return 0, false
 	}
 }
 

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -307,6 +308,32 @@ func TestBackoffGrowsAndIsCapped(t *testing.T) {
 		got := w.backoff(n)
 		if got > want || got < want*8/10 {
 			t.Errorf("backoff(%d) = %v, want %v less up to 20%%", n, got, want)
+		}
+	}
+}
+
+func TestAfterWatch(t *testing.T) {
+	gone := fmt.Errorf("%w: 410", errGone)
+	tests := []struct {
+		name         string
+		failures     int
+		events       int
+		err          error
+		wantFailures int
+		wantRelist   bool
+	}{
+		{"closed after events: progress", 3, 5, nil, 0, false},
+		{"closed at once: a failure", 3, 0, nil, 4, false},
+		{"error event: a failure", 0, 1, errString("internal error"), 1, false},
+		{"expired after events: list again, progress", 3, 6, gone, 0, true},
+		// A server answering 410 to every watch: each relist is backed
+		// off, not run in a loop.
+		{"expired at once: list again, a failure", 3, 1, gone, 4, true},
+	}
+	for _, tt := range tests {
+		f, relist := afterWatch(tt.failures, tt.events, tt.err)
+		if f != tt.wantFailures || relist != tt.wantRelist {
+			t.Errorf("%s: failures %d relist %v, want %d %v", tt.name, f, relist, tt.wantFailures, tt.wantRelist)
 		}
 	}
 }

@@ -36,11 +36,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $a -}}
 {{- end -}}
 
-{{/* WEBHOOK_ALLOWED_SERVICEACCOUNTS, with the CronJob's own in kubernetes mode. */}}
+{{/* WEBHOOK_ALLOWED_SERVICEACCOUNTS, with the CronJob's own in kubernetes mode.
+Anyone who may create a pod can have a token issued for any audience: with the
+default audience, an empty list (anyone) is refused. */}}
 {{- define "hks.allowedServiceAccounts" -}}
 {{- $sas := .Values.webhook.allowedServiceAccounts -}}
-{{- if and (eq .Values.webhook.auth "kubernetes") .Values.cronJob.enabled $sas -}}
+{{- if and (eq .Values.webhook.auth "kubernetes") .Values.cronJob.enabled -}}
 {{- $sas = append $sas (printf "%s/%s-trigger" .Release.Namespace (include "hks.fullname" .)) -}}
+{{- end -}}
+{{- if and (eq .Values.webhook.auth "kubernetes") (not $sas) (eq .Values.webhook.audience "haproxy-k8s-sync") -}}
+{{- fail "webhook.auth=kubernetes: list the callers in webhook.allowedServiceAccounts (namespace/name), enable cronJob (its ServiceAccount is listed), or set a webhook.audience of your own: with the default audience and nobody listed, anyone who may create a pod could call" -}}
 {{- end -}}
 {{- join "," $sas -}}
 {{- end -}}
