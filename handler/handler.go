@@ -286,11 +286,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// MaxConns bounds the connections served at once; more wait in the
-// listen backlog. It is well above MaxWaiters + MaxDryRuns, so connections
-// are always left for probes and for answering the excess at once.
-const MaxConns = 64
-
 // WaitMargin is what a caller may wait beyond the reconcile timeout: the
 // reconcile's own clean-up (deleting an open transaction, up to 1 s).
 const WaitMargin = 2 * time.Second

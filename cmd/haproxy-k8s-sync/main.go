@@ -34,7 +34,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/netutil"
 	k8swatch "k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
 
@@ -344,7 +343,7 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, checks map[string]recon
 	if err != nil {
 		return fmt.Errorf("PORT: listen: %w", err)
 	}
-	ln = netutil.LimitListener(ln, handler.MaxConns)
+	ln = handler.Listen(ln, handler.MaxConns, srv)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	listening.Store(true)
