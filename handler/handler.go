@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"runtime/debug"
 	"time"
@@ -152,7 +153,7 @@ func New(cfg Config) http.Handler {
 func (a *api) authorize(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if a.cfg.Auth != nil {
-			if err := a.cfg.Auth.Authenticate(r.Context(), r.Header); err != nil {
+			if err := a.cfg.Auth.Authenticate(r.Context(), r.Header, remoteIP(r.RemoteAddr)); err != nil {
 				status, reason := http.StatusUnauthorized, "invalid"
 				var ae *auth.Error
 				if errors.As(err, &ae) {
@@ -278,6 +279,14 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, tr trigger.Trigger, dr
 
 func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"status": "error", "error": msg})
+}
+
+// remoteIP is the address part of a RemoteAddr ("ip:port").
+func remoteIP(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -2,9 +2,11 @@ package handler
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -17,13 +19,35 @@ const MaxConns = 64
 // take its slot: long enough for a fresh connection's request to arrive.
 const evictAfter = 250 * time.Millisecond
 
+// deferAcceptFor is how long the kernel keeps a connection that sent
+// nothing away from Accept; ReadHeaderTimeout would cut it soon after.
+const deferAcceptFor = 5 // seconds
+
+// ListenTCP listens on addr for Listen: on Linux, a connection reaches
+// Accept only once its client wrote something (TCP_DEFER_ACCEPT).
+func ListenTCP(ctx context.Context, addr string) (net.Listener, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		var err error
+		if cerr := rc.Control(func(fd uintptr) { err = deferAccept(fd, deferAcceptFor) }); cerr != nil {
+			return cerr
+		}
+		if err != nil {
+			return fmt.Errorf("set TCP_DEFER_ACCEPT: %w", err)
+		}
+		return nil
+	}}
+	return lc.Listen(ctx, "tcp", addr)
+}
+
 // Listen returns ln serving at most max connections at once for s; it sets
 // s.ConnContext and wraps s.Handler to know which connections are working.
 //
 // Only a connection whose request is being handled keeps its slot for
-// sure. When every slot is taken, a new connection takes the slot of the
-// one that has done nothing longest (idle after a request, silent, or still
-// sending its headers), once that one has done nothing for evictAfter. So
+// sure. When every slot is taken, a new connection takes the slot of one
+// that has done nothing for evictAfter: first of a connection idle after a
+// request (kept alive: its client reconnects when it needs to), else of the
+// one silent or still sending its headers longest. (Listening with
+// ListenTCP keeps connections that sent nothing out of the slots at all.) So
 // whoever reaches the port cannot starve the kubelet's probes by holding
 // connections: requests doing work are bounded by MaxWaiters and
 // MaxDryRuns, the rest answer at once. A closed idle keep-alive connection
@@ -64,10 +88,11 @@ type limitListener struct {
 // since when it has been doing nothing otherwise.
 type trackedConn struct {
 	net.Conn
-	l     *limitListener
-	busy  bool
-	since time.Time
-	once  sync.Once
+	l      *limitListener
+	busy   bool
+	served bool // answered a request: idle means kept alive
+	since  time.Time
+	once   sync.Once
 }
 
 func (c *trackedConn) Close() error {
@@ -88,6 +113,7 @@ func (l *limitListener) release(c *trackedConn) {
 func (l *limitListener) setBusy(c *trackedConn, busy bool) {
 	l.mu.Lock()
 	c.busy, c.since = busy, time.Now()
+	c.served = c.served || !busy
 	l.mu.Unlock()
 }
 
@@ -126,13 +152,19 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	}
 }
 
-// victim returns the connection that has done nothing longest if that is
-// evictAfter or more, else how long to wait before asking again; l.mu is
-// held.
+// victim returns a connection that has done nothing for evictAfter or
+// more, kept-alive ones first, else how long to wait before asking again;
+// l.mu is held.
 func (l *limitListener) victim(now time.Time) (*trackedConn, time.Duration) {
 	var oldest *trackedConn
 	for c := range l.conns {
-		if !c.busy && (oldest == nil || c.since.Before(oldest.since)) {
+		if c.busy {
+			continue
+		}
+		if c.served && now.Sub(c.since) >= evictAfter {
+			return c, 0
+		}
+		if oldest == nil || c.since.Before(oldest.since) {
 			oldest = c
 		}
 	}

@@ -13,10 +13,22 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
 )
 
-// serveLimited serves h as serve does: handler.Server on handler.Listen.
-func serveLimited(t *testing.T, h http.Handler) string {
+// listeners are the two ways a listener reaches handler.Listen: serve's
+// (silent connections wait in the kernel) and a plain one (they take
+// slots and must be evicted).
+var listeners = []struct {
+	name   string
+	listen func() (net.Listener, error)
+}{
+	{"ListenTCP", func() (net.Listener, error) { return handler.ListenTCP(context.Background(), "127.0.0.1:0") }},
+	{"net.Listen", func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }},
+}
+
+// serveLimited serves h as serve does: handler.Server on handler.Listen,
+// on the listener listen returns.
+func serveLimited(t *testing.T, listen func() (net.Listener, error), h http.Handler) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listen()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,37 +76,45 @@ func TestProbesAnsweredWhileConnectionsAreHeld(t *testing.T) {
 			return err
 		}},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			addr := serveLimited(t, ok)
-			var held []net.Conn
-			defer func() {
-				for _, c := range held {
-					c.Close()
+		for _, l := range listeners {
+			t.Run(tt.name+"/"+l.name, func(t *testing.T) {
+				addr := serveLimited(t, l.listen, ok)
+				var held []net.Conn
+				defer func() {
+					for _, c := range held {
+						c.Close()
+					}
+				}()
+				for range 200 {
+					c, err := net.Dial("tcp", addr)
+					if err != nil {
+						t.Fatal(err)
+					}
+					held = append(held, c)
+					if err := tt.hold(c); err != nil {
+						t.Fatal(err)
+					}
 				}
-			}()
-			for range 200 {
-				c, err := net.Dial("tcp", addr)
-				if err != nil {
-					t.Fatal(err)
+				time.Sleep(300 * time.Millisecond) // the held ones are accepted and settle
+				for i := range 5 {
+					if err := probe(addr); err != nil {
+						t.Fatalf("probe %d with 200 connections held: %v", i, err)
+					}
 				}
-				held = append(held, c)
-				if err := tt.hold(c); err != nil {
-					t.Fatal(err)
-				}
-			}
-			time.Sleep(300 * time.Millisecond) // the held ones are accepted and settle
-			for i := range 5 {
-				if err := probe(addr); err != nil {
-					t.Fatalf("probe %d with 200 connections held: %v", i, err)
-				}
-			}
-		})
+			})
+		}
 	}
 }
 
 // TestWorkingConnectionsAreNotCut: connections that are being answered
 // keep their slots; only those doing nothing give them up.
 func TestWorkingConnectionsAreNotCut(t *testing.T) {
+	for _, l := range listeners {
+		t.Run(l.name, func(t *testing.T) { testWorkingConnectionsAreNotCut(t, l.listen) })
+	}
+}
+
+func testWorkingConnectionsAreNotCut(t *testing.T, listen func() (net.Listener, error)) {
 	release := make(chan struct{})
 	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
@@ -102,7 +122,7 @@ func TestWorkingConnectionsAreNotCut(t *testing.T) {
 		}
 		_, _ = w.Write([]byte("done"))
 	})
-	addr := serveLimited(t, slow)
+	addr := serveLimited(t, listen, slow)
 	const working = 10
 	answers := make(chan string, working)
 	for range working {
@@ -148,6 +168,42 @@ func TestWorkingConnectionsAreNotCut(t *testing.T) {
 			}
 		case <-ctx.Done():
 			t.Fatal("answers missing")
+		}
+	}
+}
+
+// TestSlowWritersAreNotCut: clients that connect all at once and take longer
+// than the eviction delay to write their request (a loaded client: seen
+// with 400 callers under the race detector) are all answered. Before serve
+// listened with ListenTCP, their connections took the slots silent and
+// were cut after 250 ms.
+func TestSlowWritersAreNotCut(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
+	addr := serveLimited(t, listeners[0].listen, ok)
+	const callers = 3 * handler.MaxConns
+	answers := make(chan string, callers)
+	for range callers {
+		go func() {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				answers <- err.Error()
+				return
+			}
+			defer c.Close()
+			time.Sleep(400 * time.Millisecond)
+			_, _ = c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				answers <- err.Error()
+				return
+			}
+			resp.Body.Close()
+			answers <- resp.Status
+		}()
+	}
+	for range callers {
+		if a := <-answers; !strings.HasPrefix(a, "200") {
+			t.Errorf("a slow writer was not answered: %s", a)
 		}
 	}
 }

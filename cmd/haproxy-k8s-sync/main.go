@@ -339,7 +339,7 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, checks map[string]recon
 		Ready: ready, Log: log, Metrics: metricsHandler, OnIgnored: m.Ignored,
 	})
 	srv := handler.Server(net.JoinHostPort("", strconv.Itoa(cfg.Port)), h, cfg.ReconcileTimeout)
-	ln, err := net.Listen("tcp", srv.Addr)
+	ln, err := handler.ListenTCP(ctx, srv.Addr)
 	if err != nil {
 		return fmt.Errorf("PORT: listen: %w", err)
 	}

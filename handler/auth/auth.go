@@ -30,8 +30,9 @@ import (
 
 // Authenticator checks a request's credentials.
 type Authenticator interface {
-	// Authenticate returns nil when the request may proceed, else an *Error.
-	Authenticate(ctx context.Context, h http.Header) error
+	// Authenticate returns nil when the request may proceed, else an
+	// *Error. source is the caller's address (IP), for per-caller limits.
+	Authenticate(ctx context.Context, h http.Header, source string) error
 	// Mode names the mode for logs and metrics.
 	Mode() string
 }
@@ -78,7 +79,7 @@ func NewToken(token string) (*Token, error) {
 
 // Authenticate compares hashes in constant time, so neither the token's
 // content nor its length leaks through timing.
-func (t *Token) Authenticate(_ context.Context, h http.Header) error {
+func (t *Token) Authenticate(_ context.Context, h http.Header, _ string) error {
 	got := bearer(h)
 	if got == "" {
 		return errMissing
@@ -97,22 +98,35 @@ func (t *Token) Mode() string { return "token" }
 type None struct{}
 
 // Authenticate accepts.
-func (None) Authenticate(context.Context, http.Header) error { return nil }
+func (None) Authenticate(context.Context, http.Header, string) error { return nil }
 
 // Mode is "none".
 func (None) Mode() string { return "none" }
 
-// Review settings.
+// Review settings. Answers are kept apart: valid ones for the few real
+// callers, refused ones for whatever else arrives, so made-up tokens can
+// never push a valid answer out; each is dropped least recently used first.
 const (
-	// maxReviews bounds the TokenReviews in flight; more callers get 429.
+	// maxReviews bounds the TokenReviews in flight for tokens not seen
+	// valid; more callers get 429.
 	maxReviews = 8
-	// cacheSize bounds the cached review answers.
-	cacheSize = 1024
+	// knownReviews more are kept for tokens that were valid before and
+	// whose answer expired, so a flood never takes a real caller's slot.
+	knownReviews = 2
+	// validSize and refusedSize bound the cached answers of each kind.
+	validSize   = 1024
+	refusedSize = 4096
 	// cacheOK and cacheBad are how long an answer is reused: a valid token
 	// for long enough to absorb a burst, a refused one briefly, so a flood of
 	// the same bad token costs one review per interval.
 	cacheOK  = 30 * time.Second
 	cacheBad = 5 * time.Second
+	// sourceRate and sourceBurst bound the reviews one source address may
+	// cause: sourceBurst at once, then sourceRate a second. Cached answers
+	// cost nothing.
+	sourceRate  = 2.0
+	sourceBurst = 8
+	sourceSize  = 4096
 )
 
 // TokenReviewer creates TokenReviews; a *kube.Client is one.
@@ -128,15 +142,24 @@ type Kubernetes struct {
 	// call; empty means any token the API server accepts for the audience.
 	allowed map[string]bool
 	now     func() time.Time
-	slots   chan struct{}
+	slots   chan struct{} // reviews of tokens not seen valid
+	known   chan struct{} // reviews of tokens seen valid before
 
-	mu    sync.Mutex
-	cache map[[32]byte]cached
+	mu      sync.Mutex
+	valid   *lru[[32]byte, time.Time] // token hash → valid until; kept expired as "seen valid"
+	refused *lru[[32]byte, cached]
+	sources *lru[string, bucket]
 }
 
 type cached struct {
 	err   error
 	until time.Time
+}
+
+// bucket is a source's review allowance (a token bucket).
+type bucket struct {
+	tokens float64
+	at     time.Time
 }
 
 // NewKubernetes returns an authenticator that accepts tokens the API server
@@ -147,7 +170,9 @@ func NewKubernetes(client TokenReviewer, audience string, serviceAccounts []stri
 		return nil, errors.New("the audience must not be empty")
 	}
 	k := &Kubernetes{client: client, audience: audience, allowed: map[string]bool{}, now: time.Now,
-		slots: make(chan struct{}, maxReviews), cache: map[[32]byte]cached{}}
+		slots: make(chan struct{}, maxReviews), known: make(chan struct{}, knownReviews),
+		valid: newLRU[[32]byte, time.Time](validSize), refused: newLRU[[32]byte, cached](refusedSize),
+		sources: newLRU[string, bucket](sourceSize)}
 	for _, sa := range serviceAccounts {
 		ns, name, ok := strings.Cut(sa, "/")
 		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
@@ -161,25 +186,39 @@ func NewKubernetes(client TokenReviewer, audience string, serviceAccounts []stri
 // Mode is "kubernetes".
 func (k *Kubernetes) Mode() string { return "kubernetes" }
 
-// Authenticate reviews the token (or reuses a recent answer for it).
-func (k *Kubernetes) Authenticate(ctx context.Context, h http.Header) error {
+var errBusy = &Error{Status: http.StatusTooManyRequests, Reason: "busy", Msg: "too many token reviews at once"}
+
+// Authenticate reviews the token, or reuses a recent answer for it.
+func (k *Kubernetes) Authenticate(ctx context.Context, h http.Header, source string) error {
 	tok := bearer(h)
 	if tok == "" {
 		return errMissing
 	}
 	key := sha256.Sum256([]byte(tok))
+	now := k.now()
 	k.mu.Lock()
-	c, ok := k.cache[key]
-	k.mu.Unlock()
-	if ok && k.now().Before(c.until) {
+	until, seenValid := k.valid.get(key)
+	c, refused := k.refused.get(key)
+	switch {
+	case seenValid && now.Before(until):
+		k.mu.Unlock()
+		return nil
+	case refused && now.Before(c.until):
+		k.mu.Unlock()
 		return c.err
 	}
-	select {
-	case k.slots <- struct{}{}:
-		defer func() { <-k.slots }()
-	default:
-		return &Error{Status: http.StatusTooManyRequests, Reason: "busy", Msg: "too many token reviews at once"}
+	// A token never seen valid spends its source's allowance; one seen
+	// valid (its answer expired) does not, and has slots of its own.
+	if !seenValid && !k.allow(source, now) {
+		k.mu.Unlock()
+		return &Error{Status: http.StatusTooManyRequests, Reason: "busy", Msg: "too many token reviews from this address"}
 	}
+	k.mu.Unlock()
+	release, ok := k.slot(seenValid)
+	if !ok {
+		return errBusy
+	}
+	defer release()
 	err := k.review(ctx, tok)
 	var ae *Error
 	if err != nil && !errors.As(err, &ae) {
@@ -187,31 +226,54 @@ func (k *Kubernetes) Authenticate(ctx context.Context, h http.Header) error {
 		// not cached.
 		return &Error{Status: http.StatusServiceUnavailable, Reason: "unavailable", Msg: "cannot verify the token now"}
 	}
-	ttl := cacheOK
-	if err != nil {
-		ttl = cacheBad
-	}
+	now = k.now()
 	k.mu.Lock()
-	if len(k.cache) >= cacheSize {
-		k.evict()
+	if err == nil {
+		k.valid.put(key, now.Add(cacheOK))
+		k.refused.remove(key)
+	} else {
+		k.valid.remove(key)
+		k.refused.put(key, cached{err: err, until: now.Add(cacheBad)})
 	}
-	k.cache[key] = cached{err: err, until: k.now().Add(ttl)}
 	k.mu.Unlock()
 	return err
 }
 
-// evict drops expired answers, or every answer if none has expired: simple,
-// and a full cache is an attack or a misconfiguration anyway. Called with mu.
-func (k *Kubernetes) evict() {
-	now := k.now()
-	for key, c := range k.cache {
-		if now.After(c.until) {
-			delete(k.cache, key)
+// slot takes a review slot: a known token's own first, then a shared one.
+func (k *Kubernetes) slot(seenValid bool) (release func(), ok bool) {
+	if seenValid {
+		select {
+		case k.known <- struct{}{}:
+			return func() { <-k.known }, true
+		default:
 		}
 	}
-	if len(k.cache) >= cacheSize {
-		clear(k.cache)
+	select {
+	case k.slots <- struct{}{}:
+		return func() { <-k.slots }, true
+	default:
+		return nil, false
 	}
+}
+
+// allow spends one review of source's allowance, if it has one; k.mu is
+// held. Sources are kept least recently used first, so a flood of
+// addresses forgets the oldest, which then start full again: the global
+// bound on reviews in flight still holds.
+func (k *Kubernetes) allow(source string, now time.Time) bool {
+	b, ok := k.sources.get(source)
+	if !ok {
+		b = bucket{tokens: sourceBurst, at: now}
+	}
+	b.tokens = min(sourceBurst, b.tokens+now.Sub(b.at).Seconds()*sourceRate)
+	b.at = now
+	if b.tokens < 1 {
+		k.sources.put(source, b)
+		return false
+	}
+	b.tokens--
+	k.sources.put(source, b)
+	return true
 }
 
 func (k *Kubernetes) review(ctx context.Context, tok string) error {

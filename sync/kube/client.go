@@ -29,6 +29,9 @@ type Client struct {
 	params                 runtime.ParameterCodec
 }
 
+// reviewQPS bounds the TokenReviews sent a second.
+const reviewQPS = 20
+
 // NewClient returns a client for cfg that speaks protobuf: the core and
 // discovery types this service reads (and watches) decode several times
 // faster than from JSON, and are smaller on the wire.
@@ -40,6 +43,11 @@ type Client struct {
 // coalescer (at most one running, one waiting) and the API server protects
 // itself (API Priority and Fairness), so the limit here only guards against
 // a bug: 1,000/s.
+//
+// TokenReviews (Kubernetes auth) are asked by callers from outside, so they
+// get a limiter of their own, reviewQPS: a flood of made-up tokens, past the
+// authenticator's own bounds, cannot spend the service's share of the API
+// server on reviews, and never queues reads or watches behind them.
 func NewClient(cfg *rest.Config) (*Client, error) {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, discoveryv1.AddToScheme, authnv1.AddToScheme} {
@@ -54,7 +62,6 @@ func NewClient(cfg *rest.Config) (*Client, error) {
 	base := rest.CopyConfig(cfg)
 	base.ContentType = "application/vnd.kubernetes.protobuf"
 	base.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	base.QPS, base.Burst = 1000, 1000
 	base.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
 	if base.UserAgent == "" {
 		base.UserAgent = rest.DefaultKubernetesUserAgent()
@@ -63,8 +70,9 @@ func NewClient(cfg *rest.Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	group := func(apiPath string, gv schema.GroupVersion) (*rest.RESTClient, error) {
+	group := func(apiPath string, gv schema.GroupVersion, qps int) (*rest.RESTClient, error) {
 		c := rest.CopyConfig(base)
+		c.QPS, c.Burst = float32(qps), qps
 		c.APIPath, c.GroupVersion = apiPath, &gv
 		rc, err := rest.RESTClientForConfigAndClient(c, hc)
 		if err != nil {
@@ -73,13 +81,13 @@ func NewClient(cfg *rest.Config) (*Client, error) {
 		return rc, nil
 	}
 	c := &Client{params: runtime.NewParameterCodec(scheme)}
-	if c.core, err = group("/api", corev1.SchemeGroupVersion); err != nil {
+	if c.core, err = group("/api", corev1.SchemeGroupVersion, 1000); err != nil {
 		return nil, err
 	}
-	if c.discovery, err = group("/apis", discoveryv1.SchemeGroupVersion); err != nil {
+	if c.discovery, err = group("/apis", discoveryv1.SchemeGroupVersion, 1000); err != nil {
 		return nil, err
 	}
-	if c.authn, err = group("/apis", authnv1.SchemeGroupVersion); err != nil {
+	if c.authn, err = group("/apis", authnv1.SchemeGroupVersion, reviewQPS); err != nil {
 		return nil, err
 	}
 	return c, nil
