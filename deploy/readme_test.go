@@ -100,3 +100,46 @@ func TestReadmeCommandsWork(t *testing.T) {
 		})
 	}
 }
+
+var citedTest = regexp.MustCompile("`((?:Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*)`")
+
+// TestReadmeCitesRealTests: every test, benchmark or fuzz target README.md
+// cites as evidence exists, so a claim cannot outlive the test behind it.
+func TestReadmeCitesRealTests(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defined := map[string]bool{}
+	decl := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)[A-Za-z0-9_]*)\(`)
+	err = filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "bin" || strings.HasPrefix(d.Name(), ".")) && path != ".." {
+			return filepath.SkipDir
+		}
+		if strings.HasSuffix(path, "_test.go") {
+			src, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, m := range decl.FindAllSubmatch(src, -1) {
+				defined[string(m[1])] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cited := citedTest.FindAllSubmatch(readme, -1)
+	if len(cited) < 10 {
+		t.Fatalf("only %d tests cited in README.md", len(cited))
+	}
+	for _, m := range cited {
+		if !defined[string(m[1])] {
+			t.Errorf("README.md cites %s, which no test file defines", m[1])
+		}
+	}
+}
