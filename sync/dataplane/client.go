@@ -13,9 +13,12 @@
 //     gated on their checks through the socket; a later reconcile puts them
 //     in service once the socket shows the check passed;
 //   - with the socket, a bigger burst of new servers is added through the
-//     socket itself (pipelined, gated) and written to haproxy.cfg in service
-//     by the transaction below: its reload, when it comes, loads them as
-//     they will be, while they earn their traffic in the running HAProxy;
+//     socket itself (pipelined, gated) and written to haproxy.cfg in
+//     maintenance by the transaction below, so that its reload never loads
+//     a server no check passed for; once their checks passed, a later
+//     reconcile writes them in service in one more transaction (the API
+//     runs both reloads as one, reload_delay) and puts them in service
+//     through the socket;
 //   - a change haproxy.cfg already holds (the running HAProxy differs from
 //     it, e.g. a server gated after such a burst) goes through the socket: a
 //     PUT that changes nothing is not applied;
@@ -267,6 +270,8 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	burst := c.runtime != nil && adds > MaxRuntimeAdds
 	var structural []plan.Change
 	var onSocket []plan.Change // changes haproxy.cfg holds already
+	var puts []plan.Change     // runtime-safe writes haproxy.cfg must learn
+	var entries []plan.Change  // servers put in service that haproxy.cfg parks
 	for _, ch := range p.Changes {
 		var runtimeWrite *model.Server
 		switch {
@@ -313,7 +318,26 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			onSocket = append(onSocket, ch)
 			continue
 		}
-		body, err := serverModel(*runtimeWrite, ch.Old.Source)
+		ch.New = runtimeWrite
+		if c.runtime != nil && persistsEntry(ch) {
+			entries = append(entries, ch)
+			continue
+		}
+		puts = append(puts, ch)
+	}
+	// Servers a burst wrote in maintenance whose check passed: more than
+	// MaxRuntimeAdds are written by the transaction, then put in service
+	// through the socket, rather than one versioned write each. The burst's
+	// own commit asked a reload moments ago: the API runs both as one.
+	var afterCommit []plan.Change
+	if len(entries) > MaxRuntimeAdds {
+		structural = append(structural, entries...)
+		afterCommit = entries
+	} else {
+		puts = append(puts, entries...)
+	}
+	for _, ch := range puts {
+		body, err := serverModel(*ch.New, ch.Old.Source)
 		if err != nil {
 			return out, err
 		}
@@ -344,10 +368,26 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			return out, err
 		}
 	}
+	if len(afterCommit) > 0 {
+		if err := c.onRuntime(ctx, plan.Plan{Backend: p.Backend, Changes: afterCommit}, &out, &failed); err != nil {
+			return out, err
+		}
+	}
 	if len(failed) > 0 {
 		return out, failed
 	}
 	return out, nil
+}
+
+// persistsEntry reports whether ch puts in service a server haproxy.cfg
+// holds in maintenance: a burst's server whose check passed.
+func persistsEntry(ch plan.Change) bool {
+	raw, ok := ch.Old.Source.(rawServer)
+	if !ok || ch.New.State == model.Maint {
+		return false
+	}
+	cfg, err := serverOf(json.RawMessage(raw))
+	return err == nil && cfg.State == model.Maint
 }
 
 // configHolds reports whether haproxy.cfg, as read (source), already holds
@@ -572,12 +612,12 @@ func (c *Client) transaction(ctx context.Context, version int64, p plan.Plan, ch
 			var body *models.Server
 			loaded := *ch.New
 			if ch.Gate {
-				// Added and gated through the socket (addAtRuntime), and
-				// put in service there once its check passes: written in
-				// service, so that the reload this commit causes keeps it
-				// there (a server still waiting then starts in service, as
-				// HAProxy starts every server it loads).
-				loaded.State, loaded.Reason = model.Ready, ""
+				// Added and gated through the socket (addAtRuntime): written
+				// in maintenance, so that the reload this commit asks for
+				// never loads a server no check passed for (HAProxy loads
+				// every other server UP). Once its check passed, a later
+				// reconcile writes it in service (persistsEntry).
+				loaded.State, loaded.Reason = model.Maint, ""
 			}
 			if body, err = serverModel(loaded, nil); err == nil {
 				_, err = c.do(ctx, http.MethodPost, "/configuration/backends/"+url.PathEscape(p.Backend)+"/servers", in, body, nil)

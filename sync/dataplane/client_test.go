@@ -403,7 +403,8 @@ type healthLog struct {
 	calls   []string
 	at      []int // number of API requests seen at each call
 	passed  bool
-	fail    int // Gate calls to fail first
+	dead    map[string]bool // servers whose check never passes
+	fail    int             // Gate calls to fail first
 	applied []plan.Plan
 	running map[string]runningServer // set through the socket
 }
@@ -476,8 +477,9 @@ func (h *healthLog) ReadRuntime(_ context.Context, backend string) ([]model.Serv
 }
 
 func (h *healthLog) server(backend, name, addr string, st model.State) model.Server {
-	return model.Server{Name: name, Address: addr, Port: 30080, State: st, Up: h.passed,
-		Runtime: &model.Runtime{CheckRunning: slices.Contains(h.calls, backend+"/"+name), CheckPassed: h.passed}}
+	passed := h.passed && !h.dead[name]
+	return model.Server{Name: name, Address: addr, Port: 30080, State: st, Up: passed,
+		Runtime: &model.Runtime{CheckRunning: slices.Contains(h.calls, backend+"/"+name), CheckPassed: passed}}
 }
 
 func TestAddWithoutReloadGatedOnChecks(t *testing.T) {
@@ -620,42 +622,55 @@ func TestAddWithDefaultServerReloadsAndSkipsEnableHealth(t *testing.T) {
 	}
 }
 
-// TestBigBurstIsAddedAtRuntimeAndPersistedOnce: more than MaxRuntimeAdds new
-// servers are added through the socket in one plan, gated, and written to
-// haproxy.cfg in service by one transaction (one reload). Once their checks
-// pass they are put in service through the socket: haproxy.cfg says so
-// already, and a PUT would change nothing.
-func TestBigBurstIsAddedAtRuntimeAndPersistedOnce(t *testing.T) {
+// TestBigBurstIsPersistedInServiceOnlyOnceChecked: more than MaxRuntimeAdds
+// new servers are added through the socket in one plan, gated, and written
+// to haproxy.cfg in maintenance by one transaction: the reload it asks for
+// must not load a server no check passed for (HAProxy loads every other
+// server UP; before, they were written in service and a server on a dead
+// node took traffic after the reload). Once their checks pass, one more
+// transaction writes those in service, the API runs both reloads as one,
+// and the socket puts them in service; the dead one stays parked.
+func TestBigBurstIsPersistedInServiceOnlyOnceChecked(t *testing.T) {
 	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
-	hl := &healthLog{api: api}
+	hl := &healthLog{api: api, dead: map[string]bool{"node-03": true}}
 	u, _ := url.Parse(api.URL)
 	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
-	w := burst(dataplane.MaxRuntimeAdds + 1)
+	w := burst(dataplane.MaxRuntimeAdds + 5)
+	n := len(w.Servers)
 
 	p, a := sync(t, c, w)
-	if api.Reloads() != 1 || !a.Reload || len(hl.applied) != 1 || len(hl.applied[0].Names(plan.Add)) != len(w.Servers) {
-		t.Fatalf("%d adds: %d reloads, runtime plans %+v; want all added at runtime, one transaction", len(w.Servers), api.Reloads(), hl.applied)
+	if api.Reloads() != 1 || !a.Reload || len(hl.applied) != 1 || len(hl.applied[0].Names(plan.Add)) != n {
+		t.Fatalf("%d adds: %d reloads, runtime plans %+v; want all added at runtime, one transaction", n, api.Reloads(), hl.applied)
 	}
-	if len(p.Waiting) != len(w.Servers) || len(hl.calls) != len(w.Servers) {
+	if len(p.Waiting) != n || len(hl.calls) != n {
 		t.Errorf("waiting %v, gated %v", p.Waiting, hl.calls)
 	}
-	inService(t, api, len(w.Servers))
+	if in, all := persisted(api); in != 0 || all != n {
+		t.Errorf("haproxy.cfg: %d servers, %d in service; want %d, none in service before a check passed", all, in, n)
+	}
 	if p, a := sync(t, c, w); p.HasChanges() || a.Writes != 0 {
 		t.Errorf("sync before the checks passed: %+v", p)
 	}
 	hl.passed = true
-	writes := len(api.Requests())
+	before := len(api.Requests())
 	p, _ = sync(t, c, w)
-	if len(p.Names(plan.Update)) != len(w.Servers) || len(hl.applied) != 2 || len(hl.applied[1].Changes) != len(w.Servers) {
-		t.Fatalf("after the checks passed: plan %+v, runtime plans %d", p, len(hl.applied))
-	}
-	for _, r := range api.Requests()[writes:] {
-		if r.Method != http.MethodGet {
-			t.Errorf("%s %s: haproxy.cfg holds the servers in service already", r.Method, r.Path)
+	for _, r := range api.Requests()[before:] {
+		if strings.Contains(r.Path, "/servers/") && strings.Contains(r.Query, "version=") {
+			t.Errorf("%s %s?%s: one versioned write per server, not one transaction", r.Method, r.Path, r.Query)
+			break
 		}
 	}
-	if p, a := sync(t, c, w); p.HasChanges() || a.Writes != 0 || api.Reloads() != 1 {
-		t.Errorf("last sync: %+v, %d reloads", p, api.Reloads())
+	if len(p.Names(plan.Update)) != n-1 || len(hl.applied) != 2 || len(hl.applied[1].Changes) != n-1 {
+		t.Fatalf("after the checks passed: plan %+v, runtime plans %d", p, len(hl.applied))
+	}
+	if api.Reloads() != 2 || api.ReloadsRun() != 1 {
+		t.Errorf("persisting the checked servers: %d reloads asked, %d run; want one more transaction, run with the first", api.Reloads(), api.ReloadsRun())
+	}
+	if in, all := persisted(api); in != n-1 || all != n {
+		t.Errorf("haproxy.cfg: %d servers, %d in service; want all but the dead one", all, in)
+	}
+	if p, a := sync(t, c, w); p.HasChanges() || a.Writes != 0 || !reflect.DeepEqual(p.Waiting, []string{"node-03"}) {
+		t.Errorf("last sync: %+v", p)
 	}
 }
 
@@ -680,7 +695,9 @@ func TestBurstWhoseCommitFailed(t *testing.T) {
 	if len(hl.applied) != 2 || len(hl.applied[1].Changes) != 0 {
 		t.Errorf("the retry sent %+v to the socket; the servers run already", hl.applied[1:])
 	}
-	inService(t, api, len(w.Servers))
+	if in, all := persisted(api); in != 0 || all != len(w.Servers) {
+		t.Errorf("haproxy.cfg: %d servers, %d in service; want %d parked until checked", all, in, len(w.Servers))
+	}
 }
 
 func burst(n int) model.Backend {
@@ -691,19 +708,16 @@ func burst(n int) model.Backend {
 	return want(servers...)
 }
 
-// inService checks that haproxy.cfg holds n servers, each in service: what
-// the reload a commit causes will load.
-func inService(t *testing.T, api *dataplanetest.Server, n int) {
-	t.Helper()
-	got := api.Servers("be")
-	if len(got) != n {
-		t.Errorf("haproxy.cfg has %d servers, want %d", len(got), n)
-	}
-	for _, s := range got {
-		if s.Maintenance == "enabled" || s.Weight == nil || *s.Weight == 0 {
-			t.Errorf("%s written out of service", s.Name)
+// persisted counts the servers of "be" in haproxy.cfg and those written in
+// service: what the reload a commit causes will load.
+func persisted(api *dataplanetest.Server) (in, all int) {
+	for _, s := range api.Servers("be") {
+		all++
+		if s.Maintenance != "enabled" && s.Weight != nil && *s.Weight > 0 {
+			in++
 		}
 	}
+	return in, all
 }
 
 // TestPathsAreEscapedOnce: a backend or server name with a character that

@@ -16,7 +16,9 @@
 //     open transactions at or below its version outdated, and is refused with
 //     406 for an outdated or failed transaction, 409 for a stale version, 400
 //     when the configuration check fails (the transaction is then failed);
-//   - at most 20 transactions in progress (then 429); none ever expires.
+//   - at most 20 transactions in progress (then 429); none ever expires;
+//   - reloads asked within reload_delay (5 s) of a scheduled one run as one
+//     (Reloads counts the asks, ReloadsRun what HAProxy goes through).
 //
 // Every request and every response is validated against the official spec
 // shipped in client-native v6.3.0; a violation answers 422 like the real API
@@ -25,6 +27,7 @@ package dataplanetest
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/json"
 	"encoding/pem"
@@ -36,6 +39,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/haproxytech/client-native/v6/models"
 
@@ -60,6 +64,10 @@ type Options struct {
 	RuntimeSocket string
 	// TLS serves https with a self-signed certificate (see CertPEM).
 	TLS bool
+	// ReloadDelay is the API's reload_delay: reloads asked within it of
+	// the first one scheduled run as one (ReloadsRun). 5 s, the real
+	// API's default, if 0.
+	ReloadDelay time.Duration
 	// AllowViolations keeps spec violations from failing the test, for tests
 	// that send bad requests on purpose.
 	AllowViolations bool
@@ -86,6 +94,8 @@ type Server struct {
 	txns       map[string]*txn
 	txnSeq     int
 	reloads    int
+	reloadsRun int
+	reloadAt   time.Time // when the scheduled reload runs; zero if none
 	writes     int
 	requests   []Request
 	violations []string
@@ -198,6 +208,51 @@ func (s *Server) Servers(backend string) []models.Server {
 	return nil
 }
 
+// ServerLines renders backend's servers as haproxy.cfg lines, as the real
+// API writes them, for a test that reloads a real HAProxy with them: the
+// fields that decide traffic and checks (address, port, weight,
+// maintenance as "disabled", check timing, observe, on-error, PROXY).
+func (s *Server) ServerLines(backend string) []string {
+	var out []string
+	for _, m := range s.Servers(backend) {
+		l := "server " + m.Name + " " + m.Address
+		if m.Port != nil {
+			l += fmt.Sprintf(":%d", *m.Port)
+		}
+		if m.Check == "enabled" {
+			l += " check"
+		}
+		for _, o := range []struct {
+			kw string
+			v  *int64
+		}{{"inter", m.Inter}, {"fastinter", m.Fastinter}, {"downinter", m.Downinter}, {"rise", m.Rise}, {"fall", m.Fall}, {"weight", m.Weight}} {
+			if o.v != nil {
+				l += fmt.Sprintf(" %s %d", o.kw, *o.v)
+			}
+		}
+		if m.Observe != "" {
+			l += " observe " + m.Observe
+		}
+		if m.ErrorLimit > 0 {
+			l += fmt.Sprintf(" error-limit %d", m.ErrorLimit)
+		}
+		if m.OnError != "" {
+			l += " on-error " + m.OnError
+		}
+		if m.SendProxyV2 == "enabled" {
+			l += " send-proxy-v2"
+		}
+		if m.CheckSendProxy == "enabled" {
+			l += " check-send-proxy"
+		}
+		if m.Maintenance == "enabled" {
+			l += " disabled"
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
 // States summarises a backend's servers as address → "ready", "drain"
 // (weight 0) or "maint", the way tests compare them with the cluster.
 func (s *Server) States(backend string) map[string]string {
@@ -230,6 +285,27 @@ func (s *Server) Version() int64 { s.mu.Lock(); defer s.mu.Unlock(); return s.ve
 
 // Reloads returns how many reloads the API's answers asked for.
 func (s *Server) Reloads() int { s.mu.Lock(); defer s.mu.Unlock(); return s.reloads }
+
+// ReloadsRun returns how many reloads HAProxy goes through for them: like
+// the real API, a reload asked while one is scheduled (within ReloadDelay
+// of the first ask) joins it; a forced one runs at once.
+func (s *Server) ReloadsRun() int { s.mu.Lock(); defer s.mu.Unlock(); return s.reloadsRun }
+
+// askReload counts a reload asked for, and the reloads it makes HAProxy go
+// through; s.mu is held.
+func (s *Server) askReload(force bool) {
+	s.reloads++
+	now := time.Now()
+	switch {
+	case force:
+		s.reloadsRun++
+	case now.Before(s.reloadAt):
+		// joins the scheduled reload
+	default:
+		s.reloadsRun++
+		s.reloadAt = now.Add(cmp.Or(s.opts.ReloadDelay, 5*time.Second))
+	}
+}
 
 // Writes returns how many write requests (POST, PUT, DELETE) were answered 2xx.
 func (s *Server) Writes() int { s.mu.Lock(); defer s.mu.Unlock(); return s.writes }
@@ -436,7 +512,7 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 	}
 	s.version++
 	if reload {
-		s.reloads++
+		s.askReload(get("force_reload") == "true")
 		if rep.status != http.StatusAccepted {
 			rep.status = http.StatusAccepted
 		}
@@ -526,7 +602,7 @@ func (s *Server) commit(id string, force bool) reply {
 	}
 	s.cfg = t.cfg
 	s.version++
-	s.reloads++
+	s.askReload(force)
 	delete(s.txns, id)
 	for _, o := range s.txns {
 		if o.status == "in_progress" && o.version <= t.version {

@@ -196,3 +196,27 @@ func TestFaultDropAndHang(t *testing.T) {
 	s.ClearFault()
 	do(t, s, call{method: "GET", path: "/configuration/version", status: 200})
 }
+
+// TestReloadsAskedTogetherRunOnce: like the real API's reload_delay, reloads
+// asked while one is scheduled join it; one asked after it ran is another.
+func TestReloadsAskedTogetherRunOnce(t *testing.T) {
+	s := New(t, Options{ReloadDelay: 300 * time.Millisecond})
+	rr := "roundrobin"
+	s.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", Mode: "tcp", Balance: &models.Balance{Algorithm: &rr}}})
+	s.mu.Lock()
+	for range 3 {
+		s.askReload(false)
+	}
+	s.mu.Unlock()
+	if s.Reloads() != 3 || s.ReloadsRun() != 1 {
+		t.Errorf("asked %d, ran %d; want 3 and 1", s.Reloads(), s.ReloadsRun())
+	}
+	time.Sleep(350 * time.Millisecond)
+	s.mu.Lock()
+	s.askReload(false)
+	s.askReload(true)
+	s.mu.Unlock()
+	if s.ReloadsRun() != 3 {
+		t.Errorf("ran %d; want 3 (one after the delay, one forced)", s.ReloadsRun())
+	}
+}

@@ -123,8 +123,11 @@ func testAPI(t testing.TB, h *haproxytest.HAProxy) *dataplanetest.Server {
 // runtime socket. The first commit fails after the servers were added at
 // runtime; the retry persists them without adding them again. Every live node
 // earns its traffic in the running HAProxy; a node that died while being
-// added never takes a connection. haproxy.cfg (the test API) holds all of
-// them in service: what the one reload the commit asks for will load.
+// added never takes a connection. haproxy.cfg (the test API) holds the live
+// ones in service and the dead one in maintenance: what a reload will load
+// (before, all were written in service and a reload put the dead one in).
+// Persisting the checked servers is a second commit, which the API runs
+// with the first one's reload.
 func TestDataplaneBurstThroughTheSocket(t *testing.T) {
 	const n = dataplane.MaxRuntimeAdds + 10
 	var api *dataplanetest.Server
@@ -161,11 +164,11 @@ func TestDataplaneBurstThroughTheSocket(t *testing.T) {
 	if got := w.h.Servers(t, "be"); len(got) != n {
 		t.Fatalf("HAProxy runs %d servers, want %d", len(got), n)
 	}
-	if api.Reloads() != 1 || w.h.Reloads(t) != 0 {
-		t.Errorf("reloads: Data Plane API %d (want the one commit), HAProxy %d", api.Reloads(), w.h.Reloads(t))
+	if api.ReloadsRun() != 1 || w.h.Reloads(t) != 0 {
+		t.Errorf("reloads: Data Plane API %d asked, %d run (want one), HAProxy %d", api.Reloads(), api.ReloadsRun(), w.h.Reloads(t))
 	}
-	if in, all := persistedInService(api, "be"); in != n || all != n {
-		t.Errorf("haproxy.cfg has %d servers, %d in service; want %d in service", all, in, n)
+	if in, all := persistedInService(api, "be"); in != n-1 || all != n {
+		t.Errorf("haproxy.cfg has %d servers, %d in service; want %d, all but the dead node in service", all, in, n)
 	}
 }
 
@@ -179,4 +182,69 @@ func persistedInService(api *dataplanetest.Server, backend string) (in, all int)
 		}
 	}
 	return in, all
+}
+
+// TestDataplaneReloadWhileBurstWaits: a burst (more than
+// dataplane.MaxRuntimeAdds new nodes) through the Data Plane API driver, one
+// node dead, and HAProxy reloaded with what the API wrote to haproxy.cfg —
+// once while every server still waits for its first check, once after the
+// checked ones were persisted. HAProxy loads every server written in
+// service UP until its first check fails: before, the burst was written in
+// service, and after the reload the dead node was in service until then
+// and was never gated again (no longer listed as waiting). Now a reload
+// never puts it in service, it is gated again, and after the second reload
+// the checked servers serve at once.
+func TestDataplaneReloadWhileBurstWaits(t *testing.T) {
+	const n = dataplane.MaxRuntimeAdds + 5
+	var api *dataplanetest.Server
+	w := newWorld(t, "web", desired.NodeMode, []desired.PortBackend{{Backend: "be"}}, dataplaneDriver(&api, 5*time.Second))
+	svc := w.service("web", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80})
+	np := svc.Spec.Ports[0].NodePort
+	var live []string
+	var dead string
+	var eps []endpoint
+	for i := range n {
+		ip := fmt.Sprintf("127.0.7.%d", i+1)
+		name := w.node(fmt.Sprintf("n%02d", i), ip)
+		if i == 3 {
+			dead = name
+		} else {
+			listen(t, name, ip, np)
+			live = append(live, name)
+		}
+		eps = append(eps, endpoint{ip: fmt.Sprintf("10.244.7.%d", i+1), node: name})
+	}
+	w.slice("web-1", "web", map[string]int32{"http": 8080}, eps...)
+
+	deadOut := func(when string) {
+		t.Helper()
+		// Through the first checks after the reload, sampled often: a
+		// server loaded UP is marked DOWN after fall failed checks.
+		for end := time.Now().Add(10 * shipped.FastInter); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			srv, ok := w.h.Servers(t, "be")[dead]
+			if ok && srv.Up() && !srv.Drain() && !srv.Maint() && srv.Weight > 0 {
+				t.Fatalf("%s: %s in service without a passed check: %+v", when, dead, srv)
+			}
+		}
+	}
+	reload := func() {
+		t.Helper()
+		w.h.SetServers(t, "be", api.ServerLines("be"))
+		w.h.Reload(t)
+	}
+
+	if code, res := w.reconcile(); code != 200 || len(res.Targets[0].Waiting) != n {
+		t.Fatalf("first reconcile: %d, waiting %v; want all %d waiting", code, res.Targets[0].Waiting, n)
+	}
+	reload()
+	deadOut("reloaded while every server waited")
+
+	res := w.mustReconcile() // the reloaded servers are gated again and pass
+	if fmt.Sprint(res.Targets[0].Waiting) != "["+dead+"]" {
+		t.Fatalf("waiting %v, want the dead node only", res.Targets[0].Waiting)
+	}
+	w.expectTraffic("be", live...)
+	reload()
+	deadOut("reloaded after the checked servers were persisted")
+	w.expectTraffic("be", live...) // no reconcile: haproxy.cfg held them in service
 }

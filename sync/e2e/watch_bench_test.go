@@ -133,13 +133,16 @@ func BenchmarkWatchNoPost(b *testing.B) {
 // EndpointSlice write puts an endpoint on each. It reports the time from that
 // write until HAProxy has 200 servers UP with passing checks and in service
 // (scale-up-ms), then proves it with traffic reaching every node, and the
-// reloads asked for (reloads: the Data Plane API's, whose reload the test
-// server does not replay, plus the real HAProxy's).
+// reloads (reloads: those the Data Plane API runs, whose reload the test
+// server does not replay, plus the real HAProxy's; reloads-asked: the
+// commits that asked for one).
 //
 // With the Data Plane API, the burst goes in through the socket and one
-// transaction writes it to haproxy.cfg in service; the benchmark checks that
-// haproxy.cfg holds the 200 servers in service, so that the reload the commit
-// causes (reload_delay later with a real API) loads what converged.
+// transaction writes it to haproxy.cfg in maintenance; once the servers
+// passed their checks a second one writes them in service, and the API runs
+// both reloads as one (reload_delay, 5 s). The benchmark checks that
+// haproxy.cfg holds the 200 servers in service, so that the reload loads
+// what converged.
 func BenchmarkWatchScaleUp200(b *testing.B) {
 	for _, driver := range []string{"runtime", "dataplane"} {
 		b.Run(driver, func(b *testing.B) { scaleUp(b, 200, driver == "dataplane") })
@@ -196,9 +199,10 @@ func scaleUp(b *testing.B, n int, dataplane bool) {
 	took := time.Since(start)
 	b.StopTimer()
 	w.expectTraffic("be", names...)
-	reloads := w.h.Reloads(b)
+	reloads, asked := w.h.Reloads(b), 0
 	if api != nil {
-		reloads += api.Reloads()
+		reloads += api.ReloadsRun()
+		asked = api.Reloads()
 		if in, _ := persistedInService(api, "be"); in != n {
 			b.Errorf("haproxy.cfg holds %d servers in service, want %d", in, n)
 		}
@@ -208,6 +212,7 @@ func scaleUp(b *testing.B, n int, dataplane bool) {
 	}
 	b.ReportMetric(ms(took), "scale-up-ms")
 	b.ReportMetric(float64(reloads), "reloads")
+	b.ReportMetric(float64(asked), "reloads-asked")
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

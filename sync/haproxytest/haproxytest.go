@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,6 +38,8 @@ type HAProxy struct {
 	Frontends map[string]string
 	cmd       *exec.Cmd
 	logs      *os.File
+	backends  []Backend
+	servers   map[string][]string // server lines written by SetServers
 }
 
 // FreePort returns a free TCP port on host.
@@ -88,21 +91,12 @@ func Start(t testing.TB, backends ...Backend) *HAProxy {
 		Frontends:    map[string]string{},
 		AdminTCP:     net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t, "127.0.0.1"))),
 	}
-	var cfg strings.Builder
-	fmt.Fprintf(&cfg, "global\n    stats socket %s mode 600 level admin expose-fd listeners\n", h.AdminSocket)
-	fmt.Fprintf(&cfg, "    stats socket ipv4@%s level admin\n    stats timeout 1m\n", h.AdminTCP)
-	cfg.WriteString("defaults base\n    mode tcp\n    timeout connect 1s\n    timeout client 10s\n    timeout server 10s\n")
 	for _, b := range backends {
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t, "127.0.0.1")))
-		h.Frontends[b.Name] = addr
-		fmt.Fprintf(&cfg, "frontend fe_%s\n    bind %s\n    default_backend %s\n", b.Name, addr, b.Name)
-		fmt.Fprintf(&cfg, "backend %s\n", b.Name)
-		for _, l := range b.Lines {
-			fmt.Fprintf(&cfg, "    %s\n", l)
-		}
+		h.Frontends[b.Name] = net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t, "127.0.0.1")))
 	}
+	h.backends = backends
 	cfgPath := filepath.Join(dir, "haproxy.cfg")
-	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o600); err != nil {
+	if err := h.writeConfig(); err != nil {
 		t.Fatal(err)
 	}
 	if h.logs, err = os.Create(filepath.Join(dir, "haproxy.log")); err != nil {
@@ -223,6 +217,37 @@ func reloadCount(reply string) (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// writeConfig writes haproxy.cfg: the sockets, a frontend per backend, and
+// each backend's lines and server lines.
+func (h *HAProxy) writeConfig() error {
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, "global\n    stats socket %s mode 600 level admin expose-fd listeners\n", h.AdminSocket)
+	fmt.Fprintf(&cfg, "    stats socket ipv4@%s level admin\n    stats timeout 1m\n", h.AdminTCP)
+	cfg.WriteString("defaults base\n    mode tcp\n    timeout connect 1s\n    timeout client 10s\n    timeout server 10s\n")
+	for _, b := range h.backends {
+		fmt.Fprintf(&cfg, "frontend fe_%s\n    bind %s\n    default_backend %s\n", b.Name, h.Frontends[b.Name], b.Name)
+		fmt.Fprintf(&cfg, "backend %s\n", b.Name)
+		for _, l := range append(slices.Clone(b.Lines), h.servers[b.Name]...) {
+			fmt.Fprintf(&cfg, "    %s\n", l)
+		}
+	}
+	return os.WriteFile(filepath.Join(h.Dir, "haproxy.cfg"), []byte(cfg.String()), 0o600)
+}
+
+// SetServers writes lines ("server NAME ADDR:PORT ...") into backend's
+// section of haproxy.cfg, for the next Reload: what a Data Plane API
+// writes before it reloads.
+func (h *HAProxy) SetServers(t testing.TB, backend string, lines []string) {
+	t.Helper()
+	if h.servers == nil {
+		h.servers = map[string][]string{}
+	}
+	h.servers[backend] = lines
+	if err := h.writeConfig(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Reload reloads HAProxy (SIGUSR2 to the master, which every version takes)
