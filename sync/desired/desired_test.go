@@ -351,6 +351,8 @@ func TestNodeLifecycle(t *testing.T) {
 		{"plain", func(*corev1.Node) {}, ready, false, model.Ready, ReasonEndpoints, ""},
 		{"exclude label, any value", func(n *corev1.Node) { n.Labels[LabelExcludeFromLB] = "" }, ready, false, "", ReasonLabel, ""},
 		{"autoscaler deletion taint drains", taint(TaintToBeDeleted), ready, false, model.Drain, ReasonTaint, ""},
+		{"Karpenter's disruption taint drains", taint(TaintKarpenterDisrupted), ready, false, model.Drain, ReasonTaint, ""},
+		{"the legacy exclude label, any value", func(n *corev1.Node) { n.Labels[LabelExcludeBalancer] = "true" }, ready, false, "", ReasonLabel, ""},
 		{"the taint never raises a maint node", taint(TaintToBeDeleted), notReady, false, model.Maint, ReasonEndpoints, ""},
 		{"another taint changes nothing", taint("example.com/gpu"), ready, false, model.Ready, ReasonEndpoints, ""},
 		{"cordoned: unchanged by default", func(n *corev1.Node) { n.Spec.Unschedulable = true }, ready, false, model.Ready, ReasonEndpoints, ""},

@@ -10,17 +10,23 @@ import (
 // Kubernetes service controller and cloud load balancers do, plus a pin for
 // operators:
 //
-//	the exclude label             not wanted: parked, then removed (guard applies)
+//	an exclude label              not wanted: parked, then removed (guard applies)
 //	annotation haproxy-k8s-sync.io/state: ready|drain|maint
 //	                              that state, whatever the rest says
-//	the autoscaler's deletion taint  drain (at most)
+//	a termination taint           drain (at most)
 //	cordoned, with DrainCordoned  drain (at most)
 //	otherwise                     the endpoints' state
 const (
 	// LabelExcludeFromLB takes a Node out of load balancers (any value).
 	LabelExcludeFromLB = "node.kubernetes.io/exclude-from-external-load-balancers"
+	// LabelExcludeBalancer is the label's older name, which the service
+	// controller still honours (any value).
+	LabelExcludeBalancer = "alpha.service-controller.kubernetes.io/exclude-balancer"
 	// TaintToBeDeleted marks a Node the cluster autoscaler is removing.
 	TaintToBeDeleted = "ToBeDeletedByClusterAutoscaler"
+	// TaintKarpenterDisrupted marks a Node Karpenter is about to remove
+	// (consolidation, drift, expiry, interruption).
+	TaintKarpenterDisrupted = "karpenter.sh/disrupted"
 	// AnnotationState pins the state of a Node's server.
 	AnnotationState = "haproxy-k8s-sync.io/state"
 )
@@ -41,8 +47,10 @@ const ReasonInvalidAnnotation = "invalid-annotation"
 // nodeState decides the state of n's server from the state its endpoints
 // give, and why; excluded means n takes no part in load balancing.
 func (c *computer) nodeState(n *corev1.Node, fromEndpoints model.State) (model.State, string, bool) {
-	if _, ok := n.Labels[LabelExcludeFromLB]; ok {
-		return "", ReasonLabel, true
+	for _, l := range []string{LabelExcludeFromLB, LabelExcludeBalancer} {
+		if _, ok := n.Labels[l]; ok {
+			return "", ReasonLabel, true
+		}
 	}
 	if v, ok := n.Annotations[AnnotationState]; ok {
 		switch s := model.State(v); s {
@@ -59,7 +67,7 @@ func (c *computer) nodeState(n *corev1.Node, fromEndpoints model.State) (model.S
 		}
 	}
 	for _, t := range n.Spec.Taints {
-		if t.Key == TaintToBeDeleted {
+		if t.Key == TaintToBeDeleted || t.Key == TaintKarpenterDisrupted {
 			lower(model.Drain, ReasonTaint)
 		}
 	}

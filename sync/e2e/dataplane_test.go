@@ -204,7 +204,7 @@ func TestDataplaneReloadWhileBurstWaits(t *testing.T) {
 	var dead string
 	var eps []endpoint
 	for i := range n {
-		ip := fmt.Sprintf("127.0.7.%d", i+1)
+		ip := fmt.Sprintf("127.0.8.%d", i+1)
 		name := w.node(fmt.Sprintf("n%02d", i), ip)
 		if i == 3 {
 			dead = name
@@ -212,7 +212,7 @@ func TestDataplaneReloadWhileBurstWaits(t *testing.T) {
 			listen(t, name, ip, np)
 			live = append(live, name)
 		}
-		eps = append(eps, endpoint{ip: fmt.Sprintf("10.244.7.%d", i+1), node: name})
+		eps = append(eps, endpoint{ip: fmt.Sprintf("10.244.8.%d", i+1), node: name})
 	}
 	w.slice("web-1", "web", map[string]int32{"http": 8080}, eps...)
 

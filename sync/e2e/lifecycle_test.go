@@ -17,9 +17,10 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/metrics"
 )
 
-// TestNodeLifecycle: six Nodes each host a ready endpoint. The exclude label,
-// the autoscaler's deletion taint, a cordon (with CORDONED_NODES=drain) and
-// the state annotation move their servers as README's table says, on a real
+// TestNodeLifecycle: eight Nodes each host a ready endpoint. The exclude
+// label and its legacy name, the autoscaler's deletion taint, Karpenter's
+// disruption taint, a cordon (with CORDONED_NODES=drain) and the state
+// annotation move their servers as README's table says, on a real
 // HAProxy, with traffic to match; an invalid annotation is skipped and
 // reported; removing them all restores every server. Every transition is
 // logged once in one shape and counted by reason.
@@ -32,7 +33,7 @@ func TestNodeLifecycle(t *testing.T) {
 	m := metrics.New(reg, "test")
 	w.rec.OnTransition = m.Transition
 
-	names := []string{"plain", "excluded", "tainted", "cordoned", "pinned", "bad"}
+	names := []string{"plain", "excluded", "tainted", "cordoned", "pinned", "bad", "karpenter", "legacy"}
 	nodes := map[string]string{}
 	svc := w.service("web", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80})
 	np := int(svc.Spec.Ports[0].NodePort)
@@ -60,13 +61,19 @@ func TestNodeLifecycle(t *testing.T) {
 		w.patchNode(nodes["tainted"], func(n *corev1.Node) {
 			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: desired.TaintToBeDeleted, Value: "1700000000", Effect: corev1.TaintEffectNoSchedule})
 		})
+		w.patchNode(nodes["karpenter"], func(n *corev1.Node) {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: desired.TaintKarpenterDisrupted, Effect: corev1.TaintEffectNoSchedule})
+		})
+		w.patchNode(nodes["legacy"], func(n *corev1.Node) { n.Labels[desired.LabelExcludeBalancer] = "true" })
 		w.patchNode(nodes["cordoned"], func(n *corev1.Node) { n.Spec.Unschedulable = true })
 		w.patchNode(nodes["pinned"], func(n *corev1.Node) { n.Annotations[desired.AnnotationState] = "maint" })
 		w.patchNode(nodes["bad"], func(n *corev1.Node) { n.Annotations[desired.AnnotationState] = "off" })
 		res := w.mustReconcile()
 		want := all()
 		delete(want, nodes["excluded"])
+		delete(want, nodes["legacy"])
 		want[nodes["tainted"]] = server{"127.0.7.3", np, "drain"}
+		want[nodes["karpenter"]] = server{"127.0.7.7", np, "drain"}
 		want[nodes["cordoned"]] = server{"127.0.7.4", np, "drain"}
 		want[nodes["pinned"]] = server{"127.0.7.5", np, "maint"}
 		w.expectServers("be", want)
@@ -76,9 +83,10 @@ func TestNodeLifecycle(t *testing.T) {
 		}
 	})
 	step(t, "all removed: every server back", func(t *testing.T) {
-		for _, n := range []string{"excluded", "tainted", "cordoned", "pinned", "bad"} {
+		for _, n := range []string{"excluded", "tainted", "cordoned", "pinned", "bad", "karpenter", "legacy"} {
 			w.patchNode(nodes[n], func(n *corev1.Node) {
 				delete(n.Labels, desired.LabelExcludeFromLB)
+				delete(n.Labels, desired.LabelExcludeBalancer)
 				delete(n.Annotations, desired.AnnotationState)
 				n.Spec.Taints, n.Spec.Unschedulable = nil, false
 			})
@@ -107,21 +115,25 @@ func TestNodeLifecycle(t *testing.T) {
 		got[fmt.Sprintf("%s %s>%s %s", strings.TrimPrefix(l.Server, w.ns+"-"), l.From, l.To, l.Reason)]++
 	}
 	// Before 3.0 a server is deleted by a later reconcile, once parked.
-	if got["excluded ready>maint label"] == 1 && got["excluded maint>deleted label"] == 1 {
-		delete(got, "excluded ready>maint label")
-		delete(got, "excluded maint>deleted label")
-		got["excluded ready>deleted label"]++
+	for _, n := range []string{"excluded", "legacy"} {
+		if got[n+" ready>maint label"] == 1 && got[n+" maint>deleted label"] == 1 {
+			delete(got, n+" ready>maint label")
+			delete(got, n+" maint>deleted label")
+			got[n+" ready>deleted label"]++
+		}
 	}
 	want := map[string]int{
 		// first sync: each server held in drain until its check passes
 		"plain absent>drain check": 1, "tainted absent>drain check": 1, "cordoned absent>drain check": 1,
 		"pinned absent>drain check": 1, "bad absent>drain check": 1,
-		"excluded absent>drain check": 2, // and back at the end
-		"plain drain>ready endpoints": 1, "bad drain>ready endpoints": 1, "excluded drain>ready endpoints": 2,
-		// label, taint, cordon, annotation
-		"excluded ready>deleted label": 1, "tainted ready>drain taint": 1, "cordoned ready>drain cordon": 1, "pinned ready>maint annotation": 1,
+		"karpenter absent>drain check": 1,
+		"excluded absent>drain check": 2, "legacy absent>drain check": 2, // and back at the end
+		"plain drain>ready endpoints": 1, "bad drain>ready endpoints": 1, "excluded drain>ready endpoints": 2, "legacy drain>ready endpoints": 2,
+		// labels, taints, cordon, annotation
+		"excluded ready>deleted label": 1, "legacy ready>deleted label": 1, "tainted ready>drain taint": 1, "karpenter ready>drain taint": 1,
+		"cordoned ready>drain cordon": 1, "pinned ready>maint annotation": 1,
 		// all removed: back from drain at once (checks ran), from maintenance through the gate
-		"tainted drain>ready endpoints": 2, "cordoned drain>ready endpoints": 2,
+		"tainted drain>ready endpoints": 2, "karpenter drain>ready endpoints": 2, "cordoned drain>ready endpoints": 2,
 		"pinned maint>drain check": 1, "pinned drain>ready endpoints": 2,
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -130,8 +142,8 @@ func TestNodeLifecycle(t *testing.T) {
 	count := func(to, reason string) float64 {
 		return testutil.ToFloat64(mustCounter(t, reg, "haproxy_k8s_sync_server_transitions_total", to, reason))
 	}
-	if count("drain", "taint") != 1 || count("drain", "cordon") != 1 || count("maint", "annotation") != 1 ||
-		count("deleted", "label") != 1 || count("ready", "endpoints") != 6+4 {
+	if count("drain", "taint") != 2 || count("drain", "cordon") != 1 || count("maint", "annotation") != 1 ||
+		count("deleted", "label") != 2 || count("ready", "endpoints") != 8+6 {
 		t.Errorf("transition metric: taint %v cordon %v annotation %v label %v endpoints %v", count("drain", "taint"),
 			count("drain", "cordon"), count("maint", "annotation"), count("deleted", "label"), count("ready", "endpoints"))
 	}
