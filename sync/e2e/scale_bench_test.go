@@ -37,7 +37,6 @@ type scaleCase struct {
 	mode      desired.Mode
 	nodes     int // node mode: Nodes in the cluster
 	endpoints int // ready endpoints, one per hosting Node in node mode
-	inter     string
 }
 
 // BenchmarkServiceAtScale runs the real service (serve, watching, runtime API
@@ -56,20 +55,19 @@ type scaleCase struct {
 //     initial lists and sync included; anon-RSS-MB: its heap and stacks at
 //     the end (RssAnon), without the pages of the binary it maps.
 //
-// Checks run every 200 ms (rise 1), every 10 s in the largest pod case:
-// 10,000 servers checked more often would load this 2-core machine, which
-// also runs HAProxy and the listeners, more than the service does.
+// Checks run on the shipped timing (config.ShippedCheck: inter 1.5s,
+// fastinter 100ms, downinter 200ms, rise 2), what users get.
 //
 // The large node case lists benchNodes realistic Nodes (5,000 in `make
 // bench`) with a Service of 100 endpoints on 100 of them; the large pod case
 // has benchEndpoints endpoints (10,000 in `make bench`) in slices of 100.
 func BenchmarkServiceAtScale(b *testing.B) {
 	for _, sc := range []scaleCase{
-		{name: "node-10", mode: desired.NodeMode, nodes: 10, endpoints: 10, inter: "200ms"},
-		{name: fmt.Sprintf("node-%d", benchNodes(b)), mode: desired.NodeMode, nodes: benchNodes(b), endpoints: 100, inter: "200ms"},
-		{name: "pod-10", mode: desired.PodMode, endpoints: 10, inter: "200ms"},
-		{name: "pod-1000", mode: desired.PodMode, endpoints: 1000, inter: "200ms"},
-		{name: fmt.Sprintf("pod-%d", benchEndpoints(b)), mode: desired.PodMode, endpoints: benchEndpoints(b), inter: "10s"},
+		{name: "node-10", mode: desired.NodeMode, nodes: 10, endpoints: 10},
+		{name: fmt.Sprintf("node-%d", benchNodes(b)), mode: desired.NodeMode, nodes: benchNodes(b), endpoints: 100},
+		{name: "pod-10", mode: desired.PodMode, endpoints: 10},
+		{name: "pod-1000", mode: desired.PodMode, endpoints: 1000},
+		{name: fmt.Sprintf("pod-%d", benchEndpoints(b)), mode: desired.PodMode, endpoints: benchEndpoints(b)},
 	} {
 		b.Run(sc.name, func(b *testing.B) { serviceAtScale(b, sc) })
 	}
@@ -122,7 +120,8 @@ func serviceAtScale(b *testing.B, sc scaleCase) {
 	s := startService(b,
 		"KUBECONFIG="+kubeconfigVia(b, proxy.addr()), "INGRESS_NAMESPACE="+w.ns, "INGRESS_SERVICE_NAME=web",
 		"TARGET_ADDRESS="+string(sc.mode), "HAPROXY_BACKEND_NAME=be", "HAPROXY_RUNTIME_URL="+w.h.RuntimeURL(),
-		"MAX_SERVERS=20000", "HAPROXY_CHECK_INTER="+sc.inter, "HAPROXY_CHECK_RISE=1", "HAPROXY_CHECK_FALL=1")
+		"MAX_SERVERS=20000") // the shipped check timing
+
 	inService := func(srv haproxytest.Server) bool { return srv.Up() && !srv.Maint() && !srv.Drain() }
 	// Reading and parsing "show servers state" costs time in proportion to
 	// the servers; polling 10,000 of them every 2 ms would load this machine
