@@ -127,7 +127,7 @@ func TestNodeLifecycle(t *testing.T) {
 		"plain absent>drain check": 1, "tainted absent>drain check": 1, "cordoned absent>drain check": 1,
 		"pinned absent>drain check": 1, "bad absent>drain check": 1,
 		"karpenter absent>drain check": 1,
-		"excluded absent>drain check": 2, "legacy absent>drain check": 2, // and back at the end
+		"excluded absent>drain check":  2, "legacy absent>drain check": 2, // and back at the end
 		"plain drain>ready endpoints": 1, "bad drain>ready endpoints": 1, "excluded drain>ready endpoints": 2, "legacy drain>ready endpoints": 2,
 		// labels, taints, cordon, annotation
 		"excluded ready>deleted label": 1, "legacy ready>deleted label": 1, "tainted ready>drain taint": 1, "karpenter ready>drain taint": 1,
