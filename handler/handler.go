@@ -38,6 +38,7 @@ import (
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/auth"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/trigger"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 )
 
@@ -47,6 +48,10 @@ const MaxBody = 1 << 20
 // retryAfter is sent with 503: long enough for a restarting API to come back.
 const retryAfter = "5"
 
+// retryAfterPermanent is sent with a 503 whose failure is permanent
+// (errorClass "permanent"): a backend HAProxy cannot manage as configured.
+const retryAfterPermanent = "60"
+
 // Default bounds of the work callers can ask for.
 const (
 	// DefaultMaxWaiters bounds the callers waiting for a real reconcile.
@@ -55,16 +60,11 @@ const (
 	DefaultMaxDryRuns = 8
 )
 
-// Reconciler runs one full reconcile.
-type Reconciler interface {
-	Reconcile(ctx context.Context, dryRun bool) (reconcile.Result, error)
-}
-
 // Config is what the handler needs.
 type Config struct {
 	// Reconciler runs a reconcile; the handler shares real runs between
 	// concurrent callers and runs dry runs on their own.
-	Reconciler Reconciler
+	Reconciler reconcile.Runner
 	// Shared, when set, is the coalescer real runs go through, so that
 	// requests share reconciles with the service's own pokes (watch,
 	// resync); nil means one of the handler's own around Reconciler.
@@ -268,8 +268,13 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, tr trigger.Trigger, dr
 			writeError(w, http.StatusServiceUnavailable, "the reconcile did not end in time; try again")
 			return
 		}
-		log.Error("reconcile failed", "status", res.Status, "error", err, "durationMs", res.DurationMs, "targets", res.Targets)
+		log.Error("reconcile failed", "status", res.Status, "error", err, "errorClass", res.ErrorClass, "durationMs", res.DurationMs, "targets", res.Targets)
 		w.Header().Set("Retry-After", retryAfter)
+		if res.ErrorClass == failure.Permanent {
+			// Still 503 (Knative retries nothing else from a direct
+			// source), but nothing helps until the configuration changes.
+			w.Header().Set("Retry-After", retryAfterPermanent)
+		}
 		writeJSON(w, http.StatusServiceUnavailable, res)
 		return
 	}

@@ -7,6 +7,8 @@
 // never imported as such:
 //
 //	model       the shared vocabulary: Server, Backend, State (a leaf)
+//	failure     the classes of failure: temporary, unreachable, permanent (a leaf)
+//	cut         bounds text taken from outside before it is quoted (a leaf)
 //	config      the one Config, read from the environment
 //	desired     Kubernetes objects -> desired backends (pure)
 //	plan        current vs desired -> changes (pure)
@@ -18,4 +20,6 @@
 //	reconcile   wires one reconcile: read, plan, apply with retry
 //	dataplanetest  a spec-validating Data Plane API server for tests
 //	haproxytest    private HAProxy processes and counting listeners for tests
+//	desired/desiredtest, kube/kubetest  Kubernetes inputs and clients for tests
+//	e2e         end-to-end tests and benchmarks: real kube-apiserver, real HAProxy
 package sync

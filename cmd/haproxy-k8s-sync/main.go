@@ -94,7 +94,7 @@ func run(args []string) int {
 	klog.SetSlogLogger(log) // client-go's own lines in the same format
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := metrics.New(reg, version)
+	m := metrics.New(reg, version, revision())
 	rec, checks, kc, err := newReconciler(cfg, *manifests, log, m)
 	if err != nil {
 		log.Error("start", "error", err)
@@ -154,15 +154,23 @@ func newLogger(level, format string) *slog.Logger {
 // versionString is the version, the commit it was built from and the Go
 // version, e.g. "haproxy-k8s-sync 0.2.0 (commit 1c161e6, go1.26.8)".
 func versionString() string {
-	commit := "unknown"
+	commit := revision()
+	if len(commit) > 7 {
+		commit = commit[:7]
+	}
+	return fmt.Sprintf("haproxy-k8s-sync %s (commit %s, %s)", version, commit, runtime.Version())
+}
+
+// revision is the VCS revision the binary was built from, or "unknown".
+func revision() string {
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 7 {
-				commit = s.Value[:7]
+			if s.Key == "vcs.revision" && s.Value != "" {
+				return s.Value
 			}
 		}
 	}
-	return fmt.Sprintf("haproxy-k8s-sync %s (commit %s, %s)", version, commit, runtime.Version())
+	return "unknown"
 }
 
 // help lists the commands and every variable, from the configuration's own

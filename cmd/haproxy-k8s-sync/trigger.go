@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/trigger"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 )
 
 // maxAnswer bounds what trigger reads of an answer.
@@ -77,6 +79,16 @@ func (e *statusError) Error() string {
 	return fmt.Sprintf("%d %s: %s", e.code, http.StatusText(e.code), trigger.Short(strings.TrimSpace(e.body)))
 }
 
+// permanent reports whether a failed reconcile's answer says that trying
+// again cannot help until someone changes the configuration
+// (errorClass "permanent": a backend HAProxy cannot manage as configured).
+func permanent(body []byte) bool {
+	var res struct {
+		ErrorClass failure.Class `json:"errorClass"`
+	}
+	return json.Unmarshal(body, &res) == nil && res.ErrorClass == failure.Permanent
+}
+
 // post POSTs an empty body until a 2xx, a final answer or ctx's end.
 func post(ctx context.Context, target, token string) ([]byte, error) {
 	client := &http.Client{Timeout: 45 * time.Second}
@@ -111,7 +123,7 @@ func post(ctx context.Context, target, token string) ([]byte, error) {
 			return nil
 		}
 		last = &statusError{code: resp.StatusCode, body: string(body)}
-		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
+		if (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500) && !permanent(body) {
 			return retry.RetryableError(last)
 		}
 		return last

@@ -307,3 +307,28 @@ func TestReconcileManifestsNodeLifecycle(t *testing.T) {
 		t.Errorf("result %s", out)
 	}
 }
+
+// TestTriggerStopsOnAPermanentFailure: a 503 whose answer says the failure
+// is permanent (a backend HAProxy cannot manage as configured) is not tried
+// again until the timeout; a temporary one is.
+func TestTriggerStopsOnAPermanentFailure(t *testing.T) {
+	for _, tt := range []struct {
+		class string
+		calls int32
+	}{{"permanent", 1}, {"temporary", 3}} {
+		var calls atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if calls.Add(1) >= 3 {
+				_, _ = w.Write([]byte(`{"status":"unchanged"}`))
+				return
+			}
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, `{"status":"error","error":"haproxy target failed: 1 of 1","errorClass":%q}`, tt.class)
+		}))
+		code, _, errOut := runTrigger(t, "--timeout 20s "+srv.URL, "WEBHOOK_TOKEN=secret-token-0123456789")
+		srv.Close()
+		if calls.Load() != tt.calls || (code == 0) != (tt.class == "temporary") {
+			t.Errorf("%s: exit %d after %d calls, want %d; stderr %q", tt.class, code, calls.Load(), tt.calls, errOut)
+		}
+	}
+}

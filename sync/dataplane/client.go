@@ -51,6 +51,7 @@ import (
 
 	"github.com/haproxytech/client-native/v6/models"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
 )
@@ -175,7 +176,7 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 		return model.Backend{}, fmt.Errorf("read servers of %s: %w", backend, err)
 	}
 	if v1.version != v2.version {
-		return model.Backend{}, &conflictError{fmt.Sprintf("read backend %s: configuration changed between reads (%d, %d)", backend, v1.version, v2.version)}
+		return model.Backend{}, &failure.ConflictError{Msg: fmt.Sprintf("read backend %s: configuration changed between reads (%d, %d)", backend, v1.version, v2.version)}
 	}
 	if err := dynamicAlgorithm(&be); err != nil {
 		return model.Backend{}, err
@@ -211,14 +212,6 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 	return out, nil
 }
 
-// BackendError is a backend this service cannot manage as configured; no
-// retry helps until haproxy.cfg changes.
-type BackendError struct {
-	Backend, Reason string
-}
-
-func (e *BackendError) Error() string { return "backend " + e.Backend + ": " + e.Reason }
-
 // dynamicAlgorithm refuses a backend whose balance algorithm cannot take
 // servers at runtime: static-rr, and hashes with the default map-based
 // hash-type (HAProxy refuses "add server" there; churn would need reloads).
@@ -236,7 +229,7 @@ func dynamicAlgorithm(be *models.Backend) error {
 			return nil
 		}
 	}
-	return &BackendError{Backend: be.Name, Reason: fmt.Sprintf(
+	return &failure.BackendError{Backend: be.Name, Reason: fmt.Sprintf(
 		"balance %s cannot take runtime servers: use roundrobin, leastconn, first, random, or hash-type consistent", algo)}
 }
 
@@ -465,7 +458,7 @@ func (c *Client) addAtRuntime(ctx context.Context, backend string, changes []pla
 // whether it recorded err.
 func refusedOne(err error, server string, failed *plan.ServerErrors) bool {
 	var apiErr *APIError
-	if err == nil || !errors.As(err, &apiErr) || apiErr.Temporary() {
+	if err == nil || !errors.As(err, &apiErr) || apiErr.Class() == failure.Temporary {
 		return false
 	}
 	switch apiErr.Status {
@@ -589,7 +582,7 @@ func (c *Client) transaction(ctx context.Context, version int64, p plan.Plan, ch
 		// commit outdated it: we lost a race, re-read and try again.
 		var apiErr *APIError
 		if err != nil && errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound {
-			err = &conflictError{fmt.Sprintf("transaction %s is gone (another writer committed first): %v", tx.ID, err)}
+			err = &failure.ConflictError{Msg: fmt.Sprintf("transaction %s is gone (another writer committed first): %v", tx.ID, err)}
 		}
 	}()
 
@@ -752,12 +745,12 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 		if errors.As(err, &certErr) {
 			return response{}, err // a wrong CA or name does not heal by retrying
 		}
-		return response{}, &networkError{err}
+		return response{}, &failure.NetworkError{Err: err}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return response{}, &networkError{fmt.Errorf("read %s %s: %w", method, path, err)}
+		return response{}, &failure.NetworkError{Err: fmt.Errorf("read %s %s: %w", method, path, err)}
 	}
 	r := response{status: resp.StatusCode}
 	r.version, _ = strconv.ParseInt(resp.Header.Get("Configuration-Version"), 10, 64)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
 )
@@ -219,7 +220,7 @@ func TestConflictIsTemporary(t *testing.T) {
 	before := api.Servers("be")
 	_, err = c.Apply(ctx, plan.Calculate(cur, want(srv("node-a", "127.0.1.2", model.Ready))))
 	var apiErr *dataplane.APIError
-	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict || !apiErr.Conflict() || !apiErr.Temporary() {
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict || !apiErr.Conflict() || apiErr.Class() != failure.Temporary {
 		t.Fatalf("err = %v, want a temporary 409 conflict", err)
 	}
 	if got := api.Servers("be"); got[0].Address != before[0].Address {
@@ -245,7 +246,7 @@ func TestFailedCommitDeletesTransaction(t *testing.T) {
 	}
 	_, err = c.Apply(ctx, plan.Calculate(cur, want(srv("node-a", "127.0.1.1", model.Ready))))
 	var apiErr *dataplane.APIError
-	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || apiErr.Temporary() {
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || apiErr.Class() == failure.Temporary {
 		t.Fatalf("err = %v, want a permanent 400", err)
 	}
 	if !strings.Contains(err.Error(), "invalid server") {
@@ -275,7 +276,7 @@ func TestOutdatedTransactionIsTemporary(t *testing.T) {
 	})
 	_, err := c.Apply(ctx, plan.Calculate(cur, want(srv("node-a", "127.0.1.1", model.Ready))))
 	var apiErr *dataplane.APIError
-	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotAcceptable || !apiErr.Temporary() {
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotAcceptable || apiErr.Class() != failure.Temporary {
 		t.Fatalf("err = %v, want a temporary 406", err)
 	}
 	if api.OpenTransactions() != 0 {
@@ -328,7 +329,7 @@ func TestAuthHeaders(t *testing.T) {
 		_, c := setup(t, dataplanetest.Options{Username: "admin", Password: "pw"}, dataplane.Auth{Username: "admin", Password: "nope"})
 		_, err := c.Read(context.Background(), "be")
 		var apiErr *dataplane.APIError
-		if !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnauthorized || apiErr.Temporary() {
+		if !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnauthorized || apiErr.Class() == failure.Temporary {
 			t.Fatalf("err = %v, want a permanent 401", err)
 		}
 		if strings.Contains(err.Error(), "nope") {
@@ -349,18 +350,30 @@ func TestMissingBackendIsPermanent(t *testing.T) {
 	_, c := setup(t, dataplanetest.Options{}, dataplane.Auth{})
 	_, err := c.Read(context.Background(), "nope")
 	var apiErr *dataplane.APIError
-	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotFound || apiErr.Temporary() {
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotFound || apiErr.Class() == failure.Temporary {
 		t.Fatalf("err = %v, want a permanent 404", err)
 	}
 }
 
-func TestNetworkErrorIsTemporary(t *testing.T) {
-	u, _ := url.Parse("http://127.0.0.1:1") // nothing listens on port 1
-	c := dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: time.Second})
-	_, err := c.Read(context.Background(), "be")
-	var tmp interface{ Temporary() bool }
-	if !errors.As(err, &tmp) || !tmp.Temporary() {
-		t.Fatalf("err = %v, want temporary", err)
+// TestNetworkErrorClasses: nothing listening is Unreachable (not retried
+// within the reconcile: it fails in milliseconds); a connection that drops
+// before the answer is Temporary.
+func TestNetworkErrorClasses(t *testing.T) {
+	dropping := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, _, _ := w.(http.Hijacker).Hijack()
+		c.Close()
+	}))
+	defer dropping.Close()
+	for _, tt := range []struct {
+		url  string
+		want failure.Class
+	}{{"http://127.0.0.1:1", failure.Unreachable}, {dropping.URL, failure.Temporary}} {
+		u, _ := url.Parse(tt.url)
+		c := dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: time.Second})
+		_, err := c.Read(context.Background(), "be")
+		if got := failure.Of(err); got != tt.want {
+			t.Errorf("%s: err = %v, class %q, want %q", tt.url, err, got, tt.want)
+		}
 	}
 }
 
@@ -381,7 +394,7 @@ func TestHTTPSWithCAFile(t *testing.T) {
 	plain, _ := dataplane.NewHTTPClient("", 5*time.Second)
 	if _, err := dataplane.New(u, dataplane.Auth{}, plain).Read(context.Background(), "be"); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("without the CA: err = %v, want a certificate error", err)
-	} else if tmp := (interface{ Temporary() bool })(nil); errors.As(err, &tmp) && tmp.Temporary() {
+	} else if failure.Retryable(err) {
 		t.Errorf("certificate error %v is retried", err)
 	}
 	if err := os.WriteFile(ca, []byte("not pem"), 0o600); err != nil {
@@ -594,7 +607,7 @@ func TestStaticAlgorithmIsRefused(t *testing.T) {
 	}
 	api.SetBalance("be", "static-rr")
 	_, err := c.Read(context.Background(), "be")
-	var be *dataplane.BackendError
+	var be *failure.BackendError
 	if !errors.As(err, &be) || !strings.Contains(err.Error(), "static-rr") {
 		t.Fatalf("err = %v, want a BackendError naming static-rr", err)
 	}
@@ -775,7 +788,7 @@ func TestARefusedServerChangeDoesNotStopTheOthers(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	var apiErr *dataplane.APIError
-	if !errors.As(err, &apiErr) || apiErr.Temporary() {
+	if !errors.As(err, &apiErr) || apiErr.Class() == failure.Temporary {
 		t.Errorf("err = %v, want a permanent API error inside", err)
 	}
 	if st := api.States("be"); st["10.0.0.2"] != "maint" || st["10.0.0.1"] != "ready" {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 )
 
 // APIError is a non-2xx answer of the Data Plane API.
@@ -26,25 +28,14 @@ func (e *APIError) Conflict() bool {
 		e.Status == http.StatusConflict && strings.HasPrefix(e.Message, "version mismatch")
 }
 
-// Temporary reports whether trying again later may succeed: conflicts, 429 and 5xx.
-// Other 4xx mean the request itself is wrong and fail fast.
-func (e *APIError) Temporary() bool {
-	return e.Conflict() || e.Status == http.StatusTooManyRequests || e.Status >= 500
+// Class is Temporary for conflicts, 429 and 5xx; other 4xx mean the request
+// itself is wrong: Permanent, not retried.
+func (e *APIError) Class() failure.Class {
+	if e.Conflict() || e.Status == http.StatusTooManyRequests || e.Status >= 500 {
+		return failure.Temporary
+	}
+	return failure.Permanent
 }
-
-// networkError is a request that got no HTTP answer; always worth retrying.
-type networkError struct{ err error }
-
-func (e *networkError) Error() string   { return e.err.Error() }
-func (e *networkError) Unwrap() error   { return e.err }
-func (e *networkError) Temporary() bool { return true }
-
-// conflictError is a conflict seen by the client itself (two reads at different
-// versions), treated like the API's 409.
-type conflictError struct{ msg string }
-
-func (e *conflictError) Error() string   { return e.msg }
-func (e *conflictError) Temporary() bool { return true }
 
 // decodeError reads an error body leniently: client-native's models.Error
 // refuses bodies whose extra fields are not strings, and proxies in front of

@@ -30,7 +30,7 @@ func TestNodeLifecycle(t *testing.T) {
 	var logs lockedBuffer
 	w.rec.Log = slog.New(slog.NewJSONHandler(&logs, nil))
 	reg := prometheus.NewRegistry()
-	m := metrics.New(reg, "test")
+	m := metrics.New(reg, "test", "unknown")
 	w.rec.OnTransition = m.Transition
 
 	names := []string{"plain", "excluded", "tainted", "cordoned", "pinned", "bad", "karpenter", "legacy"}

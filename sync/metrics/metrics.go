@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -47,8 +46,9 @@ type Metrics struct {
 	dryRuns         *prometheus.CounterVec
 }
 
-// New registers the collectors on reg.
-func New(reg prometheus.Registerer, version string) *Metrics {
+// New registers the collectors on reg; version and revision (the VCS
+// revision the binary was built from) label build_info.
+func New(reg prometheus.Registerer, version, revision string) *Metrics {
 	m := &Metrics{
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reconciles_total",
 			Help: "Reconciles (dry runs apart) by result: applied, unchanged, error."}, []string{"result"}),
@@ -95,7 +95,7 @@ func New(reg prometheus.Registerer, version string) *Metrics {
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
 		Help: "Build information: version, VCS revision, Go version; always 1."}, []string{"version", "revision", "goversion"})
-	build.WithLabelValues(version, revision(), runtime.Version()).Set(1)
+	build.WithLabelValues(version, revision, runtime.Version()).Set(1)
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
 		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, m.watchEvents, m.watchRestarts,
 		m.pokes, m.pokesCoalesced, m.authFailures, m.skipped, m.transitions,
@@ -137,17 +137,12 @@ func (m *Metrics) AuthFailure(reason string) { m.authFailures.WithLabelValues(re
 // Ignored counts an event the handler skipped.
 func (m *Metrics) Ignored() { m.ignored.Inc() }
 
-// Reconciler is the handler's view of a reconciler.
-type Reconciler interface {
-	Reconcile(ctx context.Context, dryRun bool) (reconcile.Result, error)
-}
-
 // WrapReconciler counts reconciles, their duration, retries and reloads.
-func (m *Metrics) WrapReconciler(r Reconciler) Reconciler { return observed{m, r} }
+func (m *Metrics) WrapReconciler(r reconcile.Runner) reconcile.Runner { return observed{m, r} }
 
 type observed struct {
 	m *Metrics
-	r Reconciler
+	r reconcile.Runner
 }
 
 func (o observed) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result, error) {
@@ -209,8 +204,14 @@ func (s source) Read(ctx context.Context) (desired.Input, error) {
 	return in, err
 }
 
-// WrapDriver counts calls to one HAProxy target and its writes by kind.
-func (m *Metrics) WrapDriver(d reconcile.Driver) reconcile.Driver { return driver{m, d} }
+// WrapDriver counts calls to one HAProxy target and its writes by kind. The
+// wrapper is a reconcile.UpReader exactly when d is one.
+func (m *Metrics) WrapDriver(d reconcile.Driver) reconcile.Driver {
+	if ur, ok := d.(reconcile.UpReader); ok {
+		return upDriver{driver{m, d}, ur}
+	}
+	return driver{m, d}
+}
 
 type driver struct {
 	m *Metrics
@@ -221,13 +222,14 @@ func (d driver) Name() string { return d.d.Name() }
 
 func (d driver) Policy() plan.Policy { return d.d.Policy() }
 
-// ReadUp passes through to the driver if it reads UP states separately.
-func (d driver) ReadUp(ctx context.Context, backend string) (map[string]bool, error) {
-	ur, ok := d.d.(reconcile.UpReader)
-	if !ok {
-		return nil, reconcile.ErrUpInRead
-	}
-	up, err := ur.ReadUp(ctx, backend)
+// upDriver is a driver whose driver reads UP states separately.
+type upDriver struct {
+	driver
+	ur reconcile.UpReader
+}
+
+func (d upDriver) ReadUp(ctx context.Context, backend string) (map[string]bool, error) {
+	up, err := d.ur.ReadUp(ctx, backend)
 	d.m.haproxyRequests.WithLabelValues(d.d.Name(), "read-up", result(err)).Inc()
 	return up, err
 }
@@ -245,16 +247,4 @@ func (d driver) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		d.m.writes.WithLabelValues(string(k)).Add(float64(n))
 	}
 	return a, err
-}
-
-// revision is the VCS revision the binary was built from, or "unknown".
-func revision() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				return s.Value
-			}
-		}
-	}
-	return "unknown"
 }

@@ -38,7 +38,7 @@ func TestMetricsThroughTheHandler(t *testing.T) {
 	u, _ := url.Parse(api.URL)
 
 	reg := prometheus.NewRegistry()
-	m := metrics.New(reg, "v-test")
+	m := metrics.New(reg, "v-test", "unknown")
 	tok, err := auth.NewToken("tok-0123456789abcdef")
 	if err != nil {
 		t.Fatal(err)
@@ -152,4 +152,22 @@ func grep(text, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// plainDriver is a driver whose Read says which servers are UP: no ReadUp.
+type plainDriver struct{ reconcile.Driver }
+
+// TestWrappedDriverReadsUpOnlyWhenItsDriverDoes: the reconciler asks a
+// driver for UP states only when it is a reconcile.UpReader; the wrapper
+// must be one exactly when the driver it wraps is.
+func TestWrappedDriverReadsUpOnlyWhenItsDriverDoes(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry(), "v-test", "unknown")
+	u, _ := url.Parse("http://127.0.0.1:1")
+	dp := dataplane.New(u, dataplane.Auth{}, http.DefaultClient)
+	if _, ok := m.WrapDriver(dp).(reconcile.UpReader); !ok {
+		t.Error("the Data Plane driver reads UP states; its wrapper does not")
+	}
+	if _, ok := m.WrapDriver(plainDriver{dp}).(reconcile.UpReader); ok {
+		t.Error("a driver without ReadUp got one from its wrapper")
+	}
 }

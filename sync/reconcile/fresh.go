@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 )
 
@@ -107,3 +108,7 @@ type kubeError struct{ err error }
 
 func (e *kubeError) Error() string { return e.err.Error() }
 func (e *kubeError) Unwrap() error { return e.err }
+
+// Class is Temporary for the caller (an API server restarting, RBAC being
+// applied, a Service being created); the reconcile itself does not retry it.
+func (e *kubeError) Class() failure.Class { return failure.Temporary }

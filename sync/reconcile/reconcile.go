@@ -8,15 +8,17 @@
 //     error stop and change nothing;
 //  3. compute the desired backends and the plan (pure), apply it with the
 //     version of step 1's read;
-//  4. on a temporary failure (network, 429, 5xx, version conflict) wait with
-//     exponential backoff and jitter and start again from step 1, never
-//     replaying an old plan; all within the reconcile timeout.
+//  4. on a temporary failure (failure.Temporary: network, 429, 5xx, version
+//     conflict) wait with exponential backoff and jitter and start again
+//     from step 1, never replaying an old plan; all within the reconcile
+//     timeout. Each result carries its failure's class.
 //
 // Reading HAProxy before Kubernetes is what makes replicas safe together;
 // see freshReader.
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,12 +26,12 @@ import (
 	"slices"
 	"sort"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sethvargo/go-retry"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
 )
@@ -40,12 +42,21 @@ type Source interface {
 }
 
 // Driver is one HAProxy instance.
+//
+// Errors follow package failure: a Temporary one (no answer, 429, 5xx, a
+// lost version race) is retried from a fresh read; an Unreachable or
+// Permanent one ends the target's attempts; an error without a class counts
+// as Permanent.
 type Driver interface {
 	// Name identifies the target in results (never with credentials).
 	Name() string
-	// Read returns the backend's current settings and servers.
+	// Read returns the backend's current settings and servers. A backend
+	// the driver cannot manage as configured is a *failure.BackendError.
 	Read(ctx context.Context, backend string) (model.Backend, error)
-	// Apply makes a plan true, starting from the revision it was computed at.
+	// Apply makes a plan true, starting from the revision it was computed
+	// at. Changes HAProxy refused for their one server each, the others
+	// applied, are a plan.ServerErrors (Permanent); any other error may
+	// leave part of the plan applied, and the next attempt re-reads.
 	Apply(ctx context.Context, p plan.Plan) (plan.Applied, error)
 	// Policy says how plans for this driver treat deletions.
 	Policy() plan.Policy
@@ -58,9 +69,11 @@ type UpReader interface {
 	ReadUp(ctx context.Context, backend string) (map[string]bool, error)
 }
 
-// ErrUpInRead is what ReadUp of a wrapper (e.g. metrics) returns when the
-// driver it wraps says which servers are UP in Read already.
-var ErrUpInRead = errors.New("the driver reads UP states with the servers")
+// Runner runs one full reconcile: a *Reconciler, or a wrapper around one
+// (metrics). The HTTP handler and the coalescer's callers take a Runner.
+type Runner interface {
+	Reconcile(ctx context.Context, dryRun bool) (Result, error)
+}
 
 // Reconciler holds what one reconcile needs; it keeps nothing between calls.
 type Reconciler struct {
@@ -104,6 +117,9 @@ type Result struct {
 	SkippedByReason map[string]int    `json:"skippedByReason,omitempty"`
 	DurationMs      float64           `json:"durationMs"`
 	Error           string            `json:"error,omitempty"`
+	// ErrorClass says whether trying again may help (failure.Class): the
+	// least hopeful class of the failures, empty on success.
+	ErrorClass failure.Class `json:"errorClass,omitempty"`
 }
 
 // TargetResult is what happened to one backend of one HAProxy target.
@@ -118,6 +134,8 @@ type TargetResult struct {
 	Reload   bool     `json:"reload"`
 	Attempts int      `json:"attempts"`
 	Error    string   `json:"error"`
+	// ErrorClass is Error's class (failure.Class), empty on success.
+	ErrorClass failure.Class `json:"errorClass,omitempty"`
 	// Guarded lists servers the mass-deletion guard parked instead of
 	// deleting; they are also in Maint when this reconcile parked them.
 	Guarded []string `json:"guarded,omitempty"`
@@ -170,8 +188,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, dryRun bool) (Result, error)
 	if err != nil {
 		res.Status = StatusError
 		res.Error = err.Error()
+		res.ErrorClass = leastHopeful(res.Targets, err)
 	}
 	return res, err
+}
+
+// leastHopeful is the class of a failed reconcile: that of a Kubernetes
+// failure, else the least hopeful of the targets' (one Permanent target
+// makes trying the whole again pointless, though the others may recover).
+func leastHopeful(targets []TargetResult, err error) failure.Class {
+	if !errors.Is(err, ErrTargets) {
+		return failure.Of(err)
+	}
+	out := failure.Class("")
+	rank := map[failure.Class]int{failure.Temporary: 1, failure.Unreachable: 2, failure.Permanent: 3}
+	for _, t := range targets {
+		if rank[t.ErrorClass] > rank[out] {
+			out = t.ErrorClass
+		}
+	}
+	return cmp.Or(out, failure.Permanent)
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error) {
@@ -309,6 +345,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 	})
 	if err != nil {
 		tr.Error = err.Error()
+		tr.ErrorClass = failure.Of(err)
 		if ctx.Err() != nil && last != nil {
 			tr.Error = fmt.Sprintf("%v after %d attempts; last error: %v", err, tr.Attempts, last)
 		}
@@ -348,9 +385,6 @@ func (r *Reconciler) releaseGuard(ctx context.Context, t Driver, cur, want model
 		return p // no other way to tell, or Read said already (with the runtime view)
 	}
 	up, err := ur.ReadUp(ctx, cur.Name)
-	if errors.Is(err, ErrUpInRead) {
-		return p
-	}
 	if err != nil {
 		r.log().Debug("guard: cannot read which servers are UP; it holds", "target", t.Name(), "backend", cur.Name, "error", err)
 		return p
@@ -398,17 +432,13 @@ func union(a, b []string) []string {
 	return slices.Compact(out)
 }
 
-// retryable marks err for another attempt when it says it is temporary,
-// unless nothing listens at the target (connection refused, no such
-// socket): that fails in milliseconds, and retrying for the rest of the
-// reconcile would only hold back the result of the targets that answer.
-// The follow-up tries the reconcile again (FollowUp).
+// retryable marks err for another attempt when its class is Temporary.
+// An Unreachable target (nothing listens) fails in milliseconds, and
+// retrying it for the rest of the reconcile would only hold back the result
+// of the targets that answer: the follow-up tries the reconcile again
+// (FollowUp).
 func retryable(err error) error {
-	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
-		return err
-	}
-	var t interface{ Temporary() bool }
-	if errors.As(err, &t) && t.Temporary() {
+	if failure.Retryable(err) {
 		return retry.RetryableError(err)
 	}
 	return err

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
@@ -397,7 +398,7 @@ func TestPipelinedBurstStaticAlgorithm(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.Apply(context.Background(), plan.CalculateWith(cur, want(ws...), c.Policy()))
-	var be *runtimeapi.BackendError
+	var be *failure.BackendError
 	var se plan.ServerErrors
 	if !errors.As(err, &be) || errors.As(err, &se) {
 		t.Fatalf("err = %v, want the backend's error", err)

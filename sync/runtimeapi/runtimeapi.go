@@ -37,6 +37,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
 )
@@ -108,18 +109,6 @@ func stopped(steps []Step, o Outcome) error {
 	return &CommandError{Command: steps[o.Done].Cmd, Reply: o.Answer}
 }
 
-// BackendError is a refusal that concerns the whole backend, e.g. an
-// algorithm that cannot take runtime servers; retrying would not help.
-type BackendError struct {
-	Backend string
-	Reply   string
-}
-
-func (e *BackendError) Error() string {
-	return fmt.Sprintf("backend %s cannot take runtime servers: %s (use a dynamic algorithm: roundrobin, leastconn, first, random, or a hash with hash-type consistent)",
-		e.Backend, strings.TrimSpace(e.Reply))
-}
-
 // Version is an HAProxy version as "show info" gives it.
 type Version struct{ Major, Minor, Patch int }
 
@@ -171,6 +160,9 @@ type CommandError struct {
 func (e *CommandError) Error() string {
 	return fmt.Sprintf("haproxy refused %q: %s", e.Command, strings.TrimSpace(e.Reply))
 }
+
+// Class is Permanent: HAProxy would refuse the same command again.
+func (e *CommandError) Class() failure.Class { return failure.Permanent }
 
 // Admin state bits of "show servers state" (HAProxy's SRV_ADMF_*).
 const (
@@ -376,7 +368,7 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	// returns any other error, which ends the apply.
 	refusedOne := func(ch plan.Change, err error) error {
 		var refused *CommandError
-		var backendErr *BackendError
+		var backendErr *failure.BackendError
 		switch {
 		case err == nil:
 			return nil
@@ -567,11 +559,13 @@ func checkKeywords(ck model.Check) string {
 func addOK(r string) bool { return strings.TrimSpace(r) == "New server registered." }
 
 // backendRefusal turns HAProxy's refusal of runtime servers in this
-// backend into a BackendError.
+// backend into a failure.BackendError.
 func (a *applier) backendRefusal(err error) error {
 	var ce *CommandError
 	if errors.As(err, &ce) && strings.Contains(ce.Reply, dynamicAlgoRefusal) {
-		return &BackendError{Backend: a.backend, Reply: strings.SplitN(strings.TrimSpace(ce.Reply), "\n", 2)[0]}
+		return &failure.BackendError{Backend: a.backend, Reason: fmt.Sprintf(
+			"cannot take runtime servers: %s (use a dynamic algorithm: roundrobin, leastconn, first, random, or a hash with hash-type consistent)",
+			strings.SplitN(strings.TrimSpace(ce.Reply), "\n", 2)[0])}
 	}
 	return err
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
 )
@@ -263,7 +264,7 @@ func TestStaticAlgorithmIsABackendError(t *testing.T) {
 	c, _ := New(u, model.Settings{}, chk)
 	n := model.Server{Name: "a", Address: "127.0.0.1", Port: 80, Weight: 1, State: model.Drain, Check: chk}
 	_, err := c.Apply(context.Background(), plan.Plan{Backend: "be", Changes: []plan.Change{{Action: plan.Add, Name: "a", New: &n, Gate: true}}})
-	var be *BackendError
+	var be *failure.BackendError
 	if !errors.As(err, &be) || !strings.Contains(err.Error(), "dynamic") {
 		t.Fatalf("err = %v, want a BackendError", err)
 	}
@@ -313,8 +314,7 @@ func TestRefusedCommandIsAnError(t *testing.T) {
 	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "No such server.") {
 		t.Fatalf("err = %v", err)
 	}
-	var tmp interface{ Temporary() bool }
-	if errors.As(err, &tmp) && tmp.Temporary() {
+	if failure.Retryable(err) {
 		t.Error("a refused command is retried")
 	}
 }
@@ -327,12 +327,13 @@ func TestReadUnknownBackend(t *testing.T) {
 	}
 }
 
-func TestSocketDownIsTemporary(t *testing.T) {
+// TestSocketDownIsUnreachable: no socket is a failure worth trying again
+// later, not within the reconcile (it fails in microseconds).
+func TestSocketDownIsUnreachable(t *testing.T) {
 	c, _ := New("unix://"+filepath.Join(t.TempDir(), "none.sock"), model.Settings{}, chk)
 	_, err := c.Read(context.Background(), "be")
-	var tmp interface{ Temporary() bool }
-	if !errors.As(err, &tmp) || !tmp.Temporary() {
-		t.Fatalf("err = %v, want temporary", err)
+	if got := failure.Of(err); got != failure.Unreachable {
+		t.Fatalf("err = %v, class %q, want unreachable", err, got)
 	}
 }
 
@@ -444,12 +445,11 @@ func serveRaw(t *testing.T, reply []byte) string {
 func TestNoReplyIsAFailure(t *testing.T) {
 	path := serveRaw(t, nil)
 	sock := Socket{Network: "unix", Address: path}
-	var tmp interface{ Temporary() bool }
-	if _, err := sock.Command(context.Background(), "set server be/a state drain"); !errors.As(err, &tmp) || !tmp.Temporary() {
+	if _, err := sock.Command(context.Background(), "set server be/a state drain"); !failure.Retryable(err) {
 		t.Errorf("Command: err = %v, want a temporary error", err)
 	}
 	c, _ := New("unix://"+path, model.Settings{}, chk)
-	if err := c.Gate(context.Background(), "be", "a"); !errors.As(err, &tmp) || !tmp.Temporary() {
+	if err := c.Gate(context.Background(), "be", "a"); !failure.Retryable(err) {
 		t.Errorf("Gate: err = %v, want a temporary error", err)
 	}
 	old := model.Server{Name: "a", State: model.Ready}

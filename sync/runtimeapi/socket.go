@@ -8,6 +8,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 )
 
 // Socket sends commands to an HAProxy runtime API socket (a "stats socket ...
@@ -45,7 +47,7 @@ func (s Socket) Commands(ctx context.Context, cmds ...string) (string, error) {
 	defer cancel()
 	defer conn.Close()
 	if _, err := io.WriteString(conn, cmd+"\n"); err != nil {
-		return "", &networkError{fmt.Errorf("send %q: %w", cmd, err)}
+		return "", &failure.NetworkError{Err: fmt.Errorf("send %q: %w", cmd, err)}
 	}
 	// Half-close: the master socket waits for the end of input.
 	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
@@ -53,7 +55,7 @@ func (s Socket) Commands(ctx context.Context, cmds ...string) (string, error) {
 	}
 	reply, err := io.ReadAll(io.LimitReader(conn, maxReply+1))
 	if err != nil {
-		return "", &networkError{fmt.Errorf("read reply to %q: %w", cmd, err)}
+		return "", &failure.NetworkError{Err: fmt.Errorf("read reply to %q: %w", cmd, err)}
 	}
 	if len(reply) > maxReply {
 		// A cut reply would read as fewer servers, or fewer sessions.
@@ -63,7 +65,7 @@ func (s Socket) Commands(ctx context.Context, cmds ...string) (string, error) {
 		// HAProxy ends every answer with a blank line, so even a command
 		// with nothing to say answers "\n": a connection closed with no
 		// byte (a relay whose HAProxy is down) ran nothing.
-		return "", &networkError{fmt.Errorf("send %q: connection closed with no reply", cmd)}
+		return "", &failure.NetworkError{Err: fmt.Errorf("send %q: connection closed with no reply", cmd)}
 	}
 	return strings.TrimRight(string(reply), "\n"), nil
 }
@@ -91,20 +93,13 @@ func (s Socket) dial(ctx context.Context, extra time.Duration) (net.Conn, contex
 	conn, err := d.DialContext(ctx, s.Network, s.Address)
 	if err != nil {
 		cancel()
-		return nil, nil, &networkError{fmt.Errorf("dial %s: %w", s.Address, err)}
+		return nil, nil, &failure.NetworkError{Err: fmt.Errorf("dial %s: %w", s.Address, err)}
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
 	return conn, cancel, nil
 }
-
-// networkError is a command that got no answer; worth retrying.
-type networkError struct{ err error }
-
-func (e *networkError) Error() string   { return e.err.Error() }
-func (e *networkError) Unwrap() error   { return e.err }
-func (e *networkError) Temporary() bool { return true }
 
 // Step is one runtime command and the test its answer must pass.
 type Step struct {
@@ -223,11 +218,11 @@ func (r *answers) round(conn net.Conn, cmds []string, got func(j int, answer str
 		n, err := r.conn.Read(r.chunk)
 		r.buf = append(r.buf, r.chunk[:n]...)
 		if err != nil && n == 0 {
-			return &networkError{fmt.Errorf("read answers (%d of %d): %w", j, len(cmds), err)}
+			return &failure.NetworkError{Err: fmt.Errorf("read answers (%d of %d): %w", j, len(cmds), err)}
 		}
 	}
 	if err := <-werr; err != nil {
-		return &networkError{fmt.Errorf("send commands: %w", err)}
+		return &failure.NetworkError{Err: fmt.Errorf("send commands: %w", err)}
 	}
 	return nil
 }

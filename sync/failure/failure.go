@@ -1,0 +1,102 @@
+// Package failure names the kinds of failure a reconcile meets, once, for
+// the drivers that produce them, the reconciler that retries them and the
+// callers that are told of them. It is a leaf: it imports nothing of this
+// project.
+//
+// A failure's class says who can do something about it:
+//
+//   - Temporary: trying again soon may succeed (no answer, 429, 5xx, a
+//     version conflict): the reconciler retries it from a fresh read;
+//   - Unreachable: nothing listens at the target (connection refused, no
+//     such socket). It fails in milliseconds and is not retried within the
+//     reconcile, which would hold back the targets that answer; the
+//     follow-up and the caller try again later;
+//   - Permanent: the target refuses what is asked, or cannot be managed as
+//     configured (a balance algorithm that cannot take runtime servers, a
+//     4xx from the Data Plane API, a refused runtime command). Nothing
+//     helps until someone changes the configuration.
+package failure
+
+import (
+	"context"
+	"errors"
+	"syscall"
+)
+
+// Class is the kind of a failure.
+type Class string
+
+// The classes, from the most hopeful to the least.
+const (
+	Temporary   Class = "temporary"
+	Unreachable Class = "unreachable"
+	Permanent   Class = "permanent"
+)
+
+// Classed is an error that knows its class.
+type Classed interface {
+	error
+	Class() Class
+}
+
+// Of returns err's class: Unreachable when nothing listened (connection
+// refused, no such socket) wherever that sits in the chain, Temporary when
+// a deadline ran out, else the class of the first error in the chain that
+// has one, else Permanent: an error nobody classed is not retried. Of(nil)
+// is "".
+func Of(err error) Class {
+	if err == nil {
+		return ""
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+		return Unreachable
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return Temporary
+	}
+	var c Classed
+	if errors.As(err, &c) {
+		return c.Class()
+	}
+	return Permanent
+}
+
+// Retryable reports whether trying again soon may succeed.
+func Retryable(err error) bool { return Of(err) == Temporary }
+
+// Hopeful reports whether a caller trying again later may succeed: the
+// failure is not Permanent.
+func Hopeful(c Class) bool { return c == Temporary || c == Unreachable }
+
+// NetworkError is a request or command that got no answer: the connection
+// failed, broke, or closed before a reply. Temporary, or Unreachable when
+// nothing listened (see Of).
+type NetworkError struct{ Err error }
+
+func (e *NetworkError) Error() string { return e.Err.Error() }
+func (e *NetworkError) Unwrap() error { return e.Err }
+
+// Class is Temporary; Of finds Unreachable in the chain first.
+func (e *NetworkError) Class() Class { return Temporary }
+
+// ConflictError is a lost race with another writer, seen by the client
+// itself (two reads at different versions, a transaction swept away):
+// Temporary, like the API's 409.
+type ConflictError struct{ Msg string }
+
+func (e *ConflictError) Error() string { return e.Msg }
+
+// Class is Temporary.
+func (e *ConflictError) Class() Class { return Temporary }
+
+// BackendError is a backend this service cannot manage as configured, e.g.
+// a balance algorithm that cannot take runtime servers: Permanent.
+type BackendError struct {
+	Backend string
+	Reason  string
+}
+
+func (e *BackendError) Error() string { return "backend " + e.Backend + ": " + e.Reason }
+
+// Class is Permanent.
+func (e *BackendError) Class() Class { return Permanent }

@@ -1,0 +1,59 @@
+package failure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+)
+
+// classedAPIError stands for a driver's own error type with a class.
+type classedAPIError struct{ status int }
+
+func (e *classedAPIError) Error() string { return fmt.Sprint(e.status) }
+func (e *classedAPIError) Class() Class {
+	if e.status >= 500 {
+		return Temporary
+	}
+	return Permanent
+}
+
+func TestOf(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	noSocket := &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", syscall.ENOENT)}
+	for _, tt := range []struct {
+		name string
+		err  error
+		want Class
+	}{
+		{"nil", nil, ""},
+		{"a broken connection", &NetworkError{Err: errors.New("read: connection reset by peer")}, Temporary},
+		{"connection refused, wrapped twice", fmt.Errorf("read be: %w", &NetworkError{Err: refused}), Unreachable},
+		{"no such socket", &NetworkError{Err: noSocket}, Unreachable},
+		{"refused without a NetworkError around it", refused, Unreachable},
+		{"a conflict", fmt.Errorf("apply: %w", &ConflictError{Msg: "version changed"}), Temporary},
+		{"a backend that cannot be managed", fmt.Errorf("read: %w", &BackendError{Backend: "be", Reason: "static-rr"}), Permanent},
+		{"a driver's own 503", fmt.Errorf("put: %w", &classedAPIError{503}), Temporary},
+		{"a driver's own 400", &classedAPIError{400}, Permanent},
+		{"nobody classed it", errors.New("desired state has no backend"), Permanent},
+		{"the deadline", fmt.Errorf("read: %w", &NetworkError{Err: context.DeadlineExceeded}), Temporary},
+		{"the deadline ended the retries", fmt.Errorf("retry: %w", context.DeadlineExceeded), Temporary},
+	} {
+		if got := Of(tt.err); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		}
+		if Retryable(tt.err) != (tt.want == Temporary) {
+			t.Errorf("%s: Retryable %v", tt.name, Retryable(tt.err))
+		}
+	}
+	var be *BackendError
+	if !errors.As(fmt.Errorf("x: %w", &BackendError{Backend: "be"}), &be) || be.Backend != "be" {
+		t.Error("errors.As does not find a wrapped BackendError")
+	}
+	if !Hopeful(Temporary) || !Hopeful(Unreachable) || Hopeful(Permanent) {
+		t.Error("Hopeful")
+	}
+}
