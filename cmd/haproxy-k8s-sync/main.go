@@ -25,7 +25,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
@@ -34,7 +33,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	k8swatch "k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
@@ -47,7 +45,6 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/metrics"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/watch"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=...".
@@ -283,105 +280,37 @@ func newSource(cfg config.Config, manifests string, nodes bool) (reconcile.Sourc
 func serve(cfg config.Config, rec *reconcile.Reconciler, checks map[string]reconcile.CheckReader, kc *kube.Client, log *slog.Logger, m *metrics.Metrics, metricsHandler http.Handler) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-
 	wrapped := m.WrapReconciler(rec)
-	shared := reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) {
-		return wrapped.Reconcile(ctx, false)
-	})
-	follow := &reconcile.FollowUp{Checks: checks}
-	defer follow.Stop()
-	shared.Follow(follow, func(reason string, coalesced bool) {
-		m.Poke("follow-up", coalesced)
-		log.Debug("poke", "source", "follow-up", "reason", reason, "coalesced", coalesced)
-	})
-	var reconciled atomic.Bool // a poked reconcile has run (whatever its result)
-	shared.OnPoked(func(res reconcile.Result, err error) {
-		reconciled.Store(true)
-		l := log.With("trigger", "poke", "id", trigger.NewID())
-		if err != nil {
-			l.Error("reconcile failed", "status", res.Status, "error", err, "durationMs", res.DurationMs, "targets", res.Targets)
-			return
-		}
-		l.Info("reconcile", "status", res.Status, "desired", res.Desired, "durationMs", res.DurationMs, "targets", res.Targets)
-	})
-	poke := func(source, reason string) {
-		coalesced := shared.Poke()
-		m.Poke(source, coalesced)
-		log.Debug("poke", "source", source, "reason", reason, "coalesced", coalesced)
-	}
-
-	var watcher *watch.Watcher
-	if cfg.Watch && kc != nil {
-		watcher = &watch.Watcher{
-			Client: kc, Namespace: cfg.Namespace, Service: cfg.Service, Nodes: rec.Options.Mode == desired.NodeMode,
-			Poke:      func(reason string) { poke("watch", reason) },
-			OnEvent:   func(kind string, typ k8swatch.EventType, poked bool) { m.WatchEvent(kind, string(typ), poked) },
-			OnRestart: m.WatchRestart,
-			Log:       log,
-		}
-	}
-
-	var listening atomic.Bool
-	ready := func() bool {
-		if !listening.Load() {
-			return false
-		}
-		// Watching: ready once every watch is established and the first
-		// reconcile ran, so a new pod takes over only when it follows.
-		return watcher == nil || watcher.Established() && reconciled.Load()
-	}
+	p := newPokes(cfg, wrapped, checks, kc, rec.Options.Mode == desired.NodeMode, log, m)
 	authn, err := newAuthenticator(cfg, kc)
 	if err != nil {
 		return err
 	}
-	if authn.Mode() == config.AuthNone {
-		log.Warn("webhook auth is off (WEBHOOK_AUTH=none): whoever reaches the port can trigger reconciles and read the plan")
-	}
-	if authn.Mode() == config.AuthKubernetes && len(cfg.AllowedServiceAccounts) == 0 {
-		log.Warn("kubernetes auth accepts any ServiceAccount token issued for the audience; list the callers in WEBHOOK_ALLOWED_SERVICEACCOUNTS to narrow it", "audience", cfg.WebhookAudience)
-	}
-	target := trigger.Target{Namespace: cfg.Namespace, Service: cfg.Service, NodeMode: rec.Options.Mode == desired.NodeMode, ManagedBy: cfg.ManagedBy}
+	warnAuth(cfg, authn, log)
+
+	var listening atomic.Bool
 	h := handler.New(handler.Config{
-		Reconciler: wrapped, Shared: shared, Target: target,
-		Auth: authn, OnAuthFailure: m.AuthFailure, Wait: cfg.ReconcileTimeout + handler.WaitMargin,
-		Ready: ready, Log: log, Metrics: metricsHandler, OnIgnored: m.Ignored,
+		Reconciler: wrapped, Shared: p.shared, Auth: authn, OnAuthFailure: m.AuthFailure,
+		Target: trigger.Target{Namespace: cfg.Namespace, Service: cfg.Service, NodeMode: rec.Options.Mode == desired.NodeMode, ManagedBy: cfg.ManagedBy},
+		Wait:   cfg.ReconcileTimeout + handler.WaitMargin, Ready: func() bool { return listening.Load() && p.ready() },
+		Log: log, Metrics: metricsHandler, OnIgnored: m.Ignored,
 	})
 	srv := handler.Server(net.JoinHostPort("", strconv.Itoa(cfg.Port)), h, cfg.ReconcileTimeout)
 	ln, err := handler.ListenTCP(ctx, srv.Addr)
 	if err != nil {
 		return fmt.Errorf("PORT: listen: %w", err)
 	}
-	ln = handler.Listen(ln, handler.MaxConns, srv)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(handler.Listen(ln, handler.MaxConns, srv)) }()
 	listening.Store(true)
-	log.Info("listening", "addr", ln.Addr().String(), "version", version, "watch", watcher != nil)
-
-	bg, stopBackground := context.WithCancel(ctx)
-	var background sync.WaitGroup
-	if watcher != nil {
-		background.Add(1)
-		go func() {
-			defer background.Done()
-			watcher.Run(bg)
-		}()
-		// The first reconcile: whatever happened before the watches began.
-		poke("start", "start")
-	}
-	if cfg.ResyncPeriod > 0 {
-		background.Add(1)
-		go func() {
-			defer background.Done()
-			resync(bg, cfg.ResyncPeriod, func() { poke("resync", "resync") })
-		}()
-	}
+	log.Info("listening", "addr", ln.Addr().String(), "version", version, "watch", p.watcher != nil)
+	stopPokes := p.start(ctx, cfg.ResyncPeriod)
 
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
 	}
-	stopBackground()
-	background.Wait()
+	stopPokes()
 	listening.Store(false)
 	if err != nil {
 		return err
@@ -393,13 +322,22 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, checks map[string]recon
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
-	// A poked reconcile has no caller for Shutdown to wait for.
-	select {
-	case <-shared.Idle():
+	select { // a poked reconcile has no caller for Shutdown to wait for
+	case <-p.shared.Idle():
+		return nil
 	case <-sctx.Done():
 		return fmt.Errorf("shutdown: a reconcile still runs after %s", grace)
 	}
-	return nil
+}
+
+// warnAuth warns at start about auth that lets more callers in than needed.
+func warnAuth(cfg config.Config, authn auth.Authenticator, log *slog.Logger) {
+	switch {
+	case authn.Mode() == config.AuthNone:
+		log.Warn("webhook auth is off (WEBHOOK_AUTH=none): whoever reaches the port can trigger reconciles and read the plan")
+	case authn.Mode() == config.AuthKubernetes && len(cfg.AllowedServiceAccounts) == 0:
+		log.Warn("kubernetes auth accepts any ServiceAccount token issued for the audience; list the callers in WEBHOOK_ALLOWED_SERVICEACCOUNTS to narrow it", "audience", cfg.WebhookAudience)
+	}
 }
 
 // newAuthenticator returns the webhook authenticator cfg asks for.
@@ -425,18 +363,4 @@ func newAuthenticator(cfg config.Config, kc *kube.Client) (auth.Authenticator, e
 		return auth.None{}, nil
 	}
 	return nil, cfg.RequireWebhookAuth()
-}
-
-// resync calls poke every period until ctx is done.
-func resync(ctx context.Context, period time.Duration, poke func()) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			poke()
-		}
-	}
 }
