@@ -1,8 +1,9 @@
 // Package dataplane drives one HAProxy through the Data Plane API v3, using
 // client-native's models for every body it sends and reads.
 //
-// Apply splits a plan by what the API does with each write (see the facts in
-// the README's "Applying to HAProxy"):
+// route decides, with no I/O, how each change of a plan reaches HAProxy, by
+// what the API does with each write (README: "How the Data Plane API driver
+// applies changes"); Apply carries that out:
 //   - runtime-safe changes (address, port, weight, maintenance; drain is
 //     weight 0) are single PUTs with ?version=N: the API applies them through
 //     the runtime socket and writes haproxy.cfg, with no reload;
@@ -258,97 +259,54 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		return "/configuration/backends/" + url.PathEscape(p.Backend) + "/servers/" + url.PathEscape(name)
 	}
 
-	adds := len(p.Names(plan.Add))
-	runtimeAdds := c.runtime != nil && adds <= MaxRuntimeAdds
-	burst := c.runtime != nil && adds > MaxRuntimeAdds
-	var structural []plan.Change
-	var onSocket []plan.Change // changes haproxy.cfg holds already
-	var puts []plan.Change     // runtime-safe writes haproxy.cfg must learn
-	var entries []plan.Change  // servers put in service that haproxy.cfg parks
-	for _, ch := range p.Changes {
-		var runtimeWrite *model.Server
-		switch {
-		case ch.Action == plan.Delete:
-			structural = append(structural, ch)
-			if ch.Old.State != model.Maint {
-				parked := *ch.Old
-				parked.State = model.Maint
-				runtimeWrite = &parked
-			}
-		case ch.Action == plan.Add && runtimeAdds:
-			v, err := c.addChecked(ctx, p.Backend, ch, version, &out)
+	r := route(p, c.runtime != nil)
+	// Each write below carries the version the previous one left, and a
+	// change HAProxy refused for its one server does not stop the others.
+	versioned := func(what func(plan.Change) string, chs []plan.Change, write func(plan.Change, int64) (int64, error)) error {
+		for _, ch := range chs {
+			v, err := write(ch, version)
 			if refusedOne(err, ch.Name, &failed) {
 				continue
 			}
 			if err != nil {
-				return out, fmt.Errorf("add server %s/%s: %w", p.Backend, ch.Name, err)
+				return fmt.Errorf("%s server %s/%s: %w", what(ch), p.Backend, ch.Name, err)
 			}
 			version = v
-			continue
-		case ch.Gate && ch.Action != plan.Add:
-			v, err := c.gate(ctx, p.Backend, ch, version, &out)
-			if refusedOne(err, ch.Name, &failed) {
-				continue
-			}
-			if err != nil {
-				return out, fmt.Errorf("gate server %s/%s: %w", p.Backend, ch.Name, err)
-			}
-			version = v
-			continue
-		case ch.Action != plan.Add && ch.Old.Check == ch.New.Check:
-			runtimeWrite = ch.New
-		default:
-			structural = append(structural, ch)
 		}
-		if runtimeWrite == nil {
-			continue
-		}
-		if c.runtime != nil && configHolds(ch.Old.Source, *runtimeWrite) {
-			if ch.Action == plan.Delete {
-				ch.Action = plan.Maint // the socket only parks it; the transaction deletes it
-			}
-			ch.New = runtimeWrite
-			onSocket = append(onSocket, ch)
-			continue
-		}
-		ch.New = runtimeWrite
-		if c.runtime != nil && persistsEntry(ch) {
-			entries = append(entries, ch)
-			continue
-		}
-		puts = append(puts, ch)
+		return nil
 	}
-	// Servers a burst wrote in maintenance whose check passed: more than
-	// MaxRuntimeAdds are written by the transaction, then put in service
-	// through the socket, rather than one versioned write each. The burst's
-	// own commit asked a reload moments ago: the API runs both as one.
-	var afterCommit []plan.Change
-	if len(entries) > MaxRuntimeAdds {
-		structural = append(structural, entries...)
-		afterCommit = entries
-	} else {
-		puts = append(puts, entries...)
+	steps := []func() error{
+		func() error {
+			return versioned(func(plan.Change) string { return "add" }, r.addGated, func(ch plan.Change, v int64) (int64, error) {
+				return c.addThenGate(ctx, p.Backend, ch, v, &out)
+			})
+		},
+		func() error {
+			return versioned(func(plan.Change) string { return "gate" }, r.gated, func(ch plan.Change, v int64) (int64, error) {
+				return c.gate(ctx, p.Backend, ch, v, &out)
+			})
+		},
+		func() error {
+			return versioned(func(ch plan.Change) string { return string(ch.Action) }, r.puts, func(ch plan.Change, v int64) (int64, error) {
+				body, err := serverModel(*ch.New, ch.Old.Source)
+				if err != nil {
+					return v, err
+				}
+				resp, err := c.versioned(ctx, http.MethodPut, serverPath(ch.Name), v, body, &out)
+				return resp.nextVersion(v), err
+			})
+		},
+		func() error {
+			return c.onRuntime(ctx, plan.Plan{Backend: p.Backend, Changes: r.onSocket}, &out, &failed)
+		},
 	}
-	for _, ch := range puts {
-		body, err := serverModel(*ch.New, ch.Old.Source)
-		if err != nil {
-			return out, err
-		}
-		r, err := c.versioned(ctx, http.MethodPut, serverPath(ch.Name), version, body, &out)
-		if refusedOne(err, ch.Name, &failed) {
-			continue
-		}
-		if err != nil {
-			return out, fmt.Errorf("%s server %s/%s: %w", ch.Action, p.Backend, ch.Name, err)
-		}
-		version = r.nextVersion(version)
-	}
-	if len(onSocket) > 0 {
-		if err := c.onRuntime(ctx, plan.Plan{Backend: p.Backend, Changes: onSocket}, &out, &failed); err != nil {
+	for _, step := range steps {
+		if err := step(); err != nil {
 			return out, err
 		}
 	}
-	if burst {
+	structural := r.structural
+	if r.burst {
 		var err error
 		if structural, err = c.addAtRuntime(ctx, p.Backend, structural, &out, &failed); err != nil {
 			return out, err
@@ -361,10 +319,8 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			return out, err
 		}
 	}
-	if len(afterCommit) > 0 {
-		if err := c.onRuntime(ctx, plan.Plan{Backend: p.Backend, Changes: afterCommit}, &out, &failed); err != nil {
-			return out, err
-		}
+	if err := c.onRuntime(ctx, plan.Plan{Backend: p.Backend, Changes: r.afterCommit}, &out, &failed); err != nil {
+		return out, err
 	}
 	if len(failed) > 0 {
 		return out, failed
@@ -372,32 +328,12 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	return out, nil
 }
 
-// persistsEntry reports whether ch puts in service a server haproxy.cfg
-// holds in maintenance: a burst's server whose check passed.
-func persistsEntry(ch plan.Change) bool {
-	raw, ok := ch.Old.Source.(rawServer)
-	if !ok || ch.New.State == model.Maint {
-		return false
-	}
-	cfg, err := serverOf(json.RawMessage(raw))
-	return err == nil && cfg.State == model.Maint
-}
-
-// configHolds reports whether haproxy.cfg, as read (source), already holds
-// srv as far as traffic goes: then only the running HAProxy differs from it,
-// and a PUT would change nothing (the API applies only what changes).
-func configHolds(source any, srv model.Server) bool {
-	raw, ok := source.(rawServer)
-	if !ok {
-		return false
-	}
-	cfg, err := serverOf(json.RawMessage(raw))
-	return err == nil && cfg.SameTraffic(srv)
-}
-
 // onRuntime applies changes through the runtime socket; a change it refused
 // for its one server is recorded in failed.
 func (c *Client) onRuntime(ctx context.Context, p plan.Plan, out *plan.Applied, failed *plan.ServerErrors) error {
+	if len(p.Changes) == 0 {
+		return nil
+	}
 	applied, err := c.runtime.Apply(ctx, p)
 	out.Add(applied)
 	var refused plan.ServerErrors
@@ -486,14 +422,14 @@ func (c *Client) versioned(ctx context.Context, method, path string, version int
 	return r, nil
 }
 
-// addChecked adds a server without a reload and with a running check: POST
+// addThenGate adds a server without a reload and with a running check: POST
 // in maintenance (201: added at runtime and written to haproxy.cfg), then
 // gate it on the runtime socket. A gated server stays in maintenance in
 // haproxy.cfg until a later reconcile sees its check passed; another is then
 // PUT in its state (runtime-safe). If the API answers 202 (it reloads, e.g.
 // because of a default_server), the server comes from the reload parked, and
 // a later reconcile gates it.
-func (c *Client) addChecked(ctx context.Context, backend string, ch plan.Change, version int64, out *plan.Applied) (int64, error) {
+func (c *Client) addThenGate(ctx context.Context, backend string, ch plan.Change, version int64, out *plan.Applied) (int64, error) {
 	srv := *ch.New
 	parked := srv
 	parked.State = model.Maint

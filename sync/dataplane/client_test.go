@@ -52,8 +52,8 @@ func setup(t *testing.T, opts dataplanetest.Options, auth dataplane.Auth) (*data
 	return api, dataplane.New(u, auth, hc)
 }
 
-// sync reads, plans and applies once.
-func sync(t *testing.T, c *dataplane.Client, w model.Backend) (plan.Plan, plan.Applied) {
+// syncOnce reads, plans and applies once.
+func syncOnce(t *testing.T, c *dataplane.Client, w model.Backend) (plan.Plan, plan.Applied) {
 	t.Helper()
 	ctx := context.Background()
 	cur, err := c.Read(ctx, "be")
@@ -71,7 +71,7 @@ func sync(t *testing.T, c *dataplane.Client, w model.Backend) (plan.Plan, plan.A
 func TestFirstSyncThenIdempotent(t *testing.T) {
 	api, c := setup(t, dataplanetest.Options{}, dataplane.Auth{})
 	w := want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Drain), srv("node-c", "127.0.1.3", model.Maint))
-	_, a := sync(t, c, w)
+	_, a := syncOnce(t, c, w)
 	if !a.Reload || api.Reloads() != 1 {
 		t.Errorf("first sync: reload=%v reloads=%d, want one reload (a transaction)", a.Reload, api.Reloads())
 	}
@@ -92,7 +92,7 @@ func TestFirstSyncThenIdempotent(t *testing.T) {
 	}
 
 	version, writes := api.Version(), api.Writes()
-	p, a := sync(t, c, w)
+	p, a := syncOnce(t, c, w)
 	if p.HasChanges() || a.Writes != 0 || api.Version() != version || api.Writes() != writes {
 		t.Errorf("second sync changed something: plan %+v, version %d -> %d", p, version, api.Version())
 	}
@@ -100,19 +100,19 @@ func TestFirstSyncThenIdempotent(t *testing.T) {
 
 func TestChurnWithoutReload(t *testing.T) {
 	api, c := setup(t, dataplanetest.Options{}, dataplane.Auth{})
-	sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready), srv("node-c", "127.0.1.3", model.Ready)))
+	syncOnce(t, c, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready), srv("node-c", "127.0.1.3", model.Ready)))
 	reloads := api.Reloads()
 
 	heavy := srv("node-c", "127.0.1.3", model.Ready)
 	heavy.Weight = 4
-	p, a := sync(t, c, want(srv("node-a", "127.0.1.9", model.Ready), srv("node-b", "127.0.1.2", model.Drain), heavy))
+	p, a := syncOnce(t, c, want(srv("node-a", "127.0.1.9", model.Ready), srv("node-b", "127.0.1.2", model.Drain), heavy))
 	if got := len(p.Changes); got != 3 || a.Writes != 3 {
 		t.Fatalf("changes %d writes %d, want 3 and 3", got, a.Writes)
 	}
 	if a.Reload || api.Reloads() != reloads {
 		t.Errorf("address move, drain and weight reloaded HAProxy (%d reloads)", api.Reloads()-reloads)
 	}
-	_, a = sync(t, c, want(srv("node-a", "127.0.1.9", model.Ready), srv("node-b", "127.0.1.2", model.Ready), srv("node-c", "127.0.1.3", model.Maint)))
+	_, a = syncOnce(t, c, want(srv("node-a", "127.0.1.9", model.Ready), srv("node-b", "127.0.1.2", model.Ready), srv("node-c", "127.0.1.3", model.Maint)))
 	if a.Reload || api.Reloads() != reloads {
 		t.Errorf("undrain and maint reloaded HAProxy")
 	}
@@ -124,10 +124,10 @@ func TestChurnWithoutReload(t *testing.T) {
 
 func TestDeleteParksFirstThenOneTransaction(t *testing.T) {
 	api, c := setup(t, dataplanetest.Options{}, dataplane.Auth{})
-	sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready), srv("node-c", "127.0.1.3", model.Ready)))
+	syncOnce(t, c, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready), srv("node-c", "127.0.1.3", model.Ready)))
 	reloads, n := api.Reloads(), len(api.Requests())
 
-	_, a := sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready)))
+	_, a := syncOnce(t, c, want(srv("node-a", "127.0.1.1", model.Ready)))
 	if !a.Reload || api.Reloads() != reloads+1 {
 		t.Errorf("two deletes: %d reloads, want 1", api.Reloads()-reloads)
 	}
@@ -152,7 +152,7 @@ func TestDeleteParksFirstThenOneTransaction(t *testing.T) {
 
 func TestSettingsChangeIsOneReloadAndKeepsOtherFields(t *testing.T) {
 	api, c := setup(t, dataplanetest.Options{}, dataplane.Auth{})
-	sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready)))
+	syncOnce(t, c, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready)))
 	reloads := api.Reloads()
 
 	w := want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready))
@@ -161,7 +161,7 @@ func TestSettingsChangeIsOneReloadAndKeepsOtherFields(t *testing.T) {
 		w.Servers[i].Check.SendProxyV2 = true
 		w.Servers[i].Check.Inter = time.Second
 	}
-	_, a := sync(t, c, w)
+	_, a := syncOnce(t, c, w)
 	if api.Reloads() != reloads+1 || !a.Reload {
 		t.Errorf("balance + check change on 2 servers: %d reloads, want exactly 1", api.Reloads()-reloads)
 	}
@@ -178,7 +178,7 @@ func TestSettingsChangeIsOneReloadAndKeepsOtherFields(t *testing.T) {
 
 func TestUnmanagedServerFieldsAreKept(t *testing.T) {
 	api, c := setup(t, dataplanetest.Options{}, dataplane.Auth{})
-	sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready)))
+	syncOnce(t, c, want(srv("node-a", "127.0.1.1", model.Ready)))
 	// An operator adds "ssl" by hand (a reload, as the real API would do).
 	ctx := context.Background()
 	cur, _ := c.Read(ctx, "be")
@@ -189,7 +189,7 @@ func TestUnmanagedServerFieldsAreKept(t *testing.T) {
 	s.Ssl = "enabled"
 	api.AddBackend(api.Backend("be"), s)
 
-	_, a := sync(t, c, want(srv("node-a", "127.0.1.7", model.Ready)))
+	_, a := syncOnce(t, c, want(srv("node-a", "127.0.1.7", model.Ready)))
 	if a.Reload {
 		t.Error("address move reloaded")
 	}
@@ -211,7 +211,7 @@ func mustJSON(t *testing.T, source any) []byte {
 func TestConflictIsTemporary(t *testing.T) {
 	api, c := setup(t, dataplanetest.Options{}, dataplane.Auth{})
 	ctx := context.Background()
-	sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready)))
+	syncOnce(t, c, want(srv("node-a", "127.0.1.1", model.Ready)))
 	cur, err := c.Read(ctx, "be")
 	if err != nil {
 		t.Fatal(err)
@@ -502,7 +502,7 @@ func TestAddWithoutReloadGatedOnChecks(t *testing.T) {
 	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
 	w := want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Drain), srv("node-c", "127.0.1.3", model.Maint))
 
-	p, a := sync(t, c, w)
+	p, a := syncOnce(t, c, w)
 	if a.Reload || api.Reloads() != 0 {
 		t.Errorf("adds reloaded HAProxy (%d reloads)", api.Reloads())
 	}
@@ -530,17 +530,17 @@ func TestAddWithoutReloadGatedOnChecks(t *testing.T) {
 		t.Errorf("persisted states: a %q, b weight %d %q, c %q", got["node-a"].Maintenance, *got["node-b"].Weight, got["node-b"].Maintenance, got["node-c"].Maintenance)
 	}
 	// Its check has not passed: nothing to do, still waiting.
-	if p, a := sync(t, c, w); p.HasChanges() || a.Writes != 0 || len(p.Waiting) != 1 {
+	if p, a := syncOnce(t, c, w); p.HasChanges() || a.Writes != 0 || len(p.Waiting) != 1 {
 		t.Errorf("sync before the check passed: %+v", p)
 	}
 	hl.passed = true
-	if p, _ := sync(t, c, w); !reflect.DeepEqual(p.Names(plan.Update), []string{"node-a"}) || p.Pending() {
+	if p, _ := syncOnce(t, c, w); !reflect.DeepEqual(p.Names(plan.Update), []string{"node-a"}) || p.Pending() {
 		t.Errorf("sync after the check passed: %+v", p)
 	}
 	if persisted()["node-a"].Maintenance == "enabled" || api.Reloads() != 0 {
 		t.Errorf("node-a not in service, or reloads %d", api.Reloads())
 	}
-	if p, a := sync(t, c, w); p.HasChanges() || a.Writes != 0 {
+	if p, a := syncOnce(t, c, w); p.HasChanges() || a.Writes != 0 {
 		t.Errorf("last sync: %+v", p)
 	}
 }
@@ -554,9 +554,9 @@ func TestGatedServerRemovedIsParkedOnTheSocket(t *testing.T) {
 	hl := &healthLog{api: api}
 	u, _ := url.Parse(api.URL)
 	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
-	sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready)))
+	syncOnce(t, c, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready)))
 
-	p, _ := sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready)))
+	p, _ := syncOnce(t, c, want(srv("node-a", "127.0.1.1", model.Ready)))
 	if !reflect.DeepEqual(p.Names(plan.Delete), []string{"node-b"}) || len(hl.applied) != 1 {
 		t.Fatalf("plan %+v, socket plans %+v", p, hl.applied)
 	}
@@ -589,11 +589,11 @@ func TestFailureBetweenAddAndGate(t *testing.T) {
 	if s := api.Servers("be"); len(s) != 1 || s[0].Maintenance != "enabled" {
 		t.Fatalf("after the failed gate: %+v", s)
 	}
-	p, _ := sync(t, c, w) // the retry
+	p, _ := syncOnce(t, c, w) // the retry
 	if len(hl.calls) != 1 || !reflect.DeepEqual(p.Waiting, []string{"node-a"}) || api.Servers("be")[0].Maintenance != "enabled" {
 		t.Errorf("retry: gate calls %v, plan %+v, server %q", hl.calls, p, api.Servers("be")[0].Maintenance)
 	}
-	if p, _ := sync(t, c, w); p.HasChanges() || api.Servers("be")[0].Maintenance != "enabled" {
+	if p, _ := syncOnce(t, c, w); p.HasChanges() || api.Servers("be")[0].Maintenance != "enabled" {
 		t.Errorf("in service before its check passed: %+v", p)
 	}
 }
@@ -618,7 +618,7 @@ func TestAddWithDefaultServerReloadsAndSkipsEnableHealth(t *testing.T) {
 	hl := &healthLog{api: api}
 	u, _ := url.Parse(api.URL)
 	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
-	sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready)))
+	syncOnce(t, c, want(srv("node-a", "127.0.1.1", model.Ready)))
 	if len(hl.calls) != 0 {
 		t.Errorf("enable health on a server loaded by a reload: %v", hl.calls)
 	}
@@ -630,7 +630,7 @@ func TestAddWithDefaultServerReloadsAndSkipsEnableHealth(t *testing.T) {
 	if s := api.Servers("be"); len(s) != 1 || s[0].Maintenance != "enabled" {
 		t.Errorf("servers %+v", s)
 	}
-	if p, _ := sync(t, c, want(srv("node-a", "127.0.1.1", model.Ready))); len(hl.calls) != 1 || len(p.Waiting) != 1 {
+	if p, _ := syncOnce(t, c, want(srv("node-a", "127.0.1.1", model.Ready))); len(hl.calls) != 1 || len(p.Waiting) != 1 {
 		t.Errorf("the reloaded server was not gated: calls %v, plan %+v", hl.calls, p)
 	}
 }
@@ -651,7 +651,7 @@ func TestBigBurstIsPersistedInServiceOnlyOnceChecked(t *testing.T) {
 	w := burst(dataplane.MaxRuntimeAdds + 5)
 	n := len(w.Servers)
 
-	p, a := sync(t, c, w)
+	p, a := syncOnce(t, c, w)
 	if api.Reloads() != 1 || !a.Reload || len(hl.applied) != 1 || len(hl.applied[0].Names(plan.Add)) != n {
 		t.Fatalf("%d adds: %d reloads, runtime plans %+v; want all added at runtime, one transaction", n, api.Reloads(), hl.applied)
 	}
@@ -661,12 +661,12 @@ func TestBigBurstIsPersistedInServiceOnlyOnceChecked(t *testing.T) {
 	if in, all := persisted(api); in != 0 || all != n {
 		t.Errorf("haproxy.cfg: %d servers, %d in service; want %d, none in service before a check passed", all, in, n)
 	}
-	if p, a := sync(t, c, w); p.HasChanges() || a.Writes != 0 {
+	if p, a := syncOnce(t, c, w); p.HasChanges() || a.Writes != 0 {
 		t.Errorf("sync before the checks passed: %+v", p)
 	}
 	hl.passed = true
 	before := len(api.Requests())
-	p, _ = sync(t, c, w)
+	p, _ = syncOnce(t, c, w)
 	for _, r := range api.Requests()[before:] {
 		if strings.Contains(r.Path, "/servers/") && strings.Contains(r.Query, "version=") {
 			t.Errorf("%s %s?%s: one versioned write per server, not one transaction", r.Method, r.Path, r.Query)
@@ -682,7 +682,7 @@ func TestBigBurstIsPersistedInServiceOnlyOnceChecked(t *testing.T) {
 	if in, all := persisted(api); in != n-1 || all != n {
 		t.Errorf("haproxy.cfg: %d servers, %d in service; want all but the dead one", all, in)
 	}
-	if p, a := sync(t, c, w); p.HasChanges() || a.Writes != 0 || !reflect.DeepEqual(p.Waiting, []string{"node-03"}) {
+	if p, a := syncOnce(t, c, w); p.HasChanges() || a.Writes != 0 || !reflect.DeepEqual(p.Waiting, []string{"node-03"}) {
 		t.Errorf("last sync: %+v", p)
 	}
 }
@@ -704,8 +704,8 @@ func TestBurstWhoseCommitFailed(t *testing.T) {
 	if _, err := c.Apply(context.Background(), plan.CalculateWith(cur, w, c.Policy())); err == nil || len(api.Servers("be")) != 0 {
 		t.Fatalf("failed commit: err %v, %d servers in haproxy.cfg", err, len(api.Servers("be")))
 	}
-	sync(t, c, w)
-	if len(hl.applied) != 2 || len(hl.applied[1].Changes) != 0 {
+	syncOnce(t, c, w)
+	if len(hl.applied) != 1 {
 		t.Errorf("the retry sent %+v to the socket; the servers run already", hl.applied[1:])
 	}
 	if in, all := persisted(api); in != 0 || all != len(w.Servers) {
@@ -805,10 +805,10 @@ func TestShippedCheckIsWrittenAndReadBack(t *testing.T) {
 	shipped := model.Check{Inter: 5 * time.Second, FastInter: 100 * time.Millisecond, DownInter: 200 * time.Millisecond,
 		Rise: 2, Fall: 2, OnError: "sudden-death"}
 	older := srv("node-a", "127.0.1.1", model.Ready)
-	sync(t, c, want(older)) // written with the older check: no fastinter, downinter, observe
+	syncOnce(t, c, want(older)) // written with the older check: no fastinter, downinter, observe
 	a, b := older, srv("node-b", "127.0.1.2", model.Ready)
 	a.Check, b.Check = shipped, shipped
-	p, _ := sync(t, c, want(a, b))
+	p, _ := syncOnce(t, c, want(a, b))
 	if !reflect.DeepEqual(p.Names(plan.Update), []string{"node-a"}) || !reflect.DeepEqual(p.Names(plan.Add), []string{"node-b"}) {
 		t.Fatalf("plan %+v, want node-a rewritten, node-b added", p)
 	}
@@ -819,7 +819,7 @@ func TestShippedCheckIsWrittenAndReadBack(t *testing.T) {
 				s.Name, s.Fastinter, s.Downinter, s.Observe, s.ErrorLimit, s.OnError)
 		}
 	}
-	if p, _ := sync(t, c, want(a, b)); p.HasChanges() {
+	if p, _ := syncOnce(t, c, want(a, b)); p.HasChanges() {
 		t.Errorf("second sync changes %+v", p.Changes)
 	}
 }

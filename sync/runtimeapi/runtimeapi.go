@@ -350,7 +350,7 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		if err != nil {
 			return err
 		}
-		return a.judged(ok, cmds, reply)
+		return a.checkReply(ok, cmds, reply)
 	}
 	var err error
 	if has(p, plan.Delete) { // how to delete depends on the version
@@ -489,9 +489,9 @@ type applier struct {
 	out     *plan.Applied
 }
 
-// judged checks the reply to one command line: a CommandError unless ok
+// checkReply checks the reply to one command line: a CommandError unless ok
 // says it is success, in which case each command counts as a runtime write.
-func (a *applier) judged(ok func(string) bool, cmds []string, reply string) error {
+func (a *applier) checkReply(ok func(string) bool, cmds []string, reply string) error {
 	if !ok(reply) {
 		return &CommandError{Command: strings.Join(cmds, "; "), Reply: reply}
 	}

@@ -1,0 +1,116 @@
+package dataplane
+
+import (
+	"encoding/json"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
+)
+
+// routes is how each change of a plan reaches HAProxy: route decides it,
+// with no I/O; Apply carries it out, in the order of the fields.
+type routes struct {
+	// addGated are new servers POSTed in maintenance (added at runtime,
+	// written to haproxy.cfg) and gated on the socket: at most
+	// MaxRuntimeAdds, with the socket.
+	addGated []plan.Change
+	// gated are existing servers held out of service until their check
+	// passes: parked in haproxy.cfg if they are not, then gated.
+	gated []plan.Change
+	// puts are runtime-safe changes haproxy.cfg must learn: one versioned
+	// PUT each, which the API applies at runtime (no reload). A deleted
+	// server's parking is one.
+	puts []plan.Change
+	// onSocket are changes haproxy.cfg holds already: only the running
+	// HAProxy differs, and a PUT would change nothing.
+	onSocket []plan.Change
+	// burst says the new servers among structural go through the socket
+	// first (pipelined, gated), then the transaction writes them.
+	burst bool
+	// structural go into one transaction: one commit, one reload.
+	structural []plan.Change
+	// afterCommit go through the socket once the transaction committed:
+	// a burst's servers put in service, which it writes in service.
+	afterCommit []plan.Change
+}
+
+// route decides how each change of p reaches HAProxy; socket says whether
+// the instance's runtime socket is there (WithRuntime).
+func route(p plan.Plan, socket bool) routes {
+	var r routes
+	adds := len(p.Names(plan.Add))
+	r.burst = socket && adds > MaxRuntimeAdds
+	var entries []plan.Change // servers put in service that haproxy.cfg parks
+	for _, ch := range p.Changes {
+		var write *model.Server // what the running HAProxy must become
+		switch {
+		case ch.Action == plan.Delete:
+			r.structural = append(r.structural, ch)
+			if ch.Old.State != model.Maint {
+				parked := *ch.Old
+				parked.State = model.Maint
+				write = &parked
+			}
+		case ch.Action == plan.Add && socket && !r.burst:
+			r.addGated = append(r.addGated, ch)
+		case ch.Gate && ch.Action != plan.Add && socket:
+			r.gated = append(r.gated, ch)
+		case ch.Action != plan.Add && ch.Old.Check == ch.New.Check:
+			write = ch.New
+		default:
+			r.structural = append(r.structural, ch)
+		}
+		if write == nil {
+			continue
+		}
+		switch {
+		case socket && configHolds(ch.Old.Source, *write):
+			if ch.Action == plan.Delete {
+				ch.Action = plan.Maint // the socket only parks it; the transaction deletes it
+			}
+			ch.New = write
+			r.onSocket = append(r.onSocket, ch)
+		case socket && persistsEntry(ch.Old.Source, *write):
+			ch.New = write
+			entries = append(entries, ch)
+		default:
+			ch.New = write
+			r.puts = append(r.puts, ch)
+		}
+	}
+	// A burst's servers whose check passed: more than MaxRuntimeAdds are
+	// written by the transaction, then put in service through the socket,
+	// rather than one versioned write each. The burst's own commit asked a
+	// reload moments ago: the API runs both as one.
+	if len(entries) > MaxRuntimeAdds {
+		r.structural = append(r.structural, entries...)
+		r.afterCommit = entries
+	} else {
+		r.puts = append(r.puts, entries...)
+	}
+	return r
+}
+
+// persistsEntry reports whether writing srv puts in service a server
+// haproxy.cfg, as read (source), holds in maintenance: a burst's server
+// whose check passed.
+func persistsEntry(source any, srv model.Server) bool {
+	raw, ok := source.(rawServer)
+	if !ok || srv.State == model.Maint {
+		return false
+	}
+	cfg, err := serverOf(json.RawMessage(raw))
+	return err == nil && cfg.State == model.Maint
+}
+
+// configHolds reports whether haproxy.cfg, as read (source), already holds
+// srv as far as traffic goes: then only the running HAProxy differs from it,
+// and a PUT would change nothing (the API applies only what changes).
+func configHolds(source any, srv model.Server) bool {
+	raw, ok := source.(rawServer)
+	if !ok {
+		return false
+	}
+	cfg, err := serverOf(json.RawMessage(raw))
+	return err == nil && cfg.SameTraffic(srv)
+}

@@ -1,0 +1,115 @@
+package dataplane
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
+)
+
+var routeCheck = model.Check{Inter: 1500 * time.Millisecond, Rise: 2, Fall: 2}
+
+// server is a server as the plan sees it, in state st; cfg, when set, is
+// the state haproxy.cfg holds it in (its Source, as Read keeps it).
+func server(name string, st model.State, cfg model.State) *model.Server {
+	s := &model.Server{Name: name, Address: "192.0.2.1", Port: 30080, Weight: 1, State: st, Check: routeCheck}
+	if cfg != "" {
+		m, err := serverModel(model.Server{Name: name, Address: s.Address, Port: s.Port, Weight: 1, State: cfg, Check: routeCheck}, nil)
+		if err != nil {
+			panic(err)
+		}
+		b, _ := json.Marshal(m)
+		s.Source = rawServer(b)
+	}
+	return s
+}
+
+func adds(n int) []plan.Change {
+	var out []plan.Change
+	for i := range n {
+		out = append(out, plan.Change{Action: plan.Add, Name: fmt.Sprint("new-", i), New: server(fmt.Sprint("new-", i), model.Ready, ""), Gate: true})
+	}
+	return out
+}
+
+// entries are servers a burst wrote in maintenance, now put in service.
+func entries(n int) []plan.Change {
+	var out []plan.Change
+	for i := range n {
+		name := fmt.Sprint("in-", i)
+		out = append(out, plan.Change{Action: plan.Update, Name: name, Old: server(name, model.Drain, model.Maint), New: server(name, model.Ready, "")})
+	}
+	return out
+}
+
+// summary names each route's changes: "puts:a,b gated:c burst".
+func (r routes) summary() string {
+	var parts []string
+	for _, l := range []struct {
+		name string
+		chs  []plan.Change
+	}{{"addGated", r.addGated}, {"gated", r.gated}, {"puts", r.puts}, {"onSocket", r.onSocket}, {"structural", r.structural}, {"afterCommit", r.afterCommit}} {
+		if len(l.chs) == 0 {
+			continue
+		}
+		var names []string
+		for _, ch := range l.chs {
+			names = append(names, ch.Name)
+		}
+		if len(names) > 3 {
+			names = []string{fmt.Sprint(len(names))}
+		}
+		parts = append(parts, l.name+":"+strings.Join(names, ","))
+	}
+	if r.burst {
+		parts = append(parts, "burst")
+	}
+	return strings.Join(parts, " ")
+}
+
+// TestRoute: how each kind of change reaches HAProxy, with and without the
+// runtime socket (the table of README's "How the Data Plane API driver
+// applies changes").
+func TestRoute(t *testing.T) {
+	moved := *server("m", model.Ready, "")
+	moved.Address = "192.0.2.9"
+	slower := *server("c", model.Ready, "")
+	slower.Check.Inter = 5 * time.Second
+	for _, tt := range []struct {
+		name    string
+		changes []plan.Change
+		socket  bool
+		want    string
+	}{
+		{"few new servers, socket: added in maintenance, then gated", adds(2), true, "addGated:new-0,new-1"},
+		{"few new servers, no socket: the transaction", adds(2), false, "structural:new-0,new-1"},
+		{"a burst, socket: through the socket, then the transaction", adds(MaxRuntimeAdds + 1), true, "structural:21 burst"},
+		{"a weight change haproxy.cfg does not hold: a versioned PUT", []plan.Change{{Action: plan.Update, Name: "w",
+			Old: server("w", model.Ready, model.Ready), New: func() *model.Server { s := server("w", model.Ready, ""); s.Weight = 3; return s }()}}, true, "puts:w"},
+		{"drain that haproxy.cfg holds already: the socket alone", []plan.Change{{Action: plan.Drain, Name: "d",
+			Old: server("d", model.Ready, model.Drain), New: server("d", model.Drain, "")}}, true, "onSocket:d"},
+		{"the same without a socket: a PUT", []plan.Change{{Action: plan.Drain, Name: "d",
+			Old: server("d", model.Ready, model.Drain), New: server("d", model.Drain, "")}}, false, "puts:d"},
+		{"an existing server gated, socket", []plan.Change{{Action: plan.Drain, Name: "m", Old: server("m", model.Ready, model.Ready), New: &moved, Gate: true}}, true, "gated:m"},
+		{"a check change: the transaction", []plan.Change{{Action: plan.Update, Name: "c", Old: server("c", model.Ready, model.Ready), New: &slower}}, true, "structural:c"},
+		{"a delete: parked by a PUT, deleted by the transaction", []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Ready)}}, true, "puts:x structural:x"},
+		{"a delete haproxy.cfg parks already: parked on the socket", []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Maint)}}, true, "onSocket:x structural:x"},
+		{"a parked delete: the transaction alone", []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Maint, model.Maint)}}, true, "structural:x"},
+		{"a few burst servers checked: a PUT each", entries(2), true, "puts:in-0,in-1"},
+		{"many burst servers checked: the transaction, then the socket", entries(MaxRuntimeAdds + 1), true, "structural:21 afterCommit:21"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := route(plan.Plan{Backend: "be", Changes: tt.changes}, tt.socket).summary(); got != tt.want {
+				t.Errorf("%s, want %s", got, tt.want)
+			}
+		})
+	}
+	r := route(plan.Plan{Changes: []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Maint)}}}, true)
+	if r.onSocket[0].Action != plan.Maint || r.onSocket[0].New.State != model.Maint {
+		t.Errorf("a delete on the socket is %s to %s, want parked only", r.onSocket[0].Action, r.onSocket[0].New.State)
+	}
+}
