@@ -5,35 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"net/url"
 	"strings"
-	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/haproxytech/client-native/v6/models"
 	"github.com/sethvargo/go-retry"
 
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile/reconciletest"
 )
 
 func cluster(podIPs ...string) desired.Input {
 	return desiredtest.PodCluster("ingress", "web", podIPs...)
-}
-
-func newAPI(t *testing.T) (*dataplanetest.Server, reconcile.Driver) {
-	t.Helper()
-	api := dataplanetest.New(t, dataplanetest.Options{})
-	rr := "roundrobin"
-	api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
-	u, _ := url.Parse(api.URL)
-	return api, dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: 2 * time.Second})
 }
 
 func reconciler(src reconcile.Source, targets ...reconcile.Driver) *reconcile.Reconciler {
@@ -50,11 +38,9 @@ func reconciler(src reconcile.Source, targets ...reconcile.Driver) *reconcile.Re
 	}
 }
 
-func addrs(api *dataplanetest.Server) map[string]string { return api.States("be") }
-
 func TestSyncFirstRoundThenIdempotent(t *testing.T) {
-	api, drv := newAPI(t)
-	r := reconciler(&desiredtest.Source{In: cluster("10.244.0.1", "10.244.0.2")}, drv)
+	d := &reconciletest.Driver{}
+	r := reconciler(&desiredtest.Source{In: cluster("10.244.0.1", "10.244.0.2")}, d)
 	res, err := r.Reconcile(context.Background(), false)
 	if err != nil {
 		t.Fatal(err)
@@ -63,36 +49,29 @@ func TestSyncFirstRoundThenIdempotent(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	tr := res.Targets[0]
-	if strings.Join(tr.Add, ",") != "10-244-0-1,10-244-0-2" || tr.Attempts != 1 || tr.Target != api.URL || tr.Backend != "be" || tr.Error != "" {
+	if strings.Join(tr.Add, ",") != "10-244-0-1,10-244-0-2" || tr.Attempts != 1 || tr.Target != "mem" || tr.Backend != "be" || tr.Error != "" {
 		t.Errorf("target result %+v", tr)
 	}
-
-	version, writes := api.Version(), api.Writes()
+	_, applies, _ := d.Counts()
 	res, err = r.Reconcile(context.Background(), false)
 	if err != nil || res.Status != reconcile.StatusUnchanged {
 		t.Fatalf("second: %v %+v", err, res)
 	}
-	if api.Version() != version || api.Writes() != writes {
-		t.Errorf("second reconcile wrote: version %d -> %d, writes %d -> %d", version, api.Version(), writes, api.Writes())
+	if _, again, _ := d.Counts(); again != applies {
+		t.Errorf("second reconcile applied a plan")
 	}
 }
 
 func TestConflictIsRetriedFromAFreshRead(t *testing.T) {
-	api, drv := newAPI(t)
+	d := &reconciletest.Driver{}
 	src := &desiredtest.Source{In: cluster("10.244.0.1")}
-	r := reconciler(src, drv)
+	r := reconciler(src, d)
 	if _, err := r.Reconcile(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
-	// Another writer moves the version just before our first write, twice.
-	var bumps atomic.Int32
-	api.Intercept(func(w http.ResponseWriter, req *http.Request) bool {
-		if req.Method != http.MethodGet && bumps.Add(1) <= 2 {
-			api.BumpVersion()
-		}
-		return false
-	})
+	d.Do(func(d *reconciletest.Driver) { d.Conflicts = 2 }) // another writer was first, twice
 	src.In = cluster("10.244.0.1", "10.244.0.3")
+	reads, _, _ := d.Counts()
 	res, err := r.Reconcile(context.Background(), false)
 	if err != nil {
 		t.Fatalf("%v %+v", err, res)
@@ -100,72 +79,70 @@ func TestConflictIsRetriedFromAFreshRead(t *testing.T) {
 	if res.Targets[0].Attempts != 3 {
 		t.Errorf("attempts = %d, want 3", res.Targets[0].Attempts)
 	}
-	if got := addrs(api); len(got) != 2 || got["10.244.0.3"] != "ready" {
-		t.Errorf("servers = %v", got)
+	if after, _, _ := d.Counts(); after-reads != 3 {
+		t.Errorf("%d reads for 3 attempts: each attempt must read afresh", after-reads)
 	}
-	if api.OpenTransactions() != 0 {
-		t.Errorf("%d transactions left", api.OpenTransactions())
+	if got := d.States(); len(got) != 2 || got["10.244.0.3"] != "ready" {
+		t.Errorf("servers = %v", got)
 	}
 }
 
 func TestKubernetesFailureChangesNothing(t *testing.T) {
-	api, drv := newAPI(t)
+	d := &reconciletest.Driver{}
 	src := &desiredtest.Source{In: cluster("10.244.0.1")}
-	r := reconciler(src, drv)
+	r := reconciler(src, d)
 	if _, err := r.Reconcile(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
-	n := api.Writes()
+	_, applies, _ := d.Counts()
 	src.Err = errors.New("connection refused")
 	res, err := r.Reconcile(context.Background(), false)
-	if err == nil || res.Status != reconcile.StatusError || !strings.Contains(res.Error, "connection refused") {
+	if err == nil || res.Status != reconcile.StatusError || !strings.Contains(res.Error, "connection refused") || res.ErrorClass != failure.Temporary {
 		t.Fatalf("err %v result %+v", err, res)
 	}
-	if api.Writes() != n {
+	if _, after, _ := d.Counts(); after != applies {
 		t.Error("HAProxy was written after a failed Kubernetes read")
 	}
-	if got := addrs(api); got["10.244.0.1"] != "ready" {
+	if got := d.States(); got["10.244.0.1"] != "ready" {
 		t.Errorf("servers = %v", got)
 	}
 }
 
 func TestZeroEndpointsParksAndDeletesNothing(t *testing.T) {
-	api, drv := newAPI(t)
+	d := &reconciletest.Driver{}
 	src := &desiredtest.Source{In: cluster("10.244.0.1", "10.244.0.2")}
-	r := reconciler(src, drv)
+	r := reconciler(src, d)
 	if _, err := r.Reconcile(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
-	reloads := api.Reloads()
 	src.In = cluster()
 	res, err := r.Reconcile(context.Background(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := addrs(api); len(got) != 2 || got["10.244.0.1"] != "maint" || got["10.244.0.2"] != "maint" {
+	if got := d.States(); len(got) != 2 || got["10.244.0.1"] != "maint" || got["10.244.0.2"] != "maint" {
 		t.Errorf("servers = %v", got)
 	}
-	if len(res.Targets[0].Delete) != 0 || len(res.Targets[0].Maint) != 2 || api.Reloads() != reloads {
-		t.Errorf("result %+v, reloads +%d", res.Targets[0], api.Reloads()-reloads)
+	if len(res.Targets[0].Delete) != 0 || len(res.Targets[0].Maint) != 2 {
+		t.Errorf("result %+v", res.Targets[0])
 	}
 }
 
 func TestDryRunAppliesNothing(t *testing.T) {
-	api, drv := newAPI(t)
-	r := reconciler(&desiredtest.Source{In: cluster("10.244.0.1")}, drv)
+	d := &reconciletest.Driver{}
+	r := reconciler(&desiredtest.Source{In: cluster("10.244.0.1")}, d)
 	res, err := r.Reconcile(context.Background(), true)
 	if err != nil || res.Status != reconcile.StatusPlanned || len(res.Targets[0].Add) != 1 {
 		t.Fatalf("%v %+v", err, res)
 	}
-	if api.Writes() != 0 || len(api.Servers("be")) != 0 {
+	if _, applies, _ := d.Counts(); applies != 0 || len(d.Servers()) != 0 {
 		t.Error("dry run wrote")
 	}
 }
 
 func TestOneTargetDownTheOtherConverges(t *testing.T) {
-	api, good := newAPI(t)
-	down, _ := url.Parse("http://127.0.0.1:1")
-	bad := dataplane.New(down, dataplane.Auth{}, &http.Client{Timeout: time.Second})
+	good := &reconciletest.Driver{ID: "good"}
+	bad := &reconciletest.Driver{ID: "bad", ReadErr: &failure.NetworkError{Err: fmt.Errorf("dial tcp 127.0.0.1:1: %w", syscall.ECONNREFUSED)}}
 	r := reconciler(&desiredtest.Source{In: cluster("10.244.0.1")}, bad, good)
 	r.Timeout = 30 * time.Second // the shipped RECONCILE_TIMEOUT: a retried refusal would hold the result that long
 	res, err := r.Reconcile(context.Background(), false)
@@ -181,69 +158,17 @@ func TestOneTargetDownTheOtherConverges(t *testing.T) {
 	if res.Targets[0].Attempts != 1 || !strings.Contains(res.Targets[0].Error, "connection refused") {
 		t.Errorf("down target: %d attempts, error %q; want 1, connection refused", res.Targets[0].Attempts, res.Targets[0].Error)
 	}
-	if got := addrs(api); got["10.244.0.1"] != "ready" {
+	if got := good.States(); got["10.244.0.1"] != "ready" {
 		t.Errorf("healthy target not converged: %v", got)
 	}
 }
 
 func TestPermanentErrorIsNotRetried(t *testing.T) {
-	api, drv := newAPI(t)
-	api.SetCheck(func(dataplanetest.Config) error { return errors.New("bad config") })
-	r := reconciler(&desiredtest.Source{In: cluster("10.244.0.1")}, drv)
+	d := &reconciletest.Driver{ApplyErr: errors.New("commit: configuration check failed: bad config")}
+	r := reconciler(&desiredtest.Source{In: cluster("10.244.0.1")}, d)
 	res, err := r.Reconcile(context.Background(), false)
-	if err == nil || res.Targets[0].Attempts != 1 || !strings.Contains(res.Targets[0].Error, "bad config") {
+	if err == nil || res.Targets[0].Attempts != 1 || !strings.Contains(res.Targets[0].Error, "bad config") || res.Targets[0].ErrorClass != failure.Permanent {
 		t.Fatalf("err %v %+v", err, res.Targets)
-	}
-	if api.OpenTransactions() != 0 {
-		t.Errorf("%d transactions left", api.OpenTransactions())
-	}
-}
-
-// TestScaleDownParksThenDeletesInBatches: with the Data Plane API, removed
-// servers leave traffic at once (maint, no reload) and are deleted three at a
-// time in one transaction: one reload per batch, never more than two parked.
-func TestScaleDownParksThenDeletesInBatches(t *testing.T) {
-	api := dataplanetest.New(t, dataplanetest.Options{})
-	rr := "roundrobin"
-	api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
-	u, _ := url.Parse(api.URL)
-	drv := dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: 2 * time.Second}, dataplane.WithDeleteBatch(3))
-	ips := []string{"10.244.0.1", "10.244.0.2", "10.244.0.3", "10.244.0.4", "10.244.0.5", "10.244.0.6", "10.244.0.7"}
-	src := &desiredtest.Source{In: cluster(ips...)}
-	r := reconciler(src, drv)
-	if _, err := r.Reconcile(context.Background(), false); err != nil {
-		t.Fatal(err)
-	}
-	base := api.Reloads()
-	wantReloads := []int{0, 0, 1, 1, 1, 2} // after removing 1, 2, ... 6 servers
-	for i := 1; i <= 6; i++ {
-		src.In = cluster(ips[i:]...)
-		res, err := r.Reconcile(context.Background(), false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := api.Reloads() - base; got != wantReloads[i-1] {
-			t.Errorf("after removing %d: %d reloads, want %d (%+v)", i, got, wantReloads[i-1], res.Targets[0])
-		}
-		parked := 0
-		for addr, st := range addrs(api) {
-			wanted := false
-			for _, ip := range ips[i:] {
-				wanted = wanted || ip == addr
-			}
-			switch {
-			case !wanted && st != "maint":
-				t.Errorf("after removing %d: %s still in traffic (%s)", i, addr, st)
-			case !wanted:
-				parked++
-			}
-		}
-		if parked > 2 {
-			t.Errorf("after removing %d: %d parked servers, want at most 2", i, parked)
-		}
-	}
-	if got := len(api.Servers("be")); got != 1 {
-		t.Errorf("%d servers left, want 1", got)
 	}
 }
 
@@ -251,9 +176,9 @@ func TestScaleDownParksThenDeletesInBatches(t *testing.T) {
 // wrong selector): the old ones are parked, not deleted, and the result says
 // so; once the replacements are in, the next reconcile deletes them.
 func TestDeletionGuardParksAndReports(t *testing.T) {
-	api, drv := newAPI(t)
+	d := &reconciletest.Driver{}
 	src := &desiredtest.Source{In: cluster("10.244.0.1", "10.244.0.2")}
-	r := reconciler(src, drv)
+	r := reconciler(src, d)
 	r.GuardPercent = 100
 	if _, err := r.Reconcile(context.Background(), false); err != nil {
 		t.Fatal(err)
@@ -267,14 +192,14 @@ func TestDeletionGuardParksAndReports(t *testing.T) {
 	if len(tr.Guarded) != 2 || len(tr.Delete) != 0 || len(tr.Maint) != 2 {
 		t.Errorf("result %+v", tr)
 	}
-	if got := addrs(api); len(got) != 3 || got["10.244.0.1"] != "maint" || got["10.244.0.2"] != "maint" || got["10.244.9.1"] != "ready" {
+	if got := d.States(); len(got) != 3 || got["10.244.0.1"] != "maint" || got["10.244.0.2"] != "maint" || got["10.244.9.1"] != "ready" {
 		t.Errorf("servers = %v", got)
 	}
 	res, err = r.Reconcile(context.Background(), false)
 	if err != nil || len(res.Targets[0].Guarded) != 0 || len(res.Targets[0].Delete) != 2 {
 		t.Fatalf("%v %+v", err, res.Targets[0])
 	}
-	if got := addrs(api); len(got) != 1 {
+	if got := d.States(); len(got) != 1 {
 		t.Errorf("servers = %v", got)
 	}
 }
@@ -286,7 +211,7 @@ func TestRoundRobinPast4095ServersIsWarned(t *testing.T) {
 			ips[i] = fmt.Sprintf("10.1.%d.%d", i/250, i%250+1)
 		}
 		var logs strings.Builder
-		r := reconciler(&desiredtest.Source{In: cluster(ips...)}, &memDriver{servers: map[string]model.Server{}})
+		r := reconciler(&desiredtest.Source{In: cluster(ips...)}, &reconciletest.Driver{})
 		r.MaxServers = 10000
 		r.Log = slog.New(slog.NewJSONHandler(&logs, nil))
 		if _, err := r.Reconcile(context.Background(), false); err != nil {

@@ -1,4 +1,8 @@
-package reconcile_test
+package dataplane_test
+
+// The reconciler with the Data Plane API driver: what the driver does to a
+// whole reconcile (reloads per batch of deletions, calls and writes per
+// reconcile at 1,000 servers).
 
 import (
 	"context"
@@ -9,13 +13,84 @@ import (
 	"time"
 
 	"github.com/haproxytech/client-native/v6/models"
+	"github.com/sethvargo/go-retry"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 )
+
+func cluster(podIPs ...string) desired.Input {
+	return desiredtest.PodCluster("ingress", "web", podIPs...)
+}
+
+func reconciler(src reconcile.Source, targets ...reconcile.Driver) *reconcile.Reconciler {
+	return &reconcile.Reconciler{
+		Source: src,
+		Options: desired.Options{
+			Mode: desired.PodMode, Backends: []desired.PortBackend{{Backend: "be"}},
+			Settings: model.Settings{Balance: "roundrobin", TCPCheck: true},
+			Check:    model.Check{Inter: 5 * time.Second, Rise: 2, Fall: 2},
+		},
+		Targets: targets,
+		Timeout: 5 * time.Second,
+		Backoff: func() retry.Backoff { return retry.NewConstant(5 * time.Millisecond) },
+	}
+}
+
+func addrs(api *dataplanetest.Server) map[string]string { return api.States("be") }
+
+// TestScaleDownParksThenDeletesInBatches: with the Data Plane API, removed
+// servers leave traffic at once (maint, no reload) and are deleted three at a
+// time in one transaction: one reload per batch, never more than two parked.
+func TestScaleDownParksThenDeletesInBatches(t *testing.T) {
+	api := dataplanetest.New(t, dataplanetest.Options{})
+	rr := "roundrobin"
+	api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
+	u, _ := url.Parse(api.URL)
+	drv := dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: 2 * time.Second}, dataplane.WithDeleteBatch(3))
+	ips := []string{"10.244.0.1", "10.244.0.2", "10.244.0.3", "10.244.0.4", "10.244.0.5", "10.244.0.6", "10.244.0.7"}
+	src := &desiredtest.Source{In: cluster(ips...)}
+	r := reconciler(src, drv)
+	if _, err := r.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	base := api.Reloads()
+	wantReloads := []int{0, 0, 1, 1, 1, 2} // after removing 1, 2, ... 6 servers
+	for i := 1; i <= 6; i++ {
+		src.In = cluster(ips[i:]...)
+		res, err := r.Reconcile(context.Background(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := api.Reloads() - base; got != wantReloads[i-1] {
+			t.Errorf("after removing %d: %d reloads, want %d (%+v)", i, got, wantReloads[i-1], res.Targets[0])
+		}
+		parked := 0
+		for addr, st := range addrs(api) {
+			wanted := false
+			for _, ip := range ips[i:] {
+				wanted = wanted || ip == addr
+			}
+			switch {
+			case !wanted && st != "maint":
+				t.Errorf("after removing %d: %s still in traffic (%s)", i, addr, st)
+			case !wanted:
+				parked++
+			}
+		}
+		if parked > 2 {
+			t.Errorf("after removing %d: %d parked servers, want at most 2", i, parked)
+		}
+	}
+	if got := len(api.Servers("be")); got != 1 {
+		t.Errorf("%d servers left, want 1", got)
+	}
+}
 
 func podIPs(n int) []string {
 	ips := make([]string, n)
