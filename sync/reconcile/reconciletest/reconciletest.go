@@ -38,7 +38,7 @@ type Driver struct {
 	// applying anything (another writer was first).
 	Conflicts int
 	// ReadErr, ApplyErr fail every Read, Apply.
-	ReadErr, ApplyErr error
+	ReadErr, ApplyErr      error
 	reads, applies, writes int
 }
 
