@@ -8,15 +8,18 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/auth"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/trigger"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 )
 
@@ -137,7 +140,8 @@ func TestLogsNeverShowSecrets(t *testing.T) {
 	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	// The Data Plane URL carries a password, and the target is down so that
 	// errors (with the URL) are logged and answered.
-	srv, _ := stack(t, "http://admin:dp-password-123@127.0.0.1:1", "webhook-token-456", log)
+	u, _ := url.Parse("http://admin:dp-password-123@127.0.0.1:1")
+	srv := stack(t, dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: time.Second}), "webhook-token-456", log)
 	send(t, "POST", srv.URL+"/reconcile", "", "", "Authorization", "Bearer wrong-token-789")
 	a := send(t, "POST", srv.URL+"/reconcile", "", "", "Authorization", "Bearer webhook-token-456")
 	if a.status != http.StatusServiceUnavailable {

@@ -10,41 +10,33 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/haproxytech/client-native/v6/models"
 	"github.com/sethvargo/go-retry"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/auth"
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile/reconciletest"
 )
 
-// stack is the handler over a real reconciler and the test Data Plane API.
-func stack(t *testing.T, dataplaneURL string, token string, log ...*slog.Logger) (*httptest.Server, *dataplanetest.Server) {
+// stack is the handler over a real reconciler and drv.
+func stack(t *testing.T, drv reconcile.Driver, token string, log ...*slog.Logger) *httptest.Server {
 	t.Helper()
-	api := dataplanetest.New(t, dataplanetest.Options{})
-	rr := "roundrobin"
-	api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", Balance: &models.Balance{Algorithm: &rr}, AdvCheck: "tcp-check"}})
-	if dataplaneURL == "" {
-		dataplaneURL = api.URL
-	}
-	u, _ := url.Parse(dataplaneURL)
 	rec := &reconcile.Reconciler{
 		Source: &desiredtest.Source{In: desiredtest.PodCluster("ns", "web", "10.244.0.1")},
 		Options: desired.Options{Mode: desired.PodMode, Backends: []desired.PortBackend{{Backend: "be"}},
 			Settings: model.Settings{Balance: "roundrobin", TCPCheck: true}, Check: model.Check{Inter: time.Second, Rise: 1, Fall: 1}},
-		Targets: []reconcile.Driver{dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: time.Second})},
+		Targets: []reconcile.Driver{drv},
 		Timeout: 300 * time.Millisecond,
 		Backoff: func() retry.Backoff { return retry.NewConstant(20 * time.Millisecond) },
 	}
@@ -61,7 +53,7 @@ func stack(t *testing.T, dataplaneURL string, token string, log ...*slog.Logger)
 	}
 	srv := httptest.NewServer(handler.New(cfg))
 	t.Cleanup(srv.Close)
-	return srv, api
+	return srv
 }
 
 type answer struct {
@@ -93,7 +85,8 @@ func send(t *testing.T, method, u, contentType, body string, header ...string) a
 }
 
 func TestReconcileAppliedThenUnchanged(t *testing.T) {
-	srv, api := stack(t, "", "")
+	d := &reconciletest.Driver{}
+	srv := stack(t, d, "")
 	a := send(t, "POST", srv.URL+"/reconcile", "", "")
 	if a.status != 200 || a.body["status"] != "applied" || a.body["desired"] != 1.0 {
 		t.Fatalf("first: %d %v", a.status, a.body)
@@ -111,13 +104,14 @@ func TestReconcileAppliedThenUnchanged(t *testing.T) {
 	if a.status != 200 || a.body["status"] != "unchanged" {
 		t.Fatalf("second: %d %v", a.status, a.body)
 	}
-	if len(api.Servers("be")) != 1 {
-		t.Errorf("servers = %v", api.Servers("be"))
+	if len(d.Servers()) != 1 {
+		t.Errorf("servers = %v", d.Servers())
 	}
 }
 
 func TestDryRunAndPlan(t *testing.T) {
-	srv, api := stack(t, "", "")
+	d := &reconciletest.Driver{}
+	srv := stack(t, d, "")
 	for _, u := range []string{"/reconcile?dryRun=true"} {
 		if a := send(t, "POST", srv.URL+u, "", ""); a.status != 200 || a.body["status"] != "planned" {
 			t.Errorf("%s: %d %v", u, a.status, a.body)
@@ -126,13 +120,13 @@ func TestDryRunAndPlan(t *testing.T) {
 	if a := send(t, "GET", srv.URL+"/plan", "", ""); a.status != 200 || a.body["status"] != "planned" {
 		t.Errorf("/plan: %d %v", a.status, a.body)
 	}
-	if api.Writes() != 0 {
+	if _, applies, _ := d.Counts(); applies != 0 {
 		t.Error("dry run wrote")
 	}
 }
 
 func TestDataplaneDownIs503WithRetryAfter(t *testing.T) {
-	srv, _ := stack(t, "http://127.0.0.1:1", "")
+	srv := stack(t, &reconciletest.Driver{ReadErr: &failure.NetworkError{Err: fmt.Errorf("dial tcp 127.0.0.1:1: %w", syscall.ECONNREFUSED)}}, "")
 	a := send(t, "POST", srv.URL+"/reconcile", "", "")
 	if a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") == "" {
 		t.Fatalf("status %d Retry-After %q", a.status, a.header.Get("Retry-After"))
@@ -148,7 +142,8 @@ func TestDataplaneDownIs503WithRetryAfter(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	srv, api := stack(t, "", "s3cret-0123456789")
+	d := &reconciletest.Driver{}
+	srv := stack(t, d, "s3cret-0123456789")
 	auth := []string{"Authorization", "Bearer s3cret-0123456789"}
 	tests := []struct {
 		name, method, path, ctype, body string
@@ -176,7 +171,7 @@ func TestBadRequests(t *testing.T) {
 			}
 		})
 	}
-	if api.Writes() != 0 || len(api.Requests()) != 0 {
+	if reads, applies, _ := d.Counts(); reads+applies != 0 {
 		t.Error("a rejected request reached HAProxy")
 	}
 	if a := send(t, "POST", srv.URL+"/reconcile", "", "", auth...); a.status != 200 {
@@ -187,7 +182,7 @@ func TestBadRequests(t *testing.T) {
 // TestErrorsQuoteLittle: no error answer quotes more than ~200 bytes of what
 // was sent.
 func TestErrorsQuoteLittle(t *testing.T) {
-	srv, _ := stack(t, "", "s3cret-0123456789")
+	srv := stack(t, &reconciletest.Driver{}, "s3cret-0123456789")
 	auth := []string{"Authorization", "Bearer s3cret-0123456789"}
 	huge := strings.Repeat("Z", 100_000)
 	for name, req := range map[string][2]string{
@@ -204,7 +199,7 @@ func TestErrorsQuoteLittle(t *testing.T) {
 // TestFormAndTextBodiesArePokes: curl -d '{}' sends a form content type, -F
 // multipart, --data-binary with text/plain: each is a poke.
 func TestFormAndTextBodiesArePokes(t *testing.T) {
-	srv, _ := stack(t, "", "s3cret-0123456789")
+	srv := stack(t, &reconciletest.Driver{}, "s3cret-0123456789")
 	auth := []string{"Authorization", "Bearer s3cret-0123456789"}
 	for ctype, body := range map[string]string{
 		"application/x-www-form-urlencoded":      "{}",
@@ -221,7 +216,7 @@ func TestFormAndTextBodiesArePokes(t *testing.T) {
 // TestUnauthenticatedBodiesAreNeverRead: a refused request is answered from
 // its headers, while its body has not even arrived.
 func TestUnauthenticatedBodiesAreNeverRead(t *testing.T) {
-	srv, _ := stack(t, "", "s3cret-0123456789")
+	srv := stack(t, &reconciletest.Driver{}, "s3cret-0123456789")
 	conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +236,7 @@ func TestUnauthenticatedBodiesAreNeverRead(t *testing.T) {
 }
 
 func TestProbesNeedNoToken(t *testing.T) {
-	srv, _ := stack(t, "", "s3cret-0123456789")
+	srv := stack(t, &reconciletest.Driver{}, "s3cret-0123456789")
 	for _, p := range []string{"/healthz", "/readyz"} {
 		if a := send(t, "GET", srv.URL+p, "", ""); a.status != 200 {
 			t.Errorf("%s: %d", p, a.status)

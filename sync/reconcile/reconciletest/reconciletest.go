@@ -6,6 +6,7 @@
 package reconciletest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,6 +38,11 @@ type Driver struct {
 	// Conflicts fails that many applies with a version conflict before
 	// applying anything (another writer was first).
 	Conflicts int
+	// Kind is what each server write counts as (runtime if empty), and
+	// Reload makes every Apply that wrote report a reload, as a driver
+	// that commits a transaction does.
+	Kind   plan.WriteKind
+	Reload bool
 	// ReadErr, ApplyErr fail every Read, Apply.
 	ReadErr, ApplyErr      error
 	reads, applies, writes int
@@ -99,7 +105,8 @@ func (d *Driver) Apply(_ context.Context, p plan.Plan) (plan.Applied, error) {
 			d.servers[ch.Name] = *ch.New
 		}
 		d.writes++
-		out.Count(plan.RuntimeWrite)
+		out.Count(cmp.Or(d.Kind, plan.RuntimeWrite))
+		out.Reload = out.Reload || d.Reload
 		if d.FailFirst > 0 && i == 0 {
 			d.FailFirst--
 			return out, fmt.Errorf("after %s: %w", ch.Name, &failure.NetworkError{Err: errors.New("connection reset")})

@@ -1,9 +1,14 @@
-package handler_test
+package e2e
+
+// The HTTP handler over the whole reconcile path and the spec-validating test
+// Data Plane API: Data Plane API faults, several targets, several replicas.
+// No Kubernetes API or HAProxy process is needed here; these sit with the
+// end-to-end tests because they exercise the whole system.
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -21,7 +26,6 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 )
@@ -194,37 +198,29 @@ func TestOneDeadTargetDoesNotHoldTheOther(t *testing.T) {
 	}
 }
 
-// reconcilerFunc is a Reconciler.
-type reconcilerFunc func(context.Context, bool) (reconcile.Result, error)
-
-func (f reconcilerFunc) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result, error) {
-	return f(ctx, dryRun)
+// answer is an HTTP answer with its JSON body.
+type answer struct {
+	status int
+	header http.Header
+	body   map[string]any
 }
 
-// TestFailureClassReachesTheCaller: a failed reconcile answers 503 whatever
-// its class (Knative retries nothing else), with its class in the JSON and a
-// Retry-After that says how soon trying again may help.
-func TestFailureClassReachesTheCaller(t *testing.T) {
-	for _, tt := range []struct {
-		class      failure.Class
-		retryAfter string
-	}{{failure.Temporary, "5"}, {failure.Unreachable, "5"}, {failure.Permanent, "60"}} {
-		rec := reconcilerFunc(func(context.Context, bool) (reconcile.Result, error) {
-			return reconcile.Result{Status: reconcile.StatusError, ErrorClass: tt.class,
-				Targets: []reconcile.TargetResult{{Target: "a", Error: "x", ErrorClass: tt.class}}}, reconcile.ErrTargets
-		})
-		srv := httptest.NewServer(handler.New(handler.Config{Reconciler: rec}))
-		resp, err := http.Post(srv.URL+"/reconcile", "", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var res reconcile.Result
-		_ = json.NewDecoder(resp.Body).Decode(&res)
-		resp.Body.Close()
-		srv.Close()
-		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != tt.retryAfter ||
-			res.ErrorClass != tt.class || res.Targets[0].ErrorClass != tt.class {
-			t.Errorf("%s: %d, Retry-After %q, class %q / %q", tt.class, resp.StatusCode, resp.Header.Get("Retry-After"), res.ErrorClass, res.Targets[0].ErrorClass)
-		}
+// send sends one request; the answer must be JSON.
+func send(t *testing.T, method, u, contentType, body string) answer {
+	t.Helper()
+	req, _ := http.NewRequest(method, u, strings.NewReader(body))
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	a := answer{status: resp.StatusCode, header: resp.Header}
+	if err := json.Unmarshal(b, &a.body); err != nil {
+		t.Fatalf("%s %s: body is not JSON: %q", method, u, b)
+	}
+	return a
 }
