@@ -17,9 +17,9 @@
 //     socket itself (pipelined, gated) and written to haproxy.cfg in
 //     maintenance by the transaction below, so that its reload never loads
 //     a server no check passed for; once their checks passed, a later
-//     reconcile writes them in service in one more transaction (the API
-//     runs both reloads as one, reload_delay) and puts them in service
-//     through the socket;
+//     reconcile writes them in service (more than MaxRuntimeAdds in one
+//     more transaction, whose reload the API runs with the first one's,
+//     reload_delay; fewer by a PUT each) and puts them in service;
 //   - a change haproxy.cfg already holds (the running HAProxy differs from
 //     it, e.g. a server gated after such a burst) goes through the socket: a
 //     PUT that changes nothing is not applied;
@@ -28,7 +28,7 @@
 //     one reload.
 //
 // Every write carries the version the plan was computed from; a conflict is
-// returned as a temporary error so the caller re-reads and re-plans. A
+// returned as a failure.Temporary error so the caller re-reads and re-plans. A
 // transaction that is not committed is deleted, on a fresh context.
 package dataplane
 
