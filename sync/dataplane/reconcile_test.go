@@ -13,15 +13,14 @@ import (
 	"time"
 
 	"github.com/haproxytech/client-native/v6/models"
-	"github.com/sethvargo/go-retry"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile/reconciletest"
 )
 
 func cluster(podIPs ...string) desired.Input {
@@ -29,17 +28,7 @@ func cluster(podIPs ...string) desired.Input {
 }
 
 func reconciler(src reconcile.Source, targets ...reconcile.Driver) *reconcile.Reconciler {
-	return &reconcile.Reconciler{
-		Source: src,
-		Options: desired.Options{
-			Mode: desired.PodMode, Backends: []desired.PortBackend{{Backend: "be"}},
-			Settings: model.Settings{Balance: "roundrobin", TCPCheck: true},
-			Check:    model.Check{Inter: 5 * time.Second, Rise: 2, Fall: 2},
-		},
-		Targets: targets,
-		Timeout: 5 * time.Second,
-		Backoff: func() retry.Backoff { return retry.NewConstant(5 * time.Millisecond) },
-	}
+	return reconciletest.Reconciler(src, targets...)
 }
 
 func addrs(api *dataplanetest.Server) map[string]string { return api.States("be") }

@@ -10,12 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sethvargo/go-retry"
-
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile/reconciletest"
 )
@@ -25,17 +22,7 @@ func cluster(podIPs ...string) desired.Input {
 }
 
 func reconciler(src reconcile.Source, targets ...reconcile.Driver) *reconcile.Reconciler {
-	return &reconcile.Reconciler{
-		Source: src,
-		Options: desired.Options{
-			Mode: desired.PodMode, Backends: []desired.PortBackend{{Backend: "be"}},
-			Settings: model.Settings{Balance: "roundrobin", TCPCheck: true},
-			Check:    model.Check{Inter: 5 * time.Second, Rise: 2, Fall: 2},
-		},
-		Targets: targets,
-		Timeout: 5 * time.Second,
-		Backoff: func() retry.Backoff { return retry.NewConstant(5 * time.Millisecond) },
-	}
+	return reconciletest.Reconciler(src, targets...)
 }
 
 func TestSyncFirstRoundThenIdempotent(t *testing.T) {

@@ -12,10 +12,15 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
+	"github.com/sethvargo/go-retry"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 )
 
 // Driver is one HAProxy backend in memory. Its servers are UP unless in
@@ -153,4 +158,20 @@ func (d *Driver) Do(f func(*Driver)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	f(d)
+}
+
+// Reconciler returns a reconciler for tests: pod mode, one backend "be",
+// roundrobin with tcp-check, a 5 s timeout and a constant 5 ms backoff.
+func Reconciler(src reconcile.Source, targets ...reconcile.Driver) *reconcile.Reconciler {
+	return &reconcile.Reconciler{
+		Source: src,
+		Options: desired.Options{
+			Mode: desired.PodMode, Backends: []desired.PortBackend{{Backend: "be"}},
+			Settings: model.Settings{Balance: "roundrobin", TCPCheck: true},
+			Check:    model.Check{Inter: 5 * time.Second, Rise: 2, Fall: 2},
+		},
+		Targets: targets,
+		Timeout: 5 * time.Second,
+		Backoff: func() retry.Backoff { return retry.NewConstant(5 * time.Millisecond) },
+	}
 }
