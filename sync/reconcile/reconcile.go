@@ -70,7 +70,7 @@ type UpReader interface {
 }
 
 // Runner runs one full reconcile: a *Reconciler, or a wrapper around one
-// (metrics). The HTTP handler and the coalescer's callers take a Runner.
+// (metrics). The HTTP handler and the metrics wrapper take a Runner.
 type Runner interface {
 	Reconcile(ctx context.Context, dryRun bool) (Result, error)
 }
