@@ -34,6 +34,7 @@ package dataplane
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -260,50 +261,43 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	}
 
 	r := route(p, c.runtime != nil)
-	// Each write below carries the version the previous one left, and a
-	// change HAProxy refused for its one server does not stop the others.
-	versioned := func(what func(plan.Change) string, chs []plan.Change, write func(plan.Change, int64) (int64, error)) error {
+	// each runs write for every change with the version the previous write
+	// left; a change HAProxy refused for its one server does not stop the
+	// others.
+	each := func(verb string, chs []plan.Change, write func(plan.Change, int64) (int64, error)) error {
 		for _, ch := range chs {
 			v, err := write(ch, version)
 			if refusedOne(err, ch.Name, &failed) {
 				continue
 			}
 			if err != nil {
-				return fmt.Errorf("%s server %s/%s: %w", what(ch), p.Backend, ch.Name, err)
+				return fmt.Errorf("%s server %s/%s: %w", cmp.Or(verb, string(ch.Action)), p.Backend, ch.Name, err)
 			}
 			version = v
 		}
 		return nil
 	}
-	steps := []func() error{
-		func() error {
-			return versioned(func(plan.Change) string { return "add" }, r.addGated, func(ch plan.Change, v int64) (int64, error) {
-				return c.addThenGate(ctx, p.Backend, ch, v, &out)
-			})
-		},
-		func() error {
-			return versioned(func(plan.Change) string { return "gate" }, r.gated, func(ch plan.Change, v int64) (int64, error) {
-				return c.gate(ctx, p.Backend, ch, v, &out)
-			})
-		},
-		func() error {
-			return versioned(func(ch plan.Change) string { return string(ch.Action) }, r.puts, func(ch plan.Change, v int64) (int64, error) {
-				body, err := serverModel(*ch.New, ch.Old.Source)
-				if err != nil {
-					return v, err
-				}
-				resp, err := c.versioned(ctx, http.MethodPut, serverPath(ch.Name), v, body, &out)
-				return resp.nextVersion(v), err
-			})
-		},
-		func() error {
-			return c.onRuntime(ctx, plan.Plan{Backend: p.Backend, Changes: r.onSocket}, &out, &failed)
-		},
-	}
-	for _, step := range steps {
-		if err := step(); err != nil {
-			return out, err
+	put := func(ch plan.Change, v int64) (int64, error) {
+		body, err := serverModel(*ch.New, ch.Old.Source)
+		if err != nil {
+			return v, err
 		}
+		resp, err := c.versioned(ctx, http.MethodPut, serverPath(ch.Name), v, body, &out)
+		return resp.nextVersion(v), err
+	}
+	addThenGate := func(ch plan.Change, v int64) (int64, error) { return c.addThenGate(ctx, p.Backend, ch, v, &out) }
+	gate := func(ch plan.Change, v int64) (int64, error) { return c.gate(ctx, p.Backend, ch, v, &out) }
+	if err := each("add", r.addGated, addThenGate); err != nil {
+		return out, err
+	}
+	if err := each("gate", r.gated, gate); err != nil {
+		return out, err
+	}
+	if err := each("", r.puts, put); err != nil {
+		return out, err
+	}
+	if err := c.onRuntime(ctx, plan.Plan{Backend: p.Backend, Changes: r.onSocket}, &out, &failed); err != nil {
+		return out, err
 	}
 	structural := r.structural
 	if r.burst {
