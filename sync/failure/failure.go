@@ -64,10 +64,6 @@ func Of(err error) Class {
 // Retryable reports whether trying again soon may succeed.
 func Retryable(err error) bool { return Of(err) == Temporary }
 
-// Hopeful reports whether a caller trying again later may succeed: the
-// failure is not Permanent.
-func Hopeful(c Class) bool { return c == Temporary || c == Unreachable }
-
 // NetworkError is a request or command that got no answer: the connection
 // failed, broke, or closed before a reply. Temporary, or Unreachable when
 // nothing listened (see Of).

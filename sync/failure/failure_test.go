@@ -53,7 +53,4 @@ func TestOf(t *testing.T) {
 	if !errors.As(fmt.Errorf("x: %w", &BackendError{Backend: "be"}), &be) || be.Backend != "be" {
 		t.Error("errors.As does not find a wrapped BackendError")
 	}
-	if !Hopeful(Temporary) || !Hopeful(Unreachable) || Hopeful(Permanent) {
-		t.Error("Hopeful")
-	}
 }
