@@ -207,3 +207,47 @@ func TestSlowWritersAreNotCut(t *testing.T) {
 		}
 	}
 }
+
+// TestKeptAliveConnectionsGiveWayFirst: when every slot is taken, a new
+// connection takes the slot of a connection kept alive after its answer
+// (its client reconnects when it needs to) rather than that of an older one
+// still sending its request.
+func TestKeptAliveConnectionsGiveWayFirst(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
+	addr := serveLimited(t, listeners[1].listen, ok) // a plain listener: the slow one takes a slot
+	slow, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	if _, err := slow.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	for range handler.MaxConns - 1 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, _ = c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	time.Sleep(300 * time.Millisecond) // every idle one may now be evicted
+	if err := probe(addr); err != nil {
+		t.Fatalf("probe with every slot taken: %v", err)
+	}
+	if _, err := slow.Write([]byte("\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = slow.SetReadDeadline(time.Now().Add(2 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(slow), nil)
+	if err != nil {
+		t.Fatalf("the connection still sending its request was cut: %v", err)
+	}
+	resp.Body.Close()
+}
