@@ -551,6 +551,7 @@ func TestChartKnobs(t *testing.T) {
 		`HAPROXY_DATAPLANE_URL: "http://a:5555,http://b:5555"`, `HAPROXY_RUNTIME_URL: "tcp://a:9999,tcp://b:9999"`,
 		"kind: ServiceMonitor", "kind: PodMonitor", "kind: PrometheusRule",
 		"haproxy_k8s_sync_last_success_timestamp_seconds", "> 3600", `why="guarded"`, `why="waiting"`, "skipped_endpoints",
+		"histogram_quantile(0.99, sum by (target, le) (rate(haproxy_k8s_sync_network_programming_duration_seconds_bucket", "[10m]))) > 10\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("rendered chart lacks %q", want)

@@ -250,6 +250,7 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 		MaxServers:   cfg.MaxServers,
 		DrainTimeout: cfg.DrainTimeout,
 		OnTransition: m.Transition,
+		OnProgrammed: m.Programmed,
 		Log:          log,
 	}, checks, kc, nil
 }

@@ -21,6 +21,7 @@ import (
 	"net/netip"
 	"sort"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -144,6 +145,7 @@ type endpoint struct {
 	state    model.State
 	nodeName string
 	podName  string
+	changed  time.Time // the slice's last-change-trigger-time
 }
 
 // endpoints yields each endpoint address of the Service's slices once, with the
@@ -165,6 +167,7 @@ func (c *computer) endpoints(sp *corev1.ServicePort) []endpoint {
 			c.report.skip(where, ReasonAddressType, "address type "+quote(string(s.AddressType)))
 			continue
 		}
+		changed := TriggerTime(s)
 		port, ok := slicePort(s, sp)
 		if !ok {
 			continue
@@ -182,7 +185,7 @@ func (c *computer) endpoints(sp *corev1.ServicePort) []endpoint {
 					c.report.skip(where+" "+quote(raw), reason, detail)
 					continue
 				}
-				ep := endpoint{address: addr, family: s.AddressType, port: port, state: st}
+				ep := endpoint{address: addr, family: s.AddressType, port: port, state: st, changed: changed}
 				if e.NodeName != nil {
 					ep.nodeName = *e.NodeName
 				}
@@ -190,9 +193,11 @@ func (c *computer) endpoints(sp *corev1.ServicePort) []endpoint {
 					ep.podName = e.TargetRef.Name
 				}
 				if k, seen := byAddr[addr]; seen {
+					newest := later(out[k].changed, changed)
 					if st.Rank() > out[k].state.Rank() {
 						out[k] = ep
 					}
+					out[k].changed = newest
 					continue
 				}
 				byAddr[addr] = len(out)
@@ -201,6 +206,34 @@ func (c *computer) endpoints(sp *corev1.ServicePort) []endpoint {
 		}
 	}
 	return out
+}
+
+// LastChangeTriggerTime is the annotation the EndpointSlice controller
+// stamps a slice with: when the newest change of its Pods or Service
+// happened (RFC 3339). kube-proxy's network_programming_duration_seconds
+// runs from it.
+const LastChangeTriggerTime = "endpoints.kubernetes.io/last-change-trigger-time"
+
+// TriggerTime returns the slice's last-change-trigger-time; zero when it
+// has none or it does not parse (the annotation is not trusted either).
+func TriggerTime(s *discoveryv1.EndpointSlice) time.Time {
+	v, ok := s.Annotations[LastChangeTriggerTime]
+	if !ok || len(v) > 64 {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // anyAddress accepts every well-formed unicast address (read only).
@@ -301,6 +334,7 @@ func (c *computer) podServers(eps []endpoint) []model.Server {
 		out = append(out, model.Server{
 			Name: name, Address: ep.address, Port: c.port(ep, nil),
 			Weight: 1, State: ep.state, Reason: ReasonEndpoints, Check: c.opts.Check,
+			Changed: ep.changed,
 		})
 	}
 	return out
@@ -309,6 +343,7 @@ func (c *computer) podServers(eps []endpoint) []model.Server {
 type nodeAcc struct {
 	ep       endpoint // the first endpoint seen: its port is the node's
 	state    model.State
+	changed  time.Time // the newest stamp of its endpoints' slices
 	ready    int
 	families map[discoveryv1.AddressType]bool
 }
@@ -328,6 +363,7 @@ func (c *computer) nodeServers(eps []endpoint, sp *corev1.ServicePort) []model.S
 			order = append(order, ep.nodeName)
 		}
 		a.families[ep.family] = true
+		a.changed = later(a.changed, ep.changed)
 		if ep.state.Rank() > a.state.Rank() {
 			a.state = ep.state
 		}
@@ -374,6 +410,7 @@ func (c *computer) nodeServers(eps []endpoint, sp *corev1.ServicePort) []model.S
 		out = append(out, model.Server{
 			Name: sname, Address: addr, Port: c.port(a.ep, sp),
 			Weight: weight, State: st, Reason: reason, Check: c.opts.Check,
+			Changed: a.changed,
 		})
 	}
 	return out

@@ -401,3 +401,57 @@ func TestSkippedCountOnceEach(t *testing.T) {
 		t.Errorf("total %d, listed %d; want %d and %d", r.Total(), len(r.Skipped), n, MaxSkippedListed)
 	}
 }
+
+// TestChangedStamp: a desired server carries the newest
+// last-change-trigger-time of the slices its endpoints come from; a missing
+// or malformed stamp counts as none.
+func TestChangedStamp(t *testing.T) {
+	http := map[string]int32{"http": 8080}
+	t1 := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	t2 := t1.Add(1500 * time.Millisecond)
+	stamped := func(sl discoveryv1.EndpointSlice, v string) discoveryv1.EndpointSlice {
+		sl.Annotations = map[string]string{LastChangeTriggerTime: v}
+		return sl
+	}
+	nodes := []corev1.Node{node("node-a", "127.0.1.1"), node("node-b", "127.0.1.2")}
+	for _, tt := range []struct {
+		name   string
+		mode   Mode
+		slices []discoveryv1.EndpointSlice
+		want   map[string]time.Time
+	}{
+		{"pod mode: each endpoint its slice's stamp", PodMode, []discoveryv1.EndpointSlice{
+			stamped(slice("a", svcName, v4, http, ep{addr: "10.244.0.1", pod: "p1"}), t1.Format(time.RFC3339Nano)),
+			stamped(slice("b", svcName, v4, http, ep{addr: "10.244.0.2", pod: "p2"}), t2.Format(time.RFC3339Nano)),
+		}, map[string]time.Time{"p1": t1, "p2": t2}},
+		{"pod mode: an endpoint in two slices takes the newer stamp", PodMode, []discoveryv1.EndpointSlice{
+			stamped(slice("a", svcName, v4, http, ep{addr: "10.244.0.1", pod: "p1"}), t2.Format(time.RFC3339Nano)),
+			stamped(slice("b", svcName, v4, http, ep{addr: "10.244.0.1", pod: "p1", c: terminating}), t1.Format(time.RFC3339)),
+		}, map[string]time.Time{"p1": t2}},
+		{"node mode: the newest stamp of the node's endpoints", NodeMode, []discoveryv1.EndpointSlice{
+			stamped(slice("a", svcName, v4, http, ep{addr: "10.244.0.1", node: "node-a"}, ep{addr: "10.244.1.1", node: "node-b"}), t1.Format(time.RFC3339)),
+			stamped(slice("b", svcName, v4, http, ep{addr: "10.244.0.2", node: "node-a"}), t2.Format(time.RFC3339Nano)),
+		}, map[string]time.Time{"node-a": t2, "node-b": t1}},
+		{"no stamp, or one that does not parse: zero", PodMode, []discoveryv1.EndpointSlice{
+			slice("a", svcName, v4, http, ep{addr: "10.244.0.1", pod: "p1"}),
+			stamped(slice("b", svcName, v4, http, ep{addr: "10.244.0.2", pod: "p2"}), "yesterday"),
+			stamped(slice("c", svcName, v4, http, ep{addr: "10.244.0.3", pod: "p3"}), t1.Format(time.RFC3339)+strings.Repeat("0", 64)),
+		}, map[string]time.Time{"p1": {}, "p2": {}, "p3": {}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			in := Input{Service: service(svcPort("http", 80, 0)), Nodes: nodes, Slices: tt.slices}
+			got, _, err := Compute(in, Options{Mode: tt.mode, Backends: []PortBackend{{Backend: "be"}}, Addresses: anyAddress})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got[0].Servers) != len(tt.want) {
+				t.Fatalf("servers %+v, want %v", got[0].Servers, tt.want)
+			}
+			for _, srv := range got[0].Servers {
+				if w, ok := tt.want[srv.Name]; !ok || !srv.Changed.Equal(w) {
+					t.Errorf("%s: changed %v, want %v", srv.Name, srv.Changed, w)
+				}
+			}
+		})
+	}
+}

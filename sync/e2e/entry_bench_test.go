@@ -1,15 +1,23 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"math"
 	"net/http"
+	"os"
 	"slices"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
@@ -27,6 +35,11 @@ import (
 //     endpoint on a new node to that node's server in service (UP, ready),
 //     over 10 nodes added one at a time; each is then checked to take a
 //     client connection;
+//   - programming-p50-ms, programming-p99-ms, in-service-p50-ms,
+//     in-service-p99-ms: the same ten entries as the service's
+//     network-programming histograms (from the slice's
+//     last-change-trigger-time, stamped at the write) tell them, scraped
+//     from its /metrics and read as Prometheus' histogram_quantile would;
 //   - back-max-ms: a node whose NodePort answered nothing starts to answer
 //     → its server in service, over 3 tries;
 //   - out-max-ms: a node in service stops answering while clients send
@@ -92,8 +105,12 @@ func BenchmarkEntryOnDefaults(b *testing.B) {
 				until("new node in service", func() bool { return inService(nodes[n]) })
 				entry = append(entry, time.Since(start))
 				connectTo(b, w.h.Frontends["be"], nodes[n]).Close() // it takes client connections
-
 			}
+			// What the service's own histograms say of those ten entries.
+			timed := scrapeQuantiles(b, s.base, map[string]string{
+				"programming": "haproxy_k8s_sync_network_programming_duration_seconds",
+				"in-service":  "haproxy_k8s_sync_network_in_service_duration_seconds",
+			})
 
 			// A node whose NodePort answers nothing: its server waits,
 			// gated; then the node answers.
@@ -152,6 +169,9 @@ func BenchmarkEntryOnDefaults(b *testing.B) {
 			slices.Sort(entry)
 			b.ReportMetric(float64(entry[len(entry)/2].Milliseconds()), "entry-p50-ms")
 			b.ReportMetric(float64(entry[len(entry)-1].Milliseconds()), "entry-max-ms")
+			for _, name := range slices.Sorted(maps.Keys(timed)) {
+				b.ReportMetric(timed[name], name)
+			}
 			b.ReportMetric(float64(back.Milliseconds()), "back-max-ms")
 			b.ReportMetric(float64(out.Milliseconds()), "out-max-ms")
 			b.ReportMetric(float64(post.Milliseconds()), "post-ms")
@@ -160,5 +180,87 @@ func BenchmarkEntryOnDefaults(b *testing.B) {
 				b.Errorf("%d reloads, want 0", n)
 			}
 		})
+	}
+}
+
+// scrapeQuantiles reads the histograms of the service at base (name ->
+// metric family, summed over labels) and returns their p50 and p99 in ms,
+// keyed "<name>-p50-ms", interpolated within buckets as Prometheus'
+// histogram_quantile does.
+func scrapeQuantiles(b testing.TB, base string, histograms map[string]string) map[string]float64 {
+	b.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if os.Getenv("DEBUG_SCRAPE") != "" {
+		raw, _ := io.ReadAll(resp.Body)
+		b.Logf("%s", raw)
+		resp.Body = io.NopCloser(bytes.NewReader(raw))
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]float64{}
+	for name, family := range histograms {
+		counts := map[float64]float64{} // upper bound -> cumulative count
+		mf, ok := families[family]
+		if !ok {
+			b.Fatalf("no %s in /metrics", family)
+		}
+		for _, m := range mf.GetMetric() {
+			for _, bk := range m.GetHistogram().GetBucket() {
+				if !math.IsInf(bk.GetUpperBound(), 1) { // the text form lists +Inf too
+					counts[bk.GetUpperBound()] += float64(bk.GetCumulativeCount())
+				}
+			}
+			counts[math.Inf(1)] += float64(m.GetHistogram().GetSampleCount())
+		}
+		for _, q := range []float64{0.5, 0.99} {
+			out[fmt.Sprintf("%s-p%d-ms", name, int(q*100))] = 1000 * bucketQuantile(q, counts)
+		}
+	}
+	return out
+}
+
+// bucketQuantile is histogram_quantile over cumulative bucket counts: linear
+// within the bucket the rank falls in; the highest finite bound when it
+// falls in +Inf.
+func bucketQuantile(q float64, counts map[float64]float64) float64 {
+	bounds := slices.Collect(maps.Keys(counts))
+	sort.Float64s(bounds)
+	total := counts[math.Inf(1)]
+	if total == 0 {
+		return math.NaN()
+	}
+	rank := q * total
+	lower, below := 0.0, 0.0
+	for _, ub := range bounds {
+		if counts[ub] >= rank {
+			if math.IsInf(ub, 1) {
+				return lower
+			}
+			if counts[ub] == below {
+				return ub
+			}
+			return lower + (ub-lower)*(rank-below)/(counts[ub]-below)
+		}
+		lower, below = ub, counts[ub]
+	}
+	return lower
+}
+
+func TestBucketQuantile(t *testing.T) {
+	counts := map[float64]float64{0.01: 0, 0.025: 2, 0.05: 3, 0.1: 4, math.Inf(1): 4}
+	for q, want := range map[float64]float64{0.5: 0.025, 0.25: 0.0175, 0.99: 0.098, 0.75: 0.05} {
+		if got := bucketQuantile(q, counts); math.Abs(got-want) > 1e-9 {
+			t.Errorf("q%v = %v, want %v", q, got, want)
+		}
+	}
+	if got := bucketQuantile(0.99, map[float64]float64{1: 1, math.Inf(1): 2}); got != 1 {
+		t.Errorf("rank in +Inf: %v, want the highest finite bound", got)
 	}
 }

@@ -228,12 +228,23 @@ type endpoint struct {
 	terminating   bool
 }
 
-// slice creates or replaces an EndpointSlice of service.
+// slice creates or replaces an EndpointSlice of service, stamped with its
+// last-change-trigger-time as the EndpointSlice controller does.
 func (w *world) slice(name, service string, ports map[string]int32, eps ...endpoint) {
+	w.t.Helper()
+	w.sliceAt(name, service, ports, time.Now(), eps...)
+}
+
+// sliceAt is slice with the stamp at; a zero at writes none, as a slice
+// not made by the EndpointSlice controller has.
+func (w *world) sliceAt(name, service string, ports map[string]int32, at time.Time, eps ...endpoint) {
 	w.t.Helper()
 	sl := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Name: name, Namespace: w.ns, Labels: map[string]string{discoveryv1.LabelServiceName: service}},
 		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	if !at.IsZero() {
+		sl.Annotations = map[string]string{desired.LastChangeTriggerTime: at.UTC().Format(time.RFC3339Nano)}
 	}
 	names := make([]string, 0, len(ports))
 	for n := range ports {

@@ -44,7 +44,13 @@ type Metrics struct {
 	held            *prometheus.GaugeVec
 	failures        prometheus.Gauge
 	dryRuns         *prometheus.CounterVec
+	programming     *prometheus.HistogramVec
+	inService       *prometheus.HistogramVec
+	unmeasured      *prometheus.CounterVec
 }
+
+// ProgrammingBuckets resolve 10 ms to 5 min, for both latency histograms.
+var ProgrammingBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300}
 
 // New registers the collectors on reg; version and revision (the VCS
 // revision the binary was built from) label build_info.
@@ -92,6 +98,12 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 			Help: "Endpoints and Nodes the last Kubernetes read left out (invalid or not allowed), by reason."}, []string{"reason"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "server_transitions_total",
 			Help: "Server state transitions applied, by the state reached and the reason."}, []string{"to", "reason"}),
+		programming: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "network_programming_duration_seconds",
+			Help: "From an EndpointSlice's last-change-trigger-time to the change applied in HAProxy, by target (kube-proxy's SLI).", Buckets: ProgrammingBuckets}, []string{"target"}),
+		inService: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "network_in_service_duration_seconds",
+			Help: "From an EndpointSlice's last-change-trigger-time to the server it brought in taking traffic after its passed check, by target.", Buckets: ProgrammingBuckets}, []string{"target"}),
+		unmeasured: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "network_programming_unmeasured_total",
+			Help: "Changes applied but not timed, by target, stage (applied, in-service) and reason: unstamped (no last-change-trigger-time on their slices), stale (older than 15 min: a restore)."}, []string{"target", "stage", "reason"}),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
 		Help: "Build information: version, VCS revision, Go version; always 1."}, []string{"version", "revision", "goversion"})
@@ -99,7 +111,7 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
 		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, m.watchEvents, m.watchRestarts,
 		m.pokes, m.pokesCoalesced, m.authFailures, m.skipped, m.transitions,
-		m.servers, m.held, m.failures, m.dryRuns, build)
+		m.servers, m.held, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, build)
 	return m
 }
 
@@ -129,6 +141,19 @@ func (m *Metrics) Poke(source string, coalesced bool) {
 // Transition counts one server state transition.
 func (m *Metrics) Transition(t reconcile.Transition) {
 	m.transitions.WithLabelValues(t.To, t.Reason).Inc()
+}
+
+// Programmed times one Kubernetes change HAProxy took, or counts it as
+// unmeasured.
+func (m *Metrics) Programmed(p reconcile.Programmed) {
+	switch {
+	case p.Unmeasured != "":
+		m.unmeasured.WithLabelValues(p.Target, p.Stage, p.Unmeasured).Inc()
+	case p.Stage == reconcile.StageInService:
+		m.inService.WithLabelValues(p.Target).Observe(p.Latency.Seconds())
+	default:
+		m.programming.WithLabelValues(p.Target).Observe(p.Latency.Seconds())
+	}
 }
 
 // AuthFailure counts a request refused by webhook auth.

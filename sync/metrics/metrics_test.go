@@ -167,3 +167,64 @@ func TestWrappedDriverReadsUpOnlyWhenItsDriverDoes(t *testing.T) {
 		t.Error("a driver without ReadUp got one from its wrapper")
 	}
 }
+
+// TestProgrammed: the latency of a change lands in its stage's histogram,
+// on the ProgrammingBuckets; an unmeasured one only in the counter.
+func TestProgrammed(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, "v", "r")
+	m.Programmed(reconcile.Programmed{Target: "a", Stage: reconcile.StageApplied, Latency: 30 * time.Millisecond})
+	m.Programmed(reconcile.Programmed{Target: "a", Stage: reconcile.StageApplied, Latency: 200 * time.Second})
+	m.Programmed(reconcile.Programmed{Target: "a", Stage: reconcile.StageInService, Latency: 1500 * time.Millisecond})
+	m.Programmed(reconcile.Programmed{Target: "a", Stage: reconcile.StageInService, Unmeasured: reconcile.Unstamped})
+	want := `
+# HELP haproxy_k8s_sync_network_in_service_duration_seconds From an EndpointSlice's last-change-trigger-time to the server it brought in taking traffic after its passed check, by target.
+# TYPE haproxy_k8s_sync_network_in_service_duration_seconds histogram
+haproxy_k8s_sync_network_in_service_duration_seconds_bucket{target="a",le="0.01"} 0
+haproxy_k8s_sync_network_in_service_duration_seconds_bucket{target="a",le="0.025"} 0
+haproxy_k8s_sync_network_in_service_duration_seconds_bucket{target="a",le="0.05"} 0
+haproxy_k8s_sync_network_in_service_duration_seconds_bucket{target="a",le="0.1"} 0
+haproxy_k8s_sync_network_in_service_duration_seconds_bucket{target="a",le="0.25"} 0
+haproxy_k8s_sync_network_in_service_duration_seconds_bucket{target="a",le="0.5"} 0
+haproxy_k8s_sync_network_in_service_duration_seconds_bucket{target="a",le="1"} 0
+haproxy_k8s_sync_network_in_service_duration_seconds_bucket{target="a",le="2"} 1
+haproxy_k8s_sync_network_in_service_duration_seconds_bucket{target="a",le="4"} 1
+haproxy_k8s_sync_network_in_service_duration_seconds_bucket{target="a",le="8"} 1
+haproxy_k8s_sync_network_in_service_duration_seconds_bucket{target="a",le="15"} 1
+haproxy_k8s_sync_network_in_service_duration_seconds_bucket{target="a",le="30"} 1
+haproxy_k8s_sync_network_in_service_duration_seconds_bucket{target="a",le="60"} 1
+haproxy_k8s_sync_network_in_service_duration_seconds_bucket{target="a",le="120"} 1
+haproxy_k8s_sync_network_in_service_duration_seconds_bucket{target="a",le="300"} 1
+haproxy_k8s_sync_network_in_service_duration_seconds_bucket{target="a",le="+Inf"} 1
+haproxy_k8s_sync_network_in_service_duration_seconds_sum{target="a"} 1.5
+haproxy_k8s_sync_network_in_service_duration_seconds_count{target="a"} 1
+# HELP haproxy_k8s_sync_network_programming_duration_seconds From an EndpointSlice's last-change-trigger-time to the change applied in HAProxy, by target (kube-proxy's SLI).
+# TYPE haproxy_k8s_sync_network_programming_duration_seconds histogram
+haproxy_k8s_sync_network_programming_duration_seconds_bucket{target="a",le="0.01"} 0
+haproxy_k8s_sync_network_programming_duration_seconds_bucket{target="a",le="0.025"} 0
+haproxy_k8s_sync_network_programming_duration_seconds_bucket{target="a",le="0.05"} 1
+haproxy_k8s_sync_network_programming_duration_seconds_bucket{target="a",le="0.1"} 1
+haproxy_k8s_sync_network_programming_duration_seconds_bucket{target="a",le="0.25"} 1
+haproxy_k8s_sync_network_programming_duration_seconds_bucket{target="a",le="0.5"} 1
+haproxy_k8s_sync_network_programming_duration_seconds_bucket{target="a",le="1"} 1
+haproxy_k8s_sync_network_programming_duration_seconds_bucket{target="a",le="2"} 1
+haproxy_k8s_sync_network_programming_duration_seconds_bucket{target="a",le="4"} 1
+haproxy_k8s_sync_network_programming_duration_seconds_bucket{target="a",le="8"} 1
+haproxy_k8s_sync_network_programming_duration_seconds_bucket{target="a",le="15"} 1
+haproxy_k8s_sync_network_programming_duration_seconds_bucket{target="a",le="30"} 1
+haproxy_k8s_sync_network_programming_duration_seconds_bucket{target="a",le="60"} 1
+haproxy_k8s_sync_network_programming_duration_seconds_bucket{target="a",le="120"} 1
+haproxy_k8s_sync_network_programming_duration_seconds_bucket{target="a",le="300"} 2
+haproxy_k8s_sync_network_programming_duration_seconds_bucket{target="a",le="+Inf"} 2
+haproxy_k8s_sync_network_programming_duration_seconds_sum{target="a"} 200.03
+haproxy_k8s_sync_network_programming_duration_seconds_count{target="a"} 2
+# HELP haproxy_k8s_sync_network_programming_unmeasured_total Changes applied but not timed, by target, stage (applied, in-service) and reason: unstamped (no last-change-trigger-time on their slices), stale (older than 15 min: a restore).
+# TYPE haproxy_k8s_sync_network_programming_unmeasured_total counter
+haproxy_k8s_sync_network_programming_unmeasured_total{reason="unstamped",stage="in-service",target="a"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"haproxy_k8s_sync_network_programming_duration_seconds", "haproxy_k8s_sync_network_in_service_duration_seconds",
+		"haproxy_k8s_sync_network_programming_unmeasured_total"); err != nil {
+		t.Error(err)
+	}
+}

@@ -69,6 +69,11 @@ type Server struct {
 	// current backend; desired servers leave it false. Only the
 	// mass-deletion guard reads it.
 	Up bool
+	// Changed is when Kubernetes last changed the endpoints a desired server
+	// is made of: the newest endpoints.kubernetes.io/last-change-trigger-time
+	// of their EndpointSlices, the stamp kube-proxy times its programming
+	// from. Zero when none carries it, and for current servers.
+	Changed time.Time
 	// Runtime is what HAProxy's runtime API says about a current server,
 	// when the driver can see it; nil otherwise (and for desired servers).
 	Runtime *Runtime

@@ -95,6 +95,9 @@ type Reconciler struct {
 	// OnTransition, when set, is told of every server state transition
 	// applied (each is also logged once, as "server transition").
 	OnTransition func(Transition)
+	// OnProgrammed, when set, is told of every Kubernetes change applied,
+	// timed from its EndpointSlice stamp (see Programmed).
+	OnProgrammed func(Programmed)
 	Log          *slog.Logger
 }
 
@@ -330,8 +333,10 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		if se := (plan.ServerErrors)(nil); errors.As(err, &se) {
 			tr.Failed = se
 			r.transitions(tr.Target, p, want, se)
+			r.programmed(tr.Target, p, want, se)
 		} else if err == nil {
 			r.transitions(tr.Target, p, want, nil)
+			r.programmed(tr.Target, p, want, nil)
 		}
 		if err != nil {
 			r.log().Warn("apply failed", "target", tr.Target, "backend", backend, "attempt", tr.Attempts, "error", err)
@@ -472,6 +477,21 @@ type Transition struct {
 	// has none: every server parked), check (held in drain until its
 	// health check passes).
 	Reason string
+}
+
+// programmed reports to OnProgrammed the changes of p that were applied
+// (all but the failed ones) and that Kubernetes asked for.
+func (r *Reconciler) programmed(target string, p plan.Plan, want model.Backend, failed plan.ServerErrors) {
+	if r.OnProgrammed == nil {
+		return
+	}
+	refused := map[string]bool{}
+	for _, f := range failed {
+		refused[f.Server] = true
+	}
+	for _, pr := range programmed(target, p, want, refused, time.Now()) {
+		r.OnProgrammed(pr)
+	}
 }
 
 // transitions logs, and reports to OnTransition, each state change of p that
