@@ -4,6 +4,8 @@
 //	POST /reconcile, POST /  one reconcile (shared with concurrent callers);
 //	                         ?dryRun=true plans without applying
 //	GET  /plan               the plan as it would be applied now
+//	GET  /drained            whether a node's or pod's server is out of
+//	                         rotation with no sessions on every target
 //	GET  /healthz, /readyz   liveness and readiness
 //	GET  /metrics            Prometheus metrics
 //
@@ -38,6 +40,7 @@ import (
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/auth"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/trigger"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/drained"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 )
@@ -58,7 +61,15 @@ const (
 	DefaultMaxWaiters = 32
 	// DefaultMaxDryRuns bounds the callers waiting for a dry run.
 	DefaultMaxDryRuns = 8
+	// DefaultMaxDrainWaiters bounds the callers of GET /drained; each
+	// reads every target twice a second while it waits.
+	DefaultMaxDrainWaiters = 16
 )
+
+// Drainer answers GET /drained: *drained.Checker.
+type Drainer interface {
+	Wait(ctx context.Context, q drained.Query, bound time.Duration) drained.Answer
+}
 
 // Config is what the handler needs.
 type Config struct {
@@ -83,6 +94,12 @@ type Config struct {
 	// MaxWaiters and MaxDryRuns bound the callers waiting for a real
 	// reconcile and for a dry run (0: the defaults).
 	MaxWaiters, MaxDryRuns int
+	// Drained, when set, serves GET /drained; NodeMode says servers are
+	// named after Nodes, so ?node= is accepted. MaxDrainWaiters bounds its
+	// callers (0: the default).
+	Drained         Drainer
+	NodeMode        bool
+	MaxDrainWaiters int
 	// Ready reports readiness; nil means always ready.
 	Ready func() bool
 	// Metrics, when set, serves GET /metrics (open, like the probes).
@@ -96,9 +113,9 @@ type api struct {
 	cfg    Config
 	shared *reconcile.Coalescer
 	dry    *reconcile.Coalescer
-	// waiters and dryRuns hold a token per waiting caller.
-	waiters, dryRuns chan struct{}
-	log              *slog.Logger
+	// waiters, dryRuns and drainWaiters hold a token per waiting caller.
+	waiters, dryRuns, drainWaiters chan struct{}
+	log                            *slog.Logger
 }
 
 // New returns the service's routes.
@@ -118,6 +135,7 @@ func New(cfg Config) http.Handler {
 	})
 	a.waiters = make(chan struct{}, cmp.Or(cfg.MaxWaiters, DefaultMaxWaiters))
 	a.dryRuns = make(chan struct{}, cmp.Or(cfg.MaxDryRuns, DefaultMaxDryRuns))
+	a.drainWaiters = make(chan struct{}, cmp.Or(cfg.MaxDrainWaiters, DefaultMaxDrainWaiters))
 	r := chi.NewRouter()
 	r.Use(a.recoverPanics)
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
@@ -142,6 +160,9 @@ func New(cfg Config) http.Handler {
 	r.Group(func(r chi.Router) {
 		r.Use(a.authorize)
 		r.Get("/plan", func(w http.ResponseWriter, r *http.Request) { a.run(w, r, trigger.Trigger{Kind: "plan"}, true) })
+		if cfg.Drained != nil {
+			r.Get("/drained", a.drained)
+		}
 		r.Post("/reconcile", a.post)
 		r.Post("/", a.post)
 	})

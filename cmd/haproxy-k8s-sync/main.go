@@ -41,6 +41,7 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/drained"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/metrics"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
@@ -67,9 +68,13 @@ func run(args []string) int {
 		return help(os.Stdout)
 	case "trigger":
 		return triggerCmd(args, os.Stdout, os.Stderr)
+	case "wait-drained":
+		return waitDrainedCmd(args, os.Stdout, os.Stderr)
+	case "copy-to":
+		return copyToCmd(args, os.Stderr)
 	case "serve", "reconcile":
 	default:
-		fmt.Fprintf(os.Stderr, "unknown command %q: use serve, reconcile [--dry-run], trigger URL, version or help\n", trigger.Short(cmd))
+		fmt.Fprintf(os.Stderr, "unknown command %q: use serve, reconcile [--dry-run], trigger URL, wait-drained, copy-to DIR, version or help\n", trigger.Short(cmd))
 		return 2
 	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
@@ -179,6 +184,10 @@ Commands:
   serve [--manifests PATH]                  the HTTP service (the default): watches and reconciles
   reconcile [--dry-run] [--manifests PATH]  one reconcile, the result as JSON on stdout; exit 1 on failure
   trigger [--timeout 1m] URL                POST a poke to a running service with the webhook token
+  wait-drained (--node N | --ip A) [--timeout 5m] URL
+                                            wait until the running service says that server is out of
+                                            rotation with no sessions on every HAProxy target
+  copy-to DIR                               copy this executable into DIR (for another container's preStop)
   version                                   version, commit and Go version
   help                                      this text
 
@@ -255,6 +264,18 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 	}, checks, kc, nil
 }
 
+// drainChecker reads the reconciler's targets and backends for GET /drained.
+func drainChecker(rec *reconcile.Reconciler) *drained.Checker {
+	c := &drained.Checker{}
+	for _, t := range rec.Targets {
+		c.Targets = append(c.Targets, t)
+	}
+	for _, pb := range rec.Options.Backends {
+		c.Backends = append(c.Backends, pb.Backend)
+	}
+	return c
+}
+
 // newSource reads the Kubernetes API, or manifests when a path is given (then
 // the client is nil).
 func newSource(cfg config.Config, manifests string, nodes bool) (reconcile.Source, *kube.Client, error) {
@@ -295,6 +316,7 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, checks map[string]recon
 		Target: trigger.Target{Namespace: cfg.Namespace, Service: cfg.Service, NodeMode: rec.Options.Mode == desired.NodeMode, ManagedBy: cfg.ManagedBy},
 		Wait:   cfg.ReconcileTimeout + handler.WaitMargin, Ready: func() bool { return listening.Load() && p.ready() },
 		Log: log, Metrics: metricsHandler, OnIgnored: m.Ignored,
+		Drained: drainChecker(rec), NodeMode: rec.Options.Mode == desired.NodeMode,
 	})
 	srv := handler.Server(net.JoinHostPort("", strconv.Itoa(cfg.Port)), h, cfg.ReconcileTimeout)
 	ln, err := handler.ListenTCP(ctx, srv.Addr)

@@ -41,16 +41,9 @@ func triggerCmd(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	u, err := url.Parse(fs.Arg(0))
-	switch {
-	case err != nil:
-		fmt.Fprintln(stderr, "trigger: the URL cannot be parsed")
-		return 2
-	case u.User != nil:
-		fmt.Fprintf(stderr, "trigger: %q: put no credentials in the URL; use WEBHOOK_TOKEN or WEBHOOK_TOKEN_FILE\n", trigger.Short(u.Redacted()))
-		return 2
-	case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		fmt.Fprintf(stderr, "trigger: %q is not an http(s) URL\n", trigger.Short(u.Redacted()))
+	u, err := serviceURL("trigger", fs.Arg(0))
+	if err != nil {
+		fmt.Fprintln(stderr, err)
 		return 2
 	}
 	token, err := config.WebhookTokenFromEnv()
@@ -98,32 +91,19 @@ func post(ctx context.Context, target, token string) ([]byte, error) {
 	attempts := 0
 	err := retry.Do(ctx, b, func(ctx context.Context) error {
 		attempts++
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, http.NoBody)
-		if err != nil {
-			return err
-		}
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := client.Do(req)
+		code, body, err := send(ctx, client, http.MethodPost, target, token)
 		if err != nil {
 			if ctx.Err() == nil {
 				last = err
 			}
 			return retry.RetryableError(err)
 		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
-		if err != nil {
-			last = err
-			return retry.RetryableError(err)
-		}
-		if resp.StatusCode/100 == 2 {
+		if code/100 == 2 {
 			answer = body
 			return nil
 		}
-		last = &statusError{code: resp.StatusCode, body: string(body)}
-		if (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500) && !permanent(body) {
+		last = &statusError{code: code, body: string(body)}
+		if (code == http.StatusTooManyRequests || code >= 500) && !permanent(body) {
 			return retry.RetryableError(last)
 		}
 		return last
@@ -135,4 +115,40 @@ func post(ctx context.Context, target, token string) ([]byte, error) {
 		return nil, err
 	}
 	return answer, nil
+}
+
+// send makes one request with an empty body and the bearer token, and reads
+// at most maxAnswer of the answer.
+func send(ctx context.Context, client *http.Client, method, target, token string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, target, http.NoBody)
+	if err != nil {
+		return 0, nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		return 0, nil, err
+	}
+	return resp.StatusCode, body, nil
+}
+
+// serviceURL checks the URL a command is given: http(s), no credentials.
+func serviceURL(cmd, raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%s: the URL cannot be parsed", cmd)
+	case u.User != nil:
+		return nil, fmt.Errorf("%s: %q: put no credentials in the URL; use WEBHOOK_TOKEN or WEBHOOK_TOKEN_FILE", cmd, trigger.Short(u.Redacted()))
+	case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return nil, fmt.Errorf("%s: %q is not an http(s) URL", cmd, trigger.Short(u.Redacted()))
+	}
+	return u, nil
 }

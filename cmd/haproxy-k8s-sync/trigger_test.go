@@ -27,8 +27,15 @@ import (
 // stdout and stderr.
 func runTrigger(t *testing.T, args string, env ...string) (int, string, string) {
 	t.Helper()
+	return runCommand(t, "trigger "+args, env...)
+}
+
+// runCommand runs the command line args and returns its exit code, stdout
+// and stderr.
+func runCommand(t *testing.T, args string, env ...string) (int, string, string) {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
-	cmd := command(t, "trigger "+args, env...)
+	cmd := command(t, args, env...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	code := 0

@@ -1,14 +1,11 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"math"
 	"net/http"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -194,11 +191,6 @@ func scrapeQuantiles(b testing.TB, base string, histograms map[string]string) ma
 		b.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if os.Getenv("DEBUG_SCRAPE") != "" {
-		raw, _ := io.ReadAll(resp.Body)
-		b.Logf("%s", raw)
-		resp.Body = io.NopCloser(bytes.NewReader(raw))
-	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {

@@ -1,0 +1,166 @@
+// Package drained tells whether one server is out of rotation with no
+// sessions left on every HAProxy target: what a preStop hook or a
+// node-termination handler waits for before it lets a pod or a node go.
+// It only reads HAProxy; it never changes a server's state (the reconcile
+// does that, from Kubernetes).
+package drained
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+)
+
+// Reader reads one HAProxy target's backend; every reconcile.Driver is one.
+type Reader interface {
+	Name() string
+	Read(ctx context.Context, backend string) (model.Backend, error)
+}
+
+// Query names the server to wait for: by server name (a Node's, in node
+// mode) or by address (a pod IP, or a Node's InternalIP). Exactly one is set.
+type Query struct {
+	Server  string
+	Address netip.Addr
+}
+
+func (q Query) matches(s model.Server) bool {
+	if q.Server != "" {
+		return s.Name == q.Server
+	}
+	a, err := netip.ParseAddr(s.Address)
+	return err == nil && a.Unmap() == q.Address.Unmap()
+}
+
+// States of a server on one target.
+const (
+	// Absent: the target has no such server (deleted, or never added).
+	Absent = "absent"
+	// Unknown: the target's state could not be read.
+	Unknown = "unknown"
+)
+
+// TargetState is the server as one target shows it.
+type TargetState struct {
+	Target  string `json:"target"`
+	Backend string `json:"backend"`
+	// Server is the matching server's name; empty when absent.
+	Server string `json:"server,omitempty"`
+	// State is ready, drain, maint, Absent or Unknown.
+	State string `json:"state"`
+	// Sessions counts its current sessions and queued requests; -1 when
+	// the target cannot tell (no runtime view).
+	Sessions int    `json:"sessions"`
+	Drained  bool   `json:"drained"`
+	Error    string `json:"error,omitempty"`
+}
+
+// Status values of an Answer.
+const (
+	StatusDrained = "drained"
+	StatusWaiting = "waiting"
+)
+
+// Answer is the server's state on every target and backend.
+type Answer struct {
+	// Status is StatusDrained once every target shows the server drained,
+	// StatusWaiting otherwise.
+	Status  string        `json:"status"`
+	Targets []TargetState `json:"targets"`
+}
+
+// Drained reports whether every target shows the server drained.
+func (a Answer) Drained() bool { return a.Status == StatusDrained }
+
+// Checker reads the configured targets and backends.
+type Checker struct {
+	Targets  []Reader
+	Backends []string
+	// Poll is the pause between two reads while Wait waits (0: 500 ms).
+	Poll time.Duration
+}
+
+// Check reads every target once, in parallel, and answers.
+func (c *Checker) Check(ctx context.Context, q Query) Answer {
+	states := make([][]TargetState, len(c.Targets))
+	var wg sync.WaitGroup
+	for i, t := range c.Targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, b := range c.Backends {
+				states[i] = append(states[i], state(ctx, t, b, q)...)
+			}
+		}()
+	}
+	wg.Wait()
+	a := Answer{Status: StatusDrained, Targets: []TargetState{}}
+	for _, ts := range states {
+		for _, s := range ts {
+			if !s.Drained {
+				a.Status = StatusWaiting
+			}
+			a.Targets = append(a.Targets, s)
+		}
+	}
+	return a
+}
+
+// Wait checks until the server is drained everywhere or the bound has
+// passed, and returns the last answer; a zero bound checks once. The bound
+// ends the waiting, not a read under way, so the last answer is a whole
+// one; ctx ends both (the caller is gone).
+func (c *Checker) Wait(ctx context.Context, q Query, bound time.Duration) Answer {
+	poll := c.Poll
+	if poll <= 0 {
+		poll = 500 * time.Millisecond
+	}
+	deadline := time.Now().Add(bound)
+	for {
+		a := c.Check(ctx, q)
+		left := time.Until(deadline)
+		if a.Drained() || left <= 0 || ctx.Err() != nil {
+			return a
+		}
+		select {
+		case <-ctx.Done():
+			return a
+		case <-time.After(min(poll, left)):
+		}
+	}
+}
+
+// state is the server on one backend of one target. A server is drained
+// when it is absent, or out of rotation (drain or maint) with no session
+// and no queued request. Without a runtime view its sessions are unknown,
+// so it is never drained.
+func state(ctx context.Context, t Reader, backend string, q Query) []TargetState {
+	b, err := t.Read(ctx, backend)
+	if err != nil {
+		return []TargetState{{Target: t.Name(), Backend: backend, State: Unknown, Sessions: -1,
+			Error: fmt.Sprintf("read backend %s: %v", backend, err)}}
+	}
+	var out []TargetState
+	for _, s := range b.Servers {
+		if !q.matches(s) {
+			continue
+		}
+		ts := TargetState{Target: t.Name(), Backend: backend, Server: s.Name, State: string(s.State), Sessions: -1}
+		switch {
+		case s.Runtime == nil:
+			ts.Error = "sessions unknown: this target has no runtime view (HAPROXY_RUNTIME_URL)"
+		default:
+			ts.Sessions = s.Runtime.Sessions
+			ts.Drained = s.State != model.Ready && ts.Sessions == 0
+		}
+		out = append(out, ts)
+	}
+	if len(out) == 0 {
+		out = append(out, TargetState{Target: t.Name(), Backend: backend, State: Absent, Drained: true})
+	}
+	return out
+}

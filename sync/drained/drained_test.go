@@ -1,0 +1,106 @@
+package drained
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+)
+
+// reader is a target whose backend is what read returns.
+type reader struct {
+	name string
+	read func() (model.Backend, error)
+}
+
+func (r reader) Name() string { return r.name }
+func (r reader) Read(context.Context, string) (model.Backend, error) {
+	return r.read()
+}
+
+func fixed(servers ...model.Server) func() (model.Backend, error) {
+	return func() (model.Backend, error) { return model.Backend{Name: "be", Servers: servers}, nil }
+}
+
+func srv(name, addr string, st model.State, sessions int) model.Server {
+	return model.Server{Name: name, Address: addr, Port: 80, State: st, Runtime: &model.Runtime{Sessions: sessions}}
+}
+
+func TestCheck(t *testing.T) {
+	byName := Query{Server: "node-a"}
+	byIP := Query{Address: netip.MustParseAddr("10.244.0.1")}
+	blind := srv("node-a", "127.0.0.1", model.Drain, 0)
+	blind.Runtime = nil
+	for _, tt := range []struct {
+		name    string
+		q       Query
+		targets []func() (model.Backend, error)
+		status  string
+		states  []string // per target: state/sessions/drained
+	}{
+		{"in drain, no session: drained", byName, []func() (model.Backend, error){fixed(srv("node-a", "127.0.0.1", model.Drain, 0))},
+			StatusDrained, []string{"drain 0 true"}},
+		{"in maintenance, no session: drained", byName, []func() (model.Backend, error){fixed(srv("node-a", "127.0.0.1", model.Maint, 0))},
+			StatusDrained, []string{"maint 0 true"}},
+		{"a session left: waiting", byName, []func() (model.Backend, error){fixed(srv("node-a", "127.0.0.1", model.Drain, 1))},
+			StatusWaiting, []string{"drain 1 false"}},
+		{"still in rotation, no session: waiting", byName, []func() (model.Backend, error){fixed(srv("node-a", "127.0.0.1", model.Ready, 0))},
+			StatusWaiting, []string{"ready 0 false"}},
+		{"absent: drained", byName, []func() (model.Backend, error){fixed(srv("node-b", "127.0.0.2", model.Ready, 3))},
+			StatusDrained, []string{"absent 0 true"}},
+		{"by address (pod mode)", byIP, []func() (model.Backend, error){fixed(srv("web-1", "10.244.0.1", model.Drain, 0), srv("web-2", "10.244.0.2", model.Ready, 5))},
+			StatusDrained, []string{"drain 0 true"}},
+		{"every target must agree", byName, []func() (model.Backend, error){
+			fixed(srv("node-a", "127.0.0.1", model.Maint, 0)), fixed(srv("node-a", "127.0.0.1", model.Drain, 2))},
+			StatusWaiting, []string{"maint 0 true", "drain 2 false"}},
+		{"a target that cannot be read is not drained", byName, []func() (model.Backend, error){
+			fixed(), func() (model.Backend, error) { return model.Backend{}, errors.New("connection refused") }},
+			StatusWaiting, []string{"absent 0 true", "unknown -1 false"}},
+		{"no runtime view: sessions unknown, never drained", byName, []func() (model.Backend, error){fixed(blind)},
+			StatusWaiting, []string{"drain -1 false"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &Checker{Backends: []string{"be"}}
+			for i, r := range tt.targets {
+				c.Targets = append(c.Targets, reader{name: string(rune('a' + i)), read: r})
+			}
+			a := c.Check(context.Background(), tt.q)
+			if a.Status != tt.status || len(a.Targets) != len(tt.states) {
+				t.Fatalf("answer %+v, want %s with %v", a, tt.status, tt.states)
+			}
+			for i, ts := range a.Targets {
+				if got := ts.State + " " + strconv.Itoa(ts.Sessions) + " " + strconv.FormatBool(ts.Drained); got != tt.states[i] {
+					t.Errorf("target %d: %s, want %s (%+v)", i, got, tt.states[i], ts)
+				}
+				if !ts.Drained && ts.Sessions < 0 && ts.Error == "" {
+					t.Errorf("target %d: not drained, sessions unknown, and no error says why", i)
+				}
+			}
+		})
+	}
+}
+
+// TestWaitUntilDrainedOrBound: Wait returns as soon as the sessions end,
+// and with the last answer when the caller's bound comes first.
+func TestWaitUntilDrainedOrBound(t *testing.T) {
+	var sessions atomic.Int64
+	sessions.Store(2)
+	c := &Checker{Backends: []string{"be"}, Poll: 5 * time.Millisecond, Targets: []Reader{reader{name: "a", read: func() (model.Backend, error) {
+		return fixed(srv("node-a", "127.0.0.1", model.Drain, int(sessions.Load())))()
+	}}}}
+	if a := c.Wait(context.Background(), Query{Server: "node-a"}, 0); a.Drained() || a.Targets[0].Sessions != 2 {
+		t.Fatalf("no bound, one check: %+v, want waiting with 2 sessions", a)
+	}
+	if a := c.Wait(context.Background(), Query{Server: "node-a"}, 50*time.Millisecond); a.Drained() || a.Targets[0].Sessions != 2 {
+		t.Fatalf("bound reached: %+v, want waiting with 2 sessions", a)
+	}
+	go func() { time.Sleep(20 * time.Millisecond); sessions.Store(0) }()
+	if a := c.Wait(context.Background(), Query{Server: "node-a"}, time.Minute); !a.Drained() {
+		t.Fatalf("after the sessions ended: %+v", a)
+	}
+}
