@@ -338,6 +338,29 @@ patches:
 			t.Errorf("the trigger's ServiceAccount may read: %v", err)
 		}
 	})
+	t.Run("service-events component: may write Events in its namespace only", func(t *testing.T) {
+		namespace(t, "rbac-ev")
+		kubectl(t, nil, "apply", "-k", overlay(t, "namespace: rbac-ev\nresources:\n  - %[1]s/rbac\ncomponents:\n  - %[1]s/components/service-events\n", "."))
+		own := syncClient(t, "system:serviceaccount:rbac-ev:haproxy-k8s-sync")
+		now := metav1.Now()
+		ev, err := own.CreateEvent(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "web.1", Namespace: "rbac-ev"},
+			InvolvedObject: corev1.ObjectReference{Kind: "Service", Name: "web", Namespace: "rbac-ev"}, Reason: "ServersAdded", Count: 1,
+			FirstTimestamp: now, LastTimestamp: now})
+		if err != nil {
+			t.Fatalf("create events: %v", err)
+		}
+		if _, err := own.PatchEvent(ctx, "rbac-ev", ev.Name, 2, metav1.Now(), "again"); err != nil {
+			t.Errorf("patch events: %v", err)
+		}
+		as := impersonate(t, "system:serviceaccount:rbac-ev:haproxy-k8s-sync")
+		if _, err := as.CoreV1().Events("kube-system").Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "x.1"},
+			InvolvedObject: corev1.ObjectReference{Kind: "Service", Name: "x", Namespace: "kube-system"}}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("create an event elsewhere: %v, want forbidden", err)
+		}
+		if err := as.CoreV1().Events("rbac-ev").Delete(ctx, ev.Name, metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("delete an event: %v, want forbidden", err)
+		}
+	})
 	t.Run("knative ApiServerSource", func(t *testing.T) {
 		as := impersonate(t, "system:serviceaccount:rbac-kustomize:haproxy-k8s-sync-source")
 		if _, err := as.DiscoveryV1().EndpointSlices("rbac-kustomize").List(ctx, metav1.ListOptions{}); err != nil {
@@ -453,6 +476,11 @@ func forbidden(t *testing.T, as kubernetes.Interface, ns string) {
 			_, err := as.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
 			return err
 		},
+		"create an event (SERVICE_EVENTS is off)": func() error {
+			_, err := as.CoreV1().Events(ns).Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "web.1"},
+				InvolvedObject: corev1.ObjectReference{Kind: "Service", Name: "web", Namespace: ns}}, metav1.CreateOptions{})
+			return err
+		},
 		"create a tokenreview": func() error {
 			_, err := as.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: "x"}}, metav1.CreateOptions{})
 			return err
@@ -541,7 +569,7 @@ func TestChartKnobs(t *testing.T) {
 		"--set", "securityContext.readOnlyRootFilesystem=false",
 		"--set", "readinessProbe.periodSeconds=7",
 		"--set", "serviceMonitor.enabled=true", "--set", "podMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
-		"--set", "prometheusRule.noSuccessFor=1h", "--set", "cronJob.enabled=true",
+		"--set", "prometheusRule.noSuccessFor=1h", "--set", "cronJob.enabled=true", "--set", "serviceEvents.enabled=true",
 		"--set-json", `haproxy.dataplaneURL=["http://a:5555","http://b:5555"]`,
 		"--set-json", `haproxy.runtimeURL=["tcp://a:9999","tcp://b:9999"]`))
 	for _, want := range []string{
@@ -551,6 +579,7 @@ func TestChartKnobs(t *testing.T) {
 		`HAPROXY_DATAPLANE_URL: "http://a:5555,http://b:5555"`, `HAPROXY_RUNTIME_URL: "tcp://a:9999,tcp://b:9999"`,
 		"kind: ServiceMonitor", "kind: PodMonitor", "kind: PrometheusRule",
 		"haproxy_k8s_sync_last_success_timestamp_seconds", "> 3600", `why="guarded"`, `why="waiting"`, "skipped_endpoints",
+		`resources: ["events"]`, `SERVICE_EVENTS: "true"`,
 		"histogram_quantile(0.99, sum by (target, le) (rate(haproxy_k8s_sync_network_programming_duration_seconds_bucket", "[10m]))) > 10\n",
 	} {
 		if !strings.Contains(out, want) {
@@ -561,7 +590,7 @@ func TestChartKnobs(t *testing.T) {
 		t.Errorf("imagePullSecrets in %d pod specs, want 2 (Deployment, CronJob)", n)
 	}
 	def := string(helm(t))
-	for _, absent := range []string{"ServiceMonitor", "PodMonitor", "PrometheusRule", "imagePullSecrets", "@sha256"} {
+	for _, absent := range []string{"ServiceMonitor", "PodMonitor", "PrometheusRule", "imagePullSecrets", "@sha256", `resources: ["events"]`} {
 		if strings.Contains(def, absent) {
 			t.Errorf("default render has %s", absent)
 		}

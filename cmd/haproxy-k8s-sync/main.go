@@ -42,6 +42,7 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/drained"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/events"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/metrics"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
@@ -303,6 +304,13 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, checks map[string]recon
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	wrapped := m.WrapReconciler(rec)
+	if cfg.ServiceEvents && kc != nil {
+		host, _ := os.Hostname() // the pod's name
+		ev := events.New(kc, cfg.Namespace, cfg.Service, host, log)
+		ev.OnWrite = m.ServiceEvent
+		go ev.Run(ctx)
+		wrapped = ev.Wrap(wrapped)
+	}
 	p := newPokes(cfg, wrapped, checks, kc, rec.Options.Mode == desired.NodeMode, log, m)
 	authn, err := newAuthenticator(cfg, kc)
 	if err != nil {

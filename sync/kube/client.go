@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 )
@@ -142,6 +144,22 @@ func (c *Client) WatchNodes(ctx context.Context, opts metav1.ListOptions) (watch
 func (c *Client) CreateTokenReview(ctx context.Context, tr *authnv1.TokenReview) (*authnv1.TokenReview, error) {
 	out := &authnv1.TokenReview{}
 	return out, c.authn.Post().Resource("tokenreviews").Body(tr).Do(ctx).Into(out)
+}
+
+// CreateEvent writes a core/v1 Event (package events).
+func (c *Client) CreateEvent(ctx context.Context, ev *corev1.Event) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	return out, c.core.Post().Namespace(ev.Namespace).Resource("events").Body(ev).Do(ctx).Into(out)
+}
+
+// PatchEvent sets an Event's count, last time and message: a repeat of it.
+func (c *Client) PatchEvent(ctx context.Context, namespace, name string, count int32, last metav1.Time, message string) (*corev1.Event, error) {
+	patch, err := json.Marshal(map[string]any{"count": count, "lastTimestamp": last, "message": message})
+	if err != nil {
+		return nil, err
+	}
+	out := &corev1.Event{}
+	return out, c.core.Patch(types.MergePatchType).Namespace(namespace).Resource("events").Name(name).Body(patch).Do(ctx).Into(out)
 }
 
 // list and watch address namespace's resource, or the cluster's when

@@ -47,6 +47,7 @@ type Metrics struct {
 	programming     *prometheus.HistogramVec
 	inService       *prometheus.HistogramVec
 	unmeasured      *prometheus.CounterVec
+	serviceEvents   *prometheus.CounterVec
 }
 
 // ProgrammingBuckets resolve 10 ms to 5 min, for both latency histograms.
@@ -104,6 +105,8 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 			Help: "From an EndpointSlice's last-change-trigger-time to the server it brought in taking traffic after its passed check, by target.", Buckets: ProgrammingBuckets}, []string{"target"}),
 		unmeasured: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "network_programming_unmeasured_total",
 			Help: "Changes applied but not timed, by target, stage (applied, in-service) and reason: unstamped (no last-change-trigger-time on their slices), stale (older than 15 min: a restore)."}, []string{"target", "stage", "reason"}),
+		serviceEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "service_events_total",
+			Help: "Events on the Service (SERVICE_EVENTS) by write: create, patch (a repeat counted), dropped (over the bound)."}, []string{"op"}),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
 		Help: "Build information: version, VCS revision, Go version; always 1."}, []string{"version", "revision", "goversion"})
@@ -111,7 +114,7 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
 		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, m.watchEvents, m.watchRestarts,
 		m.pokes, m.pokesCoalesced, m.authFailures, m.skipped, m.transitions,
-		m.servers, m.held, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, build)
+		m.servers, m.held, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, build)
 	return m
 }
 
@@ -155,6 +158,9 @@ func (m *Metrics) Programmed(p reconcile.Programmed) {
 		m.programming.WithLabelValues(p.Target).Observe(p.Latency.Seconds())
 	}
 }
+
+// ServiceEvent counts one Event write on the Service, or one dropped.
+func (m *Metrics) ServiceEvent(op string) { m.serviceEvents.WithLabelValues(op).Inc() }
 
 // AuthFailure counts a request refused by webhook auth.
 func (m *Metrics) AuthFailure(reason string) { m.authFailures.WithLabelValues(reason).Inc() }

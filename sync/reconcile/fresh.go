@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
@@ -17,6 +19,7 @@ type kubeRead struct {
 	done     chan struct{}
 	backends []model.Backend
 	report   desired.Report
+	uid      types.UID
 	err      error
 }
 
@@ -38,6 +41,7 @@ type freshReader struct {
 	last   *kubeRead
 	good   int            // desired servers of the newest good read
 	report desired.Report // of the newest good read
+	uid    types.UID      // the Service's, of the newest good read
 }
 
 // after returns desired backends from a Kubernetes read that started at or
@@ -49,7 +53,7 @@ func (f *freshReader) after(ctx context.Context, t time.Time) ([]model.Backend, 
 		r = &kubeRead{started: time.Now(), done: make(chan struct{})}
 		f.last = r
 		f.mu.Unlock()
-		r.backends, r.report, r.err = f.read(ctx)
+		r.backends, r.report, r.uid, r.err = f.read(ctx)
 		close(r.done)
 		if r.err == nil {
 			f.mu.Lock()
@@ -58,7 +62,7 @@ func (f *freshReader) after(ctx context.Context, t time.Time) ([]model.Backend, 
 				for _, b := range r.backends {
 					f.good += len(b.Servers)
 				}
-				f.report = r.report
+				f.report, f.uid = r.report, r.uid
 			}
 			f.mu.Unlock()
 		}
@@ -73,19 +77,26 @@ func (f *freshReader) after(ctx context.Context, t time.Time) ([]model.Backend, 
 	}
 }
 
-func (f *freshReader) read(ctx context.Context) ([]model.Backend, desired.Report, error) {
+func (f *freshReader) read(ctx context.Context) ([]model.Backend, desired.Report, types.UID, error) {
 	in, err := f.src.Read(ctx)
 	if err != nil {
-		return nil, desired.Report{}, &kubeError{fmt.Errorf("read kubernetes: %w", err)}
+		return nil, desired.Report{}, "", &kubeError{fmt.Errorf("read kubernetes: %w", err)}
 	}
 	backends, report, err := desired.Compute(in, f.opts)
 	if err != nil {
-		return nil, desired.Report{}, &kubeError{fmt.Errorf("desired state: %w", err)}
+		return nil, desired.Report{}, "", &kubeError{fmt.Errorf("desired state: %w", err)}
 	}
 	if f.skipped != nil {
 		f.skipped(report)
 	}
-	return backends, report, nil
+	return backends, report, in.Service.UID, nil
+}
+
+// serviceUID is the Service's UID, as the newest good read saw it.
+func (f *freshReader) serviceUID() types.UID {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.uid
 }
 
 // latestReport is the report of the newest good read.

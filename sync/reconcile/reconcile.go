@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/sethvargo/go-retry"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
@@ -123,6 +124,9 @@ type Result struct {
 	// ErrorClass says whether trying again may help (failure.Class): the
 	// least hopeful class of the failures, empty on success.
 	ErrorClass failure.Class `json:"errorClass,omitempty"`
+	// ServiceUID is the followed Service's, when Kubernetes was read: what
+	// an Event about it names (package events).
+	ServiceUID types.UID `json:"-"`
 }
 
 // TargetResult is what happened to one backend of one HAProxy target.
@@ -244,6 +248,7 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 	}
 	wg.Wait()
 	res.Desired = kube.desiredCount()
+	res.ServiceUID = kube.serviceUID()
 	report := kube.latestReport()
 	res.SkippedByReason = report.Counts
 	if report.Skipped != nil {
