@@ -223,7 +223,7 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 			"--set", "ingress.namespace=edge", "--set", "ingress.serviceName=edge-lb",
 			"--set", "haproxy.dataplaneURL=https://lb-a:5555\\,https://lb-b:5555",
 			"--set", "haproxy.runtimeURL=tcp://lb-a:9999\\,tcp://lb-b:9999",
-			"--set", "haproxy.caConfigMap=haproxy-ca", "--set", "haproxy.targetAddress=pod",
+			"--set", "haproxy.caConfigMap=haproxy-ca", "--set", "haproxy.targetAddress=pod", "--set", "readinessGate.enabled=true",
 			"--set", "haproxy.backends=http=be_http\\,https=be_https", "--set", "haproxy.sendProxyV2=true",
 			"--set", "haproxy.deleteGuardPercent=50", "--set", "replicaCount=3",
 			"--set", "secret.create=true", "--set", "secret.dataplaneUsername=admin", "--set", "secret.dataplanePassword=pw",
@@ -361,6 +361,31 @@ patches:
 			t.Errorf("delete an event: %v, want forbidden", err)
 		}
 	})
+	t.Run("readiness-gate component: may read pods and set their status, in its namespace only", func(t *testing.T) {
+		namespace(t, "rbac-gate")
+		kubectl(t, nil, "apply", "-k", overlay(t, "namespace: rbac-gate\nresources:\n  - %[1]s/rbac\ncomponents:\n  - %[1]s/components/readiness-gate\n", "."))
+		if _, err := api.client.CoreV1().Pods("rbac-gate").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		own := syncClient(t, "system:serviceaccount:rbac-gate:haproxy-k8s-sync")
+		if _, err := own.GetPod(ctx, "rbac-gate", "web-0"); err != nil {
+			t.Errorf("get pods: %v", err)
+		}
+		if err := own.PatchPodCondition(ctx, "rbac-gate", "web-0", corev1.PodCondition{Type: "haproxy-k8s-sync.io/in-service", Status: corev1.ConditionTrue}); err != nil {
+			t.Errorf("patch pods/status: %v", err)
+		}
+		as := impersonate(t, "system:serviceaccount:rbac-gate:haproxy-k8s-sync")
+		if _, err := as.CoreV1().Pods("rbac-gate").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("list pods: %v, want forbidden", err)
+		}
+		if _, err := as.CoreV1().Pods("rbac-gate").Patch(ctx, "web-0", "application/merge-patch+json", []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("patch a pod (not its status): %v, want forbidden", err)
+		}
+		if _, err := as.CoreV1().Pods("kube-system").Get(ctx, "any", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("get a pod elsewhere: %v, want forbidden", err)
+		}
+	})
 	t.Run("knative ApiServerSource", func(t *testing.T) {
 		as := impersonate(t, "system:serviceaccount:rbac-kustomize:haproxy-k8s-sync-source")
 		if _, err := as.DiscoveryV1().EndpointSlices("rbac-kustomize").List(ctx, metav1.ListOptions{}); err != nil {
@@ -474,6 +499,11 @@ func forbidden(t *testing.T, as kubernetes.Interface, ns string) {
 		},
 		"create a configmap": func() error {
 			_, err := as.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+			return err
+		},
+		"get a pod (POD_READINESS_GATE is off)": func() error { _, err := as.CoreV1().Pods(ns).Get(ctx, "web-0", metav1.GetOptions{}); return err },
+		"patch a pod's status (POD_READINESS_GATE is off)": func() error {
+			_, err := as.CoreV1().Pods(ns).Patch(ctx, "web-0", "application/merge-patch+json", []byte(`{}`), metav1.PatchOptions{}, "status")
 			return err
 		},
 		"create an event (SERVICE_EVENTS is off)": func() error {
@@ -596,6 +626,16 @@ func TestChartKnobs(t *testing.T) {
 		}
 	}
 
+	gated := string(helm(t, "--set", "haproxy.targetAddress=pod", "--set", "readinessGate.enabled=true"))
+	for _, want := range []string{`resources: ["pods"]`, `verbs: ["get"]`, `resources: ["pods/status"]`, `verbs: ["patch"]`, `POD_READINESS_GATE: "true"`} {
+		if !strings.Contains(gated, want) {
+			t.Errorf("readinessGate.enabled render lacks %q", want)
+		}
+	}
+	if strings.Contains(def, `resources: ["pods`) {
+		t.Error("the default render may read pods")
+	}
+
 	byName := string(helm(t, "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=existing"))
 	if strings.Contains(byName, "kind: ServiceAccount\n") && strings.Contains(byName, "name: existing\n  namespace") {
 		t.Error("serviceAccount.create=false still creates it")
@@ -604,10 +644,11 @@ func TestChartKnobs(t *testing.T) {
 		t.Errorf("the existing ServiceAccount is not used by the Deployment and bindings:\n%s", grepLines(byName, "existing"))
 	}
 	for name, args := range map[string][]string{
-		"latest tag":                 {"--set", "image.tag=latest"},
-		"no name for an existing SA": {"--set", "serviceAccount.create=false"},
-		"a bad alert duration":       {"--set", "prometheusRule.enabled=true", "--set", "prometheusRule.noSuccessFor=soon"},
-		"a schema violation":         {"--set", "replicaCount=two"},
+		"latest tag":                    {"--set", "image.tag=latest"},
+		"no name for an existing SA":    {"--set", "serviceAccount.create=false"},
+		"a bad alert duration":          {"--set", "prometheusRule.enabled=true", "--set", "prometheusRule.noSuccessFor=soon"},
+		"a readiness gate in node mode": {"--set", "readinessGate.enabled=true"},
+		"a schema violation":            {"--set", "replicaCount=two"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if out, err := helmRefuses(args...); err == nil {

@@ -43,6 +43,7 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/drained"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/events"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/gate"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/metrics"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
@@ -251,7 +252,12 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 		}
 	}
 	log.Info("configured", "config", cfg.String())
+	var podGate reconcile.PodGate
+	if cfg.ReadinessGate && kc != nil {
+		podGate = &gate.Writer{Client: kc, Namespace: cfg.Namespace, Log: log, OnWrite: m.PodGate}
+	}
 	return &reconcile.Reconciler{
+		Gate:         podGate,
 		Source:       m.WrapSource(source),
 		Options:      opts,
 		Targets:      targets,
@@ -292,7 +298,7 @@ func newSource(cfg config.Config, manifests string, nodes bool) (reconcile.Sourc
 	if err != nil {
 		return nil, nil, err
 	}
-	return &kube.Source{Client: kc, Namespace: cfg.Namespace, Service: cfg.Service, Nodes: nodes}, kc, nil
+	return &kube.Source{Client: kc, Namespace: cfg.Namespace, Service: cfg.Service, Nodes: nodes, Pods: cfg.ReadinessGate}, kc, nil
 }
 
 // serve runs the HTTP service until SIGTERM or SIGINT, then drains in-flight

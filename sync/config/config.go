@@ -62,6 +62,7 @@ type Config struct {
 	WebhookAudience  string        `envconfig:"WEBHOOK_AUDIENCE" default:"haproxy-k8s-sync" desc:"audience callers' tokens must be issued for (kubernetes auth)"`
 	WebhookAllowed   string        `envconfig:"WEBHOOK_ALLOWED_SERVICEACCOUNTS" desc:"kubernetes auth: only these callers, namespace/name,...; empty: any caller with a token for WEBHOOK_AUDIENCE, which must then not be the default"`
 	Watch            bool          `envconfig:"WATCH" default:"true" desc:"serve watches the Service, its EndpointSlices (and Nodes) and reconciles on changes; false where Knative delivers events"`
+	ReadinessGate    bool          `envconfig:"POD_READINESS_GATE" default:"false" desc:"pod mode: answer the pod readiness gate haproxy-k8s-sync.io/in-service (True once a pod's server is in service on every target); needs get on pods and patch on pods/status"`
 	ServiceEvents    bool          `envconfig:"SERVICE_EVENTS" default:"false" desc:"serve records what each reconcile changed or why it failed as Events on the Service (needs create and patch on events)"`
 	ResyncPeriod     time.Duration `envconfig:"RESYNC_PERIOD" default:"0" desc:"serve also reconciles on this period; 0: off"`
 	ReconcileTimeout time.Duration `envconfig:"RECONCILE_TIMEOUT" default:"30s" desc:"deadline of one reconcile, retries included"`
@@ -216,6 +217,9 @@ func (c *Config) validate() error {
 	}
 	if c.Cordoned != "ignore" && c.Cordoned != "drain" {
 		return bad("CORDONED_NODES", "%q is not ignore or drain", short(c.Cordoned))
+	}
+	if c.ReadinessGate && c.Target != "pod" {
+		return bad("POD_READINESS_GATE", "needs TARGET_ADDRESS=pod (a Node's server stands for many pods)")
 	}
 	if c.Weight != "equal" && c.Weight != "endpoints" {
 		return bad("HAPROXY_WEIGHT", "%q is not equal or endpoints", short(c.Weight))
@@ -412,6 +416,7 @@ func (c Config) Options() desired.Options {
 		Addresses:     desired.AddressPolicy{Allowed: c.Allowed},
 		ManagedBy:     c.ManagedBy,
 		DrainCordoned: c.Cordoned == "drain",
+		ReadinessGate: c.ReadinessGate,
 	}
 }
 

@@ -109,6 +109,9 @@ func TestLoadRejectsBadValues(t *testing.T) {
 		{"HAPROXY_CHECK_FALL", "-1"},
 		{"HAPROXY_BALANCE", "fastest"},
 		{"HAPROXY_WEIGHT", "heavy"},
+		{"POD_READINESS_GATE", "true"}, // node mode: a Node's server stands for many pods
+		{"POD_READINESS_GATE", "maybe"},
+		{"SERVICE_EVENTS", "maybe"},
 		{"HAPROXY_DELETE_BATCH", "0"},
 		{"HAPROXY_DELETE_GUARD_PERCENT", "101"},
 		{"HAPROXY_DELETE_GUARD_PERCENT", "-1"},

@@ -66,6 +66,9 @@ type Options struct {
 	ManagedBy string
 	// DrainCordoned drains the servers of cordoned Nodes (node mode).
 	DrainCordoned bool
+	// ReadinessGate (pod mode): an endpoint whose pod waits only for the
+	// ReadinessGate condition counts as ready (see gate.go).
+	ReadinessGate bool
 }
 
 // Input is what was read from Kubernetes.
@@ -73,6 +76,9 @@ type Input struct {
 	Service *corev1.Service
 	Slices  []discoveryv1.EndpointSlice
 	Nodes   []corev1.Node
+	// Pods are the pods of the endpoints that are not ready, read when
+	// Options.ReadinessGate is on (the others are Ready already).
+	Pods []corev1.Pod
 }
 
 // Compute returns one desired backend per configured port, each with its
@@ -83,9 +89,14 @@ func Compute(in Input, opts Options) ([]model.Backend, Report, error) {
 	if in.Service == nil {
 		return nil, Report{}, fmt.Errorf("no service given")
 	}
-	c := computer{in: in, opts: opts, nodes: make(map[string]*corev1.Node, len(in.Nodes))}
+	c := computer{in: in, opts: opts, nodes: make(map[string]*corev1.Node, len(in.Nodes)), pods: make(map[string]*corev1.Pod, len(in.Pods))}
 	for i := range in.Nodes {
 		c.nodes[in.Nodes[i].Name] = &in.Nodes[i]
+	}
+	for i := range in.Pods {
+		if in.Pods[i].Namespace == in.Service.Namespace {
+			c.pods[in.Pods[i].Name] = &in.Pods[i]
+		}
 	}
 	backends := make([]model.Backend, 0, len(opts.Backends))
 	for _, pb := range opts.Backends {
@@ -133,6 +144,7 @@ type computer struct {
 	in       Input
 	opts     Options
 	nodes    map[string]*corev1.Node
+	pods     map[string]*corev1.Pod // by name, in the Service's namespace
 	report   Report
 	excluded map[string]string // of the backend being computed
 }
@@ -192,9 +204,10 @@ func (c *computer) endpoints(sp *corev1.ServicePort) []endpoint {
 				if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
 					ep.podName = e.TargetRef.Name
 				}
+				ep.state = c.gatedState(st, e.Conditions.Terminating != nil && *e.Conditions.Terminating, ep.podName)
 				if k, seen := byAddr[addr]; seen {
 					newest := later(out[k].changed, changed)
-					if st.Rank() > out[k].state.Rank() {
+					if ep.state.Rank() > out[k].state.Rank() {
 						out[k] = ep
 					}
 					out[k].changed = newest
@@ -334,7 +347,7 @@ func (c *computer) podServers(eps []endpoint) []model.Server {
 		out = append(out, model.Server{
 			Name: name, Address: ep.address, Port: c.port(ep, nil),
 			Weight: 1, State: ep.state, Reason: ReasonEndpoints, Check: c.opts.Check,
-			Changed: ep.changed,
+			Changed: ep.changed, Pod: ep.podName,
 		})
 	}
 	return out

@@ -66,6 +66,9 @@ type Source struct {
 	Service   string
 	// Nodes says whether Nodes are needed (node mode).
 	Nodes bool
+	// Pods says whether the pods of endpoints that are not ready are
+	// needed (POD_READINESS_GATE); Client must then be a PodReader.
+	Pods bool
 }
 
 // Read returns the Service, its EndpointSlices and, if asked, the Nodes they
@@ -92,6 +95,11 @@ func (s *Source) Read(ctx context.Context) (desired.Input, error) {
 
 	if s.Nodes {
 		if in.Nodes, err = s.readNodes(ctx, nodeNames(in.Slices)); err != nil {
+			return in, err
+		}
+	}
+	if s.Pods {
+		if in.Pods, err = s.ReadPods(ctx, in.Slices); err != nil {
 			return in, err
 		}
 	}

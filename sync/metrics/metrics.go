@@ -48,6 +48,7 @@ type Metrics struct {
 	inService       *prometheus.HistogramVec
 	unmeasured      *prometheus.CounterVec
 	serviceEvents   *prometheus.CounterVec
+	podGate         *prometheus.CounterVec
 }
 
 // ProgrammingBuckets resolve 10 ms to 5 min, for both latency histograms.
@@ -107,6 +108,8 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 			Help: "Changes applied but not timed, by target, stage (applied, in-service) and reason: unstamped (no last-change-trigger-time on their slices), stale (older than 15 min: a restore)."}, []string{"target", "stage", "reason"}),
 		serviceEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "service_events_total",
 			Help: "Events on the Service (SERVICE_EVENTS) by write: create, patch (a repeat counted), dropped (over the bound)."}, []string{"op"}),
+		podGate: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "pod_gate_requests_total",
+			Help: "Readiness gate (POD_READINESS_GATE) requests: get (a pod read), true and false (the condition written)."}, []string{"op"}),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
 		Help: "Build information: version, VCS revision, Go version; always 1."}, []string{"version", "revision", "goversion"})
@@ -114,7 +117,7 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
 		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, m.watchEvents, m.watchRestarts,
 		m.pokes, m.pokesCoalesced, m.authFailures, m.skipped, m.transitions,
-		m.servers, m.held, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, build)
+		m.servers, m.held, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, m.podGate, build)
 	return m
 }
 
@@ -161,6 +164,9 @@ func (m *Metrics) Programmed(p reconcile.Programmed) {
 
 // ServiceEvent counts one Event write on the Service, or one dropped.
 func (m *Metrics) ServiceEvent(op string) { m.serviceEvents.WithLabelValues(op).Inc() }
+
+// PodGate counts one readiness gate request.
+func (m *Metrics) PodGate(op string) { m.podGate.WithLabelValues(op).Inc() }
 
 // AuthFailure counts a request refused by webhook auth.
 func (m *Metrics) AuthFailure(reason string) { m.authFailures.WithLabelValues(reason).Inc() }

@@ -74,6 +74,9 @@ type Server struct {
 	// of their EndpointSlices, the stamp kube-proxy times its programming
 	// from. Zero when none carries it, and for current servers.
 	Changed time.Time
+	// Pod is the name of the pod a desired server stands for (pod mode),
+	// in the Service's namespace; empty otherwise.
+	Pod string
 	// Runtime is what HAProxy's runtime API says about a current server,
 	// when the driver can see it; nil otherwise (and for desired servers).
 	Runtime *Runtime

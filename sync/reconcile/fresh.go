@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
@@ -20,6 +21,7 @@ type kubeRead struct {
 	backends []model.Backend
 	report   desired.Report
 	uid      types.UID
+	pods     []corev1.Pod
 	err      error
 }
 
@@ -42,6 +44,9 @@ type freshReader struct {
 	good   int            // desired servers of the newest good read
 	report desired.Report // of the newest good read
 	uid    types.UID      // the Service's, of the newest good read
+	// backends and pods of the newest good read, for the readiness gate.
+	backends []model.Backend
+	pods     []corev1.Pod
 }
 
 // after returns desired backends from a Kubernetes read that started at or
@@ -53,7 +58,7 @@ func (f *freshReader) after(ctx context.Context, t time.Time) ([]model.Backend, 
 		r = &kubeRead{started: time.Now(), done: make(chan struct{})}
 		f.last = r
 		f.mu.Unlock()
-		r.backends, r.report, r.uid, r.err = f.read(ctx)
+		r.backends, r.report, r.uid, r.pods, r.err = f.read(ctx)
 		close(r.done)
 		if r.err == nil {
 			f.mu.Lock()
@@ -63,6 +68,7 @@ func (f *freshReader) after(ctx context.Context, t time.Time) ([]model.Backend, 
 					f.good += len(b.Servers)
 				}
 				f.report, f.uid = r.report, r.uid
+				f.backends, f.pods = r.backends, r.pods
 			}
 			f.mu.Unlock()
 		}
@@ -77,19 +83,26 @@ func (f *freshReader) after(ctx context.Context, t time.Time) ([]model.Backend, 
 	}
 }
 
-func (f *freshReader) read(ctx context.Context) ([]model.Backend, desired.Report, types.UID, error) {
+func (f *freshReader) read(ctx context.Context) ([]model.Backend, desired.Report, types.UID, []corev1.Pod, error) {
 	in, err := f.src.Read(ctx)
 	if err != nil {
-		return nil, desired.Report{}, "", &kubeError{fmt.Errorf("read kubernetes: %w", err)}
+		return nil, desired.Report{}, "", nil, &kubeError{fmt.Errorf("read kubernetes: %w", err)}
 	}
 	backends, report, err := desired.Compute(in, f.opts)
 	if err != nil {
-		return nil, desired.Report{}, "", &kubeError{fmt.Errorf("desired state: %w", err)}
+		return nil, desired.Report{}, "", nil, &kubeError{fmt.Errorf("desired state: %w", err)}
 	}
 	if f.skipped != nil {
 		f.skipped(report)
 	}
-	return backends, report, in.Service.UID, nil
+	return backends, report, in.Service.UID, in.Pods, nil
+}
+
+// latest returns the desired backends and the pods of the newest good read.
+func (f *freshReader) latest() ([]model.Backend, []corev1.Pod) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.backends, f.pods
 }
 
 // serviceUID is the Service's UID, as the newest good read saw it.

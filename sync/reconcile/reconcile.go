@@ -96,6 +96,9 @@ type Reconciler struct {
 	// OnTransition, when set, is told of every server state transition
 	// applied (each is also logged once, as "server transition").
 	OnTransition func(Transition)
+	// Gate, when set, sets the pods' readiness gate after each real
+	// reconcile (POD_READINESS_GATE).
+	Gate PodGate
 	// OnProgrammed, when set, is told of every Kubernetes change applied,
 	// timed from its EndpointSlice stamp (see Programmed).
 	OnProgrammed func(Programmed)
@@ -163,6 +166,10 @@ type TargetResult struct {
 
 	changed bool
 	kubeErr error
+	// inService and notInService say where each server stands once this
+	// reconcile's plan is applied (for the readiness gate).
+	inService    map[string]bool
+	notInService map[string]string
 }
 
 // Pending reports whether some target has servers waiting for their check
@@ -278,6 +285,12 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 	if kubeErr != nil {
 		return res, kubeErr
 	}
+	if r.Gate != nil && !dryRun {
+		backends, pods := kube.latest()
+		if in, ok := gateInput(res.Targets, backends, pods); ok {
+			r.Gate.Update(ctx, in)
+		}
+	}
 	if failed > 0 {
 		return res, fmt.Errorf("%w: %d of %d", ErrTargets, failed, len(res.Targets))
 	}
@@ -327,6 +340,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			tr.fill(p)
 			if !dryRun {
 				tr.Servers = statesAfter(cur, p)
+				tr.inService, tr.notInService = inService(cur, p)
 			}
 			return nil
 		}
@@ -351,6 +365,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			return retryable(err)
 		}
 		tr.Servers = statesAfter(cur, p)
+		tr.inService, tr.notInService = inService(cur, p)
 		return nil
 	})
 	if err != nil {

@@ -1,0 +1,74 @@
+package desired
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+)
+
+// ReadinessGate is the pod readiness gate this service answers (pod mode,
+// POD_READINESS_GATE): a pod that lists it in spec.readinessGates is Ready
+// only once the service sets this condition True, which it does when the
+// pod's server is in service with a passed check on every HAProxy target.
+const ReadinessGate = "haproxy-k8s-sync.io/in-service"
+
+// A pod that lists the gate is not Ready, so its endpoint is not ready,
+// until the gate is True: the server must enter HAProxy before Kubernetes
+// calls the pod ready, or neither would ever move. An endpoint that is
+// neither ready nor terminating therefore counts as ready (its server then
+// earns traffic by its check) when its pod lists the gate and would be
+// Ready but for it: containers ready, every other readiness gate True.
+// AWS's load balancer controller registers targets on the same test.
+
+// gateHeld reports whether pod waits only for this service's gate.
+func gateHeld(pod *corev1.Pod) bool {
+	if pod == nil || !ListsGate(pod) || pod.DeletionTimestamp != nil {
+		return false
+	}
+	cond := map[corev1.PodConditionType]corev1.ConditionStatus{}
+	for _, c := range pod.Status.Conditions {
+		cond[c.Type] = c.Status
+	}
+	if cond[corev1.ContainersReady] != corev1.ConditionTrue {
+		return false
+	}
+	for _, g := range pod.Spec.ReadinessGates {
+		if g.ConditionType != ReadinessGate && cond[g.ConditionType] != corev1.ConditionTrue {
+			return false
+		}
+	}
+	return true
+}
+
+// ListsGate reports whether pod lists this service's readiness gate.
+func ListsGate(pod *corev1.Pod) bool {
+	for _, g := range pod.Spec.ReadinessGates {
+		if g.ConditionType == ReadinessGate {
+			return true
+		}
+	}
+	return false
+}
+
+// GateCondition returns pod's condition of this service's gate, nil if it
+// has none yet.
+func GateCondition(pod *corev1.Pod) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == ReadinessGate {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// gatedState is an endpoint's state once the readiness gate is considered:
+// a not-ready endpoint whose pod waits only for the gate is ready.
+func (c *computer) gatedState(st model.State, terminating bool, podName string) model.State {
+	if !c.opts.ReadinessGate || st == model.Ready || terminating || podName == "" {
+		return st
+	}
+	if gateHeld(c.pods[podName]) {
+		return model.Ready
+	}
+	return st
+}

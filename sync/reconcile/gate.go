@@ -1,0 +1,127 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
+)
+
+// PodGate sets the readiness gate condition of the Service's pods from
+// what HAProxy shows (POD_READINESS_GATE; package gate).
+type PodGate interface {
+	Update(ctx context.Context, in GateInput)
+}
+
+// GateInput is, after a reconcile, each pod's server as every target shows
+// it, with the pods Kubernetes was read for.
+type GateInput struct {
+	Servers []GateServer
+	// Pods are the pods read with the endpoints (those not ready), by
+	// name; a pod not here has a ready endpoint.
+	Pods map[string]*corev1.Pod
+}
+
+// GateServer is one pod's server on every target and backend.
+type GateServer struct {
+	Pod string
+	// InService: in service, its check passed, on every target and
+	// backend. When false, Why says where it is not.
+	InService bool
+	Why       string
+}
+
+// inService returns the servers of cur, once p is applied, that take
+// traffic with a passed check, and where each other server stands:
+// waiting (for its check), drain, maint.
+func inService(cur model.Backend, p plan.Plan) (in map[string]bool, out map[string]string) {
+	type st struct {
+		state   model.State
+		checked bool
+	}
+	after := make(map[string]st, len(cur.Servers))
+	for _, s := range cur.Servers {
+		checked := s.Up
+		if s.Runtime != nil {
+			checked = s.Runtime.CheckRunning && s.Runtime.CheckPassed
+		}
+		after[s.Name] = st{s.State, checked}
+	}
+	for _, ch := range p.Changes {
+		switch {
+		case ch.Action == plan.Delete:
+			delete(after, ch.Name)
+		case ch.Old == nil || ch.Gate:
+			after[ch.Name] = st{ch.New.State, false}
+		default:
+			after[ch.Name] = st{ch.New.State, after[ch.Name].checked}
+		}
+	}
+	in, out = map[string]bool{}, map[string]string{}
+	for name, s := range after {
+		switch {
+		case slices.Contains(p.Waiting, name):
+			out[name] = "waiting for its check"
+		case s.state == model.Ready && s.checked:
+			in[name] = true
+		case s.state == model.Ready:
+			out[name] = "no passed check"
+		default:
+			out[name] = string(s.state)
+		}
+	}
+	return in, out
+}
+
+// gateInput gathers, over every target's results, each desired pod's
+// server. A pod counts only when every target and backend was read and
+// applied: a failed one cannot say whether its server is in service.
+func gateInput(results []TargetResult, backends []model.Backend, pods []corev1.Pod) (GateInput, bool) {
+	for _, t := range results {
+		if t.Error != "" {
+			return GateInput{}, false
+		}
+	}
+	podOf := map[string]string{}
+	for _, b := range backends {
+		for _, s := range b.Servers {
+			if s.Pod != "" {
+				podOf[s.Name] = s.Pod
+			}
+		}
+	}
+	why := map[string][]string{}
+	count := map[string]int{}
+	for _, t := range results {
+		for name := range podOf {
+			switch {
+			case t.inService[name]:
+				count[name]++
+			case t.notInService[name] != "":
+				why[name] = append(why[name], fmt.Sprintf("%s on %s %s", t.notInService[name], t.Target, t.Backend))
+			default:
+				why[name] = append(why[name], fmt.Sprintf("absent from %s %s", t.Target, t.Backend))
+			}
+		}
+	}
+	in := GateInput{Pods: make(map[string]*corev1.Pod, len(pods))}
+	for i := range pods {
+		in.Pods[pods[i].Name] = &pods[i]
+	}
+	for name, pod := range podOf {
+		gs := GateServer{Pod: pod, InService: len(results) > 0 && count[name] == len(results)}
+		if !gs.InService {
+			sort.Strings(why[name])
+			gs.Why = strings.Join(why[name], "; ")
+		}
+		in.Servers = append(in.Servers, gs)
+	}
+	sort.Slice(in.Servers, func(i, j int) bool { return in.Servers[i].Pod < in.Servers[j].Pod })
+	return in, true
+}
