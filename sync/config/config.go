@@ -38,19 +38,21 @@ type Config struct {
 	DataplaneCAFile   string `envconfig:"HAPROXY_DATAPLANE_CA_FILE" desc:"CA bundle for https Data Plane URLs"`
 	RuntimeURL        string `envconfig:"HAPROXY_RUNTIME_URL" desc:"HAProxy admin socket(s), unix:///path or tcp://host:port: alone, the runtime driver; with Data Plane URLs, one per instance, same order"`
 
-	SendProxyV2  bool          `envconfig:"HAPROXY_SEND_PROXY_V2" default:"false" desc:"servers and their checks send PROXY protocol v2"`
-	Balance      string        `envconfig:"HAPROXY_BALANCE" desc:"empty: keep the backend's balance and checks; set (e.g. roundrobin): the backend gets it and tcp-check"`
-	CheckInter   time.Duration `envconfig:"HAPROXY_CHECK_INTER" default:"1.5s" desc:"health check interval while a server is steadily UP: a node that stops answering is DOWN within this plus fastinter"`
-	CheckFast    time.Duration `envconfig:"HAPROXY_CHECK_FASTINTER" default:"100ms" desc:"check interval while a server's health changes (between its first pass and rise, its first failure and fall)"`
-	CheckDown    time.Duration `envconfig:"HAPROXY_CHECK_DOWNINTER" default:"200ms" desc:"check interval while a server is DOWN: a new server's first check comes this long after it is added"`
-	CheckRise    int           `envconfig:"HAPROXY_CHECK_RISE" default:"2" desc:"passing checks before a server is UP"`
-	CheckFall    int           `envconfig:"HAPROXY_CHECK_FALL" default:"2" desc:"failing checks before a server is DOWN"`
-	CheckOnError string        `envconfig:"HAPROXY_CHECK_ON_ERROR" default:"sudden-death" desc:"what a failed client connection to a server does to its check (observe layer4): fastinter, fail-check, sudden-death (one more failed check marks it DOWN), mark-down, or none"`
-	Weight       string        `envconfig:"HAPROXY_WEIGHT" default:"equal" desc:"equal, or endpoints: in node mode a node's weight is its number of ready endpoints"`
-	DeleteBatch  int           `envconfig:"HAPROXY_DELETE_BATCH" default:"10" desc:"Data Plane API: unwanted servers stay parked until this many, then go in one reload"`
-	DeleteGuard  int           `envconfig:"HAPROXY_DELETE_GUARD_PERCENT" default:"100" desc:"mass-deletion guard: removing this share or more only parks servers until a later reconcile confirms it and their replacements are UP; 0: off"`
-	DrainTimeout time.Duration `envconfig:"HAPROXY_DRAIN_TIMEOUT" default:"0s" desc:"how long a removed server's sessions may keep it (parked, no new traffic) before they are shut and it is deleted; 0 waits for them to end"`
-	MaxServers   int           `envconfig:"MAX_SERVERS" default:"4000" desc:"servers per backend at most; further adds are left out"`
+	SendProxyV2    bool          `envconfig:"HAPROXY_SEND_PROXY_V2" default:"false" desc:"servers and their checks send PROXY protocol v2"`
+	Balance        string        `envconfig:"HAPROXY_BALANCE" desc:"empty: keep the backend's balance and checks; set (e.g. roundrobin): the backend gets it and tcp-check"`
+	CheckInter     time.Duration `envconfig:"HAPROXY_CHECK_INTER" default:"1.5s" desc:"health check interval while a server is steadily UP: a node that stops answering is DOWN within this plus fastinter"`
+	CheckFast      time.Duration `envconfig:"HAPROXY_CHECK_FASTINTER" default:"100ms" desc:"check interval while a server's health changes (between its first pass and rise, its first failure and fall)"`
+	CheckDown      time.Duration `envconfig:"HAPROXY_CHECK_DOWNINTER" default:"200ms" desc:"check interval while a server is DOWN: a new server's first check comes this long after it is added"`
+	CheckRise      int           `envconfig:"HAPROXY_CHECK_RISE" default:"2" desc:"passing checks before a server is UP"`
+	CheckFall      int           `envconfig:"HAPROXY_CHECK_FALL" default:"2" desc:"failing checks before a server is DOWN"`
+	HealthNodePort string        `envconfig:"HAPROXY_CHECK_HEALTH_NODE_PORT" default:"auto" desc:"node mode: check Nodes of a Service with externalTrafficPolicy Local on its healthCheckNodePort (GET /healthz): on (haproxy.cfg's backend says option httpchk GET /healthz), off, or auto (on when the service writes the backend's check: HAPROXY_BALANCE set, Data Plane API)"`
+	KubeProxyPort  int           `envconfig:"HAPROXY_CHECK_KUBE_PROXY_PORT" default:"0" desc:"node mode: check Nodes on kube-proxy's health port (e.g. 10256, GET /healthz: 503 for a Node being deleted) unless the Service's healthCheckNodePort is used; needs an HTTP check (HAPROXY_CHECK_HEALTH_NODE_PORT); 0: off"`
+	CheckOnError   string        `envconfig:"HAPROXY_CHECK_ON_ERROR" default:"sudden-death" desc:"what a failed client connection to a server does to its check (observe layer4): fastinter, fail-check, sudden-death (one more failed check marks it DOWN), mark-down, or none"`
+	Weight         string        `envconfig:"HAPROXY_WEIGHT" default:"equal" desc:"equal, or endpoints: in node mode a node's weight is its number of ready endpoints"`
+	DeleteBatch    int           `envconfig:"HAPROXY_DELETE_BATCH" default:"10" desc:"Data Plane API: unwanted servers stay parked until this many, then go in one reload"`
+	DeleteGuard    int           `envconfig:"HAPROXY_DELETE_GUARD_PERCENT" default:"100" desc:"mass-deletion guard: removing this share or more only parks servers until a later reconcile confirms it and their replacements are UP; 0: off"`
+	DrainTimeout   time.Duration `envconfig:"HAPROXY_DRAIN_TIMEOUT" default:"0s" desc:"how long a removed server's sessions may keep it (parked, no new traffic) before they are shut and it is deleted; 0 waits for them to end"`
+	MaxServers     int           `envconfig:"MAX_SERVERS" default:"4000" desc:"servers per backend at most; further adds are left out"`
 
 	AllowedCIDRs string `envconfig:"ALLOWED_SERVER_CIDRS" desc:"when set, server addresses must be inside these CIDRs; empty: any unicast address but loopback and link-local"`
 	ManagedBy    string `envconfig:"ENDPOINTSLICE_MANAGED_BY" desc:"when set, only EndpointSlices with this endpointslice.kubernetes.io/managed-by label count"`
@@ -217,6 +219,20 @@ func (c *Config) validate() error {
 	}
 	if c.Cordoned != "ignore" && c.Cordoned != "drain" {
 		return bad("CORDONED_NODES", "%q is not ignore or drain", short(c.Cordoned))
+	}
+	if c.KubeProxyPort < 0 || c.KubeProxyPort > 65535 {
+		return bad("HAPROXY_CHECK_KUBE_PROXY_PORT", "%d is not a port (0: off)", c.KubeProxyPort)
+	}
+	if c.KubeProxyPort != 0 && c.Target != "node" {
+		return bad("HAPROXY_CHECK_KUBE_PROXY_PORT", "needs TARGET_ADDRESS=node (pods are checked on their own port)")
+	}
+	switch c.HealthNodePort {
+	case "auto", "on", "off":
+	default:
+		return bad("HAPROXY_CHECK_HEALTH_NODE_PORT", "%q is not auto, on or off", short(c.HealthNodePort))
+	}
+	if c.KubeProxyPort != 0 && !c.httpChecks() {
+		return bad("HAPROXY_CHECK_KUBE_PROXY_PORT", "needs an HTTP check: set HAPROXY_CHECK_HEALTH_NODE_PORT=on with option httpchk GET /healthz in haproxy.cfg, or HAPROXY_BALANCE with a Data Plane API")
 	}
 	if c.ReadinessGate && c.Target != "pod" {
 		return bad("POD_READINESS_GATE", "needs TARGET_ADDRESS=pod (a Node's server stands for many pods)")
@@ -411,13 +427,24 @@ func (c Config) Options() desired.Options {
 		// With HAPROXY_BALANCE unset the backend's settings are left as
 		// configured (no backend write, no reload); set, the backend gets
 		// that balance and option tcp-check (checks honour send-proxy-v2).
-		Settings:      model.Settings{Balance: c.Balance, TCPCheck: c.Balance != ""},
-		Check:         c.Check(),
-		Addresses:     desired.AddressPolicy{Allowed: c.Allowed},
-		ManagedBy:     c.ManagedBy,
-		DrainCordoned: c.Cordoned == "drain",
-		ReadinessGate: c.ReadinessGate,
+		Settings:            model.Settings{Balance: c.Balance, TCPCheck: c.Balance != ""},
+		Check:               c.Check(),
+		Addresses:           desired.AddressPolicy{Allowed: c.Allowed},
+		ManagedBy:           c.ManagedBy,
+		DrainCordoned:       c.Cordoned == "drain",
+		ReadinessGate:       c.ReadinessGate,
+		HTTPHealthChecks:    c.httpChecks(),
+		HealthCheckNodePort: c.HealthNodePort != "off",
+		KubeProxyHealthPort: c.KubeProxyPort,
 	}
+}
+
+// httpChecks reports whether the backends' checks are HTTP GET /healthz,
+// which kube-proxy's health ports need (a TCP connect to them passes while
+// kube-proxy runs): said so (on), or written by the service (auto, with
+// HAPROXY_BALANCE and a Data Plane API; the runtime API cannot).
+func (c Config) httpChecks() bool {
+	return c.HealthNodePort == "on" || c.HealthNodePort == "auto" && c.Balance != "" && c.DataplaneURLs != ""
 }
 
 // ShippedCheck is the health check every server gets on the shipped

@@ -111,6 +111,10 @@ func TestLoadRejectsBadValues(t *testing.T) {
 		{"HAPROXY_WEIGHT", "heavy"},
 		{"POD_READINESS_GATE", "true"}, // node mode: a Node's server stands for many pods
 		{"POD_READINESS_GATE", "maybe"},
+		{"HAPROXY_CHECK_KUBE_PROXY_PORT", "70000"},
+		{"HAPROXY_CHECK_KUBE_PROXY_PORT", "x"},
+		{"HAPROXY_CHECK_KUBE_PROXY_PORT", "10256"}, // no HTTP check: HAPROXY_BALANCE is empty
+		{"HAPROXY_CHECK_HEALTH_NODE_PORT", "yes"},
 		{"SERVICE_EVENTS", "maybe"},
 		{"HAPROXY_DELETE_BATCH", "0"},
 		{"HAPROXY_DELETE_GUARD_PERCENT", "101"},

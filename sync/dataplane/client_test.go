@@ -823,3 +823,44 @@ func TestShippedCheckIsWrittenAndReadBack(t *testing.T) {
 		t.Errorf("second sync changes %+v", p.Changes)
 	}
 }
+
+// TestHealthPortCheckIsWrittenAndReadBack: servers checked on kube-proxy's
+// health port get health_check_port, the backend an HTTP check of
+// /healthz (one reload, the spec-validated fields), both read back equal;
+// and going back to the servers' own port and tcp-check undoes both.
+func TestHealthPortCheckIsWrittenAndReadBack(t *testing.T) {
+	api, c := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	plain := want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready))
+	syncOnce(t, c, plain)
+	reloads := api.Reloads()
+	w := want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready))
+	w.Settings = model.Settings{Balance: "roundrobin", HTTPCheck: "/healthz"}
+	for i := range w.Servers {
+		w.Servers[i].Check.Port = 32001
+	}
+	if _, a := syncOnce(t, c, w); !a.Reload || api.Reloads() != reloads+1 {
+		t.Errorf("%d reloads, want 1 (backend and servers in one transaction)", api.Reloads()-reloads)
+	}
+	be := api.Backend("be")
+	if be.AdvCheck != "httpchk" || be.HttpchkParams == nil || be.HttpchkParams.Method != "GET" || be.HttpchkParams.URI != "/healthz" {
+		t.Errorf("backend check %q %+v", be.AdvCheck, be.HttpchkParams)
+	}
+	for _, s := range api.Servers("be") {
+		if s.HealthCheckPort == nil || *s.HealthCheckPort != 32001 {
+			t.Errorf("server %s: health_check_port %v", s.Name, s.HealthCheckPort)
+		}
+	}
+	if p, _ := syncOnce(t, c, w); p.HasChanges() {
+		t.Errorf("second sync changes %+v %+v", p.Settings, p.Changes)
+	}
+	syncOnce(t, c, plain)
+	be = api.Backend("be")
+	if be.AdvCheck != "tcp-check" || be.HttpchkParams != nil {
+		t.Errorf("back to tcp-check: %q %+v", be.AdvCheck, be.HttpchkParams)
+	}
+	for _, s := range api.Servers("be") {
+		if s.HealthCheckPort != nil {
+			t.Errorf("server %s still checks port %d", s.Name, *s.HealthCheckPort)
+		}
+	}
+}

@@ -18,6 +18,9 @@ func settingsOf(be *models.Backend) model.Settings {
 	if be.Balance != nil && be.Balance.Algorithm != nil {
 		s.Balance = *be.Balance.Algorithm
 	}
+	if be.AdvCheck == "httpchk" && be.HttpchkParams != nil && (be.HttpchkParams.Method == "" || be.HttpchkParams.Method == "GET") {
+		s.HTTPCheck = be.HttpchkParams.URI
+	}
 	return s
 }
 
@@ -29,10 +32,14 @@ func applySettings(be *models.Backend, s model.Settings) {
 	}
 	algo := s.Balance
 	be.Balance.Algorithm = &algo
-	if s.TCPCheck {
-		be.AdvCheck = "tcp-check"
-	} else if be.AdvCheck == "tcp-check" {
-		be.AdvCheck = ""
+	switch {
+	case s.HTTPCheck != "":
+		be.AdvCheck = "httpchk"
+		be.HttpchkParams = &models.HttpchkParams{Method: "GET", URI: s.HTTPCheck}
+	case s.TCPCheck:
+		be.AdvCheck, be.HttpchkParams = "tcp-check", nil
+	case be.AdvCheck == "tcp-check" || be.AdvCheck == "httpchk":
+		be.AdvCheck, be.HttpchkParams = "", nil
 	}
 }
 
@@ -55,6 +62,7 @@ type managedFields struct {
 	ErrorLimit  int64  `json:"error_limit"`
 	OnError     string `json:"on-error"`
 	SendProxyV2 string `json:"send-proxy-v2"`
+	CheckPort   *int64 `json:"health_check_port"`
 }
 
 // rawServer is a server's JSON as the API returned it: the Source of a
@@ -93,6 +101,9 @@ func serverOf(raw json.RawMessage) (model.Server, error) {
 			Rise:        int(deref(s.Rise)),
 			Fall:        int(deref(s.Fall)),
 			SendProxyV2: s.SendProxyV2 == enabled,
+		}
+		if cp := int(deref(s.CheckPort)); cp != out.Port {
+			out.Check.Port = cp
 		}
 		// Only the observation this service writes counts as one.
 		if s.Observe == "layer4" && s.ErrorLimit == 1 {
@@ -140,6 +151,10 @@ func serverModel(srv model.Server, source any) (*models.Server, error) {
 	}
 	if srv.Check.DownInter > 0 {
 		m.Downinter = ptr(srv.Check.DownInter.Milliseconds())
+	}
+	m.HealthCheckPort = nil
+	if srv.Check.Port != 0 {
+		m.HealthCheckPort = ptr(int64(srv.Check.Port))
 	}
 	m.Rise = ptr(int64(srv.Check.Rise))
 	m.Fall = ptr(int64(srv.Check.Fall))

@@ -42,7 +42,7 @@ func (m *mirror) add(backend string, s models.Server) error {
 	for _, kv := range []struct {
 		k string
 		v *int64
-	}{{"fall", s.Fall}, {"inter", s.Inter}, {"fastinter", s.Fastinter}, {"downinter", s.Downinter}, {"rise", s.Rise}, {"weight", s.Weight}} {
+	}{{"fall", s.Fall}, {"inter", s.Inter}, {"fastinter", s.Fastinter}, {"downinter", s.Downinter}, {"rise", s.Rise}, {"weight", s.Weight}, {"port", s.HealthCheckPort}} {
 		if kv.v != nil {
 			fmt.Fprintf(&b, " %s %d", kv.k, *kv.v)
 		}

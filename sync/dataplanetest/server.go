@@ -225,7 +225,7 @@ func (s *Server) ServerLines(backend string) []string {
 		for _, o := range []struct {
 			kw string
 			v  *int64
-		}{{"inter", m.Inter}, {"fastinter", m.Fastinter}, {"downinter", m.Downinter}, {"rise", m.Rise}, {"fall", m.Fall}, {"weight", m.Weight}} {
+		}{{"inter", m.Inter}, {"fastinter", m.Fastinter}, {"downinter", m.Downinter}, {"rise", m.Rise}, {"fall", m.Fall}, {"weight", m.Weight}, {"port", m.HealthCheckPort}} {
 			if o.v != nil {
 				l += fmt.Sprintf(" %s %d", o.kw, *o.v)
 			}

@@ -69,6 +69,17 @@ type Options struct {
 	// ReadinessGate (pod mode): an endpoint whose pod waits only for the
 	// ReadinessGate condition counts as ready (see gate.go).
 	ReadinessGate bool
+	// HTTPHealthChecks says the backends' checks are (or are written as)
+	// HTTP GET /healthz, which kube-proxy's health ports need; without it
+	// Nodes are checked on their NodePort (see health.go).
+	HTTPHealthChecks bool
+	// HealthCheckNodePort: a Service with externalTrafficPolicy Local has
+	// its Nodes checked on its healthCheckNodePort (with HTTPHealthChecks).
+	HealthCheckNodePort bool
+	// KubeProxyHealthPort, when not 0 (node mode, with HTTPHealthChecks),
+	// is kube-proxy's own health port: Nodes are checked there unless the
+	// Service's healthCheckNodePort is used.
+	KubeProxyHealthPort int
 }
 
 // Input is what was read from Kubernetes.
@@ -108,7 +119,7 @@ func Compute(in Input, opts Options) ([]model.Backend, Report, error) {
 		servers := c.servers(sp)
 		backends = append(backends, model.Backend{
 			Name:     pb.Backend,
-			Settings: opts.Settings,
+			Settings: c.settings(),
 			Servers:  servers,
 			Excluded: c.excluded,
 		})
@@ -422,7 +433,7 @@ func (c *computer) nodeServers(eps []endpoint, sp *corev1.ServicePort) []model.S
 		}
 		out = append(out, model.Server{
 			Name: sname, Address: addr, Port: c.port(a.ep, sp),
-			Weight: weight, State: st, Reason: reason, Check: c.opts.Check,
+			Weight: weight, State: st, Reason: reason, Check: c.nodeCheck(),
 			Changed: a.changed,
 		})
 	}

@@ -79,6 +79,13 @@ type driverFor func(t testing.TB, h *haproxytest.HAProxy, opts desired.Options) 
 
 func newWorld(t testing.TB, service string, mode desired.Mode, backends []desired.PortBackend, makeDriver ...driverFor) *world {
 	t.Helper()
+	return newWorldLines(t, []string{"balance roundrobin", "option tcp-check"}, service, mode, backends, makeDriver...)
+}
+
+// newWorldLines is newWorld with the given lines in every backend of
+// haproxy.cfg (the check type, say).
+func newWorldLines(t testing.TB, lines []string, service string, mode desired.Mode, backends []desired.PortBackend, makeDriver ...driverFor) *world {
+	t.Helper()
 	w := &world{t: t, ns: strings.ToLower(strings.NewReplacer("/", "-", "=", "-").Replace(t.Name())), ctx: context.Background()}
 	// A benchmark may make several worlds: the second is "<name>-2", ...
 	for i, base := 2, w.ns; ; i++ {
@@ -93,7 +100,7 @@ func newWorld(t testing.TB, service string, mode desired.Mode, backends []desire
 	}
 	var hb []haproxytest.Backend
 	for _, b := range backends {
-		hb = append(hb, haproxytest.Backend{Name: b.Backend, Lines: []string{"balance roundrobin", "option tcp-check"}})
+		hb = append(hb, haproxytest.Backend{Name: b.Backend, Lines: lines})
 	}
 	w.h = haproxytest.Start(t, hb...)
 	opts := desired.Options{

@@ -51,6 +51,10 @@ type Check struct {
 	// sudden-death, mark-down.
 	OnError     string
 	SendProxyV2 bool
+	// Port, when not 0, is the port checks go to instead of the server's:
+	// kube-proxy's health port of the Node (a Service's healthCheckNodePort,
+	// or its own), which the backend's HTTP check asks for /healthz.
+	Port int
 }
 
 // Server is one HAProxy server as this service manages it.
@@ -122,6 +126,10 @@ type Settings struct {
 	Balance string
 	// TCPCheck enables "option tcp-check" so that checks honour send-proxy-v2.
 	TCPCheck bool
+	// HTTPCheck, when set, is the path of an HTTP check ("option httpchk
+	// GET <path>") instead of tcp-check: the servers are checked through
+	// kube-proxy's health port (Check.Port).
+	HTTPCheck string
 }
 
 // Backend is a backend's servers, sorted by name, and its settings.

@@ -140,6 +140,9 @@ type Policy struct {
 	// driver that reads model.Runtime sets it; servers it cannot see
 	// (Runtime nil) enter service as before.
 	GateChecks bool
+	// FixedSettings says the driver cannot change backend settings (the
+	// runtime API): they are left as configured, never planned.
+	FixedSettings bool
 	// DrainTimeout, when above 0, is how long an unwanted server with
 	// sessions stays parked before it is deleted anyway (Change.Kill); 0
 	// waits for its sessions to end.
@@ -156,7 +159,7 @@ func Calculate(current, desired model.Backend) Plan {
 // CalculateWith is Calculate under a policy.
 func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 	p := Plan{Backend: desired.Name, Revision: current.Revision}
-	if desired.Settings.Balance != "" && current.Settings != desired.Settings {
+	if !pol.FixedSettings && desired.Settings.Balance != "" && current.Settings != desired.Settings {
 		p.Settings = &SettingsChange{Old: current.Settings, New: desired.Settings}
 	}
 

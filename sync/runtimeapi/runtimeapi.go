@@ -74,7 +74,7 @@ func (c *Client) Name() string { return c.name }
 
 // Policy deletes unwanted servers once their sessions end ("del server"
 // needs no reload) and gates servers on their checks.
-func (c *Client) Policy() plan.Policy { return plan.Policy{GateChecks: true} }
+func (c *Client) Policy() plan.Policy { return plan.Policy{GateChecks: true, FixedSettings: true} }
 
 // Gate starts a server's health check and holds it out of service: drain
 // (no new connections) with its health forced down, so that it goes UP only
@@ -188,7 +188,9 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 		return model.Backend{}, err
 	}
 	for i := range servers {
+		port := servers[i].Check.Port // the one check field the socket shows
 		servers[i].Check = c.check
+		servers[i].Check.Port = port
 	}
 	return model.Backend{Name: backend, Settings: c.settings, Servers: servers}, nil
 }
@@ -326,6 +328,13 @@ func ParseServersState(reply, backend string, rise int) ([]model.Server, error) 
 			Since:       time.Duration(since) * time.Second,
 		}
 		s := model.Server{Name: f[3], Address: f[4], Port: port, Weight: weight, State: model.Ready, Up: up, Runtime: rt}
+		// Field 21, srv_check_port: 0 unless set; equal to the server's
+		// port means the same as unset.
+		if len(f) > 21 {
+			if cp, err := strconv.Atoi(f[21]); err == nil && cp != port {
+				s.Check.Port = cp
+			}
+		}
 		switch {
 		case admin&admMaint != 0:
 			s.State = model.Maint
@@ -550,6 +559,9 @@ func checkKeywords(ck model.Check) string {
 		fmt.Fprintf(&b, " downinter %dms", ck.DownInter.Milliseconds())
 	}
 	fmt.Fprintf(&b, " rise %d fall %d", ck.Rise, ck.Fall)
+	if ck.Port != 0 {
+		fmt.Fprintf(&b, " port %d", ck.Port)
+	}
 	if ck.OnError != "" {
 		b.WriteString(" observe layer4 error-limit 1 on-error " + ck.OnError)
 	}
@@ -591,6 +603,13 @@ func updateSteps(srv string, ch plan.Change) []Step {
 			// 3.0 says "port changed from" when only the port moves.
 			return strings.HasPrefix(r, "IP changed from") || strings.HasPrefix(r, "no need to change the addr") || strings.HasPrefix(r, "port changed from")
 		}})
+	}
+	if old.Check.Port != s.Check.Port {
+		port := s.Check.Port
+		if port == 0 {
+			port = s.Port // back to the server's own port
+		}
+		steps = append(steps, Step{fmt.Sprintf("set server %s check-port %d", srv, port), empty})
 	}
 	if s.State == model.Ready && old.Weight != s.Weight {
 		steps = append(steps, Step{fmt.Sprintf("set server %s weight %d", srv, s.Weight), empty})
