@@ -3,7 +3,6 @@ package reconcile
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 
@@ -63,10 +62,14 @@ func inService(cur model.Backend, p plan.Plan) (in map[string]bool, out map[stri
 			after[ch.Name] = st{ch.New.State, after[ch.Name].checked}
 		}
 	}
+	waiting := make(map[string]bool, len(p.Waiting))
+	for _, w := range p.Waiting {
+		waiting[w] = true
+	}
 	in, out = map[string]bool{}, map[string]string{}
 	for name, s := range after {
 		switch {
-		case slices.Contains(p.Waiting, name):
+		case waiting[name]:
 			out[name] = "waiting for its check"
 		case s.state == model.Ready && s.checked:
 			in[name] = true

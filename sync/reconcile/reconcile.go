@@ -340,7 +340,9 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			tr.fill(p)
 			if !dryRun {
 				tr.Servers = statesAfter(cur, p)
-				tr.inService, tr.notInService = inService(cur, p)
+				if r.Gate != nil {
+					tr.inService, tr.notInService = inService(cur, p)
+				}
 			}
 			return nil
 		}
@@ -365,7 +367,9 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			return retryable(err)
 		}
 		tr.Servers = statesAfter(cur, p)
-		tr.inService, tr.notInService = inService(cur, p)
+		if r.Gate != nil {
+			tr.inService, tr.notInService = inService(cur, p)
+		}
 		return nil
 	})
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
@@ -207,5 +209,48 @@ func TestRoundRobinPast4095ServersIsWarned(t *testing.T) {
 		if warned := strings.Contains(logs.String(), "at most 4095"); warned != (n > 4095) {
 			t.Errorf("%d servers: warned %v", n, warned)
 		}
+	}
+}
+
+// gateRecorder records what the reconciler tells the readiness gate.
+type gateRecorder struct{ calls []reconcile.GateInput }
+
+func (g *gateRecorder) Update(_ context.Context, in reconcile.GateInput) {
+	g.calls = append(g.calls, in)
+}
+
+// TestGateIsToldOnlyWhatItCanTrust: the readiness gate hears of real
+// reconciles whose every target answered, with each pod's server; never of
+// a dry run, a failed Kubernetes read or a failed target.
+func TestGateIsToldOnlyWhatItCanTrust(t *testing.T) {
+	in := cluster("10.244.0.1")
+	in.Slices[0].Endpoints[0].TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: "web-0"}
+	src := desiredtest.NewLive(in)
+	d := &reconciletest.Driver{}
+	g := &gateRecorder{}
+	r := reconciler(src, d)
+	r.Gate = g
+	if _, err := r.Reconcile(context.Background(), true); err != nil || len(g.calls) != 0 {
+		t.Fatalf("dry run: %v, %d calls", err, len(g.calls))
+	}
+	if _, err := r.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	// The in-memory driver's servers are UP once added: the first
+	// reconcile added it (no check passed yet), the next sees it in service.
+	if _, err := r.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.calls) != 2 || len(g.calls[1].Servers) != 1 || g.calls[1].Servers[0] != (reconcile.GateServer{Pod: "web-0", InService: true}) ||
+		g.calls[0].Servers[0].InService {
+		t.Fatalf("calls %+v", g.calls)
+	}
+	src.SetErr(errors.New("API down"))
+	_, _ = r.Reconcile(context.Background(), false)
+	src.Set(in)
+	d.Do(func(d *reconciletest.Driver) { d.ReadErr = errors.New("haproxy down") })
+	_, _ = r.Reconcile(context.Background(), false)
+	if len(g.calls) != 2 {
+		t.Errorf("told after failures: %+v", g.calls[2:])
 	}
 }
