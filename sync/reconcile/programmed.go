@@ -55,9 +55,9 @@ type Programmed struct {
 //     last state change of the server (model.Runtime.Since) came before the
 //     stamp: every state change it applies moves that past the stamp, so
 //     the next reconcile's change of the same server (the gate's release,
-//     say) does not count again. HAProxy's whole seconds and the stamp's
-//     make the comparison safe: a change within the stamp's second is left
-//     out, never counted twice;
+//     say) does not count again. HAProxy counts whole seconds, so the
+//     comparison is of whole seconds: a change whose stamp falls in the
+//     second of the server's last change is left out, never counted twice;
 //   - a server put in service with its check passed counts as in service,
 //     once: it is in service afterwards;
 //   - changes of servers that no endpoint asks for have no slice, hence no
@@ -110,7 +110,11 @@ func applied(ch plan.Change, stamp time.Time, enters bool, now time.Time) bool {
 	case stamp.IsZero():
 		return !enters // unstamped: at least never the gate's release
 	default:
-		return now.Add(-old.Runtime.Since).Before(stamp)
+		// HAProxy counts whole seconds: its last change of the server fell
+		// in the second Since before this one (or later: Since was read a
+		// moment ago). Only a stamp of a later second is surely newer.
+		last := now.Truncate(time.Second).Add(-old.Runtime.Since)
+		return last.Before(stamp.Truncate(time.Second))
 	}
 }
 

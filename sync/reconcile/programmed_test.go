@@ -110,6 +110,22 @@ func TestProgrammed(t *testing.T) {
 	}
 }
 
+// TestProgrammedWholeSeconds: HAProxy says its last change of a server was
+// 1 s ago at 12:00:11.1, i.e. within 12:00:10; a stamp of 12:00:10.3 may
+// be older than that change (the gate it caused, at 12:00:10.4, say), so
+// the release counts only as in service.
+func TestProgrammedWholeSeconds(t *testing.T) {
+	at := time.Date(2026, 11, 24, 12, 0, 11, 100_000_000, time.UTC)
+	st := time.Date(2026, 11, 24, 12, 0, 10, 300_000_000, time.UTC)
+	current := model.Backend{Name: "be", Servers: []model.Server{cur("a", model.Drain, true, time.Second)}}
+	want := model.Backend{Name: "be", Servers: []model.Server{wantSrv("a", model.Ready, st)}}
+	p := plan.CalculateWith(current, want, plan.Policy{GateChecks: true})
+	got := programmed("t", p, want, nil, at)
+	if len(got) != 1 || got[0].Stage != StageInService {
+		t.Errorf("programmed %+v, want the release in service only", got)
+	}
+}
+
 // TestProgrammedOncePerStage follows one endpoint's entry over the
 // reconciles that make it (gate, waiting, release, steady), with HAProxy's
 // view of the server between them: each stage is counted once.
