@@ -1,0 +1,56 @@
+package reconcile
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
+)
+
+// TestGateInput: a pod's server counts as in service only when every
+// target and backend shows it so; otherwise the answer says where not;
+// after a failed target, nothing is said at all.
+func TestGateInput(t *testing.T) {
+	mk := func(target string, in map[string]bool, out map[string]string) TargetResult {
+		return TargetResult{Target: target, Backend: "be", inService: in, notInService: out}
+	}
+	backends := []model.Backend{{Name: "be", Servers: []model.Server{{Name: "web-a", Pod: "web-a"}, {Name: "web-b", Pod: "web-b"}, {Name: "node-x"}}}}
+	got, ok := gateInput([]TargetResult{
+		mk("t1", map[string]bool{"web-a": true, "web-b": true}, nil),
+		mk("t2", map[string]bool{"web-a": true}, map[string]string{"web-b": "waiting for its check"}),
+	}, backends, nil)
+	want := []GateServer{{Pod: "web-a", InService: true}, {Pod: "web-b", Why: "waiting for its check on t2 be"}}
+	if !ok || fmt.Sprint(got.Servers) != fmt.Sprint(want) {
+		t.Errorf("got %v %+v, want %+v", ok, got.Servers, want)
+	}
+	got, _ = gateInput([]TargetResult{mk("t1", map[string]bool{"web-a": true}, nil)}, backends, nil)
+	if fmt.Sprint(got.Servers) != fmt.Sprint([]GateServer{{Pod: "web-a", InService: true}, {Pod: "web-b", Why: "absent from t1 be"}}) {
+		t.Errorf("absent: %+v", got.Servers)
+	}
+	failed := mk("t2", nil, nil)
+	failed.Error = "connection refused"
+	if _, ok := gateInput([]TargetResult{mk("t1", map[string]bool{"web-a": true}, nil), failed}, backends, nil); ok {
+		t.Error("a failed target still let the gate be set")
+	}
+}
+
+// TestInService: after a plan, in service means ready with a passed check:
+// a gated server is not, a released one is, a drained one says drain.
+func TestInService(t *testing.T) {
+	current := model.Backend{Name: "be", Servers: []model.Server{
+		cur("released", model.Drain, true, time.Second), cur("steady", model.Ready, true, time.Hour),
+		cur("leaving", model.Ready, true, time.Hour), cur("unchecked", model.Ready, false, time.Hour),
+	}}
+	want := model.Backend{Name: "be", Servers: []model.Server{
+		wantSrv("released", model.Ready, stamp), wantSrv("steady", model.Ready, stamp), wantSrv("leaving", model.Drain, stamp),
+		wantSrv("unchecked", model.Ready, stamp), wantSrv("new", model.Ready, stamp),
+	}}
+	p := plan.CalculateWith(current, want, plan.Policy{GateChecks: true})
+	in, out := inService(current, p)
+	if fmt.Sprint(in) != "map[released:true steady:true]" ||
+		fmt.Sprint(out) != "map[leaving:drain new:waiting for its check unchecked:no passed check]" {
+		t.Errorf("in %v, out %v", in, out)
+	}
+}
