@@ -22,27 +22,32 @@ type mirror struct {
 // add sends "add server" the way the real API serializes a runtime add: the
 // "disabled" keyword for maintenance enabled, "enabled" for disabled.
 func (m *mirror) add(backend string, s models.Server) error {
+	line := fmt.Sprintf("add server %s/%s %s", backend, s.Name, serverKeywords(s))
+	switch s.Maintenance {
+	case "enabled":
+		line += " disabled"
+	case "disabled":
+		line += " enabled"
+	}
+	return m.expect(line, "New server registered.")
+}
+
+// serverKeywords renders a server's address and the keywords the real API
+// writes for the fields this service manages, as both haproxy.cfg and "add
+// server" take them (maintenance apart: each says it its own way).
+func serverKeywords(s models.Server) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "add server %s/%s %s", backend, s.Name, s.Address)
+	b.WriteString(s.Address)
 	if s.Port != nil {
 		fmt.Fprintf(&b, ":%d", *s.Port)
 	}
 	if s.Check == "enabled" {
 		b.WriteString(" check")
 	}
-	if s.CheckSendProxy == "enabled" {
-		b.WriteString(" check-send-proxy")
-	}
-	switch s.Maintenance {
-	case "enabled":
-		b.WriteString(" disabled")
-	case "disabled":
-		b.WriteString(" enabled")
-	}
 	for _, kv := range []struct {
 		k string
 		v *int64
-	}{{"fall", s.Fall}, {"inter", s.Inter}, {"fastinter", s.Fastinter}, {"downinter", s.Downinter}, {"rise", s.Rise}, {"weight", s.Weight}, {"port", s.HealthCheckPort}} {
+	}{{"inter", s.Inter}, {"fastinter", s.Fastinter}, {"downinter", s.Downinter}, {"rise", s.Rise}, {"fall", s.Fall}, {"weight", s.Weight}, {"port", s.HealthCheckPort}} {
 		if kv.v != nil {
 			fmt.Fprintf(&b, " %s %d", kv.k, *kv.v)
 		}
@@ -59,7 +64,10 @@ func (m *mirror) add(backend string, s models.Server) error {
 	if s.SendProxyV2 == "enabled" {
 		b.WriteString(" send-proxy-v2")
 	}
-	return m.expect(b.String(), "New server registered.")
+	if s.CheckSendProxy == "enabled" {
+		b.WriteString(" check-send-proxy")
+	}
+	return b.String()
 }
 
 // update sends what the real API sends for a runtime-safe server change.

@@ -215,36 +215,7 @@ func (s *Server) Servers(backend string) []models.Server {
 func (s *Server) ServerLines(backend string) []string {
 	var out []string
 	for _, m := range s.Servers(backend) {
-		l := "server " + m.Name + " " + m.Address
-		if m.Port != nil {
-			l += fmt.Sprintf(":%d", *m.Port)
-		}
-		if m.Check == "enabled" {
-			l += " check"
-		}
-		for _, o := range []struct {
-			kw string
-			v  *int64
-		}{{"inter", m.Inter}, {"fastinter", m.Fastinter}, {"downinter", m.Downinter}, {"rise", m.Rise}, {"fall", m.Fall}, {"weight", m.Weight}, {"port", m.HealthCheckPort}} {
-			if o.v != nil {
-				l += fmt.Sprintf(" %s %d", o.kw, *o.v)
-			}
-		}
-		if m.Observe != "" {
-			l += " observe " + m.Observe
-		}
-		if m.ErrorLimit > 0 {
-			l += fmt.Sprintf(" error-limit %d", m.ErrorLimit)
-		}
-		if m.OnError != "" {
-			l += " on-error " + m.OnError
-		}
-		if m.SendProxyV2 == "enabled" {
-			l += " send-proxy-v2"
-		}
-		if m.CheckSendProxy == "enabled" {
-			l += " check-send-proxy"
-		}
+		l := "server " + m.Name + " " + serverKeywords(m)
 		if m.Maintenance == "enabled" {
 			l += " disabled"
 		}
