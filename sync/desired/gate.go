@@ -40,6 +40,15 @@ func gateHeld(pod *corev1.Pod) bool {
 	return true
 }
 
+// GatePending reports whether pod lists this service's gate and is on its
+// way in but not there yet: not deleted, containers (or another gate) not
+// ready. Nothing in its EndpointSlice changes when its containers become
+// ready (the pod stays not Ready, waiting for the gate), so the service
+// must look again by itself (reconcile.FollowUp).
+func GatePending(pod *corev1.Pod) bool {
+	return pod != nil && ListsGate(pod) && pod.DeletionTimestamp == nil && !gateHeld(pod)
+}
+
 // ListsGate reports whether pod lists this service's readiness gate.
 func ListsGate(pod *corev1.Pod) bool {
 	for _, g := range pod.Spec.ReadinessGates {

@@ -49,8 +49,8 @@ func (s *podSim) set(members []string, terminating ...string) {
 	}
 }
 
-// pod creates a pod listing the gate, its containers ready, at ip.
-func (s *podSim) pod(name, ip string) {
+// pod creates a pod listing the gate at ip, its containers ready or not.
+func (s *podSim) pod(name, ip string, containersReady bool) {
 	s.t.Helper()
 	c := cluster.client.CoreV1().Pods(s.w.ns)
 	p, err := c.Create(s.w.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "web"}},
@@ -60,8 +60,9 @@ func (s *podSim) pod(name, ip string) {
 		s.t.Fatal(err)
 	}
 	now := metav1.Now()
+	cr := map[bool]corev1.ConditionStatus{true: corev1.ConditionTrue, false: corev1.ConditionFalse}[containersReady]
 	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, Conditions: []corev1.PodCondition{
-		{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.ContainersReady, Status: cr, LastTransitionTime: now},
 		{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now},
 	}}
 	if _, err := c.UpdateStatus(s.w.ctx, p, metav1.UpdateOptions{}); err != nil {
@@ -70,6 +71,30 @@ func (s *podSim) pod(name, ip string) {
 	s.mu.Lock()
 	s.ips[name] = ip
 	s.mu.Unlock()
+}
+
+// containersReady marks a pod's containers ready, as its kubelet does once
+// they start: the pod stays not Ready while its gate is not True, so its
+// endpoint, and the slice, do not change.
+func (s *podSim) containersReady(name string) {
+	s.t.Helper()
+	c := cluster.client.CoreV1().Pods(s.w.ns)
+	for {
+		p, err := c.Get(s.w.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		for i := range p.Status.Conditions {
+			if p.Status.Conditions[i].Type == corev1.ContainersReady {
+				p.Status.Conditions[i].Status = corev1.ConditionTrue
+			}
+		}
+		if _, err = c.UpdateStatus(s.w.ctx, p, metav1.UpdateOptions{}); err == nil {
+			return
+		} else if !apierrors.IsConflict(err) {
+			s.t.Fatal(err)
+		}
+	}
 }
 
 // run keeps pods' Ready and the slice up to date until ctx ends.
@@ -162,10 +187,11 @@ func (s *podSim) condition(name string) (ready bool, gateCond *corev1.PodConditi
 
 // TestReadinessGateHoldsTheRollout: a Deployment's rolling update (maxSurge
 // 1, maxUnavailable 0) of pods that list haproxy-k8s-sync.io/in-service,
-// with the real service (POD_READINESS_GATE=true), a real kube-apiserver
-// and HAProxy. The new pod is not Ready while its server fails its check
-// (the gate is False, saying why), so the rollout waits and the old pod
-// keeps serving; once the check passes the gate turns True, and only then
+// with the real service (POD_READINESS_GATE=true, nobody POSTing), a real
+// kube-apiserver and HAProxy. The new pod starts with its containers not
+// ready; once they are (a change no EndpointSlice shows) its server enters
+// gated; while it fails its check the pod is not Ready (the gate is False,
+// saying why), so the rollout waits and the old pod keeps serving; once the check passes the gate turns True, and only then
 // does the rollout retire the old pod: at that moment HAProxy has the new
 // server in service. Clients see no failed connection throughout, and the
 // retired pod's gate turns False with its drain.
@@ -194,7 +220,7 @@ func TestReadinessGateHoldsTheRollout(t *testing.T) {
 	}
 
 	listen(t, "web-old", "10.244.1.1", port)
-	sim.pod("web-old", "10.244.1.1")
+	sim.pod("web-old", "10.244.1.1", true)
 	sim.set([]string{"web-old"})
 	until("the first pod Ready through its gate", 20*time.Second, func() bool { r, _ := sim.condition("web-old"); return r })
 	if !inService("web-old") {
@@ -216,12 +242,22 @@ func TestReadinessGateHoldsTheRollout(t *testing.T) {
 		}
 	}()
 
-	// The new pod's containers are ready, but nothing answers on its port.
-	sim.pod("web-new", "10.244.1.2")
+	// The new pod starts: its containers are not ready yet.
+	sim.pod("web-new", "10.244.1.2", false)
 	sim.set([]string{"web-old", "web-new"})
 	until("the new pod's gate False", 10*time.Second, func() bool {
 		_, c := sim.condition("web-new")
 		return c != nil && c.Status == corev1.ConditionFalse
+	})
+	if inService("web-new") {
+		t.Fatal("a pod whose containers are not ready is in service")
+	}
+	// Its containers get ready, but nothing answers on its port yet. No
+	// slice changes: the service must look again by itself.
+	sim.containersReady("web-new")
+	until("the new pod waiting for its check", 10*time.Second, func() bool {
+		_, c := sim.condition("web-new")
+		return c != nil && strings.Contains(c.Message, "waiting for its check")
 	})
 	time.Sleep(2 * time.Second) // checks fail meanwhile
 	ready, c := sim.condition("web-new")

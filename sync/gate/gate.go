@@ -7,7 +7,7 @@
 // HAProxy sends it traffic, so the old ones are not removed before.
 //
 // It computes the condition afresh from what the reconcile read and keeps
-// nothing. It writes only a change (status and reason), to the status
+// nothing. It writes only a change (status, reason or message), to the status
 // subresource, as a kubelet does; it reads a pod only when its endpoint is
 // ready but its server is not in service (the reconcile read the others).
 package gate
@@ -97,7 +97,7 @@ func (w *Writer) Update(ctx context.Context, in reconcile.GateInput) {
 		if !s.InService {
 			want.Status, want.Reason, want.Message = corev1.ConditionFalse, ReasonNotInService, cut.To(s.Why, 512)
 		}
-		if cur := desired.GateCondition(pod); cur != nil && cur.Status == want.Status && cur.Reason == want.Reason {
+		if cur := desired.GateCondition(pod); cur != nil && cur.Status == want.Status && cur.Reason == want.Reason && cur.Message == want.Message {
 			continue
 		}
 		if budget == 0 {

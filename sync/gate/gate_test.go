@@ -51,7 +51,7 @@ func gated(name string, cond *corev1.PodCondition) *corev1.Pod {
 }
 
 func TestUpdate(t *testing.T) {
-	trueCond := &corev1.PodCondition{Status: corev1.ConditionTrue, Reason: ReasonInService}
+	trueCond := &corev1.PodCondition{Status: corev1.ConditionTrue, Reason: ReasonInService, Message: "in service with a passed check on every HAProxy target"}
 	falseCond := func() *corev1.PodCondition {
 		return &corev1.PodCondition{Status: corev1.ConditionFalse, Reason: ReasonNotInService, Message: "an older reason"}
 	}
@@ -65,7 +65,8 @@ func TestUpdate(t *testing.T) {
 		{"read, in service, no condition yet: True", reconcile.GateServer{Pod: "a", InService: true}, gated("a", nil), nil, nil, []string{"a=True"}},
 		{"read, in service, True already: nothing", reconcile.GateServer{Pod: "a", InService: true}, gated("a", trueCond), nil, nil, nil},
 		{"read, waiting: False", reconcile.GateServer{Pod: "a", Why: "waiting for its check on t be"}, gated("a", nil), nil, nil, []string{"a=False"}},
-		{"read, False already, another message: nothing", reconcile.GateServer{Pod: "a", Why: "drain on t be"}, gated("a", falseCond()), nil, nil, nil},
+		{"read, False already, same message: nothing", reconcile.GateServer{Pod: "a", Why: "an older reason"}, gated("a", falseCond()), nil, nil, nil},
+		{"read, False already, another message: False again", reconcile.GateServer{Pod: "a", Why: "drain on t be"}, gated("a", falseCond()), nil, nil, []string{"a=False"}},
 		{"read, True, now drained: False", reconcile.GateServer{Pod: "a", Why: "drain on t be"}, gated("a", trueCond), nil, nil, []string{"a=False"}},
 		{"read, no gate listed: nothing", reconcile.GateServer{Pod: "plain", InService: true}, plain, nil, nil, nil},
 		{"endpoint ready, in service: no read", reconcile.GateServer{Pod: "a", InService: true}, nil, gated("a", trueCond), nil, nil},

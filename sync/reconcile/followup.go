@@ -28,7 +28,10 @@ type CheckReader interface {
 //     confirms they are unwanted, and nothing else may ask for that read;
 //   - after a failed reconcile, after Retry, doubling up to MaxRetry while
 //     failures go on, so a target that was down is repaired when it is back
-//     even if nobody pokes.
+//     even if nobody pokes;
+//   - while pods that list the readiness gate wait for their containers,
+//     every Starting (Slow after Patience): their becoming ready changes no
+//     EndpointSlice, as the gate keeps them not Ready.
 //
 // Each target is watched by itself: a dead or slow target does not delay
 // the poke another target's passed check asks for. A newer result replaces
@@ -36,9 +39,9 @@ type CheckReader interface {
 type FollowUp struct {
 	// Checks are the targets' check readers, by Driver.Name.
 	Checks map[string]CheckReader
-	// Poll, Slow, Patience, Drain, Retry and MaxRetry: see the type doc;
-	// zero takes 50ms, 10s, 2m, 1s, 1s and 30s.
-	Poll, Slow, Patience, Drain, Retry, MaxRetry time.Duration
+	// Poll, Slow, Patience, Drain, Retry, MaxRetry and Starting: see the
+	// type doc; zero takes 50ms, 10s, 2m, 1s, 1s, 30s and 1s.
+	Poll, Slow, Patience, Drain, Retry, MaxRetry, Starting time.Duration
 	// AfterFunc and Now are the clock; nil takes package time's.
 	AfterFunc func(time.Duration, func()) (stop func() bool)
 	Now       func() time.Time
@@ -48,6 +51,7 @@ type FollowUp struct {
 	stops    []func() bool // what the latest result started
 	cancel   context.CancelFunc
 	since    time.Time // when servers began to wait; zero when none
+	starting time.Time // when gated pods began to wait for their containers
 	failures int       // consecutive failed reconciles
 	stopped  bool
 }
@@ -114,6 +118,18 @@ func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
 			}
 			f.pollChecks(ctx, cr, backends, f.dur(f.Poll, 50*time.Millisecond))
 		}
+	}
+	if !res.podsStarting {
+		f.starting = time.Time{}
+	} else {
+		if f.starting.IsZero() {
+			f.starting = f.now()
+		}
+		d := f.dur(f.Starting, time.Second)
+		if f.now().Sub(f.starting) > f.dur(f.Patience, 2*time.Minute) {
+			d = f.dur(f.Slow, 10*time.Second)
+		}
+		f.stops = append(f.stops, f.after(d, func() { f.fire("pods wait for their containers (readiness gate)") }))
 	}
 	if res.draining() {
 		f.stops = append(f.stops, f.after(f.dur(f.Drain, time.Second), func() { f.fire("servers wait for their sessions to end") }))

@@ -281,6 +281,34 @@ func TestFollowUpSlowsDownAfterPatience(t *testing.T) {
 	}
 }
 
+// TestFollowUpLooksAgainWhilePodsStart: pods that list the readiness gate
+// and wait for their containers change no EndpointSlice when they get
+// ready, so the follow-up reconciles every second, every 10 s past the
+// patience, and stops once none waits.
+func TestFollowUpLooksAgainWhilePodsStart(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)}
+	f := newFollowUp(clock, nil)
+	var p pokes
+	starting := Result{podsStarting: true}
+	f.Observe(starting, nil, p.poke)
+	if got := clock.pending(); !reflect.DeepEqual(got, []time.Duration{time.Second}) {
+		t.Fatalf("timers %v, want one of 1s", got)
+	}
+	clock.advance(time.Second)
+	if want := []string{"pods wait for their containers (readiness gate)"}; !reflect.DeepEqual(p.got(), want) {
+		t.Errorf("pokes %v, want %v", p.got(), want)
+	}
+	clock.advance(3 * time.Minute)
+	f.Observe(starting, nil, p.poke) // still starting, past the patience
+	if got := clock.pending(); !reflect.DeepEqual(got, []time.Duration{10 * time.Second}) {
+		t.Errorf("timers %v past the patience, want one of 10s", got)
+	}
+	f.Observe(Result{}, nil, p.poke)
+	if got := clock.pending(); len(got) != 0 {
+		t.Errorf("timers %v once no pod starts, want none", got)
+	}
+}
+
 func TestSettleRunsUntilNothingWaits(t *testing.T) {
 	a := &checks{passed: map[string]bool{"n1": true}}
 	runs := 0

@@ -130,6 +130,9 @@ type Result struct {
 	// ServiceUID is the followed Service's, when Kubernetes was read: what
 	// an Event about it names (package events).
 	ServiceUID types.UID `json:"-"`
+	// podsStarting: pods that list the readiness gate wait for their
+	// containers; no EndpointSlice change will say when they are ready.
+	podsStarting bool
 }
 
 // TargetResult is what happened to one backend of one HAProxy target.
@@ -289,6 +292,9 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 		backends, pods := kube.latest()
 		if in, ok := gateInput(res.Targets, backends, pods); ok {
 			r.Gate.Update(ctx, in)
+		}
+		for i := range pods {
+			res.podsStarting = res.podsStarting || desired.GatePending(&pods[i])
 		}
 	}
 	if failed > 0 {
