@@ -39,14 +39,9 @@ type freshReader struct {
 	// skipped receives each read's report of what was left out.
 	skipped func(desired.Report)
 
-	mu     sync.Mutex
-	last   *kubeRead
-	good   int            // desired servers of the newest good read
-	report desired.Report // of the newest good read
-	uid    types.UID      // the Service's, of the newest good read
-	// backends and pods of the newest good read, for the readiness gate.
-	backends []model.Backend
-	pods     []corev1.Pod
+	mu   sync.Mutex
+	last *kubeRead
+	good *kubeRead // the newest read that succeeded; nil before one
 }
 
 // after returns desired backends from a Kubernetes read that started at or
@@ -58,17 +53,12 @@ func (f *freshReader) after(ctx context.Context, t time.Time) ([]model.Backend, 
 		r = &kubeRead{started: time.Now(), done: make(chan struct{})}
 		f.last = r
 		f.mu.Unlock()
-		r.backends, r.report, r.uid, r.pods, r.err = f.read(ctx)
+		f.read(ctx, r)
 		close(r.done)
 		if r.err == nil {
 			f.mu.Lock()
 			if f.last == r {
-				f.good = 0
-				for _, b := range r.backends {
-					f.good += len(b.Servers)
-				}
-				f.report, f.uid = r.report, r.uid
-				f.backends, f.pods = r.backends, r.pods
+				f.good = r
 			}
 			f.mu.Unlock()
 		}
@@ -83,47 +73,42 @@ func (f *freshReader) after(ctx context.Context, t time.Time) ([]model.Backend, 
 	}
 }
 
-func (f *freshReader) read(ctx context.Context) ([]model.Backend, desired.Report, types.UID, []corev1.Pod, error) {
+// read fills r from one read of Kubernetes.
+func (f *freshReader) read(ctx context.Context, r *kubeRead) {
 	in, err := f.src.Read(ctx)
 	if err != nil {
-		return nil, desired.Report{}, "", nil, &kubeError{fmt.Errorf("read kubernetes: %w", err)}
+		r.err = &kubeError{fmt.Errorf("read kubernetes: %w", err)}
+		return
 	}
 	backends, report, err := desired.Compute(in, f.opts)
 	if err != nil {
-		return nil, desired.Report{}, "", nil, &kubeError{fmt.Errorf("desired state: %w", err)}
+		r.err = &kubeError{fmt.Errorf("desired state: %w", err)}
+		return
 	}
 	if f.skipped != nil {
 		f.skipped(report)
 	}
-	return backends, report, in.Service.UID, in.Pods, nil
+	r.backends, r.report, r.uid, r.pods = backends, report, in.Service.UID, in.Pods
 }
 
-// latest returns the desired backends and the pods of the newest good read.
-func (f *freshReader) latest() ([]model.Backend, []corev1.Pod) {
+// latest returns the newest read that succeeded (zero before one): its
+// desired backends, report, the Service's UID and the pods read.
+func (f *freshReader) latest() kubeRead {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.backends, f.pods
+	if f.good == nil {
+		return kubeRead{}
+	}
+	return *f.good
 }
 
-// serviceUID is the Service's UID, as the newest good read saw it.
-func (f *freshReader) serviceUID() types.UID {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.uid
-}
-
-// latestReport is the report of the newest good read.
-func (f *freshReader) latestReport() desired.Report {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.report
-}
-
-// desiredCount is the number of desired servers of the newest good read.
-func (f *freshReader) desiredCount() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.good
+// desired is the number of desired servers of a read.
+func (r kubeRead) desired() int {
+	n := 0
+	for _, b := range r.backends {
+		n += len(b.Servers)
+	}
+	return n
 }
 
 // kubeError is a failed Kubernetes read or an unusable answer: the reconcile

@@ -257,9 +257,10 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 		}()
 	}
 	wg.Wait()
-	res.Desired = kube.desiredCount()
-	res.ServiceUID = kube.serviceUID()
-	report := kube.latestReport()
+	good := kube.latest()
+	res.Desired = good.desired()
+	res.ServiceUID = good.uid
+	report := good.report
 	res.SkippedByReason = report.Counts
 	if report.Skipped != nil {
 		res.Skipped = report.Skipped
@@ -289,12 +290,11 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 		return res, kubeErr
 	}
 	if r.Gate != nil && !dryRun {
-		backends, pods := kube.latest()
-		if in, ok := gateInput(res.Targets, backends, pods); ok {
+		if in, ok := gateInput(res.Targets, good.backends, good.pods); ok {
 			r.Gate.Update(ctx, in)
 		}
-		for i := range pods {
-			res.podsStarting = res.podsStarting || desired.GatePending(&pods[i])
+		for i := range good.pods {
+			res.podsStarting = res.podsStarting || desired.GatePending(&good.pods[i])
 		}
 	}
 	if failed > 0 {
@@ -515,22 +515,24 @@ func (r *Reconciler) programmed(target string, p plan.Plan, want model.Backend, 
 	if r.OnProgrammed == nil {
 		return
 	}
-	refused := map[string]bool{}
+	for _, pr := range programmed(target, p, want, refusedSet(failed), time.Now()) {
+		r.OnProgrammed(pr)
+	}
+}
+
+// refusedSet names the servers whose change HAProxy refused.
+func refusedSet(failed plan.ServerErrors) map[string]bool {
+	refused := make(map[string]bool, len(failed))
 	for _, f := range failed {
 		refused[f.Server] = true
 	}
-	for _, pr := range programmed(target, p, want, refused, time.Now()) {
-		r.OnProgrammed(pr)
-	}
+	return refused
 }
 
 // transitions logs, and reports to OnTransition, each state change of p that
 // was applied (all but the failed ones).
 func (r *Reconciler) transitions(target string, p plan.Plan, want model.Backend, failed plan.ServerErrors) {
-	refused := map[string]bool{}
-	for _, f := range failed {
-		refused[f.Server] = true
-	}
+	refused := refusedSet(failed)
 	guarded := map[string]bool{}
 	for _, g := range p.Guarded {
 		guarded[g] = true
