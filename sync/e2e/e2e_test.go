@@ -102,8 +102,8 @@ func TestNodeMode(t *testing.T) {
 func TestPodModeTwoPorts(t *testing.T) {
 	w := newWorld(t, "web", desired.PodMode, []desired.PortBackend{{Port: "http", Backend: "be_http"}, {Port: "443", Backend: "be_https"}})
 	w.service("web", corev1.ServiceTypeClusterIP, corev1.ServicePort{Name: "http", Port: 80}, corev1.ServicePort{Name: "https", Port: 443})
-	pHTTP := int32(haproxytest.FreePort(t, "10.244.0.1"))
-	pHTTPS := int32(haproxytest.FreePort(t, "10.244.0.1"))
+	free := haproxytest.FreePorts(t, "10.244.0.1", 2)
+	pHTTP, pHTTPS := int32(free[0]), int32(free[1])
 	for _, ip := range []string{"10.244.0.1", "10.244.0.2"} {
 		listen(t, ip+"/http", ip, pHTTP)
 		listen(t, ip+"/https", ip, pHTTPS)

@@ -45,12 +45,25 @@ type HAProxy struct {
 // FreePort returns a free TCP port on host.
 func FreePort(t testing.TB, host string) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		t.Fatal(err)
+	return FreePorts(t, host, 1)[0]
+}
+
+// FreePorts returns n distinct free TCP ports on host. They are held open
+// until all are picked: two picks closed in between can return the same
+// port, and HAProxy binds every listener with SO_REUSEPORT, so a frontend
+// and the stats socket on one port would share its connections silently.
+func FreePorts(t testing.TB, host string, n int) []int {
+	t.Helper()
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // BinaryEnv names the HAProxy binary the tests run; empty means "haproxy"
@@ -89,10 +102,11 @@ func Start(t testing.TB, backends ...Backend) *HAProxy {
 		AdminSocket:  filepath.Join(dir, "admin.sock"),
 		MasterSocket: filepath.Join(dir, "master.sock"),
 		Frontends:    map[string]string{},
-		AdminTCP:     net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t, "127.0.0.1"))),
 	}
-	for _, b := range backends {
-		h.Frontends[b.Name] = net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t, "127.0.0.1")))
+	ports := FreePorts(t, "127.0.0.1", 1+len(backends))
+	h.AdminTCP = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+	for i, b := range backends {
+		h.Frontends[b.Name] = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1+i]))
 	}
 	h.backends = backends
 	cfgPath := filepath.Join(dir, "haproxy.cfg")

@@ -81,7 +81,8 @@ func TestRuntimeDriverAgainstHAProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p1, p2 := haproxytest.FreePort(t, "127.0.0.1"), haproxytest.FreePort(t, "127.0.0.1")
+	ports := haproxytest.FreePorts(t, "127.0.0.1", 2)
+	p1, p2 := ports[0], ports[1]
 	a := haproxytest.Listen(t, "a", fmt.Sprintf("127.0.0.1:%d", p1))
 	haproxytest.Listen(t, "b", fmt.Sprintf("127.0.0.1:%d", p2))
 
@@ -148,7 +149,8 @@ func TestDeleteWithOpenConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pa, pb := haproxytest.FreePort(t, "127.0.0.1"), haproxytest.FreePort(t, "127.0.0.1")
+	ports := haproxytest.FreePorts(t, "127.0.0.1", 2)
+	pa, pb := ports[0], ports[1]
 	holder := haproxytest.ListenHold(t, "a", fmt.Sprintf("127.0.0.1:%d", pa))
 	haproxytest.Listen(t, "b", fmt.Sprintf("127.0.0.1:%d", pb))
 	converge(t, c, want(srv("a", "127.0.0.1", pa, model.Ready)), 3*time.Second)
@@ -198,7 +200,8 @@ func TestGatedEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pa, pdead := haproxytest.FreePort(t, "127.0.0.1"), haproxytest.FreePort(t, "127.0.0.1")
+	ports := haproxytest.FreePorts(t, "127.0.0.1", 2)
+	pa, pdead := ports[0], ports[1]
 	haproxytest.Listen(t, "a", fmt.Sprintf("127.0.0.1:%d", pa))
 	live := model.Server{Name: "a", Address: "127.0.0.1", Port: pa, Weight: 1, State: model.Ready, Check: gchk}
 	dead := model.Server{Name: "dead", Address: "127.0.0.1", Port: pdead, Weight: 1, State: model.Ready, Check: gchk}
@@ -240,7 +243,8 @@ func TestFailureBetweenAddAndCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pa, px := haproxytest.FreePort(t, "127.0.0.1"), haproxytest.FreePort(t, "127.0.0.1")
+	ports := haproxytest.FreePorts(t, "127.0.0.1", 2)
+	pa, px := ports[0], ports[1]
 	haproxytest.Listen(t, "a", fmt.Sprintf("127.0.0.1:%d", pa))
 	live := model.Server{Name: "a", Address: "127.0.0.1", Port: pa, Weight: 1, State: model.Ready, Check: gchk}
 	x := model.Server{Name: "x", Address: "127.0.0.1", Port: px, Weight: 1, State: model.Ready, Check: gchk}
@@ -450,7 +454,8 @@ func TestStaticServerWithoutCheckStaysInService(t *testing.T) {
 func TestMovedServerNeverServesUnchecked(t *testing.T) {
 	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance roundrobin", "option tcp-check"}})
 	gchk := model.Check{Inter: inter, Rise: 2, Fall: 2}
-	pa, pb, pdead := haproxytest.FreePort(t, "127.0.0.1"), haproxytest.FreePort(t, "127.0.0.1"), haproxytest.FreePort(t, "127.0.0.1")
+	ports := haproxytest.FreePorts(t, "127.0.0.1", 3)
+	pa, pb, pdead := ports[0], ports[1], ports[2]
 	haproxytest.Listen(t, "a", fmt.Sprintf("127.0.0.1:%d", pa))
 	haproxytest.Listen(t, "b", fmt.Sprintf("127.0.0.1:%d", pb))
 	a := model.Server{Name: "a", Address: "127.0.0.1", Port: pa, Weight: 1, State: model.Ready, Check: gchk}
