@@ -110,8 +110,11 @@ func TestHealthCheckNodePort(t *testing.T) {
 	})
 	step(t, "b gets its local endpoint: it enters", func(t *testing.T) {
 		healthB.Store(true)
-		w.mustReconcile()
+		res := w.mustReconcile()
 		w.expectTraffic("be", a, b)
+		if got := res.Targets[0].HealthPortTCP; len(got) != 0 {
+			t.Errorf("HTTP-checked servers listed as TCP-checked: %v", got)
+		}
 	})
 	step(t, "a loses its local endpoint: it leaves at its next check, no reconcile", func(t *testing.T) {
 		healthA.Store(false)
@@ -142,4 +145,46 @@ func TestHealthCheckNodePort(t *testing.T) {
 		kpB.Store(true)
 		w.expectTraffic("be", a, b)
 	})
+}
+
+// TestHealthPortCheckedByTCPIsReported: HAPROXY_CHECK_HEALTH_NODE_PORT=on
+// but haproxy.cfg's backend has no option httpchk. HAProxy then checks the
+// healthCheckNodePort with a TCP connect, which kube-proxy accepts even
+// while it answers 503, so a Node without a local endpoint takes traffic.
+// The service cannot write the check through the runtime API; it must say
+// so: once a check has run (L4OK), the reconcile lists the servers.
+func TestHealthPortCheckedByTCPIsReported(t *testing.T) {
+	w := newWorldLines(t, []string{"balance roundrobin"}, "web", desired.NodeMode, []desired.PortBackend{{Backend: "be"}})
+	w.rec.Options.HTTPHealthChecks, w.rec.Options.HealthCheckNodePort = true, true // "on", wrongly
+	svc, err := cluster.client.CoreV1().Services(w.ns).Create(w.ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80}}, Selector: map[string]string{"app": "web"}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	np, hcnp := svc.Spec.Ports[0].NodePort, svc.Spec.HealthCheckNodePort
+	ipA, ipB := "127.0.15.1", "127.0.15.2"
+	a, b := w.node("a", ipA), w.node("b", ipB)
+	listen(t, a, ipA, np)
+	listen(t, b, ipB, np)
+	kubeProxyHealth(t, fmt.Sprintf("%s:%d", ipA, hcnp)).Store(true)
+	kubeProxyHealth(t, fmt.Sprintf("%s:%d", ipB, hcnp)) // 503: no local endpoint
+	w.slice("web-1", "web", map[string]int32{"http": 8080}, endpoint{ip: "10.244.15.1", node: a}, endpoint{ip: "10.244.15.2", node: b})
+
+	res := w.mustReconcile()
+	if got := res.Targets[0].HealthPortTCP; len(got) != 0 {
+		t.Errorf("listed before any check ran: %v", got)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(res.Targets[0].HealthPortTCP) < 2 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		res = w.mustReconcile()
+	}
+	if got := res.Targets[0].HealthPortTCP; len(got) != 2 || got[0] != a || got[1] != b {
+		t.Fatalf("healthPortTCP %v, want [%s %s]", got, a, b)
+	}
+	// What the report is about: b's kube-proxy says 503, yet b serves.
+	w.expectTraffic("be", a, b)
 }

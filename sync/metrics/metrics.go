@@ -49,6 +49,7 @@ type Metrics struct {
 	unmeasured      *prometheus.CounterVec
 	serviceEvents   *prometheus.CounterVec
 	podGate         *prometheus.CounterVec
+	healthPortTCP   *prometheus.GaugeVec
 }
 
 // ProgrammingBuckets resolve 10 ms to 5 min, for both latency histograms.
@@ -110,6 +111,8 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 			Help: "Events on the Service (SERVICE_EVENTS) by write: create, patch (a repeat counted), dropped (over the bound)."}, []string{"op"}),
 		podGate: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "pod_gate_requests_total",
 			Help: "Readiness gate (POD_READINESS_GATE) requests: get (a pod read), true and false (the condition written)."}, []string{"op"}),
+		healthPortTCP: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "health_port_tcp_checks",
+			Help: "Servers checked on kube-proxy's health port with a bare TCP connect (L4OK), which passes a node that cannot serve: the backend lacks option httpchk GET /healthz. As the last successful reconcile read them."}, []string{"target", "backend"}),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
 		Help: "Build information: version, VCS revision, Go version; always 1."}, []string{"version", "revision", "goversion"})
@@ -117,7 +120,7 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
 		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, m.watchEvents, m.watchRestarts,
 		m.pokes, m.pokesCoalesced, m.authFailures, m.skipped, m.transitions,
-		m.servers, m.held, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, m.podGate, build)
+		m.servers, m.held, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, m.podGate, m.healthPortTCP, build)
 	return m
 }
 
@@ -204,6 +207,7 @@ func (o observed) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result,
 			for why, names := range map[string][]string{"waiting": t.Waiting, "draining": t.Draining, "guarded": t.Guarded, "capped": t.Capped} {
 				o.m.held.WithLabelValues(t.Target, t.Backend, why).Set(float64(len(names)))
 			}
+			o.m.healthPortTCP.WithLabelValues(t.Target, t.Backend).Set(float64(len(t.HealthPortTCP)))
 		}
 		if t.Attempts > 1 {
 			o.m.retries.Add(float64(t.Attempts - 1))

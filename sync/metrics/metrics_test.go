@@ -102,6 +102,7 @@ func TestMetricsThroughTheHandler(t *testing.T) {
 		`haproxy_k8s_sync_servers{backend="be",state="ready",target="haproxy-a"}`:      2,
 		`haproxy_k8s_sync_servers{backend="be",state="maint",target="haproxy-a"}`:      0,
 		`haproxy_k8s_sync_servers_held{backend="be",target="haproxy-a",why="guarded"}`: 0,
+		`haproxy_k8s_sync_health_port_tcp_checks{backend="be",target="haproxy-a"}`:     0,
 		`haproxy_k8s_sync_events_ignored_total`:                                        1,
 		`haproxy_k8s_sync_kubernetes_reads_total{result="ok"}`:                         5, // the dry run included
 		// Kept through the failed read that followed.

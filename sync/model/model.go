@@ -111,6 +111,10 @@ type Runtime struct {
 	// CheckPassed: the check's health has reached rise and its last
 	// result passed, i.e. the server has earned traffic.
 	CheckPassed bool
+	// CheckL4: the last check was a bare TCP connect that succeeded
+	// (HAProxy's L4OK): nothing was asked of the server, so a health port
+	// that answers 503 still passes.
+	CheckL4 bool
 	// Sessions counts the server's current sessions and queued requests.
 	Sessions int
 	// Since is the time since the server's last state change (whole

@@ -163,6 +163,10 @@ type TargetResult struct {
 	// Draining lists unwanted servers parked until their sessions end; a
 	// later reconcile deletes them.
 	Draining []string `json:"draining,omitempty"`
+	// HealthPortTCP lists servers checked on kube-proxy's health port with
+	// a bare TCP connect (HAProxy's L4OK), which passes a node that cannot
+	// serve: the backend lacks option httpchk GET /healthz.
+	HealthPortTCP []string `json:"healthPortTCP,omitempty"`
 	// Servers counts the backend's servers by state (ready, drain, maint)
 	// as this reconcile left them; empty after a failure or a dry run.
 	Servers map[string]int `json:"servers,omitempty"`
@@ -333,6 +337,11 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		if cur.Settings.Balance == "roundrobin" && len(want.Servers) > maxRoundRobin && tr.Attempts == 1 {
 			r.log().Warn("roundrobin takes at most 4095 active servers per backend; use leastconn or random",
 				"target", tr.Target, "backend", backend, "desired", len(want.Servers))
+		}
+		tr.HealthPortTCP = tcpCheckedHealthPorts(cur)
+		if len(tr.HealthPortTCP) > 0 && tr.Attempts == 1 {
+			r.log().Warn("servers checked on kube-proxy's health port with a TCP connect, which passes a node that cannot serve: give the backend option httpchk GET /healthz, or set HAPROXY_CHECK_HEALTH_NODE_PORT=off",
+				"target", tr.Target, "backend", backend, "servers", len(tr.HealthPortTCP), "first", tr.HealthPortTCP[0])
 		}
 		p := plan.CalculateWith(cur, want, pol)
 		if len(p.Guarded) > 0 {

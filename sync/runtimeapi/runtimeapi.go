@@ -279,10 +279,13 @@ func ParseSessions(reply, backend string) (map[string]int, error) {
 // Check state bits and results of "show servers state" (HAProxy's CHK_ST_*
 // and CHK_RES_*).
 const (
-	chkEnabled     = 0x04
-	chkPaused      = 0x08
-	chkResPassed   = 3
-	chkResCondOK   = 4
+	chkEnabled   = 0x04
+	chkPaused    = 0x08
+	chkResPassed = 3
+	chkResCondOK = 4
+	// chkStatusL4OK is HCHK_STATUS_L4OK in srv_check_status: the last
+	// check was a TCP connect that succeeded (the same on 2.6.12 and 3.0.11).
+	chkStatusL4OK  = 6
 	opStateRunning = 2
 )
 
@@ -313,10 +316,11 @@ func ParseServersState(reply, backend string, rise int) ([]model.Server, error) 
 		weight, err2 := strconv.Atoi(f[7])
 		port, err3 := strconv.Atoi(f[18])
 		since, err4 := strconv.ParseInt(f[9], 10, 64)
+		status, err8 := strconv.Atoi(f[10])
 		result, err5 := strconv.Atoi(f[11])
 		health, err6 := strconv.Atoi(f[12])
 		chk, err7 := strconv.ParseUint(f[13], 10, 32)
-		if err := errors.Join(err1, err2, err3, err4, err5, err6, err7); err != nil {
+		if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8); err != nil {
 			return nil, fmt.Errorf("bad line %.200s: %w", line, err)
 		}
 		// Field 5 is the operational state: 2 is running (UP).
@@ -325,6 +329,7 @@ func ParseServersState(reply, backend string, rise int) ([]model.Server, error) 
 			CheckRunning: chk&chkEnabled != 0 && chk&chkPaused == 0,
 			// In maintenance the operational state says nothing; health does.
 			CheckPassed: (result == chkResPassed || result == chkResCondOK) && (up || health >= max(rise, 1)),
+			CheckL4:     status == chkStatusL4OK,
 			Since:       time.Duration(since) * time.Second,
 		}
 		s := model.Server{Name: f[3], Address: f[4], Port: port, Weight: weight, State: model.Ready, Up: up, Runtime: rt}

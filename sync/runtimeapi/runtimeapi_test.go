@@ -56,7 +56,8 @@ func TestParseServersState(t *testing.T) {
 
 // TestParseServersStateChecks reads check and timing fields as seen on
 // HAProxy 2.6.12 and 3.0.11 (fields 9 to 13: seconds since the last change,
-// check status, result, health, check state).
+// check status — 6 L4OK, 8 L4CON, 15 L7OK, 17 L7STS —, result, health,
+// check state).
 func TestParseServersStateChecks(t *testing.T) {
 	reply := header +
 		"3 be 1 fresh 127.0.0.1 0 1 1 1 1 1 0 0 2 0 0 0 - 80 - 0 0 - - 0\n" + // added, check not enabled
@@ -65,18 +66,24 @@ func TestParseServersStateChecks(t *testing.T) {
 		"3 be 4 gated 127.0.0.1 0 8 1 1 1 6 3 1 6 0 0 0 - 80 - 0 0 - - 0\n" + // drain, health forced down
 		"3 be 5 earned 127.0.0.1 2 8 1 1 5 6 3 4 6 0 0 0 - 80 - 0 0 - - 0\n" + // drain, UP by checks
 		"3 be 6 parked 127.0.0.1 0 1 1 1 75 6 3 4 14 0 0 0 - 80 - 0 0 - - 0\n" + // maint, check paused
-		"3 be 7 dead 127.0.0.1 0 8 1 1 5 8 2 0 6 0 0 0 - 80 - 0 0 - - 0\n" // drain, L4CON failed
+		"3 be 7 dead 127.0.0.1 0 8 1 1 5 8 2 0 6 0 0 0 - 80 - 0 0 - - 0\n" + // drain, L4CON failed
+		"3 be 8 http 127.0.0.1 2 0 1 1 5 15 3 4 6 0 0 0 - 80 - 0 0 - - 0\n" + // ready, L7OK (option httpchk)
+		"3 be 9 http503 127.0.0.1 0 0 1 1 5 17 2 0 6 0 0 0 - 80 - 0 0 - - 0\n" // ready, L7STS (a 503)
 	got, err := ParseServersState(reply, "be", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	type rt struct{ running, passed bool }
-	want := map[string]rt{"fresh": {false, false}, "inmaint": {true, true}, "onepass": {true, false},
-		"gated": {true, false}, "earned": {true, true}, "parked": {false, true}, "dead": {true, false}}
+	type rt struct{ running, passed, l4 bool }
+	want := map[string]rt{"fresh": {false, false, false}, "inmaint": {true, true, true}, "onepass": {true, false, true},
+		"gated": {true, false, true}, "earned": {true, true, true}, "parked": {false, true, true}, "dead": {true, false, false},
+		"http": {true, true, false}, "http503": {true, false, false}}
 	for _, s := range got {
-		if w := want[s.Name]; s.Runtime == nil || s.Runtime.CheckRunning != w.running || s.Runtime.CheckPassed != w.passed {
-			t.Errorf("%s: %+v, want running %v passed %v", s.Name, s.Runtime, w.running, w.passed)
+		if w := want[s.Name]; s.Runtime == nil || s.Runtime.CheckRunning != w.running || s.Runtime.CheckPassed != w.passed || s.Runtime.CheckL4 != w.l4 {
+			t.Errorf("%s: %+v, want running %v passed %v L4 %v", s.Name, s.Runtime, w.running, w.passed, w.l4)
 		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d servers, want %d", len(got), len(want))
 	}
 	if got[5].Runtime.Since != 75*time.Second {
 		t.Errorf("since = %v", got[5].Runtime.Since)
