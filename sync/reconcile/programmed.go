@@ -43,8 +43,8 @@ type Programmed struct {
 	Unmeasured string
 }
 
-// programmed returns the changes of p, applied at now, that Kubernetes
-// asked for, each timed from its stamp. It keeps nothing and never counts a
+// programmed returns the changes of p, applied at now to servers read at
+// readAt, that Kubernetes asked for, each timed from its stamp. It keeps nothing and never counts a
 // stamp twice for one server and stage:
 //
 //   - only servers in their desired state because of their endpoints
@@ -62,7 +62,7 @@ type Programmed struct {
 //     once: it is in service afterwards;
 //   - changes of servers that no endpoint asks for have no slice, hence no
 //     stamp, and are not listed; neither are those HAProxy refused.
-func programmed(target string, p plan.Plan, want model.Backend, refused map[string]bool, now time.Time) []Programmed {
+func programmed(target string, p plan.Plan, want model.Backend, refused map[string]bool, now, readAt time.Time) []Programmed {
 	desiredBy := make(map[string]*model.Server, len(want.Servers))
 	for i := range want.Servers {
 		desiredBy[want.Servers[i].Name] = &want.Servers[i]
@@ -86,7 +86,7 @@ func programmed(target string, p plan.Plan, want model.Backend, refused map[stri
 			out = append(out, pr)
 		}
 		in := enters(ch)
-		if applied(ch, d.Changed, in, now) {
+		if applied(ch, d.Changed, in, readAt) {
 			one(StageApplied)
 		}
 		if in {
@@ -97,8 +97,9 @@ func programmed(target string, p plan.Plan, want model.Backend, refused map[stri
 }
 
 // applied reports whether ch applies a Kubernetes change stamped at stamp
-// for the first time (see programmed).
-func applied(ch plan.Change, stamp time.Time, enters bool, now time.Time) bool {
+// for the first time (see programmed); readAt is when HAProxy's view of the
+// server (Runtime.Since) had been read.
+func applied(ch plan.Change, stamp time.Time, enters bool, readAt time.Time) bool {
 	old := ch.Old
 	switch {
 	case old == nil:
@@ -111,9 +112,12 @@ func applied(ch plan.Change, stamp time.Time, enters bool, now time.Time) bool {
 		return !enters // unstamped: at least never the gate's release
 	default:
 		// HAProxy counts whole seconds: its last change of the server fell
-		// in the second Since before this one (or later: Since was read a
-		// moment ago). Only a stamp of a later second is surely newer.
-		last := now.Truncate(time.Second).Add(-old.Runtime.Since)
+		// in the second Since before the one it answered in, which is the
+		// second of readAt or an earlier one, so this is that change's
+		// second or later. Only a stamp of a later second is surely newer.
+		// Taken from the read, not from now: an apply that crosses into
+		// the next second would leave out a change made a second before.
+		last := readAt.Truncate(time.Second).Add(-old.Runtime.Since)
 		return last.Before(stamp.Truncate(time.Second))
 	}
 }

@@ -40,7 +40,7 @@ func got(current, want []model.Server, refused ...string) string {
 		no[r] = true
 	}
 	var out []string
-	for _, pr := range programmed("t", p, model.Backend{Name: "be", Servers: want}, no, now) {
+	for _, pr := range programmed("t", p, model.Backend{Name: "be", Servers: want}, no, now, now) {
 		v := pr.Latency.String()
 		if pr.Unmeasured != "" {
 			v = pr.Unmeasured
@@ -120,9 +120,30 @@ func TestProgrammedWholeSeconds(t *testing.T) {
 	current := model.Backend{Name: "be", Servers: []model.Server{cur("a", model.Drain, true, time.Second)}}
 	want := model.Backend{Name: "be", Servers: []model.Server{wantSrv("a", model.Ready, st)}}
 	p := plan.CalculateWith(current, want, plan.Policy{GateChecks: true})
-	got := programmed("t", p, want, nil, at)
+	got := programmed("t", p, want, nil, at, at)
 	if len(got) != 1 || got[0].Stage != StageInService {
 		t.Errorf("programmed %+v, want the release in service only", got)
+	}
+}
+
+// TestProgrammedFromTheRead: HAProxy answered at 12:00:10.9 that its last
+// change of a draining server was 2 s before (12:00:08); Kubernetes asked
+// for it to be ready again at 12:00:09.2, and the apply ended at 12:00:11.05.
+// That is a new change: from the second of the apply it would look like
+// one of 12:00:09, the stamp's second, and be left out.
+func TestProgrammedFromTheRead(t *testing.T) {
+	readAt := time.Date(2026, 11, 24, 12, 0, 10, 900_000_000, time.UTC)
+	at := time.Date(2026, 11, 24, 12, 0, 11, 50_000_000, time.UTC)
+	st := time.Date(2026, 11, 24, 12, 0, 9, 200_000_000, time.UTC)
+	current := model.Backend{Name: "be", Servers: []model.Server{cur("a", model.Drain, true, 2*time.Second)}}
+	want := model.Backend{Name: "be", Servers: []model.Server{wantSrv("a", model.Ready, st)}}
+	p := plan.CalculateWith(current, want, plan.Policy{GateChecks: true})
+	got := programmed("t", p, want, nil, at, readAt)
+	if len(got) != 2 || got[0].Stage != StageApplied || got[0].Latency != at.Sub(st) || got[1].Stage != StageInService {
+		t.Errorf("programmed %+v, want applied and in service, timed to the apply", got)
+	}
+	if got := programmed("t", p, want, nil, at, at); len(got) != 1 {
+		t.Errorf("from the apply's second: %+v, want the change left out", got)
 	}
 }
 

@@ -326,6 +326,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			}
 			return retryable(err)
 		}
+		readAt := time.Now()
 		backends, err := kube.after(ctx, time.Now())
 		if err != nil {
 			return err
@@ -369,10 +370,10 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		if se := (plan.ServerErrors)(nil); errors.As(err, &se) {
 			tr.Failed = se
 			r.transitions(tr.Target, p, want, se)
-			r.programmed(tr.Target, p, want, se)
+			r.programmed(tr.Target, p, want, se, readAt)
 		} else if err == nil {
 			r.transitions(tr.Target, p, want, nil)
-			r.programmed(tr.Target, p, want, nil)
+			r.programmed(tr.Target, p, want, nil, readAt)
 		}
 		if err != nil {
 			r.log().Warn("apply failed", "target", tr.Target, "backend", backend, "attempt", tr.Attempts, "error", err)
@@ -520,11 +521,11 @@ type Transition struct {
 
 // programmed reports to OnProgrammed the changes of p that were applied
 // (all but the failed ones) and that Kubernetes asked for.
-func (r *Reconciler) programmed(target string, p plan.Plan, want model.Backend, failed plan.ServerErrors) {
+func (r *Reconciler) programmed(target string, p plan.Plan, want model.Backend, failed plan.ServerErrors, readAt time.Time) {
 	if r.OnProgrammed == nil {
 		return
 	}
-	for _, pr := range programmed(target, p, want, refusedSet(failed), time.Now()) {
+	for _, pr := range programmed(target, p, want, refusedSet(failed), time.Now(), readAt) {
 		r.OnProgrammed(pr)
 	}
 }
