@@ -44,8 +44,8 @@ type Programmed struct {
 }
 
 // programmed returns the changes of p, applied at now to servers read at
-// readAt, that Kubernetes asked for, each timed from its stamp. It keeps nothing and never counts a
-// stamp twice for one server and stage:
+// readAt, that Kubernetes asked for, each timed from its stamp. It keeps
+// nothing and never counts a stamp twice for one server and stage:
 //
 //   - only servers in their desired state because of their endpoints
 //     (desired.ReasonEndpoints) count: a Node's cordon, taint or label has

@@ -327,7 +327,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			return retryable(err)
 		}
 		readAt := time.Now()
-		backends, err := kube.after(ctx, time.Now())
+		backends, err := kube.after(ctx, readAt)
 		if err != nil {
 			return err
 		}
