@@ -97,7 +97,8 @@ func (w *Writer) Update(ctx context.Context, in reconcile.GateInput) {
 		if !s.InService {
 			want.Status, want.Reason, want.Message = corev1.ConditionFalse, ReasonNotInService, cut.To(s.Why, 512)
 		}
-		if cur := desired.GateCondition(pod); cur != nil && cur.Status == want.Status && cur.Reason == want.Reason && cur.Message == want.Message {
+		cur := desired.GateCondition(pod)
+		if cur != nil && cur.Status == want.Status && cur.Reason == want.Reason && cur.Message == want.Message {
 			continue
 		}
 		if budget == 0 {
@@ -106,6 +107,11 @@ func (w *Writer) Update(ctx context.Context, in reconcile.GateInput) {
 		}
 		budget--
 		want.LastTransitionTime = metav1.NewTime(w.clock())
+		if cur != nil && cur.Status == want.Status {
+			// Only the reason or message changed: no transition, as a
+			// kubelet keeps the time of a condition whose status stays.
+			want.LastTransitionTime = cur.LastTransitionTime
+		}
 		patches = append(patches, patch{s.Pod, want})
 	}
 	each(len(patches), func(k int) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,6 +22,7 @@ type client struct {
 	pods    map[string]*corev1.Pod
 	gets    []string
 	patches []string // "pod=Status"
+	last    corev1.PodCondition
 }
 
 func (c *client) GetPod(_ context.Context, _, name string) (*corev1.Pod, error) {
@@ -37,6 +39,7 @@ func (c *client) PatchPodCondition(_ context.Context, _, name string, cond corev
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.patches = append(c.patches, name+"="+string(cond.Status))
+	c.last = cond
 	return nil
 }
 
@@ -86,6 +89,32 @@ func TestUpdate(t *testing.T) {
 			(&Writer{Client: c, Namespace: "ns"}).Update(context.Background(), in)
 			if fmt.Sprint(c.gets) != fmt.Sprint(tt.gets) || fmt.Sprint(c.patches) != fmt.Sprint(tt.patches) {
 				t.Errorf("gets %v patches %v, want %v %v", c.gets, c.patches, tt.gets, tt.patches)
+			}
+		})
+	}
+}
+
+// TestTransitionTime: a condition's lastTransitionTime moves when its
+// status does, not when only its message does.
+func TestTransitionTime(t *testing.T) {
+	then := metav1.NewTime(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC))
+	now := time.Date(2026, 11, 24, 12, 5, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name   string
+		server reconcile.GateServer
+		want   time.Time
+	}{
+		{"False, another message: kept", reconcile.GateServer{Pod: "a", Why: "drain on t be"}, then.Time},
+		{"False to True: now", reconcile.GateServer{Pod: "a", InService: true}, now},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &client{}
+			pod := gated("a", &corev1.PodCondition{Status: corev1.ConditionFalse, Reason: ReasonNotInService,
+				Message: "waiting for its check on t be", LastTransitionTime: then})
+			in := reconcile.GateInput{Servers: []reconcile.GateServer{tt.server}, Pods: map[string]*corev1.Pod{"a": pod}}
+			(&Writer{Client: c, Namespace: "ns", now: func() time.Time { return now }}).Update(context.Background(), in)
+			if len(c.patches) != 1 || !c.last.LastTransitionTime.Time.Equal(tt.want) {
+				t.Errorf("patches %v, lastTransitionTime %v, want %v", c.patches, c.last.LastTransitionTime, tt.want)
 			}
 		})
 	}
