@@ -6,6 +6,7 @@ package haproxytest
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -37,6 +38,7 @@ type HAProxy struct {
 	// Frontends maps each backend to the address of the frontend that uses it.
 	Frontends map[string]string
 	cmd       *exec.Cmd
+	exited    chan struct{} // closed once cmd has exited
 	logs      *os.File
 	backends  []Backend
 	servers   map[string][]string // server lines written by SetServers
@@ -89,7 +91,10 @@ func Binary() (string, error) {
 	return b, nil
 }
 
-// Start runs HAProxy with the given backends until the test ends.
+// Start runs HAProxy with the given backends until the test ends. A port
+// taken between its pick and HAProxy's bind (any process's outgoing
+// connection may take a free port) makes HAProxy exit at once: Start then
+// picks other ports, three times at most.
 func Start(t testing.TB, backends ...Backend) *HAProxy {
 	t.Helper()
 	bin, err := Binary()
@@ -97,54 +102,83 @@ func Start(t testing.TB, backends ...Backend) *HAProxy {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	h := &HAProxy{
-		Dir:          dir,
-		AdminSocket:  filepath.Join(dir, "admin.sock"),
-		MasterSocket: filepath.Join(dir, "master.sock"),
-		Frontends:    map[string]string{},
+	for attempt := 1; ; attempt++ {
+		h := &HAProxy{
+			Dir:          dir,
+			AdminSocket:  filepath.Join(dir, "admin.sock"),
+			MasterSocket: filepath.Join(dir, "master.sock"),
+			Frontends:    map[string]string{},
+			backends:     backends,
+		}
+		err := h.start(bin, FreePorts(t, "127.0.0.1", 1+len(backends)))
+		if err == nil {
+			t.Cleanup(h.stop)
+			return h
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 3 {
+			t.Fatal(err)
+		}
 	}
-	ports := FreePorts(t, "127.0.0.1", 1+len(backends))
+}
+
+// errPortTaken: HAProxy could not bind a port it was given.
+var errPortTaken = errors.New("a port was taken")
+
+// start runs HAProxy on ports (the admin socket's, then a frontend's per
+// backend) and waits until it answers.
+func (h *HAProxy) start(bin string, ports []int) error {
 	h.AdminTCP = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
-	for i, b := range backends {
+	for i, b := range h.backends {
 		h.Frontends[b.Name] = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1+i]))
 	}
-	h.backends = backends
-	cfgPath := filepath.Join(dir, "haproxy.cfg")
+	cfgPath := filepath.Join(h.Dir, "haproxy.cfg")
 	if err := h.writeConfig(); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if h.logs, err = os.Create(filepath.Join(dir, "haproxy.log")); err != nil {
-		t.Fatal(err)
+	var err error
+	if h.logs, err = os.Create(filepath.Join(h.Dir, "haproxy.log")); err != nil {
+		return err
 	}
-	h.cmd = exec.Command(bin, "-W", "-db", "-S", h.MasterSocket, "-p", filepath.Join(dir, "haproxy.pid"), "-f", cfgPath)
+	h.cmd = exec.Command(bin, "-W", "-db", "-S", h.MasterSocket, "-p", filepath.Join(h.Dir, "haproxy.pid"), "-f", cfgPath)
 	h.cmd.Stdout, h.cmd.Stderr = h.logs, h.logs
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := h.cmd.Start(); err != nil {
-		t.Fatal(err)
+		h.logs.Close()
+		return err
 	}
-	t.Cleanup(h.stop)
+	h.exited = make(chan struct{})
+	go func() { _ = h.cmd.Wait(); close(h.exited) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, err := h.Command("show info"); err == nil {
-			break
+			return nil
+		}
+		select {
+		case <-h.exited:
+			logs := h.Logs()
+			h.logs.Close()
+			if strings.Contains(logs, "cannot bind") {
+				return fmt.Errorf("%w: haproxy exited: %s", errPortTaken, logs)
+			}
+			return fmt.Errorf("haproxy exited: %s", logs)
+		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("haproxy did not start: %s", h.Logs())
+			logs := h.Logs()
+			h.stop()
+			return fmt.Errorf("haproxy did not start: %s", logs)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return h
 }
 
 func (h *HAProxy) stop() {
 	_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = h.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-h.exited:
 	case <-time.After(5 * time.Second):
 		_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
-		<-done
+		<-h.exited
 	}
 	h.logs.Close()
 }

@@ -1,0 +1,54 @@
+package haproxytest
+
+import (
+	"errors"
+	"net"
+	"strings"
+	"testing"
+)
+
+// TestStartSaysWhenAPortIsTaken: HAProxy exits when a port it is given is
+// taken; start says so (Start then picks others), and tells it apart from
+// another failure, which it does not wait 10 s for.
+func TestStartSaysWhenAPortIsTaken(t *testing.T) {
+	bin, err := Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	port := taken.Addr().(*net.TCPAddr).Port
+	free := FreePorts(t, "127.0.0.1", 2)
+
+	h := &HAProxy{Dir: t.TempDir(), Frontends: map[string]string{}, backends: []Backend{{Name: "be"}}}
+	h.AdminSocket, h.MasterSocket = h.Dir+"/admin.sock", h.Dir+"/master.sock"
+	if err := h.start(bin, []int{free[0], port}); !errors.Is(err, errPortTaken) {
+		t.Errorf("frontend on a taken port: %v, want %v", err, errPortTaken)
+	}
+
+	h = &HAProxy{Dir: t.TempDir(), Frontends: map[string]string{}, backends: []Backend{{Name: "be", Lines: []string{"no-such-keyword"}}}}
+	h.AdminSocket, h.MasterSocket = h.Dir+"/admin.sock", h.Dir+"/master.sock"
+	err = h.start(bin, free)
+	if err == nil || errors.Is(err, errPortTaken) || !strings.Contains(err.Error(), "exited") {
+		t.Errorf("bad configuration: %v, want an exit that is not a taken port", err)
+	}
+}
+
+// TestStart: a started HAProxy answers on its admin socket and frontends
+// get distinct ports.
+func TestStart(t *testing.T) {
+	h := Start(t, Backend{Name: "a"}, Backend{Name: "b"})
+	if _, err := h.Command("show info"); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{h.AdminTCP: true}
+	for _, addr := range h.Frontends {
+		if seen[addr] {
+			t.Errorf("port %s handed out twice: admin %s, frontends %v", addr, h.AdminTCP, h.Frontends)
+		}
+		seen[addr] = true
+	}
+}
