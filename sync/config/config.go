@@ -237,6 +237,11 @@ func (c *Config) validate() error {
 	if c.ReadinessGate && c.Target != "pod" {
 		return bad("POD_READINESS_GATE", "needs TARGET_ADDRESS=pod (a Node's server stands for many pods)")
 	}
+	if c.ReadinessGate && len(c.Dataplanes) > 0 && len(c.RuntimeURLs) == 0 {
+		// The Data Plane API does not show check results: no pod's gate
+		// could ever turn True, and every gated rollout would stall.
+		return bad("POD_READINESS_GATE", "needs HAPROXY_RUNTIME_URL with HAPROXY_DATAPLANE_URL (one admin socket per instance): only the runtime socket shows which servers passed their check")
+	}
 	if c.Weight != "equal" && c.Weight != "endpoints" {
 		return bad("HAPROXY_WEIGHT", "%q is not equal or endpoints", short(c.Weight))
 	}

@@ -145,6 +145,26 @@ func TestLoadRejectsBadValues(t *testing.T) {
 	}
 }
 
+// TestReadinessGateNeedsTheSocket: the Data Plane API alone cannot show
+// check results, so a gate could never turn True.
+func TestReadinessGateNeedsTheSocket(t *testing.T) {
+	env(t, map[string]string{"HAPROXY_DATAPLANE_URL": "http://haproxy:5555", "TARGET_ADDRESS": "pod", "POD_READINESS_GATE": "true"})
+	_, err := Load()
+	if err == nil || !strings.HasPrefix(err.Error(), "POD_READINESS_GATE:") || !strings.Contains(err.Error(), "HAPROXY_RUNTIME_URL") {
+		t.Fatalf("err = %v, want POD_READINESS_GATE: naming HAPROXY_RUNTIME_URL", err)
+	}
+	for _, kv := range []map[string]string{
+		{"HAPROXY_DATAPLANE_URL": "http://haproxy:5555", "HAPROXY_RUNTIME_URL": "unix:///run/haproxy.sock"},
+		{"HAPROXY_RUNTIME_URL": "unix:///run/haproxy.sock"},
+	} {
+		kv["TARGET_ADDRESS"], kv["POD_READINESS_GATE"] = "pod", "true"
+		env(t, kv)
+		if _, err := Load(); err != nil {
+			t.Errorf("%v: %v", kv, err)
+		}
+	}
+}
+
 func TestLoadBackendPortWithBackendsIsRejected(t *testing.T) {
 	env(t, map[string]string{"HAPROXY_DATAPLANE_URL": "http://h:5555", "HAPROXY_BACKENDS": "http=a", "HAPROXY_BACKEND_PORT": "80"})
 	if _, err := Load(); err == nil || !strings.HasPrefix(err.Error(), "HAPROXY_BACKEND_PORT:") {
