@@ -18,8 +18,8 @@ type PodGate interface {
 	Update(ctx context.Context, in GateInput)
 }
 
-// GateInput is, after a reconcile, each pod's server as every target shows
-// it, with the pods Kubernetes was read for.
+// GateInput is, after a reconcile, each pod's servers as every target shows
+// them, with the pods Kubernetes was read for.
 type GateInput struct {
 	Servers []GateServer
 	// Pods are the pods read with the endpoints (those not ready), by
@@ -27,11 +27,12 @@ type GateInput struct {
 	Pods map[string]*corev1.Pod
 }
 
-// GateServer is one pod's server on every target and backend.
+// GateServer is one pod's servers on every target and backend: one verdict
+// per pod.
 type GateServer struct {
 	Pod string
-	// InService: in service, its check passed, on every target and
-	// backend. When false, Why says where it is not.
+	// InService: each of the pod's servers in service, its check passed, on
+	// every target and backend. When false, Why says which is not, where.
 	InService bool
 	Why       string
 }
@@ -82,34 +83,41 @@ func inService(cur model.Backend, p plan.Plan) (in map[string]bool, out map[stri
 	return in, out
 }
 
-// gateInput gathers, over every target's results, each desired pod's
-// server. A pod counts only when every target and backend was read and
-// applied: a failed one cannot say whether its server is in service.
+// gateInput gathers, over every target's results, one verdict per desired
+// pod: in service only when each of the pod's servers (one per backend, and
+// one per address family for a dual-stack pod) is in service on every
+// target. A pod counts only when every target and backend was read and
+// applied: a failed one cannot say whether its servers are in service.
 func gateInput(results []TargetResult, backends []model.Backend, pods []corev1.Pod) (GateInput, bool) {
 	for _, t := range results {
 		if t.Error != "" {
 			return GateInput{}, false
 		}
 	}
-	podOf := map[string]string{}
+	seen := map[string]bool{} // pods with at least one server
+	why := map[string][]string{}
 	for _, b := range backends {
 		for _, s := range b.Servers {
-			if s.Pod != "" {
-				podOf[s.Name] = s.Pod
+			if s.Pod == "" {
+				continue
 			}
-		}
-	}
-	why := map[string][]string{}
-	count := map[string]int{}
-	for _, t := range results {
-		for name := range podOf {
-			switch {
-			case t.inService[name]:
-				count[name]++
-			case t.notInService[name] != "":
-				why[name] = append(why[name], fmt.Sprintf("%s on %s %s", t.notInService[name], t.Target, t.Backend))
-			default:
-				why[name] = append(why[name], fmt.Sprintf("absent from %s %s", t.Target, t.Backend))
+			seen[s.Pod] = true
+			checked := 0
+			for _, t := range results {
+				if t.Backend != b.Name {
+					continue
+				}
+				checked++
+				switch {
+				case t.inService[s.Name]:
+				case t.notInService[s.Name] != "":
+					why[s.Pod] = append(why[s.Pod], fmt.Sprintf("%s %s on %s %s", s.Name, t.notInService[s.Name], t.Target, t.Backend))
+				default:
+					why[s.Pod] = append(why[s.Pod], fmt.Sprintf("%s absent from %s %s", s.Name, t.Target, t.Backend))
+				}
+			}
+			if checked == 0 {
+				why[s.Pod] = append(why[s.Pod], fmt.Sprintf("%s on no target", s.Name))
 			}
 		}
 	}
@@ -117,11 +125,11 @@ func gateInput(results []TargetResult, backends []model.Backend, pods []corev1.P
 	for i := range pods {
 		in.Pods[pods[i].Name] = &pods[i]
 	}
-	for name, pod := range podOf {
-		gs := GateServer{Pod: pod, InService: len(results) > 0 && count[name] == len(results)}
+	for pod := range seen {
+		gs := GateServer{Pod: pod, InService: len(why[pod]) == 0}
 		if !gs.InService {
-			sort.Strings(why[name])
-			gs.Why = strings.Join(why[name], "; ")
+			sort.Strings(why[pod])
+			gs.Why = strings.Join(why[pod], "; ")
 		}
 		in.Servers = append(in.Servers, gs)
 	}

@@ -21,18 +21,42 @@ func TestGateInput(t *testing.T) {
 		mk("t1", map[string]bool{"web-a": true, "web-b": true}, nil),
 		mk("t2", map[string]bool{"web-a": true}, map[string]string{"web-b": "waiting for its check"}),
 	}, backends, nil)
-	want := []GateServer{{Pod: "web-a", InService: true}, {Pod: "web-b", Why: "waiting for its check on t2 be"}}
+	want := []GateServer{{Pod: "web-a", InService: true}, {Pod: "web-b", Why: "web-b waiting for its check on t2 be"}}
 	if !ok || fmt.Sprint(got.Servers) != fmt.Sprint(want) {
 		t.Errorf("got %v %+v, want %+v", ok, got.Servers, want)
 	}
 	got, _ = gateInput([]TargetResult{mk("t1", map[string]bool{"web-a": true}, nil)}, backends, nil)
-	if fmt.Sprint(got.Servers) != fmt.Sprint([]GateServer{{Pod: "web-a", InService: true}, {Pod: "web-b", Why: "absent from t1 be"}}) {
+	if fmt.Sprint(got.Servers) != fmt.Sprint([]GateServer{{Pod: "web-a", InService: true}, {Pod: "web-b", Why: "web-b absent from t1 be"}}) {
 		t.Errorf("absent: %+v", got.Servers)
 	}
 	failed := mk("t2", nil, nil)
 	failed.Error = "connection refused"
 	if _, ok := gateInput([]TargetResult{mk("t1", map[string]bool{"web-a": true}, nil), failed}, backends, nil); ok {
 		t.Error("a failed target still let the gate be set")
+	}
+}
+
+// TestGateInputOneVerdictPerPod: a dual-stack pod has a server per address
+// family; it is in service only when both are, and it gets one verdict, not
+// one per server (two verdicts would be two racing patches).
+func TestGateInputOneVerdictPerPod(t *testing.T) {
+	backends := []model.Backend{
+		{Name: "be", Servers: []model.Server{{Name: "web-a", Pod: "web-a"}, {Name: "web-a-v6", Pod: "web-a"}, {Name: "web-b", Pod: "web-b"}}},
+		{Name: "be2", Servers: []model.Server{{Name: "web-b", Pod: "web-b"}}},
+	}
+	res := []TargetResult{
+		{Target: "t1", Backend: "be", inService: map[string]bool{"web-a": true, "web-b": true}, notInService: map[string]string{"web-a-v6": "waiting for its check"}},
+		{Target: "t1", Backend: "be2", inService: map[string]bool{"web-b": true}},
+	}
+	got, ok := gateInput(res, backends, nil)
+	want := []GateServer{{Pod: "web-a", Why: "web-a-v6 waiting for its check on t1 be"}, {Pod: "web-b", InService: true}}
+	if !ok || fmt.Sprint(got.Servers) != fmt.Sprint(want) {
+		t.Errorf("got %+v, want %+v", got.Servers, want)
+	}
+	res[0].inService["web-a-v6"], res[0].notInService = true, nil
+	got, _ = gateInput(res, backends, nil)
+	if want := []GateServer{{Pod: "web-a", InService: true}, {Pod: "web-b", InService: true}}; fmt.Sprint(got.Servers) != fmt.Sprint(want) {
+		t.Errorf("both in service: got %+v, want %+v", got.Servers, want)
 	}
 }
 
