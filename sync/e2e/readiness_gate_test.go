@@ -37,6 +37,9 @@ type podSim struct {
 	ips    map[string]string
 	term   map[string]bool // terminating
 	last   []discoveryv1.Endpoint
+	// publish plays a Service with publishNotReadyAddresses: every
+	// endpoint is ready; serving alone says whether its pod is.
+	publish bool
 }
 
 func (s *podSim) set(members []string, terminating ...string) {
@@ -138,7 +141,7 @@ func (s *podSim) tick(ctx context.Context) {
 	s.mu.Lock()
 	var eps []discoveryv1.Endpoint
 	for _, n := range s.member {
-		r, term, serving := ready[n] && !s.term[n], s.term[n], ready[n]
+		r, term, serving := ready[n] && !s.term[n] || s.publish, s.term[n], ready[n]
 		eps = append(eps, discoveryv1.Endpoint{Addresses: []string{s.ips[n]},
 			Conditions: discoveryv1.EndpointConditions{Ready: &r, Serving: &serving, Terminating: &term},
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: s.w.ns, Name: n}})
@@ -289,6 +292,40 @@ func TestReadinessGateHoldsTheRollout(t *testing.T) {
 	if failed.Load() != 0 || sent.Load() < 50 {
 		t.Errorf("%d of %d client connections failed during the rollout", failed.Load(), sent.Load())
 	}
+}
+
+// TestReadinessGateWithPublishNotReadyAddresses: on a Service that
+// publishes not-ready addresses every endpoint is ready, so ready cannot say
+// the pod is. A gated pod's server waits for its check (the gate False,
+// saying so), and once the check passes the gate turns True and the pod
+// Ready: the False written while it waited does not stay.
+func TestReadinessGateWithPublishNotReadyAddresses(t *testing.T) {
+	w := newWorld(t, "web", desired.PodMode, []desired.PortBackend{{Backend: "be"}})
+	w.service("web", corev1.ServiceTypeClusterIP, corev1.ServicePort{Name: "http", Port: 80})
+	port := int32(haproxytest.FreePort(t, "10.244.1.1"))
+	sim := &podSim{t: t, w: w, port: port, ips: map[string]string{}, publish: true}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go sim.run(ctx)
+	s := startService(t, "KUBECONFIG="+kubeconfigVia(t, apiHostPort(t)), "INGRESS_NAMESPACE="+w.ns, "INGRESS_SERVICE_NAME=web",
+		"HAPROXY_BACKEND_NAME=be", "HAPROXY_RUNTIME_URL="+w.h.RuntimeURL(), "TARGET_ADDRESS=pod", "POD_READINESS_GATE=true")
+	until := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not in time; servers %+v\nservice logs:\n%s", what, w.h.Servers(t, "be"), s.logs.String())
+			}
+		}
+	}
+	sim.pod("web-a", "10.244.1.1", true)
+	sim.set([]string{"web-a"})
+	until("the gate False while nothing answers", func() bool {
+		_, c := sim.condition("web-a")
+		return c != nil && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "waiting for its check")
+	})
+	listen(t, "web-a", "10.244.1.1", port)
+	until("the pod Ready through its gate", func() bool { r, _ := sim.condition("web-a"); return r })
+	w.expectTraffic("be", "web-a")
 }
 
 // countingClient counts the service's own pod requests.

@@ -15,7 +15,7 @@ import (
 )
 
 // Pod reads (POD_READINESS_GATE). Only the pods of endpoints that are not
-// ready are read: a ready endpoint's pod is Ready, so its gate is True
+// ready (see notReadyPods) are read: a ready endpoint's pod is Ready, so its gate is True
 // already if it has one. In a steady Service that is none; during a
 // rollout, the pods coming and going. At most maxPodGets per read (the
 // rest wait for a later reconcile), podGetters at a time.
@@ -47,25 +47,40 @@ func (c *Client) PatchPodCondition(ctx context.Context, namespace, name string, 
 }
 
 // notReadyPods returns the valid names of the pods behind the slices'
-// endpoints that are not ready (terminating ones included), sorted.
+// endpoints whose pod may not be Ready, sorted: those coming in first, then
+// the terminating ones, each by name, so that the new pods of a rollout
+// larger than maxPodGets are not left behind the old ones.
+//
+// An endpoint's ready condition says its pod is Ready, except on a Service
+// with publishNotReadyAddresses, where every endpoint is ready: there
+// serving is the pod's readiness (the EndpointSlice controller sets it from
+// the pod's Ready condition either way), so a pod is taken as Ready only
+// when its endpoint is ready, serving (when given) and not terminating.
 func notReadyPods(slices []discoveryv1.EndpointSlice, namespace string) []string {
-	seen := map[string]bool{}
+	leaving := map[string]bool{} // name → terminating
 	for i := range slices {
 		for _, e := range slices[i].Endpoints {
-			ready := e.Conditions.Ready == nil || *e.Conditions.Ready
+			c := e.Conditions
+			terminating := c.Terminating != nil && *c.Terminating
+			ready := (c.Ready == nil || *c.Ready) && (c.Serving == nil || *c.Serving) && !terminating
 			ref := e.TargetRef
 			if ready || ref == nil || ref.Kind != "Pod" || (ref.Namespace != "" && ref.Namespace != namespace) ||
 				len(validation.IsDNS1123Subdomain(ref.Name)) > 0 {
 				continue
 			}
-			seen[ref.Name] = true
+			leaving[ref.Name] = leaving[ref.Name] || terminating
 		}
 	}
-	out := make([]string, 0, len(seen))
-	for n := range seen {
+	out := make([]string, 0, len(leaving))
+	for n := range leaving {
 		out = append(out, n)
 	}
-	sort.Strings(out)
+	sort.Slice(out, func(i, j int) bool {
+		if leaving[out[i]] != leaving[out[j]] {
+			return !leaving[out[i]]
+		}
+		return out[i] < out[j]
+	})
 	return out
 }
 
