@@ -32,6 +32,9 @@ type Coalescer struct {
 	running bool
 	next    *call
 	idle    chan struct{} // closed when no reconcile runs or waits
+	// lanes reconcile one target each (OnlyTarget), for the follow-up's
+	// entries; made on first use.
+	lanes map[string]*Coalescer
 }
 
 type call struct {
@@ -56,8 +59,40 @@ func (c *Coalescer) OnPoked(f func(Result, error)) { c.onPoked = f }
 // pokes itself while a result says servers wait, or after a failure.
 // followed, when set, is told of each such poke. Set it before the first
 // call.
+//
+// With more than one target that has a check reader, a passed check asks
+// for a reconcile of its target alone, in a lane of that target's (shared
+// the same way), so that another target that hangs does not hold it back.
 func (c *Coalescer) Follow(f *FollowUp, followed func(reason string, coalesced bool)) {
 	c.follow, c.followed = f, followed
+	if len(f.Checks) > 1 {
+		f.Enter = c.pokeTarget
+	}
+}
+
+// pokeTarget asks target's lane for a reconcile of that target alone.
+func (c *Coalescer) pokeTarget(target string) {
+	c.mu.Lock()
+	lane := c.lanes[target]
+	if lane == nil {
+		lane = NewCoalescer(func(ctx context.Context) (Result, error) { return c.run(OnlyTarget(ctx, target)) })
+		lane.base = c.base
+		lane.onPoked = func(res Result, err error) {
+			c.follow.ObserveTarget(target, res, err)
+			if c.onPoked != nil {
+				c.onPoked(res, err)
+			}
+		}
+		if c.lanes == nil {
+			c.lanes = map[string]*Coalescer{}
+		}
+		c.lanes[target] = lane
+	}
+	c.mu.Unlock()
+	coalesced := lane.Poke()
+	if c.followed != nil {
+		c.followed("a waiting server passed its check on "+target, coalesced)
+	}
 }
 
 // Do waits for a reconcile that starts after the call and returns its result.
@@ -101,12 +136,27 @@ func (c *Coalescer) enqueue(ctx context.Context, poke bool) (*call, bool) {
 	return cl, joined
 }
 
-// Idle returns a channel closed once no reconcile runs or waits to run: what
-// a shutdown waits for, so that a poked reconcile is not cut in the middle.
+// Idle returns a channel closed once no reconcile runs or waits to run, its
+// lanes' included: what a shutdown waits for, so that a poked reconcile is
+// not cut in the middle.
 func (c *Coalescer) Idle() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.idle
+	if len(c.lanes) == 0 {
+		return c.idle
+	}
+	waits := []<-chan struct{}{c.idle}
+	for _, lane := range c.lanes {
+		waits = append(waits, lane.Idle())
+	}
+	all := make(chan struct{})
+	go func() {
+		for _, w := range waits {
+			<-w
+		}
+		close(all)
+	}()
+	return all
 }
 
 func (c *Coalescer) loop(ctx context.Context) {
@@ -121,7 +171,15 @@ func (c *Coalescer) loop(ctx context.Context) {
 			return
 		}
 		c.mu.Unlock()
-		cl.res, cl.err = c.safeRun(ctx)
+		run := ctx
+		if c.follow != nil && c.follow.Enter != nil {
+			// Each target's waiting servers are watched as soon as it is
+			// done, while another may still hang.
+			run = WithTargetDone(ctx, func(target string, trs []TargetResult) {
+				c.follow.ObserveTarget(target, Result{Targets: trs}, nil)
+			})
+		}
+		cl.res, cl.err = c.safeRun(run)
 		if c.follow != nil {
 			c.follow.Observe(cl.res, cl.err, c.pokeAgain)
 		}

@@ -111,3 +111,43 @@ func TestCoalescerPoke(t *testing.T) {
 		t.Errorf("%d runs, %d OnPoked calls; want 2 and 2", runs.Load(), poked.Load())
 	}
 }
+
+// TestCoalescerEntersATargetWhileAnotherHangs: a whole reconcile hangs on
+// one target; the other target, done, has a server waiting for its check.
+// Once the check passes, that target's own reconcile runs at once, not
+// after the hung one.
+func TestCoalescerEntersATargetWhileAnotherHangs(t *testing.T) {
+	live := &checks{passed: map[string]bool{"n1": false}}
+	hung := &checks{err: context.DeadlineExceeded}
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	var once sync.Once
+	c := NewCoalescer(func(ctx context.Context) (Result, error) {
+		if only, ok := ctx.Value(onlyTargetKey{}).(string); ok {
+			if only == "live" {
+				once.Do(func() { close(entered) })
+			}
+			return Result{Targets: []TargetResult{{Target: only, Backend: "be"}}}, nil
+		}
+		done, _ := ctx.Value(targetDoneKey{}).(func(string, []TargetResult))
+		if done == nil {
+			t.Error("a whole reconcile is not told to report targets as they end")
+			return Result{}, nil
+		}
+		done("live", []TargetResult{waiting("live", "n1")})
+		<-release // the other target hangs
+		return Result{Targets: []TargetResult{{Target: "live", Backend: "be"}, {Target: "hung", Backend: "be", Error: "timeout"}}}, ErrTargets
+	})
+	f := &FollowUp{Checks: map[string]CheckReader{"live": live, "hung": hung}, Poll: 5 * time.Millisecond}
+	c.Follow(f, nil)
+	defer f.Stop()
+	c.Poke()
+	live.set("n1", true)
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the live target's entry waited for the hung one")
+	}
+	close(release)
+	<-c.Idle()
+}

@@ -34,11 +34,22 @@ type CheckReader interface {
 //     EndpointSlice, as the gate keeps them not Ready.
 //
 // Each target is watched by itself: a dead or slow target does not delay
-// the poke another target's passed check asks for. A newer result replaces
-// whatever an older one started. Waits longer than Patience poll every Slow.
+// the poke another target's passed check asks for, and with Enter set, the
+// reconcile that puts the server in service is that target's alone, so a
+// target that hangs does not hold it back either. A newer result replaces
+// whatever an older one started; a target's own result (ObserveTarget)
+// replaces what was started for that target. A target whose reconcile failed
+// (other than HAProxy refusing single servers) is not polled: the retry
+// after a failure covers it, with its backoff. Waits longer than Patience
+// (servers waiting for their check, or for their sessions to end) look
+// every Slow.
 type FollowUp struct {
 	// Checks are the targets' check readers, by Driver.Name.
 	Checks map[string]CheckReader
+	// Enter, when set, reconciles one target by itself (its result comes
+	// back through ObserveTarget): what a passed check on that target asks
+	// for. Nil: a whole reconcile, through the poke.
+	Enter func(target string)
 	// Poll, Slow, Patience, Drain, Retry, MaxRetry and Starting: see the
 	// type doc; zero takes 50ms, 10s, 2m, 1s, 1s, 30s and 1s.
 	Poll, Slow, Patience, Drain, Retry, MaxRetry, Starting time.Duration
@@ -48,11 +59,12 @@ type FollowUp struct {
 
 	mu       sync.Mutex
 	poke     func(reason string)
-	stops    []func() bool // what the latest result started
-	cancel   context.CancelFunc
-	since    time.Time // when servers began to wait; zero when none
-	starting time.Time // when gated pods began to wait for their containers
-	failures int       // consecutive failed reconciles
+	stops    []func() bool                 // what the latest result started
+	polls    map[string]context.CancelFunc // check polls, by target
+	since    time.Time                     // when servers began to wait; zero when none
+	drains   time.Time                     // when servers began to wait for their sessions
+	starting time.Time                     // when gated pods began to wait for their containers
+	failures int                           // consecutive failed reconciles
 	stopped  bool
 }
 
@@ -106,18 +118,8 @@ func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
 	} else if f.since.IsZero() {
 		f.since = f.now()
 	}
-	patient := !f.since.IsZero() && f.now().Sub(f.since) > f.dur(f.Patience, 2*time.Minute)
-	if len(waiting) > 0 {
-		ctx, cancel := context.WithCancel(context.Background())
-		f.cancel = cancel
-		for target, backends := range waiting {
-			cr := f.Checks[target]
-			if cr == nil || patient {
-				f.stops = append(f.stops, f.after(f.dur(f.Slow, 10*time.Second), func() { f.fire("servers wait for their check") }))
-				continue
-			}
-			f.pollChecks(ctx, cr, backends, f.dur(f.Poll, 50*time.Millisecond))
-		}
+	for target, backends := range waiting {
+		f.watch(target, backends)
 	}
 	if !res.podsStarting {
 		f.starting = time.Time{}
@@ -131,19 +133,79 @@ func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
 		}
 		f.stops = append(f.stops, f.after(d, func() { f.fire("pods wait for their containers (readiness gate)") }))
 	}
-	if res.draining() {
-		f.stops = append(f.stops, f.after(f.dur(f.Drain, time.Second), func() { f.fire("servers wait for their sessions to end") }))
-	} else if res.guardParked() {
+	if !res.draining() {
+		f.drains = time.Time{}
+	} else {
+		if f.drains.IsZero() {
+			f.drains = f.now()
+		}
+		d := f.dur(f.Drain, time.Second)
+		if f.now().Sub(f.drains) > f.dur(f.Patience, 2*time.Minute) {
+			d = f.dur(f.Slow, 10*time.Second) // a long-lived session: no need to ask every second
+		}
+		f.stops = append(f.stops, f.after(d, func() { f.fire("servers wait for their sessions to end") }))
+	}
+	if !res.draining() && res.guardParked() {
 		f.stops = append(f.stops, f.after(f.dur(f.Drain, time.Second), func() { f.fire("guarded servers wait for a confirming read") }))
 	}
 }
 
+// ObserveTarget is told the result of a reconcile of target alone (Enter);
+// it replaces what was started for that target. A failure there asks for a
+// whole reconcile after Retry.
+func (f *FollowUp) ObserveTarget(target string, res Result, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return
+	}
+	f.unwatch(target)
+	switch {
+	case err != nil:
+		f.stops = append(f.stops, f.after(f.dur(f.Retry, time.Second), func() { f.fire("retry after a failure") }))
+	case res.gateDeferred:
+		// A pod's gate needs every target's view: a whole reconcile sets it.
+		f.stops = append(f.stops, f.after(0, func() { f.fire("the readiness gate needs every target") }))
+	}
+	if backends := waitingByTarget(res)[target]; len(backends) > 0 {
+		if f.since.IsZero() {
+			f.since = f.now()
+		}
+		f.watch(target, backends)
+	}
+}
+
+// watch starts what brings target's waiting servers (backend → names) into
+// service: polls of its checks, or past the patience (or with no check
+// reader) a reconcile every Slow. f.mu is held.
+func (f *FollowUp) watch(target string, backends map[string][]string) {
+	cr := f.Checks[target]
+	if cr == nil || f.now().Sub(f.since) > f.dur(f.Patience, 2*time.Minute) {
+		f.stops = append(f.stops, f.after(f.dur(f.Slow, 10*time.Second), func() { f.fire("servers wait for their check") }))
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if f.polls == nil {
+		f.polls = map[string]context.CancelFunc{}
+	}
+	f.polls[target] = cancel
+	f.pollChecks(ctx, target, cr, backends, f.dur(f.Poll, 50*time.Millisecond))
+}
+
+// unwatch stops target's check polls; f.mu is held.
+func (f *FollowUp) unwatch(target string) {
+	if cancel := f.polls[target]; cancel != nil {
+		cancel()
+		delete(f.polls, target)
+	}
+}
+
 // pollChecks reads cr's checks every poll until a server in backends (name
-// → waiting servers) passed its check, then pokes. A failed read is tried
-// again at the next poll: a target that cannot be read is one whose
-// reconcile failed, and the retry covers it. Cancelling ctx (a newer
-// result, Stop) ends the polls: a tick still pending returns at once.
-func (f *FollowUp) pollChecks(ctx context.Context, cr CheckReader, backends map[string][]string, poll time.Duration) {
+// → waiting servers) passed its check, then asks for target's reconcile. A
+// failed read is tried again at the next poll: a target that cannot be read
+// is one whose reconcile failed, and the retry covers it. Cancelling ctx (a
+// newer result, Stop) ends the polls: a tick still pending returns at once.
+func (f *FollowUp) pollChecks(ctx context.Context, target string, cr CheckReader, backends map[string][]string, poll time.Duration) {
 	var tick func()
 	tick = func() {
 		if ctx.Err() != nil {
@@ -153,12 +215,31 @@ func (f *FollowUp) pollChecks(ctx context.Context, cr CheckReader, backends map[
 		passed := passedOne(rctx, cr, backends)
 		cancel()
 		if passed {
-			f.fire("a waiting server passed its check")
+			f.enter(ctx, target)
 			return
 		}
 		f.after(poll, tick)
 	}
 	f.after(poll, tick)
+}
+
+// enter asks for the reconcile a passed check on target calls for: target's
+// own with Enter, else a whole one.
+func (f *FollowUp) enter(ctx context.Context, target string) {
+	f.mu.Lock()
+	if f.Enter == nil {
+		f.mu.Unlock()
+		f.fire("a waiting server passed its check")
+		return
+	}
+	if f.stopped || ctx.Err() != nil {
+		f.mu.Unlock()
+		return
+	}
+	f.unwatch(target) // until the target's result says what waits
+	enter := f.Enter
+	f.mu.Unlock()
+	enter(target)
 }
 
 // fire pokes, unless a newer result or Stop came first (then what was
@@ -181,9 +262,8 @@ func (f *FollowUp) reset() {
 		stop()
 	}
 	f.stops = nil
-	if f.cancel != nil {
-		f.cancel()
-		f.cancel = nil
+	for target := range f.polls {
+		f.unwatch(target)
 	}
 }
 
@@ -196,11 +276,14 @@ func (f *FollowUp) Stop() {
 }
 
 // waitingByTarget returns the servers res lists as waiting for their check,
-// by target and backend.
+// by target and backend, leaving out the backends whose reconcile failed
+// other than by HAProxy refusing single servers (their Waiting lists no
+// refused one): the retry after a failure comes for those, with its backoff,
+// where polling would ask again every Poll for what cannot be done.
 func waitingByTarget(res Result) map[string]map[string][]string {
 	out := map[string]map[string][]string{}
 	for _, t := range res.Targets {
-		if len(t.Waiting) == 0 {
+		if len(t.Waiting) == 0 || t.Error != "" && len(t.Failed) == 0 {
 			continue
 		}
 		if out[t.Target] == nil {

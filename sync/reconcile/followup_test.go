@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
 )
 
 // fakeClock runs nothing by itself: a test fires the due timers.
@@ -342,5 +344,111 @@ func TestSettleGivesUpWithServersWaiting(t *testing.T) {
 	res, err := Settle(ctx, run, map[string]CheckReader{"a": a}, time.Millisecond)
 	if !errors.Is(err, ErrStillWaiting) || res.Status != StatusError || len(res.Targets[0].Waiting) != 1 {
 		t.Fatalf("err %v, result %+v; want ErrStillWaiting, status error, n1 still waiting", err, res)
+	}
+}
+
+// TestFollowUpDrainingSlowsDown: a server parked with a long-lived session
+// (the shipped drain timeout is 0) is asked after every second at first,
+// then every 10 s past the patience, not every second for the session's
+// life.
+func TestFollowUpDrainingSlowsDown(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)}
+	f := newFollowUp(clock, nil)
+	draining := Result{Targets: []TargetResult{{Target: "a", Backend: "be", Draining: []string{"old"}}}}
+	var mu sync.Mutex
+	var at []time.Time
+	var poke func(string)
+	poke = func(string) { // each poke is a reconcile that finds it still draining
+		mu.Lock()
+		at = append(at, clock.now)
+		mu.Unlock()
+		go f.Observe(draining, nil, poke)
+	}
+	f.Observe(draining, nil, poke)
+	for range 10 * 60 * 10 { // ten minutes in steps of 100ms
+		clock.advance(100 * time.Millisecond)
+		for len(clock.pending()) == 0 { // let the reconcile's Observe land
+			time.Sleep(time.Millisecond)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	start, tenth := clock.now.Add(-10*time.Minute), 0
+	first := 0
+	for _, x := range at {
+		if x.After(start.Add(9 * time.Minute)) {
+			tenth++
+		}
+		if !x.After(start.Add(time.Minute)) {
+			first++
+		}
+	}
+	if first < 50 || tenth > 6 {
+		t.Errorf("pokes: %d in the first minute (want ~60), %d in the tenth (want at most 6)", first, tenth)
+	}
+}
+
+// TestFollowUpLeavesAFailedTargetToTheRetry: a backend that refuses runtime
+// servers fails every reconcile; the server it refused is not there to
+// pass a check, and polling for it would poke every Poll. The retry after a
+// failure comes instead, with its backoff.
+func TestFollowUpLeavesAFailedTargetToTheRetry(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)}
+	a := &checks{passed: map[string]bool{}} // the refused server is absent
+	f := newFollowUp(clock, map[string]CheckReader{"a": a})
+	var p pokes
+	refused := waiting("a", "n1")
+	refused.Error, refused.ErrorClass = "backend be cannot take runtime servers", "permanent"
+	f.Observe(Result{Targets: []TargetResult{refused}}, errors.New("haproxy target failed"), p.poke)
+	clock.advance(900 * time.Millisecond)
+	if len(p.got()) != 0 || a.reads != 0 {
+		t.Fatalf("pokes %v, %d check reads before the retry; want none", p.got(), a.reads)
+	}
+	clock.advance(100 * time.Millisecond)
+	if want := []string{"retry after a failure"}; !reflect.DeepEqual(p.got(), want) {
+		t.Errorf("pokes %v, want %v", p.got(), want)
+	}
+	// One server refused among others that wait: those are still polled.
+	some := waiting("a", "n2")
+	some.Error, some.Failed = "1 server change(s) refused", []plan.ServerError{{Server: "n1", Error: "refused"}}
+	a.set("n2", true)
+	f.Observe(Result{Targets: []TargetResult{some}}, errors.New("haproxy target failed"), p.poke)
+	clock.advance(50 * time.Millisecond)
+	if got := p.got(); len(got) != 2 || got[1] != "a waiting server passed its check" {
+		t.Errorf("pokes %v, want the waiting server's", got)
+	}
+}
+
+// TestFollowUpEntersTargetByTarget: with Enter, a passed check asks for its
+// target's reconcile alone; that target's result replaces only its own
+// polls, and the other target keeps being polled.
+func TestFollowUpEntersTargetByTarget(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)}
+	live := &checks{passed: map[string]bool{"n1": false}}
+	slow := &checks{passed: map[string]bool{"n1": false}}
+	f := newFollowUp(clock, map[string]CheckReader{"live": live, "slow": slow})
+	var entered []string
+	f.Enter = func(target string) { entered = append(entered, target) }
+	var p pokes
+	f.ObserveTarget("live", Result{Targets: []TargetResult{waiting("live", "n1")}}, nil) // live is done; slow still runs
+	f.Observe(Result{Targets: []TargetResult{waiting("live", "n1"), waiting("slow", "n1")}}, nil, p.poke)
+	live.set("n1", true)
+	clock.advance(50 * time.Millisecond)
+	if !reflect.DeepEqual(entered, []string{"live"}) || len(p.got()) != 0 {
+		t.Fatalf("entered %v, pokes %v; want live entered alone", entered, p.got())
+	}
+	reads := slow.reads
+	f.ObserveTarget("live", Result{Targets: []TargetResult{{Target: "live", Backend: "be"}}}, nil)
+	clock.advance(50 * time.Millisecond)
+	if slow.reads == reads {
+		t.Error("the other target's polls stopped with live's result")
+	}
+	if live.reads > 2 {
+		t.Errorf("live read %d times after nothing waits there", live.reads)
+	}
+	f.ObserveTarget("live", Result{gateDeferred: true}, nil)
+	clock.advance(0)
+	if want := []string{"the readiness gate needs every target"}; !reflect.DeepEqual(p.got(), want) {
+		t.Errorf("pokes %v, want %v", p.got(), want)
 	}
 }

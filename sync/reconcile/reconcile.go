@@ -103,6 +103,8 @@ type Reconciler struct {
 	// timed from its EndpointSlice stamp (see Programmed).
 	OnProgrammed func(Programmed)
 	Log          *slog.Logger
+
+	locks sync.Map // target name → chan struct{} (see lock)
 }
 
 // Status values of a Result.
@@ -133,6 +135,44 @@ type Result struct {
 	// podsStarting: pods that list the readiness gate wait for their
 	// containers; no EndpointSlice change will say when they are ready.
 	podsStarting bool
+	// gateDeferred: a reconcile of some targets only changed servers while
+	// the readiness gate is on; the gate waits for a whole reconcile.
+	gateDeferred bool
+}
+
+type onlyTargetKey struct{}
+
+// OnlyTarget returns a context whose reconciles reconcile the target named
+// name alone (Driver.Name): what the follow-up asks for when a server passed
+// its check there, so that another target that hangs cannot hold it back.
+// It travels in the context so that every Runner wrapping a Reconciler
+// (metrics, Events) passes it on unchanged.
+func OnlyTarget(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, onlyTargetKey{}, name)
+}
+
+type targetDoneKey struct{}
+
+// WithTargetDone returns a context whose reconciles tell done each target's
+// results as soon as that target is done, before the others are: the
+// follow-up starts watching a target's waiting servers while another target
+// still hangs.
+func WithTargetDone(ctx context.Context, done func(target string, results []TargetResult)) context.Context {
+	return context.WithValue(ctx, targetDoneKey{}, done)
+}
+
+// targets returns the targets ctx asks for: all, or the one OnlyTarget named.
+func (r *Reconciler) targets(ctx context.Context) ([]Driver, bool) {
+	name, ok := ctx.Value(onlyTargetKey{}).(string)
+	if !ok {
+		return r.Targets, false
+	}
+	for _, t := range r.Targets {
+		if t.Name() == name {
+			return []Driver{t}, true
+		}
+	}
+	return nil, true
 }
 
 // TargetResult is what happened to one backend of one HAProxy target.
@@ -245,18 +285,29 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 		})
 	}}
 
-	results := make([][]TargetResult, len(r.Targets))
+	targets, partial := r.targets(ctx)
+	results := make([][]TargetResult, len(targets))
 	var wg sync.WaitGroup
-	for i, t := range r.Targets {
+	for i, t := range targets {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			unlock, err := r.lock(ctx, t.Name())
+			if err != nil {
+				results[i] = append(results[i], TargetResult{Target: t.Name(), Error: err.Error(), ErrorClass: failure.Temporary,
+					Add: []string{}, Update: []string{}, Drain: []string{}, Maint: []string{}, Delete: []string{}})
+				return
+			}
+			defer unlock()
 			for _, pb := range r.Options.Backends {
 				tr, err := r.syncBackend(ctx, t, pb.Backend, kube, dryRun)
 				results[i] = append(results[i], tr)
 				if errors.As(err, new(*kubeError)) {
 					return // the same read would fail for every backend
 				}
+			}
+			if done, ok := ctx.Value(targetDoneKey{}).(func(string, []TargetResult)); ok && !dryRun {
+				done(t.Name(), results[i])
 			}
 		}()
 	}
@@ -293,7 +344,9 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 	if kubeErr != nil {
 		return res, kubeErr
 	}
-	if r.Gate != nil && !dryRun {
+	if r.Gate != nil && !dryRun && partial {
+		res.gateDeferred = res.Status == StatusApplied
+	} else if r.Gate != nil && !dryRun {
 		if in, ok := gateInput(res.Targets, good.backends, good.pods); ok {
 			r.Gate.Update(ctx, in)
 		}
@@ -305,6 +358,21 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 		return res, fmt.Errorf("%w: %d of %d", ErrTargets, failed, len(res.Targets))
 	}
 	return res, nil
+}
+
+// lock waits, within ctx, until no other reconcile works on target: a
+// reconcile of that target alone (OnlyTarget) may run beside a whole one,
+// and two never apply to one HAProxy at once, each from its own read. One
+// target's hang holds only that target's lock.
+func (r *Reconciler) lock(ctx context.Context, target string) (unlock func(), err error) {
+	v, _ := r.locks.LoadOrStore(target, make(chan struct{}, 1))
+	sem := v.(chan struct{})
+	select {
+	case sem <- struct{}{}:
+		return func() { <-sem }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("another reconcile of %s still runs: %w", target, ctx.Err())
+	}
 }
 
 // syncBackend reads, plans and applies one backend on one target, retrying
@@ -369,6 +437,10 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		tr.Failed = nil
 		if se := (plan.ServerErrors)(nil); errors.As(err, &se) {
 			tr.Failed = se
+			// A refused server waits for nothing: the next reconcile tries
+			// it again, and polling its check would ask every Poll.
+			refused := refusedSet(se)
+			tr.Waiting = slices.DeleteFunc(slices.Clone(tr.Waiting), func(n string) bool { return refused[n] })
 			r.transitions(tr.Target, p, want, se)
 			r.programmed(tr.Target, p, want, se, readAt)
 		} else if err == nil {
