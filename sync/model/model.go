@@ -111,6 +111,11 @@ type Runtime struct {
 	// CheckPassed: the check's health has reached rise and its last
 	// result passed, i.e. the server has earned traffic.
 	CheckPassed bool
+	// CheckStale: HAProxy shows the check passed on a result that is not
+	// the running check's to give: a server leaving maintenance starts at
+	// health rise with the result it had before it was parked. It has not
+	// earned traffic (CheckPassed is false) and must be gated afresh.
+	CheckStale bool
 	// CheckL4: the last check was a bare TCP connect that succeeded
 	// (HAProxy's L4OK): nothing was asked of the server, so a health port
 	// that answers 503 still passes.

@@ -278,8 +278,9 @@ func mustEarn(old *model.Server, ok bool, d *model.Server) bool {
 		return true
 	case old.State == model.Ready:
 		// In service: HAProxy's running check rules it. Without one
-		// (a check never started), it must earn its place again.
-		return !old.Runtime.CheckRunning
+		// (a check never started), or on a result from before it was
+		// parked, it must earn its place again.
+		return !old.Runtime.CheckRunning || old.Runtime.CheckStale
 	default:
 		return !old.Runtime.CheckRunning || !old.Runtime.CheckPassed
 	}
@@ -295,7 +296,9 @@ func (p *Plan) gate(old *model.Server, d *model.Server) {
 	switch {
 	case old == nil:
 		p.Changes = append(p.Changes, Change{Action: Add, Name: d.Name, New: &held, Gate: true})
-	case !old.Runtime.CheckRunning || old.Address != d.Address || old.Port != d.Port:
+	case !old.Runtime.CheckRunning || old.Runtime.CheckStale || old.Address != d.Address || old.Port != d.Port:
+		// Its check is not running, or its health is not the check's
+		// (model.Runtime.CheckStale): restarted from zero.
 		// (mustEarn gates only servers whose Runtime it can read.)
 		p.Changes = append(p.Changes, Change{Action: Drain, Name: d.Name, Old: old, New: &held, Gate: true})
 	case old.Check != d.Check:

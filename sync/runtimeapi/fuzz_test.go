@@ -17,7 +17,7 @@ func FuzzParseServersState(f *testing.F) {
 	f.Add("Unknown command, but maybe one of the following ones is a better match:\n")
 	f.Add("1\n")
 	f.Fuzz(func(t *testing.T, reply string) {
-		servers, err := ParseServersState(reply, "be", 2)
+		servers, err := ParseServersState(reply, "be", 2, 2)
 		if err != nil {
 			return
 		}

@@ -541,3 +541,49 @@ func cutAfter(t *testing.T, target string, k int) string {
 	}()
 	return path
 }
+
+// TestParkedServerMovedNeedsAFreshCheck: a server in service is parked,
+// moves (while parked) to an address where nothing answers, and is wanted
+// ready again. Its gate is cut after each of its command lines in turn; the
+// reconciles that follow (every 50 ms, as the follow-up's) must never put
+// it in service on the check result it earned at its old address, which
+// HAProxy shows as "UP, passed" once it leaves maintenance.
+func TestParkedServerMovedNeedsAFreshCheck(t *testing.T) {
+	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance roundrobin", "option tcp-check"}})
+	gchk := model.Check{Inter: time.Second, Rise: 2, Fall: 2} // a steady check long after the gate
+	ports := haproxytest.FreePorts(t, "127.0.0.1", 3)
+	pa, pb, pdead := ports[0], ports[1], ports[2]
+	haproxytest.Listen(t, "a", fmt.Sprintf("127.0.0.1:%d", pa))
+	haproxytest.Listen(t, "b", fmt.Sprintf("127.0.0.1:%d", pb))
+	a := model.Server{Name: "a", Address: "127.0.0.1", Port: pa, Weight: 1, State: model.Ready, Check: gchk}
+	b := model.Server{Name: "b", Address: "127.0.0.1", Port: pb, Weight: 1, State: model.Ready, Check: gchk}
+	direct, err := runtimeapi.New(h.RuntimeURL(), model.Settings{Balance: "roundrobin", TCPCheck: true}, gchk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parked, moved := a, a
+	parked.State = model.Maint
+	moved.Port = pdead
+	movedParked := moved
+	movedParked.State = model.Maint
+	for k := 1; k <= 5; k++ {
+		converge(t, direct, want(a, b), 10*time.Second) // in service at pa, its check passed there
+		converge(t, direct, want(parked, b), 5*time.Second)
+		converge(t, direct, want(movedParked, b), 5*time.Second)
+		relay := cutAfter(t, h.AdminSocket, k)
+		c, _ := runtimeapi.New("unix://"+relay, model.Settings{Balance: "roundrobin", TCPCheck: true}, gchk)
+		cur, err := direct.Read(context.Background(), "be")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Apply(context.Background(), plan.CalculateWith(cur, want(moved, b), c.Policy()))
+		t.Logf("cut after %d lines: %v", k, err)
+		for range 20 {
+			syncOnce(t, direct, want(moved, b))
+			if s := h.Servers(t, "be")["a"]; s.Up() && !s.Drain() && !s.Maint() {
+				t.Fatalf("cut after %d lines: a in service at an address no check passed at: %+v", k, s)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}

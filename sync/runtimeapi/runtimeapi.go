@@ -224,7 +224,7 @@ func (c *Client) serversState(ctx context.Context, backend string) ([]model.Serv
 	if err != nil {
 		return nil, err
 	}
-	servers, err := ParseServersState(reply, backend, c.check.Rise)
+	servers, err := ParseServersState(reply, backend, c.check.Rise, c.check.Fall)
 	if err != nil {
 		return nil, &CommandError{Command: cmd, Reply: err.Error()}
 	}
@@ -291,9 +291,17 @@ const (
 
 // ParseServersState reads the reply to "show servers state <backend>"
 // (format version 1, the same from 2.6 to 3.4) into servers of that backend,
-// judging a check passed when its health reached rise and its last result
-// passed.
-func ParseServersState(reply, backend string, rise int) ([]model.Server, error) {
+// judging a check passed when its last result passed and its health is at
+// the top (rise+fall-1), where a passed check puts it once health reached
+// rise.
+//
+// A passed result with health at rise but below the top is HAProxy's doing,
+// not a check's: a server leaving maintenance gets health rise ("start OK")
+// and keeps the result of its last check, earned before it was parked,
+// perhaps at another address, and until its next check (a steady inter
+// later) it shows "UP, passed". Such a server is CheckStale. With fall 1
+// the top is rise and the two cannot be told apart.
+func ParseServersState(reply, backend string, rise, fall int) ([]model.Server, error) {
 	sc := bufio.NewScanner(strings.NewReader(reply))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	if !sc.Scan() || strings.TrimSpace(sc.Text()) != "1" {
@@ -325,10 +333,14 @@ func ParseServersState(reply, backend string, rise int) ([]model.Server, error) 
 		}
 		// Field 5 is the operational state: 2 is running (UP).
 		up := f[5] == strconv.Itoa(opStateRunning)
+		passed := result == chkResPassed || result == chkResCondOK
+		top := max(rise, 1) + max(fall, 1) - 1
 		rt := &model.Runtime{
 			CheckRunning: chk&chkEnabled != 0 && chk&chkPaused == 0,
-			// In maintenance the operational state says nothing; health does.
-			CheckPassed: (result == chkResPassed || result == chkResCondOK) && (up || health >= max(rise, 1)),
+			// Health, not the operational state: in maintenance that says
+			// nothing, and on leaving it, UP comes before any check.
+			CheckPassed: passed && health >= top,
+			CheckStale:  passed && health >= max(rise, 1) && health < top,
 			CheckL4:     status == chkStatusL4OK,
 			Since:       time.Duration(since) * time.Second,
 		}

@@ -28,7 +28,7 @@ func TestParseServersState(t *testing.T) {
 		"3 be 5 v6 ::1 0 33 1 1 1 6 3 4 6 0 0 0 - 84 - 0 0 - - 0\n" +
 		"3 be 6 cfgdisabled 127.0.0.6 2 4 1 1 1 6 3 4 6 0 0 0 - 85 - 0 0 - - 0\n" +
 		"4 other 1 x 127.0.0.9 2 0 1 1 2 6 3 4 6 0 0 0 - 80 - 0 0 - - 0\n\n"
-	got, err := ParseServersState(reply, "be", 2)
+	got, err := ParseServersState(reply, "be", 2, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestParseServersState(t *testing.T) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
 	}
 	for _, bad := range []string{"Can't find backend.\n", "", "1\n3 be 1 short\n", header + "3 be 1 s x 2 x 1 1 2 6 3 4 6 0 0 0 - 80 - 0 0 - - 0\n"} {
-		if _, err := ParseServersState(bad, "be", 2); err == nil {
+		if _, err := ParseServersState(bad, "be", 2, 2); err == nil {
 			t.Errorf("no error for %q", bad)
 		}
 	}
@@ -69,7 +69,7 @@ func TestParseServersStateChecks(t *testing.T) {
 		"3 be 7 dead 127.0.0.1 0 8 1 1 5 8 2 0 6 0 0 0 - 80 - 0 0 - - 0\n" + // drain, L4CON failed
 		"3 be 8 http 127.0.0.1 2 0 1 1 5 15 3 4 6 0 0 0 - 80 - 0 0 - - 0\n" + // ready, L7OK (option httpchk)
 		"3 be 9 http503 127.0.0.1 0 0 1 1 5 17 2 0 6 0 0 0 - 80 - 0 0 - - 0\n" // ready, L7STS (a 503)
-	got, err := ParseServersState(reply, "be", 2)
+	got, err := ParseServersState(reply, "be", 2, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
