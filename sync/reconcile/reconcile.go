@@ -170,6 +170,9 @@ type TargetResult struct {
 	// Servers counts the backend's servers by state (ready, drain, maint)
 	// as this reconcile left them; empty after a failure or a dry run.
 	Servers map[string]int `json:"servers,omitempty"`
+	// Plan, in a dry run, is each planned change with the server's address,
+	// state and weight before and after.
+	Plan []PlannedChange `json:"plan,omitempty"`
 
 	changed bool
 	kubeErr error
@@ -354,6 +357,9 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		}
 		if dryRun || !p.HasChanges() {
 			tr.fill(p)
+			if dryRun {
+				tr.Plan = planned(p)
+			}
 			if !dryRun {
 				tr.Servers = statesAfter(cur, p)
 				if r.Gate != nil {
