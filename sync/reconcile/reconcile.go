@@ -352,7 +352,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			p = r.releaseGuard(ctx, t, cur, want, pol, p)
 		}
 		if len(p.Guarded) > 0 {
-			r.log().Warn("mass-deletion guard: servers parked, not deleted", "target", tr.Target, "backend", backend,
+			r.log().Warn("mass-deletion guard: unwanted servers parked for now, not deleted; a later reconcile deletes them once it confirms them unwanted and their replacements are UP", "target", tr.Target, "backend", backend,
 				"servers", len(cur.Servers), "unwanted", len(p.Guarded), "guardPercent", pol.GuardPercent)
 		}
 		if dryRun || !p.HasChanges() {
