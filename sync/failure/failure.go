@@ -41,7 +41,8 @@ type Classed interface {
 	Class() Class
 }
 
-// Of returns err's class: Unreachable when nothing listened (connection
+// Of returns err's class: Permanent for an *InputError, Unreachable when
+// nothing listened (connection
 // refused, no such socket) or the host name does not exist, wherever that
 // sits in the chain, Temporary when a deadline ran out, else the class of
 // the first error in the chain that has one, else Permanent: an error
@@ -54,6 +55,9 @@ type Classed interface {
 func Of(err error) Class {
 	if err == nil {
 		return ""
+	}
+	if errors.As(err, new(*InputError)) { // whatever it wraps (a manifests file not found is ENOENT)
+		return Permanent
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
 		return Unreachable

@@ -39,6 +39,7 @@ func TestOf(t *testing.T) {
 		{"a name that does not resolve (NXDOMAIN)", fmt.Errorf("read be: %w", &NetworkError{Err: noHost}), Unreachable},
 		{"a resolver that timed out", &NetworkError{Err: dnsTimeout}, Temporary},
 		{"a manifests file without the Service", fmt.Errorf("read kubernetes: %w", &InputError{Err: errors.New("service not found")}), Permanent},
+		{"a manifests file that is not there", &InputError{Err: &os.PathError{Op: "stat", Path: "dump.yaml", Err: syscall.ENOENT}}, Permanent},
 		{"a conflict", fmt.Errorf("apply: %w", &ConflictError{Msg: "version changed"}), Temporary},
 		{"a backend that cannot be managed", fmt.Errorf("read: %w", &BackendError{Backend: "be", Reason: "static-rr"}), Permanent},
 		{"a driver's own 503", fmt.Errorf("put: %w", &classedAPIError{503}), Temporary},
