@@ -21,6 +21,7 @@ fi
 if [ -f "$run/haproxy.pid" ]; then kill "$(cat "$run/haproxy.pid")" 2>/dev/null || true; sleep 0.5; fi
 mkdir -p "$run"
 sed "s#RUN_DIR#$run#g" "$root/testdata/demo/haproxy.cfg" > "$run/haproxy.cfg"
+cp "$root/testdata/demo/cluster.yaml" "$run/cluster.yaml" # yours to edit
 haproxy -W -D -S "$run/master.sock" -f "$run/haproxy.cfg"
 for _ in $(seq 50); do [ -S "$run/admin.sock" ] && break; sleep 0.1; done
 
@@ -36,10 +37,10 @@ servers
 echo
 env=(INGRESS_NAMESPACE=ingress-nginx INGRESS_SERVICE_NAME=ingress-nginx TARGET_ADDRESS=node
   HAPROXY_WEIGHT=endpoints
-  HAPROXY_RUNTIME_URL="unix://$run/admin.sock" LOG_LEVEL=warn
+  HAPROXY_RUNTIME_URL="unix://$run/admin.sock" LOG_LEVEL=info LOG_FORMAT=text
   ALLOWED_SERVER_CIDRS=127.0.0.0/8) # the demo's Nodes are on loopback
-sync_cmd=("$root/bin/haproxy-k8s-sync" reconcile --manifests "$root/testdata/demo/cluster.yaml")
-echo "== haproxy-k8s-sync reconcile --manifests testdata/demo/cluster.yaml"
+sync_cmd=("${HKS_BIN:-$root/bin/haproxy-k8s-sync}" reconcile --manifests "$run/cluster.yaml")
+echo "== haproxy-k8s-sync reconcile --manifests $run/cluster.yaml (logs on stderr, the result as JSON on stdout)"
 env "${env[@]}" "${sync_cmd[@]}"
 echo
 echo "== HAProxy backend ingress-nginx after (node-c drains: its pod is terminating):"
@@ -48,6 +49,14 @@ echo
 echo "== 6 requests to http://127.0.0.1:18080 (node-a has weight 2: two ready pods):"
 for _ in 1 2 3 4 5 6; do printf '  '; curl -s --max-time 2 http://127.0.0.1:18080/; done
 echo
-echo "HAProxy keeps running. Edit testdata/demo/cluster.yaml, then sync the change with:"
-echo "  env ${env[*]} ${sync_cmd[*]}"
+cat <<EOF
+HAProxy keeps running. Edit $run/cluster.yaml (a copy of testdata/demo/cluster.yaml), e.g.:
+  - add a Node: node-d (127.0.1.4) and node-e (127.0.1.5) have a listener on :30080. Add a Node
+    object (name node-d, InternalIP 127.0.1.4) and an endpoint with nodeName: node-d
+  - remove node-b's endpoint: its server leaves traffic at once and is deleted once its sessions end
+  - set an endpoint's ready: false (maintenance), or terminating: true (drain)
+A Node at another address or port has nothing listening: its server never passes its health
+check, and reconcile says so, waits up to 1m, then exits 1. Sync each change with:
+  env ${env[*]} ${sync_cmd[*]}
+EOF
 echo "Stop it with: kill \$(cat $run/haproxy.pid)"

@@ -18,13 +18,16 @@ import (
 // defaultDrainWait caps ?wait= when Config.Wait is not set.
 const defaultDrainWait = 30 * time.Second
 
-// drained answers GET /drained?node=NAME|ip=ADDR[&wait=DURATION]: 200
-// {"status":"drained"} once the server is out of rotation with no sessions
-// on every target, else 503 {"status":"waiting"} with Retry-After, after
-// waiting up to wait (at most Config.Wait) for it. It only reads HAProxy.
+// drained answers GET /drained?node=NAME|ip=ADDR[&wait=DURATION][&missingOk=true]:
+// 200 {"status":"drained"} once the server is out of rotation with no
+// sessions on every target, else 503 {"status":"waiting"} with Retry-After,
+// after waiting up to wait (at most Config.Wait) for it. A server no target
+// has at the first look is 404 (a misspelt name, a pod IP in node mode: a
+// preStop hook must not take that for drained), or drained with
+// missingOk=true. It only reads HAProxy.
 func (a *api) drained(w http.ResponseWriter, r *http.Request) {
 	limit := cmp.Or(a.cfg.Wait, defaultDrainWait)
-	q, wait, err := drainedQuery(r.URL.Query(), a.cfg.NodeMode, limit)
+	q, wait, missingOK, err := drainedQuery(r.URL.Query(), a.cfg.NodeMode, limit)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -44,6 +47,15 @@ func (a *api) drained(w http.ResponseWriter, r *http.Request) {
 	}
 	a.log.Info("drained", "node", r.URL.Query().Get("node"), "ip", r.URL.Query().Get("ip"), "status", ans.Status,
 		"waitedMs", time.Since(start).Milliseconds(), "targets", ans.Targets)
+	if ans.Status == drained.StatusAbsent {
+		if missingOK {
+			ans.Status = drained.StatusDrained
+			writeJSON(w, http.StatusOK, ans)
+			return
+		}
+		writeJSON(w, http.StatusNotFound, absentAnswer{Status: "error", Error: absentMessage(q, a.cfg.NodeMode), Targets: ans.Targets})
+		return
+	}
 	if !ans.Drained() {
 		w.Header().Set("Retry-After", "1")
 		writeJSON(w, http.StatusServiceUnavailable, ans)
@@ -52,12 +64,50 @@ func (a *api) drained(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ans)
 }
 
+// absentAnswer is the 404 of GET /drained: the error, and what each target
+// showed.
+type absentAnswer struct {
+	Status  string                `json:"status"`
+	Error   string                `json:"error"`
+	Targets []drained.TargetState `json:"targets"`
+}
+
+// absentMessage says that no target has the server asked for, and what is
+// most likely wrong.
+func absentMessage(q drained.Query, nodeMode bool) string {
+	const ok = "; add missingOk=true (wait-drained --missing-ok) if a server that is gone counts as drained"
+	switch {
+	case q.Server != "":
+		return fmt.Sprintf("no target has a server for node %q: is the Node name right?%s", q.Server, ok)
+	case nodeMode:
+		return fmt.Sprintf("no target has a server at %s: servers are Nodes here (TARGET_ADDRESS=node): give node=NAME or a Node's InternalIP, not a pod IP%s", q.Address, ok)
+	default:
+		return fmt.Sprintf("no target has a server at %s: is it the IP of a pod of the followed Service?%s", q.Address, ok)
+	}
+}
+
 // drainedQuery reads and checks the parameters of GET /drained; wait is
 // capped at limit.
-func drainedQuery(v url.Values, nodeMode bool, limit time.Duration) (drained.Query, time.Duration, error) {
+func drainedQuery(v url.Values, nodeMode bool, limit time.Duration) (q drained.Query, wait time.Duration, missingOK bool, err error) {
+	q, wait, err = drainedServer(v, nodeMode, limit)
+	if err != nil {
+		return q, 0, false, err
+	}
+	switch s := v.Get("missingOk"); s {
+	case "", "false":
+	case "true":
+		missingOK = true
+	default:
+		return q, 0, false, fmt.Errorf("missingOk %q: want true or false", trigger.Short(s))
+	}
+	return q, wait, missingOK, nil
+}
+
+// drainedServer reads which server GET /drained asks for, and the wait.
+func drainedServer(v url.Values, nodeMode bool, limit time.Duration) (drained.Query, time.Duration, error) {
 	for k, vals := range v {
-		if k != "node" && k != "ip" && k != "wait" {
-			return drained.Query{}, 0, fmt.Errorf("unknown parameter %q: want node, ip, wait", trigger.Short(k))
+		if k != "node" && k != "ip" && k != "wait" && k != "missingOk" {
+			return drained.Query{}, 0, fmt.Errorf("unknown parameter %q: want node, ip, wait, missingOk", trigger.Short(k))
 		}
 		if len(vals) > 1 {
 			return drained.Query{}, 0, fmt.Errorf("parameter %q given %d times", k, len(vals))

@@ -34,6 +34,9 @@ func (d *drainer) Wait(_ context.Context, q drained.Query, bound time.Duration) 
 	if hold != nil {
 		<-hold
 	}
+	if status == drained.StatusAbsent {
+		return drained.Answer{Status: status, Targets: []drained.TargetState{{Target: "t", Backend: "be", State: drained.Absent, Drained: true}}}
+	}
 	return drained.Answer{Status: status, Targets: []drained.TargetState{{Target: "t", Backend: "be", State: "drain", Sessions: 1}}}
 }
 
@@ -153,5 +156,39 @@ func TestDrainedCallersAreBounded(t *testing.T) {
 	wg.Wait()
 	if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" {
 		t.Errorf("third caller: %d, want 429 with Retry-After", code)
+	}
+}
+
+// TestDrainedUnknownServerIsAnError: a server no target has (a misspelt
+// Node, a pod IP in node mode) is 404 with what is likely wrong, not
+// "drained": a preStop hook would skip its wait. missingOk=true asks for
+// drained instead.
+func TestDrainedUnknownServerIsAnError(t *testing.T) {
+	d := &drainer{status: drained.StatusAbsent}
+	node := drainedServer(t, d, true)
+	pod := drainedServer(t, d, false)
+	for _, tt := range []struct {
+		srv         *httptest.Server
+		query, says string
+		code        int
+	}{
+		{node, "node=nodee-a", `no target has a server for node "nodee-a": is the Node name right?`, http.StatusNotFound},
+		{node, "ip=10.244.1.10", "servers are Nodes here (TARGET_ADDRESS=node)", http.StatusNotFound},
+		{pod, "ip=10.244.1.10", "is it the IP of a pod of the followed Service?", http.StatusNotFound},
+		{node, "node=nodee-a&missingOk=true", "", http.StatusOK},
+		{node, "node=nodee-a&missingOk=maybe", "missingOk", http.StatusBadRequest},
+	} {
+		code, body, _ := getDrained(t, tt.srv, tt.query, tok)
+		msg, _ := body["error"].(string)
+		switch {
+		case code != tt.code:
+			t.Errorf("%s: %d %v, want %d", tt.query, code, body, tt.code)
+		case code == http.StatusOK && body["status"] != "drained":
+			t.Errorf("%s: %v, want drained", tt.query, body)
+		case code != http.StatusOK && (body["status"] != "error" || !strings.Contains(msg, tt.says)):
+			t.Errorf("%s: %v, want an error saying %q", tt.query, body, tt.says)
+		case code == http.StatusNotFound && (body["targets"] == nil || !strings.Contains(msg, "missingOk=true")):
+			t.Errorf("%s: %v, want the targets and how to ask otherwise", tt.query, body)
+		}
 	}
 }

@@ -34,12 +34,14 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/auth"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/trigger"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/cut"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/drained"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
@@ -284,9 +286,10 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, tr trigger.Trigger, dr
 			return
 		}
 		if ctx.Err() != nil {
-			log.Warn("reconcile did not end in time", "waitedMs", a.cfg.Wait.Milliseconds())
+			msg := lateMessage(err, a.cfg.Wait)
+			log.Warn("reconcile did not end in time", "waitedMs", a.cfg.Wait.Milliseconds(), "error", msg)
 			w.Header().Set("Retry-After", retryAfter)
-			writeError(w, http.StatusServiceUnavailable, "the reconcile did not end in time; try again")
+			writeError(w, http.StatusServiceUnavailable, msg)
 			return
 		}
 		log.Error("reconcile failed", "status", res.Status, "error", err, "errorClass", res.ErrorClass, "durationMs", res.DurationMs, "targets", res.Targets)
@@ -301,6 +304,36 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, tr trigger.Trigger, dr
 	}
 	log.Info("reconcile", "status", res.Status, "desired", res.Desired, "dryRun", dryRun, "durationMs", res.DurationMs, "targets", res.Targets)
 	writeJSON(w, http.StatusOK, res)
+}
+
+// maxCause bounds each target's error quoted in a late answer.
+const maxCause = 500
+
+// lateMessage says that the caller's reconcile did not end within its wait
+// and, when the reconcile it waited behind ended meanwhile, how: the last
+// error of each of its failed targets, which is most often why.
+func lateMessage(err error, wait time.Duration) string {
+	msg := "the reconcile did not end in time"
+	if wait > 0 {
+		msg += " (waited " + wait.String() + ")"
+	}
+	var late *reconcile.LateError
+	if !errors.As(err, &late) || late.Before == nil {
+		return msg + "; try again"
+	}
+	if late.BeforeErr == nil {
+		return msg + "; the reconcile before it ended " + late.Before.Status + "; try again"
+	}
+	var causes []string
+	for _, t := range late.Before.Targets {
+		if t.Error != "" {
+			causes = append(causes, t.Target+" backend "+t.Backend+": "+cut.To(t.Error, maxCause))
+		}
+	}
+	if len(causes) == 0 {
+		causes = append(causes, cut.To(late.BeforeErr.Error(), maxCause))
+	}
+	return msg + "; the reconcile before it, which it waited for, failed: " + strings.Join(causes, "; ") + "; try again"
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {

@@ -404,3 +404,44 @@ func TestWorkPerCallerIsBounded(t *testing.T) {
 		t.Errorf("%d dry runs for concurrent /plan calls, want 1 shared", rec.dry.Load())
 	}
 }
+
+// runnerFunc is a reconcile.Runner.
+type runnerFunc func(ctx context.Context, dryRun bool) (reconcile.Result, error)
+
+func (f runnerFunc) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result, error) {
+	return f(ctx, dryRun)
+}
+
+// TestLateAnswerCarriesTheCause: a caller that arrives while a reconcile
+// runs waits for it, then for its own; when its wait ends first, the 503
+// says why the one before failed (each failed target's last error), not
+// only "did not end in time".
+func TestLateAnswerCarriesTheCause(t *testing.T) {
+	var runs atomic.Int32
+	release, hold := make(chan struct{}), make(chan struct{})
+	defer close(hold)
+	rec := runnerFunc(func(context.Context, bool) (reconcile.Result, error) {
+		if runs.Add(1) == 1 {
+			<-release
+			return reconcile.Result{Status: reconcile.StatusError, Targets: []reconcile.TargetResult{{
+				Target: "http://haproxy:5555", Backend: "ingress-nginx",
+				Error: "context deadline exceeded after 20 attempts; last error: dial tcp 10.0.0.9:5555: i/o timeout"}}}, reconcile.ErrTargets
+		}
+		<-hold
+		return reconcile.Result{}, nil
+	})
+	srv := httptest.NewServer(handler.New(handler.Config{Reconciler: rec, Wait: 300 * time.Millisecond}))
+	defer srv.Close()
+	go func() { _, _ = http.Post(srv.URL+"/reconcile", "", nil) }()
+	for runs.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	go func() { time.Sleep(50 * time.Millisecond); close(release) }()
+	a := send(t, http.MethodPost, srv.URL+"/reconcile", "", "")
+	msg, _ := a.body["error"].(string)
+	if a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") == "" || a.body["status"] != "error" ||
+		!strings.HasPrefix(msg, "the reconcile did not end in time (waited 300ms)") ||
+		!strings.Contains(msg, "http://haproxy:5555 backend ingress-nginx: context deadline exceeded after 20 attempts; last error: dial tcp 10.0.0.9:5555: i/o timeout") {
+		t.Errorf("%d %v", a.status, a.body)
+	}
+}

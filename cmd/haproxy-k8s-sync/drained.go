@@ -15,7 +15,6 @@ import (
 
 	"github.com/sethvargo/go-retry"
 
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/drained"
 )
 
@@ -36,11 +35,14 @@ func waitDrainedCmd(args []string, stdout, stderr io.Writer) int {
 	node := fs.String("node", "", "the Node whose server to wait for (node mode)")
 	ip := fs.String("ip", "", "the address whose server to wait for: a pod IP (pod mode), or a Node's InternalIP")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
+	missingOK := fs.Bool("missing-ok", false, "count a server no HAProxy target has as drained (by default that is an error: a misspelt Node, a pod IP in node mode)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: haproxy-k8s-sync wait-drained (--node NAME | --ip ADDR) [--timeout 5m] URL   (e.g. http://haproxy-k8s-sync.ingress-nginx.svc)")
+		fmt.Fprintln(fs.Output(), "usage: haproxy-k8s-sync wait-drained (--node NAME | --ip ADDR) [--timeout 5m] [--missing-ok] URL   (e.g. http://haproxy-k8s-sync.ingress-nginx.svc)\n\n"+
+			"Wait until the running service says that server is out of rotation with no sessions on every HAProxy target.\n\nFlags:")
+		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := parseFlags(fs, args, stdout, stderr); done {
+		return code
 	}
 	if fs.NArg() != 1 || (*node == "") == (*ip == "") || *timeout <= 0 {
 		fs.Usage()
@@ -54,7 +56,7 @@ func waitDrainedCmd(args []string, stdout, stderr io.Writer) int {
 	if !strings.HasSuffix(u.Path, "/drained") {
 		u.Path = strings.TrimSuffix(u.Path, "/") + "/drained"
 	}
-	token, err := config.WebhookTokenFromEnv()
+	token, err := callerToken()
 	if err != nil {
 		fmt.Fprintf(stderr, "wait-drained: %v\n", err)
 		return 2
@@ -66,6 +68,9 @@ func waitDrainedCmd(args []string, stdout, stderr io.Writer) int {
 		q.Set("node", *node)
 	} else {
 		q.Set("ip", *ip)
+	}
+	if *missingOK {
+		q.Set("missingOk", "true")
 	}
 	answer, err := waitDrained(ctx, u, q, token)
 	if len(answer) > 0 {
@@ -81,7 +86,9 @@ func waitDrainedCmd(args []string, stdout, stderr io.Writer) int {
 // waitDrained asks until the service answers drained, refuses for good, or
 // ctx ends; it returns the last answer. A "waiting" answer is asked again
 // at once (the service waited already); a network error, 429 or another
-// 5xx after a backoff.
+// 5xx after a backoff. A server no target has is an error (404) unless
+// asked otherwise, or unless an earlier answer showed it: then it was
+// deleted once drained.
 func waitDrained(ctx context.Context, u *url.URL, q url.Values, token string) ([]byte, error) {
 	client := &http.Client{Timeout: drainAsk + 25*time.Second}
 	backoff := retry.WithJitterPercent(20, retry.WithCappedDuration(5*time.Second, retry.NewExponential(500*time.Millisecond)))
@@ -105,6 +112,9 @@ func waitDrained(ctx context.Context, u *url.URL, q url.Values, token string) ([
 			return body, nil
 		case code == http.StatusServiceUnavailable && json.Unmarshal(body, &ans) == nil && ans.Status == drained.StatusWaiting:
 			last, lastErr = body, nil
+			if present(ans) {
+				q.Set("missingOk", "true") // seen: gone from now on means deleted
+			}
 			continue
 		case code == http.StatusTooManyRequests || code >= 500:
 			lastErr = &statusError{code: code, body: string(body)}
@@ -117,6 +127,16 @@ func waitDrained(ctx context.Context, u *url.URL, q url.Values, token string) ([
 		case <-time.After(wait):
 		}
 	}
+}
+
+// present reports whether some target has the server.
+func present(ans drained.Answer) bool {
+	for _, t := range ans.Targets {
+		if t.State != drained.Absent && t.State != drained.Unknown {
+			return true
+		}
+	}
+	return false
 }
 
 func deadline(ctx context.Context) time.Time {

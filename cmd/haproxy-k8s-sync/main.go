@@ -4,6 +4,7 @@
 //	haproxy-k8s-sync [serve] [--manifests PATH]               the HTTP service (default)
 //	haproxy-k8s-sync reconcile [--dry-run] [--manifests PATH] one reconcile, JSON on stdout
 //	haproxy-k8s-sync trigger [--timeout 1m] URL                POST a poke to a running service
+//	haproxy-k8s-sync wait-drained (--node N | --ip A) URL      wait until a server is drained
 //	haproxy-k8s-sync version | help
 //
 // --manifests reads the Service, EndpointSlices and Nodes from YAML or JSON
@@ -80,13 +81,34 @@ func run(args []string) int {
 		return 2
 	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	dryRun := fs.Bool("dry-run", false, "plan only, apply nothing")
-	manifests := fs.String("manifests", "", "read Kubernetes objects from this file or directory instead of the API")
-	if err := fs.Parse(args); err != nil {
+	var dryRun *bool
+	usage := "usage: haproxy-k8s-sync serve [--manifests PATH]\n\nThe HTTP service: watches the Service and reconciles on every change, and on POST /reconcile."
+	if cmd == "reconcile" {
+		dryRun = fs.Bool("dry-run", false, "plan only, apply nothing; with --manifests and no HAProxy URL, plan against empty backends")
+		usage = "usage: haproxy-k8s-sync reconcile [--dry-run] [--manifests PATH]\n\nOne reconcile, the result as JSON on stdout; exit 0 on success, 1 on failure."
+	} else {
+		dryRun = new(bool)
+	}
+	manifests := fs.String("manifests", "", "read the Service, EndpointSlices and Nodes from this YAML/JSON file or directory instead of the Kubernetes API")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "%s\n\nFlags:\n", usage)
+		fs.PrintDefaults()
+		fmt.Fprintln(fs.Output(), "\nConfiguration is read from the environment: `haproxy-k8s-sync help` lists every variable.")
+	}
+	if code, done := parseFlags(fs, args, os.Stdout, os.Stderr); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "%s: unexpected argument %q\n", cmd, trigger.Short(fs.Arg(0)))
+		fs.Usage()
 		return 2
 	}
 
-	cfg, err := config.Load()
+	load := config.Load
+	if *dryRun && *manifests != "" {
+		load = config.LoadForPlan // nothing to apply: HAProxy is optional
+	}
+	cfg, err := load()
 	if err == nil && cmd == "serve" {
 		err = cfg.RequireWebhookAuth()
 	}
@@ -101,17 +123,47 @@ func run(args []string) int {
 	m := metrics.New(reg, version, revision())
 	rec, checks, kc, err := newReconciler(cfg, *manifests, log, m)
 	if err != nil {
-		log.Error("start", "error", err)
-		return 1
+		// Every error here is the configuration's (a kubeconfig or context
+		// that cannot be used, a CA file, a socket URL): said like Load's.
+		fmt.Fprintf(os.Stderr, "configuration: %v\n", err)
+		return 2
+	}
+	source := "kubernetes"
+	if *manifests != "" {
+		source = "manifests " + *manifests
 	}
 	if cmd == "reconcile" {
+		log.Info("configured", "command", "reconcile", "dryRun", *dryRun, "source", source, "config", cfg.String())
 		return reconcileOnce(rec, checks, *dryRun, log)
 	}
+	log.Info("configured", "command", "serve", "source", source, "config", cfg.String(),
+		"watch", cfg.Watch && kc != nil, "resync", cfg.ResyncPeriod.String(), "webhookAuth", cfg.WebhookAuth)
 	if err := serve(cfg, rec, checks, kc, log, m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
 		log.Error("serve", "error", err)
 		return 1
 	}
 	return 0
+}
+
+// parseFlags parses args; done says the command ends here with code: 0
+// after -h or --help (usage on stdout), 2 on a bad flag (the error and the
+// usage on stderr).
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, done bool) {
+	fs.SetOutput(io.Discard) // the flag package's own lines; ours follow
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0, true
+	case err != nil:
+		fs.SetOutput(stderr)
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		fs.Usage()
+		return 2, true
+	}
+	fs.SetOutput(stderr)
+	return 0, false
 }
 
 // settleTime bounds how long the one-shot reconcile waits for the servers
@@ -120,12 +172,21 @@ const settleTime = time.Minute
 
 // reconcileOnce runs the reconcile command: one reconcile, then, unless it
 // is a dry run, more while servers it gated wait for their first passed
-// check (up to settleTime), so that what it started is finished when it
-// exits. The reconciles' result, together (reconcile.Settle), goes to
-// stdout; exit 1 when one failed or servers still wait.
+// check or servers it parked wait for their sessions to end (up to
+// settleTime), so that what it started is finished when it exits; it says
+// at info what it waits for, once. The reconciles' result, together
+// (reconcile.Settle), goes to stdout; exit 1 when one failed or servers
+// still wait for their check.
 func reconcileOnce(rec *reconcile.Reconciler, checks map[string]reconcile.CheckReader, dryRun bool, log *slog.Logger) int {
 	ctx := context.Background()
-	run := func(ctx context.Context) (reconcile.Result, error) { return rec.Reconcile(ctx, dryRun) }
+	var told bool
+	run := func(ctx context.Context) (reconcile.Result, error) {
+		res, err := rec.Reconcile(ctx, dryRun)
+		if err == nil && !dryRun && !told {
+			told = tellWait(log, res)
+		}
+		return res, err
+	}
 	var res reconcile.Result
 	var err error
 	if dryRun {
@@ -135,7 +196,10 @@ func reconcileOnce(rec *reconcile.Reconciler, checks map[string]reconcile.CheckR
 		res, err = reconcile.Settle(sctx, run, checks, 25*time.Millisecond)
 		cancel()
 		if errors.Is(err, reconcile.ErrStillWaiting) {
-			log.Error("servers never passed their health check", "waited", settleTime.String(), "targets", res.Targets)
+			log.Error("servers never passed their health check: does something answer at their address and port (in node mode the Node's InternalIP and nodePort)?",
+				"waited", settleTime.String(), "servers", held(res, func(t reconcile.TargetResult) []string { return t.Waiting }))
+		} else if d := held(res, func(t reconcile.TargetResult) []string { return t.Draining }); err == nil && len(d) > 0 {
+			log.Info("servers still have sessions: parked, out of traffic; the next reconcile deletes them once their sessions end", "waited", settleTime.String(), "servers", d)
 		}
 	}
 	_ = json.NewEncoder(os.Stdout).Encode(res)
@@ -143,6 +207,32 @@ func reconcileOnce(rec *reconcile.Reconciler, checks map[string]reconcile.CheckR
 		return 1
 	}
 	return 0
+}
+
+// tellWait logs, at info, what a one-shot reconcile waits for before it
+// exits, and reports whether it did: a run that waits silently looks hung.
+func tellWait(log *slog.Logger, res reconcile.Result) bool {
+	w := held(res, func(t reconcile.TargetResult) []string { return t.Waiting })
+	d := held(res, func(t reconcile.TargetResult) []string { return t.Draining })
+	if len(w) > 0 {
+		log.Info("waiting for new servers to pass their health check before they take traffic", "servers", w, "upTo", settleTime.String())
+	}
+	if len(d) > 0 {
+		log.Info("waiting for removed servers' sessions to end before deleting them", "servers", d, "upTo", settleTime.String())
+	}
+	return len(w) > 0 || len(d) > 0
+}
+
+// held lists, as target/backend/server, the servers pick takes from each
+// target's result.
+func held(res reconcile.Result, pick func(reconcile.TargetResult) []string) []string {
+	var out []string
+	for _, t := range res.Targets {
+		for _, s := range pick(t) {
+			out = append(out, t.Backend+"/"+s)
+		}
+	}
+	return out
 }
 
 func newLogger(level, format string) *slog.Logger {
@@ -186,15 +276,19 @@ Commands:
   serve [--manifests PATH]                  the HTTP service (the default): watches and reconciles
   reconcile [--dry-run] [--manifests PATH]  one reconcile, the result as JSON on stdout; exit 1 on failure
   trigger [--timeout 1m] URL                POST a poke to a running service with the webhook token
-  wait-drained (--node N | --ip A) [--timeout 5m] URL
+                                            (URL without a scheme: http:// is assumed)
+  wait-drained (--node N | --ip A) [--timeout 5m] [--missing-ok] URL
                                             wait until the running service says that server is out of
-                                            rotation with no sessions on every HAProxy target
+                                            rotation with no sessions on every HAProxy target; a server
+                                            no target has is an error unless --missing-ok
   copy-to DIR                               copy this executable into DIR (for another container's preStop)
   version                                   version, commit and Go version
   help                                      this text
 
 --manifests reads the Service, EndpointSlices and Nodes from YAML or JSON files
-instead of the Kubernetes API.
+instead of the Kubernetes API; reconcile --dry-run --manifests needs no HAProxy
+(with no HAProxy URL set it plans against empty backends). Each command takes
+--help.
 
 Variables (name, default, meaning):
 `)
@@ -251,7 +345,9 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 			targets = append(targets, m.WrapDriver(rt))
 		}
 	}
-	log.Info("configured", "config", cfg.String())
+	if len(targets) == 0 { // a dry run from manifests (config.LoadForPlan)
+		targets = append(targets, noHAProxy{})
+	}
 	var podGate reconcile.PodGate
 	if cfg.ReadinessGate && kc != nil {
 		podGate = &gate.Writer{Client: kc, Namespace: cfg.Namespace, Log: log, OnWrite: m.PodGate}
@@ -287,7 +383,7 @@ func drainChecker(rec *reconcile.Reconciler) *drained.Checker {
 // the client is nil).
 func newSource(cfg config.Config, manifests string, nodes bool) (reconcile.Source, *kube.Client, error) {
 	if manifests != "" {
-		return &kube.FileSource{Path: manifests, Namespace: cfg.Namespace, Service: cfg.Service, Nodes: nodes}, nil, nil
+		return fileSource{&kube.FileSource{Path: manifests, Namespace: cfg.Namespace, Service: cfg.Service, Nodes: nodes}}, nil, nil
 	}
 	restCfg, err := kube.RESTConfig(cfg.Kubeconfig, cfg.KubeContext)
 	if err != nil {
@@ -352,8 +448,29 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, checks map[string]recon
 	if err != nil {
 		return err
 	}
-	log.Info("shutting down")
-	grace := cfg.ReconcileTimeout + handler.WaitMargin + 3*time.Second
+	// No reconcile starts from now on (callers queued behind the running
+	// one are answered 503 at once); the running one may end by itself
+	// within drain, the longest a reconcile takes, and is cancelled then,
+	// or at a second signal.
+	drain := cfg.ReconcileTimeout + handler.WaitMargin
+	grace := drain + 3*time.Second
+	log.Info("shutting down", "drain", drain.String())
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(again)
+	end := make(chan struct{})
+	go func() {
+		select {
+		case <-again:
+			log.Info("second signal: ending the running reconcile now")
+		case <-time.After(drain):
+			log.Warn("the running reconcile did not end in time: ending it", "drain", drain.String())
+		case <-p.shared.Idle():
+			return
+		}
+		close(end)
+	}()
+	p.close(end)
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,8 @@ import (
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/trigger"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/metrics"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
@@ -21,7 +25,12 @@ import (
 // the HTTP callers: the watch, the first reconcile, the resync tick and the
 // follow-up. Each poke is counted and logged by its source.
 type pokes struct {
-	shared     *reconcile.Coalescer
+	shared *reconcile.Coalescer
+	// runs is the context every reconcile of shared runs in: endRuns
+	// cancels the one running at shutdown; once closing is set, none starts.
+	runs       context.Context
+	endRuns    context.CancelFunc
+	closing    atomic.Bool
 	follow     *reconcile.FollowUp
 	watcher    *watch.Watcher // nil without WATCH or a Kubernetes client
 	reconciled atomic.Bool    // a poked reconcile has run, whatever its result
@@ -31,7 +40,8 @@ type pokes struct {
 
 func newPokes(cfg config.Config, r reconcile.Runner, checks map[string]reconcile.CheckReader, kc *kube.Client, nodeMode bool, log *slog.Logger, m *metrics.Metrics) *pokes {
 	p := &pokes{log: log, m: m, follow: &reconcile.FollowUp{Checks: checks}}
-	p.shared = reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) { return r.Reconcile(ctx, false) })
+	p.runs, p.endRuns = context.WithCancel(context.Background())
+	p.shared = reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) { return p.run(ctx, r) })
 	p.shared.Follow(p.follow, func(reason string, coalesced bool) { p.count("follow-up", reason, coalesced) })
 	p.shared.OnPoked(func(res reconcile.Result, err error) {
 		p.reconciled.Store(true)
@@ -52,6 +62,44 @@ func newPokes(cfg config.Config, r reconcile.Runner, checks map[string]reconcile
 		}
 	}
 	return p
+}
+
+// errShuttingDown answers the callers of a reconcile that shutdown did not
+// start or ended early.
+var errShuttingDown = errors.New("the service is shutting down; try again (another replica may answer)")
+
+// run runs one reconcile, unless shutdown began: then it answers at once,
+// so that callers who queued behind the running reconcile are answered as
+// soon as it ends, not after one more. The reconcile ends early when
+// endRuns is called.
+func (p *pokes) run(ctx context.Context, r reconcile.Runner) (reconcile.Result, error) {
+	if p.closing.Load() {
+		return reconcile.Result{Status: reconcile.StatusError, Targets: []reconcile.TargetResult{}, Skipped: []desired.Skipped{},
+			Error: errShuttingDown.Error(), ErrorClass: failure.Temporary}, errShuttingDown
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(p.runs, cancel)()
+	res, err := r.Reconcile(ctx, false)
+	if err != nil && p.runs.Err() != nil {
+		err = fmt.Errorf("%w: %w", errShuttingDown, err)
+		res.Error, res.ErrorClass = err.Error(), failure.Temporary // another replica may do it
+	}
+	return res, err
+}
+
+// close starts the shutdown: no reconcile starts from now on, and the one
+// running is cancelled once end is closed (its driver still deletes what it
+// left open, on a fresh short context).
+func (p *pokes) close(end <-chan struct{}) {
+	p.closing.Store(true)
+	go func() {
+		select {
+		case <-end:
+			p.endRuns()
+		case <-p.shared.Idle():
+		}
+	}()
 }
 
 func (p *pokes) poke(source, reason string) { p.count(source, reason, p.shared.Poke()) }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/trigger"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/cut"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 )
 
@@ -32,10 +34,12 @@ func triggerCmd(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	timeout := fs.Duration("timeout", time.Minute, "give up after this long, retries included")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: haproxy-k8s-sync trigger [--timeout 1m] URL   (e.g. http://haproxy-k8s-sync.ingress-nginx.svc/reconcile)")
+		fmt.Fprintln(fs.Output(), "usage: haproxy-k8s-sync trigger [--timeout 1m] URL   (e.g. http://haproxy-k8s-sync.ingress-nginx.svc/reconcile)\n\n"+
+			"POST a poke to a running service with WEBHOOK_TOKEN or WEBHOOK_TOKEN_FILE; a URL without a scheme is taken as http://.\n\nFlags:")
+		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := parseFlags(fs, args, stdout, stderr); done {
+		return code
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
@@ -46,7 +50,7 @@ func triggerCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	token, err := config.WebhookTokenFromEnv()
+	token, err := callerToken()
 	if err != nil {
 		fmt.Fprintf(stderr, "trigger: %v\n", err)
 		return 2
@@ -62,6 +66,26 @@ func triggerCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// callerToken is the webhook token the commands that call the service send
+// (WEBHOOK_TOKEN or WEBHOOK_TOKEN_FILE). With none, the call could only
+// be refused with 401, so it is an error here and now, unless WEBHOOK_AUTH
+// says the service runs without auth.
+func callerToken() (string, error) {
+	token, err := config.WebhookTokenFromEnv()
+	if err != nil {
+		return "", err
+	}
+	if token == "" && os.Getenv("WEBHOOK_AUTH") != config.AuthNone {
+		return "", errors.New("no webhook token: set WEBHOOK_TOKEN or WEBHOOK_TOKEN_FILE to the service's token " +
+			"(with WEBHOOK_AUTH=kubernetes, WEBHOOK_TOKEN_FILE to a projected ServiceAccount token), or WEBHOOK_AUTH=none if the service runs without auth")
+	}
+	return token, nil
+}
+
+// maxErrorBody bounds the answer a failure quotes: a whole JSON error,
+// with every target's error, fits.
+const maxErrorBody = 4 << 10
+
 // statusError is a non-2xx answer.
 type statusError struct {
 	code int
@@ -69,7 +93,7 @@ type statusError struct {
 }
 
 func (e *statusError) Error() string {
-	return fmt.Sprintf("%d %s: %s", e.code, http.StatusText(e.code), trigger.Short(strings.TrimSpace(e.body)))
+	return fmt.Sprintf("%d %s: %s", e.code, http.StatusText(e.code), cut.To(strings.TrimSpace(e.body), maxErrorBody))
 }
 
 // permanent reports whether a failed reconcile's answer says that trying
@@ -140,11 +164,16 @@ func send(ctx context.Context, client *http.Client, method, target, token string
 }
 
 // serviceURL checks the URL a command is given: http(s), no credentials.
+// Without a scheme (127.0.0.1:8080, haproxy-k8s-sync.ingress-nginx.svc) it
+// is taken as http://.
 func serviceURL(cmd, raw string) (*url.URL, error) {
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("%s: the URL cannot be parsed", cmd)
+		return nil, fmt.Errorf("%s: the URL cannot be parsed: want http(s)://HOST[:PORT][/PATH], e.g. http://127.0.0.1:8080", cmd)
 	case u.User != nil:
 		return nil, fmt.Errorf("%s: %q: put no credentials in the URL; use WEBHOOK_TOKEN or WEBHOOK_TOKEN_FILE", cmd, trigger.Short(u.Redacted()))
 	case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":

@@ -82,6 +82,9 @@ type Config struct {
 	AllowedServiceAccounts []string   `ignored:"true"`
 	Dataplanes             []*url.URL `ignored:"true"`
 	RuntimeURLs            []string   `ignored:"true"`
+
+	// needTarget: Load requires an HAProxy URL; LoadForPlan does not.
+	needTarget bool
 }
 
 // balances are HAProxy's balance algorithms (those without arguments, plus the
@@ -96,16 +99,39 @@ var onErrors = map[string]bool{"fastinter": true, "fail-check": true, "sudden-de
 
 // Load reads the configuration from the process environment and validates
 // it. Every error is one line that starts with the variable at fault.
-func Load() (Config, error) {
+func Load() (Config, error) { return load(true) }
+
+// LoadForPlan is Load for a dry run that reads manifests: it needs no
+// HAProxy, so neither HAPROXY_DATAPLANE_URL nor HAPROXY_RUNTIME_URL must be
+// set (with neither, the plan is made against empty backends).
+func LoadForPlan() (Config, error) { return load(false) }
+
+func load(needTarget bool) (Config, error) {
 	var c Config
 	if err := envconfig.Process("", &c); err != nil {
 		var pe *envconfig.ParseError
 		if errors.As(err, &pe) {
-			return c, fmt.Errorf("%s: cannot read %q as %s", pe.KeyName, short(pe.Value), pe.TypeName)
+			return c, parseError(pe)
 		}
 		return c, err
 	}
+	c.needTarget = needTarget
 	return c, c.validate()
+}
+
+// parseError says in an operator's words what a variable's value should
+// look like, with an example, instead of naming a Go type.
+func parseError(pe *envconfig.ParseError) error {
+	v := short(pe.Value)
+	switch pe.TypeName {
+	case "time.Duration":
+		return fmt.Errorf("%s: %q is not a duration; write e.g. 5m or 30s (a number and a unit: ms, s, m, h)", pe.KeyName, v)
+	case "int":
+		return fmt.Errorf("%s: %q is not a whole number; write e.g. 3", pe.KeyName, v)
+	case "bool":
+		return fmt.Errorf("%s: %q is not true or false", pe.KeyName, v)
+	}
+	return fmt.Errorf("%s: %q is not a valid %s", pe.KeyName, v, pe.TypeName)
 }
 
 func (c *Config) validate() error {
@@ -151,7 +177,7 @@ func (c *Config) validate() error {
 		c.Dataplanes = append(c.Dataplanes, u)
 	}
 	c.RuntimeURLs = splitList(c.RuntimeURL)
-	if len(c.Dataplanes) == 0 && len(c.RuntimeURLs) == 0 {
+	if len(c.Dataplanes) == 0 && len(c.RuntimeURLs) == 0 && c.needTarget {
 		return bad("HAPROXY_DATAPLANE_URL", "must be set (or HAPROXY_RUNTIME_URL)")
 	}
 	for i, raw := range c.RuntimeURLs {
@@ -215,7 +241,13 @@ func (c *Config) validate() error {
 		if err != nil {
 			return bad("ALLOWED_SERVER_CIDRS", "%q is not a CIDR like 10.0.0.0/8", short(raw))
 		}
-		c.Allowed = append(c.Allowed, p.Masked())
+		// 10.0.0.1/8 is most likely a typo for a host (/32) or for the
+		// network: say which network it would mean rather than guess.
+		if p != p.Masked() {
+			return bad("ALLOWED_SERVER_CIDRS", "%q has host bits set; write the network %s (or %s for the one address)",
+				short(raw), p.Masked(), netip.PrefixFrom(p.Addr(), p.Addr().BitLen()))
+		}
+		c.Allowed = append(c.Allowed, p)
 	}
 	if c.Cordoned != "ignore" && c.Cordoned != "drain" {
 		return bad("CORDONED_NODES", "%q is not ignore or drain", short(c.Cordoned))
@@ -492,10 +524,26 @@ func (c Config) Check() model.Check {
 	return ck
 }
 
-// String describes the configuration without secrets, for the start-up log.
+// String describes what every command reads and writes, without secrets,
+// for the start-up log: e.g. "service=ingress-nginx/ingress-nginx
+// backends=http=be_http,https=be_https target=node dataplanes=2 runtime=0".
+// What only serve does (watch, resync, auth) its caller says.
 func (c Config) String() string {
-	return fmt.Sprintf("service=%s/%s backends=%v target=%s dataplanes=%d runtime=%t watch=%t resync=%s webhookAuth=%s",
-		c.Namespace, c.Service, c.Backends, c.Target, len(c.Dataplanes), c.RuntimeURL != "", c.Watch, c.ResyncPeriod, c.WebhookAuth)
+	return fmt.Sprintf("service=%s/%s backends=%s target=%s dataplanes=%d runtime=%d",
+		c.Namespace, c.Service, BackendsString(c.Backends), c.Target, len(c.Dataplanes), len(c.RuntimeURLs))
+}
+
+// BackendsString writes backends as HAPROXY_BACKENDS does (http=be_http,...),
+// or the one backend's name when it follows the Service's only port.
+func BackendsString(backends []desired.PortBackend) string {
+	parts := make([]string, len(backends))
+	for i, b := range backends {
+		parts[i] = b.Backend
+		if b.Port != "" {
+			parts[i] = b.Port + "=" + b.Backend
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // Usage writes every variable with its default and meaning.

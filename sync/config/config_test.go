@@ -277,3 +277,99 @@ func TestErrorsQuoteLittleOfTheInput(t *testing.T) {
 		}
 	}
 }
+
+// TestParseErrorsSayWhatToWrite: a value of the wrong type is answered in an
+// operator's words, with an example, never with a Go type name.
+func TestParseErrorsSayWhatToWrite(t *testing.T) {
+	for _, tt := range []struct{ key, value, want string }{
+		{"RESYNC_PERIOD", "5", `RESYNC_PERIOD: "5" is not a duration; write e.g. 5m or 30s`},
+		{"RECONCILE_TIMEOUT", "30", `RECONCILE_TIMEOUT: "30" is not a duration; write e.g. 5m or 30s`},
+		{"HAPROXY_CHECK_RISE", "zero", `HAPROXY_CHECK_RISE: "zero" is not a whole number; write e.g. 3`},
+		{"PORT", "80.5", `PORT: "80.5" is not a whole number`},
+		{"WATCH", "yes", `WATCH: "yes" is not true or false`},
+		{"HAPROXY_SEND_PROXY_V2", "on", `HAPROXY_SEND_PROXY_V2: "on" is not true or false`},
+	} {
+		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
+			env(t, map[string]string{"HAPROXY_DATAPLANE_URL": "http://h:5555", tt.key: tt.value})
+			_, err := Load()
+			if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want it to start with %s", err, tt.want)
+			}
+			if msg := err.Error(); strings.Contains(msg, "time.Duration") || strings.Contains(msg, " int") || strings.Contains(msg, " bool") {
+				t.Errorf("err %q names a Go type", msg)
+			}
+		})
+	}
+}
+
+// TestAllowedCIDRsRefuseHostBits: 10.0.0.1/8 is refused with the network it
+// would mean, not silently widened to 10.0.0.0/8.
+func TestAllowedCIDRsRefuseHostBits(t *testing.T) {
+	for _, tt := range []struct {
+		value, err string
+		allowed    []string
+	}{
+		{"10.0.0.1/8", `ALLOWED_SERVER_CIDRS: "10.0.0.1/8" has host bits set; write the network 10.0.0.0/8 (or 10.0.0.1/32 for the one address)`, nil},
+		{"10.0.0.0/8, fd00::1/64", `ALLOWED_SERVER_CIDRS: "fd00::1/64" has host bits set; write the network fd00::/64 (or fd00::1/128 for the one address)`, nil},
+		{"10.0.0.0/8,192.168.1.7/32", "", []string{"10.0.0.0/8", "192.168.1.7/32"}},
+	} {
+		t.Run(tt.value, func(t *testing.T) {
+			env(t, map[string]string{"HAPROXY_DATAPLANE_URL": "http://h:5555", "ALLOWED_SERVER_CIDRS": tt.value})
+			c, err := Load()
+			if tt.err != "" {
+				if err == nil || err.Error() != tt.err {
+					t.Fatalf("err = %v, want %s", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fmt.Sprint(c.Allowed); got != fmt.Sprint(tt.allowed) {
+				t.Errorf("allowed = %s, want %s", got, tt.allowed)
+			}
+		})
+	}
+}
+
+// TestStringIsReadable: the start-up line names backends as an operator
+// writes them, and nothing only serve does.
+func TestStringIsReadable(t *testing.T) {
+	for _, tt := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"HAPROXY_DATAPLANE_URL": "http://h:5555"},
+			"service=ingress-nginx/ingress-nginx backends=ingress-nginx target=node dataplanes=1 runtime=0"},
+		{map[string]string{"HAPROXY_DATAPLANE_URL": "http://a:5555,http://b:5555", "HAPROXY_BACKENDS": "http=be_http,https=be_https", "TARGET_ADDRESS": "pod"},
+			"service=ingress-nginx/ingress-nginx backends=http=be_http,https=be_https target=pod dataplanes=2 runtime=0"},
+		{map[string]string{"HAPROXY_RUNTIME_URL": "unix:///run/admin.sock", "HAPROXY_BACKEND_NAME": "be"},
+			"service=ingress-nginx/ingress-nginx backends=be target=node dataplanes=0 runtime=1"},
+	} {
+		env(t, tt.env)
+		c, err := Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.String(); got != tt.want {
+			t.Errorf("String() = %q, want %q", got, tt.want)
+		}
+	}
+}
+
+// TestLoadForPlanNeedsNoHAProxy: a dry run from manifests needs no HAProxy
+// URL; Load still does.
+func TestLoadForPlanNeedsNoHAProxy(t *testing.T) {
+	env(t, nil)
+	if _, err := Load(); err == nil || !strings.HasPrefix(err.Error(), "HAPROXY_DATAPLANE_URL:") {
+		t.Errorf("Load: err = %v", err)
+	}
+	c, err := LoadForPlan()
+	if err != nil || len(c.Dataplanes) != 0 || len(c.RuntimeURLs) != 0 {
+		t.Errorf("LoadForPlan: %+v, %v", c, err)
+	}
+	env(t, map[string]string{"TARGET_ADDRESS": "vm"})
+	if _, err := LoadForPlan(); err == nil || !strings.HasPrefix(err.Error(), "TARGET_ADDRESS:") {
+		t.Errorf("LoadForPlan still validates: err = %v", err)
+	}
+}

@@ -7,7 +7,6 @@ package drained
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"sync"
 	"time"
@@ -63,12 +62,16 @@ type TargetState struct {
 const (
 	StatusDrained = "drained"
 	StatusWaiting = "waiting"
+	// StatusAbsent: every target was read and none has the server. At the
+	// first look that is most often a wrong name or address (a typo, a pod
+	// IP in node mode), not a server already gone: the caller decides.
+	StatusAbsent = "absent"
 )
 
 // Answer is the server's state on every target and backend.
 type Answer struct {
 	// Status is StatusDrained once every target shows the server drained,
-	// StatusWaiting otherwise.
+	// StatusAbsent when no target has it at all, StatusWaiting otherwise.
 	Status  string        `json:"status"`
 	Targets []TargetState `json:"targets"`
 }
@@ -99,13 +102,18 @@ func (c *Checker) Check(ctx context.Context, q Query) Answer {
 	}
 	wg.Wait()
 	a := Answer{Status: StatusDrained, Targets: []TargetState{}}
+	absent := true
 	for _, ts := range states {
 		for _, s := range ts {
 			if !s.Drained {
 				a.Status = StatusWaiting
 			}
+			absent = absent && s.State == Absent
 			a.Targets = append(a.Targets, s)
 		}
+	}
+	if absent && len(a.Targets) > 0 {
+		a.Status = StatusAbsent
 	}
 	return a
 }
@@ -113,17 +121,22 @@ func (c *Checker) Check(ctx context.Context, q Query) Answer {
 // Wait checks until the server is drained everywhere or the bound has
 // passed, and returns the last answer; a zero bound checks once. The bound
 // ends the waiting, not a read under way, so the last answer is a whole
-// one; ctx ends both (the caller is gone).
+// one; ctx ends both (the caller is gone). A server absent at the first
+// check is answered StatusAbsent at once; one that was there and is gone
+// (deleted once drained) is drained.
 func (c *Checker) Wait(ctx context.Context, q Query, bound time.Duration) Answer {
 	poll := c.Poll
 	if poll <= 0 {
 		poll = 500 * time.Millisecond
 	}
 	deadline := time.Now().Add(bound)
-	for {
+	for first := true; ; first = false {
 		a := c.Check(ctx, q)
+		if a.Status == StatusAbsent && !first {
+			a.Status = StatusDrained
+		}
 		left := time.Until(deadline)
-		if a.Drained() || left <= 0 || ctx.Err() != nil {
+		if a.Status != StatusWaiting || left <= 0 || ctx.Err() != nil {
 			return a
 		}
 		select {
@@ -141,8 +154,9 @@ func (c *Checker) Wait(ctx context.Context, q Query, bound time.Duration) Answer
 func state(ctx context.Context, t Reader, backend string, q Query) []TargetState {
 	b, err := t.Read(ctx, backend)
 	if err != nil {
-		return []TargetState{{Target: t.Name(), Backend: backend, State: Unknown, Sessions: -1,
-			Error: fmt.Sprintf("read backend %s: %v", backend, err)}}
+		// The driver's error says what it read; the entry names the
+		// target and backend.
+		return []TargetState{{Target: t.Name(), Backend: backend, State: Unknown, Sessions: -1, Error: err.Error()}}
 	}
 	var out []TargetState
 	for _, s := range b.Servers {

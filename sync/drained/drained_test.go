@@ -51,8 +51,13 @@ func TestCheck(t *testing.T) {
 			StatusWaiting, []string{"drain 1 false"}},
 		{"still in rotation, no session: waiting", byName, []func() (model.Backend, error){fixed(srv("node-a", "127.0.0.1", model.Ready, 0))},
 			StatusWaiting, []string{"ready 0 false"}},
-		{"absent: drained", byName, []func() (model.Backend, error){fixed(srv("node-b", "127.0.0.2", model.Ready, 3))},
-			StatusDrained, []string{"absent 0 true"}},
+		{"absent from every target: absent (a typo, or gone: the caller decides)", byName, []func() (model.Backend, error){fixed(srv("node-b", "127.0.0.2", model.Ready, 3))},
+			StatusAbsent, []string{"absent 0 true"}},
+		{"a pod IP in node mode: absent", byIP, []func() (model.Backend, error){fixed(srv("node-a", "127.0.1.1", model.Ready, 0))},
+			StatusAbsent, []string{"absent 0 true"}},
+		{"absent from one target, drained on the other: drained", byName, []func() (model.Backend, error){
+			fixed(), fixed(srv("node-a", "127.0.0.1", model.Maint, 0))},
+			StatusDrained, []string{"absent 0 true", "maint 0 true"}},
 		{"by address (pod mode)", byIP, []func() (model.Backend, error){fixed(srv("web-1", "10.244.0.1", model.Drain, 0), srv("web-2", "10.244.0.2", model.Ready, 5))},
 			StatusDrained, []string{"drain 0 true"}},
 		{"every target must agree", byName, []func() (model.Backend, error){
@@ -102,5 +107,38 @@ func TestWaitUntilDrainedOrBound(t *testing.T) {
 	go func() { time.Sleep(20 * time.Millisecond); sessions.Store(0) }()
 	if a := c.Wait(context.Background(), Query{Server: "node-a"}, time.Minute); !a.Drained() {
 		t.Fatalf("after the sessions ended: %+v", a)
+	}
+}
+
+// TestWaitAbsentThenGone: a server no target has at the first check is
+// answered absent at once (no wait); one that was there and then went
+// (deleted once drained) is drained.
+func TestWaitAbsentThenGone(t *testing.T) {
+	var gone atomic.Bool
+	c := &Checker{Backends: []string{"be"}, Poll: 5 * time.Millisecond, Targets: []Reader{reader{name: "a", read: func() (model.Backend, error) {
+		if gone.Load() {
+			return fixed()()
+		}
+		return fixed(srv("node-a", "127.0.0.1", model.Drain, 1))()
+	}}}}
+	start := time.Now()
+	if a := c.Wait(context.Background(), Query{Server: "nodee-a"}, time.Minute); a.Status != StatusAbsent || time.Since(start) > 10*time.Second {
+		t.Fatalf("a name no target has: %+v after %s, want absent at once", a, time.Since(start))
+	}
+	go func() { time.Sleep(20 * time.Millisecond); gone.Store(true) }()
+	if a := c.Wait(context.Background(), Query{Server: "node-a"}, time.Minute); a.Status != StatusDrained {
+		t.Fatalf("deleted while waited for: %+v, want drained", a)
+	}
+}
+
+// TestReadErrorIsWrappedOnce: the driver's error names the backend; the
+// entry does not repeat it.
+func TestReadErrorIsWrappedOnce(t *testing.T) {
+	c := &Checker{Backends: []string{"ingress-nginx"}, Targets: []Reader{reader{name: "a", read: func() (model.Backend, error) {
+		return model.Backend{}, errors.New("read backend ingress-nginx: connection refused")
+	}}}}
+	a := c.Check(context.Background(), Query{Server: "node-a"})
+	if got := a.Targets[0].Error; got != "read backend ingress-nginx: connection refused" {
+		t.Errorf("error %q", got)
 	}
 }

@@ -8,8 +8,9 @@
 //   - Temporary: trying again soon may succeed (no answer, 429, 5xx, a
 //     version conflict): the reconciler retries it from a fresh read;
 //   - Unreachable: nothing listens at the target (connection refused, no
-//     such socket). It fails in milliseconds and is not retried within the
-//     reconcile, which would hold back the targets that answer; the
+//     such socket), or its name does not resolve (NXDOMAIN: a placeholder
+//     or misspelt host). It fails in milliseconds and is not retried within
+//     the reconcile, which would hold back the targets that answer; the
 //     follow-up and the caller try again later;
 //   - Permanent: the target refuses what is asked, or cannot be managed as
 //     configured (a balance algorithm that cannot take runtime servers, a
@@ -20,6 +21,7 @@ package failure
 import (
 	"context"
 	"errors"
+	"net"
 	"syscall"
 )
 
@@ -39,16 +41,29 @@ type Classed interface {
 	Class() Class
 }
 
-// Of returns err's class: Unreachable when nothing listened (connection
-// refused, no such socket) wherever that sits in the chain, Temporary when
-// a deadline ran out, else the class of the first error in the chain that
-// has one, else Permanent: an error nobody classed is not retried. Of(nil)
-// is "".
+// Of returns err's class: Permanent for an *InputError, Unreachable when
+// nothing listened (connection
+// refused, no such socket) or the host name does not exist, wherever that
+// sits in the chain, Temporary when a deadline ran out, else the class of
+// the first error in the chain that has one, else Permanent: an error
+// nobody classed is not retried. Of(nil) is "".
+//
+// A name that does not resolve is answered by the resolver at once and
+// stays so until someone creates it or fixes the URL: retrying it for the
+// whole reconcile only delays the answer. A resolver that timed out or
+// failed (no NXDOMAIN) stays Temporary.
 func Of(err error) Class {
 	if err == nil {
 		return ""
 	}
+	if errors.As(err, new(*InputError)) { // whatever it wraps (a manifests file not found is ENOENT)
+		return Permanent
+	}
 	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+		return Unreachable
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) && dns.IsNotFound {
 		return Unreachable
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -96,3 +111,14 @@ func (e *BackendError) Error() string { return "backend " + e.Backend + ": " + e
 
 // Class is Permanent.
 func (e *BackendError) Class() Class { return Permanent }
+
+// InputError is input that cannot work however often it is read again, e.g.
+// a manifests file without the followed Service: Permanent, until someone
+// changes it.
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
+
+// Class is Permanent.
+func (e *InputError) Class() Class { return Permanent }

@@ -24,6 +24,8 @@ func (e *classedAPIError) Class() Class {
 func TestOf(t *testing.T) {
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 	noSocket := &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", syscall.ENOENT)}
+	noHost := &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "haproxy", IsNotFound: true}}
+	dnsTimeout := &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "i/o timeout", Name: "haproxy", IsTimeout: true}}
 	for _, tt := range []struct {
 		name string
 		err  error
@@ -34,6 +36,10 @@ func TestOf(t *testing.T) {
 		{"connection refused, wrapped twice", fmt.Errorf("read be: %w", &NetworkError{Err: refused}), Unreachable},
 		{"no such socket", &NetworkError{Err: noSocket}, Unreachable},
 		{"refused without a NetworkError around it", refused, Unreachable},
+		{"a name that does not resolve (NXDOMAIN)", fmt.Errorf("read be: %w", &NetworkError{Err: noHost}), Unreachable},
+		{"a resolver that timed out", &NetworkError{Err: dnsTimeout}, Temporary},
+		{"a manifests file without the Service", fmt.Errorf("read kubernetes: %w", &InputError{Err: errors.New("service not found")}), Permanent},
+		{"a manifests file that is not there", &InputError{Err: &os.PathError{Op: "stat", Path: "dump.yaml", Err: syscall.ENOENT}}, Permanent},
 		{"a conflict", fmt.Errorf("apply: %w", &ConflictError{Msg: "version changed"}), Temporary},
 		{"a backend that cannot be managed", fmt.Errorf("read: %w", &BackendError{Backend: "be", Reason: "static-rr"}), Permanent},
 		{"a driver's own 503", fmt.Errorf("put: %w", &classedAPIError{503}), Temporary},

@@ -10,8 +10,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 
 	"golang.org/x/sync/errgroup"
@@ -277,13 +279,19 @@ func RESTConfig(kubeconfig, context string) (*rest.Config, error) {
 			return nil, fmt.Errorf("KUBECONFIG: none of %q exists", rules.Precedence)
 		}
 	}
+	if context != "" {
+		if raw, err := rules.Load(); err == nil && raw.Contexts[context] == nil {
+			have := slices.Sorted(maps.Keys(raw.Contexts))
+			return nil, fmt.Errorf("KUBE_CONTEXT: %q is not a context of the kubeconfig (it has %q)", context, have)
+		}
+	}
 	overrides := &clientcmd.ConfigOverrides{CurrentContext: context}
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
 	if err != nil {
 		if clientcmd.IsEmptyConfig(err) {
-			return nil, fmt.Errorf("no kubeconfig found and not in a cluster: set KUBECONFIG")
+			return nil, fmt.Errorf("KUBECONFIG: no kubeconfig found and not in a cluster: set KUBECONFIG")
 		}
-		return nil, fmt.Errorf("kubeconfig: %w", err)
+		return nil, fmt.Errorf("KUBECONFIG: %w", err)
 	}
 	return cfg, nil
 }

@@ -30,6 +30,7 @@ type Coalescer struct {
 
 	mu      sync.Mutex
 	running bool
+	current *call // the reconcile running now; nil between two
 	next    *call
 	idle    chan struct{} // closed when no reconcile runs or waits
 	// lanes reconcile one target each (OnlyTarget), for the follow-up's
@@ -97,34 +98,68 @@ func (c *Coalescer) pokeTarget(target string) {
 
 // Do waits for a reconcile that starts after the call and returns its result.
 // The reconcile is not cancelled when ctx is: other callers may share it.
+// When ctx ends first the error is a *LateError, which says how the
+// reconcile the caller waited behind ended, if it did.
 func (c *Coalescer) Do(ctx context.Context) (Result, error) {
-	cl, _ := c.enqueue(ctx, false)
+	cl, _, before := c.enqueue(ctx, false)
 	select {
 	case <-cl.done:
 		return cl.res, cl.err
 	case <-ctx.Done():
-		return Result{}, ctx.Err()
+		late := &LateError{Err: ctx.Err()}
+		if before != nil {
+			select {
+			case <-before.done:
+				late.Before, late.BeforeErr = &before.res, before.err
+			default:
+			}
+		}
+		return Result{}, late
 	}
 }
+
+// LateError is a caller's wait that ended before its reconcile did. A
+// caller that came while a reconcile ran waits for that one to end, then
+// for its own: Before is how the first one ended (nil when it had not, or
+// none ran), which is usually why the caller's own did not end in time (a
+// target that does not answer holds each reconcile until its timeout).
+type LateError struct {
+	Err       error // the caller's context's
+	Before    *Result
+	BeforeErr error
+}
+
+func (e *LateError) Error() string {
+	if e.Before == nil {
+		return "the reconcile did not end in time"
+	}
+	if e.BeforeErr == nil {
+		return "the reconcile did not end in time; the one before it ended " + e.Before.Status
+	}
+	return "the reconcile did not end in time; the one before it failed: " + e.BeforeErr.Error()
+}
+
+func (e *LateError) Unwrap() error { return e.Err }
 
 // Poke asks for a reconcile that starts after the call, without waiting for
 // it. It reports whether the poke joined a reconcile already waiting to start
 // (coalesced): then it cost nothing.
 func (c *Coalescer) Poke() (coalesced bool) {
-	_, coalesced = c.enqueue(c.base, true)
+	_, coalesced, _ = c.enqueue(c.base, true)
 	return coalesced
 }
 
 // enqueue joins the call waiting to start, or makes it, and reports whether
-// one was already waiting.
-func (c *Coalescer) enqueue(ctx context.Context, poke bool) (*call, bool) {
+// one was already waiting; before is the call running now, if any.
+func (c *Coalescer) enqueue(ctx context.Context, poke bool) (cl *call, joined bool, before *call) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	joined := c.next != nil
+	before = c.current
+	joined = c.next != nil
 	if !joined {
 		c.next = &call{done: make(chan struct{})}
 	}
-	cl := c.next
+	cl = c.next
 	if poke {
 		cl.pokes++
 	}
@@ -133,7 +168,7 @@ func (c *Coalescer) enqueue(ctx context.Context, poke bool) (*call, bool) {
 		c.idle = make(chan struct{})
 		go c.loop(context.WithoutCancel(ctx))
 	}
-	return cl, joined
+	return cl, joined, before
 }
 
 // Idle returns a channel closed once no reconcile runs or waits to run, its
@@ -164,6 +199,7 @@ func (c *Coalescer) loop(ctx context.Context) {
 		c.mu.Lock()
 		cl := c.next
 		c.next = nil
+		c.current = cl
 		if cl == nil {
 			c.running = false
 			close(c.idle)

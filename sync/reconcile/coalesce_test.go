@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -150,4 +151,38 @@ func TestCoalescerEntersATargetWhileAnotherHangs(t *testing.T) {
 	}
 	close(release)
 	<-c.Idle()
+}
+
+// TestCoalescerLateCallerLearnsWhy: a caller that came while a reconcile ran
+// and whose own did not end within its wait is told how the one before
+// ended: that is usually why (a target that does not answer).
+func TestCoalescerLateCallerLearnsWhy(t *testing.T) {
+	var runs atomic.Int32
+	release, hold := make(chan struct{}), make(chan struct{})
+	defer close(hold)
+	c := NewCoalescer(func(context.Context) (Result, error) {
+		if runs.Add(1) == 1 {
+			<-release
+			return Result{Status: StatusError, Targets: []TargetResult{{Target: "http://haproxy:5555", Error: "no answer"}}},
+				errors.New("haproxy target failed: 1 of 1")
+		}
+		<-hold // the caller's own reconcile outlives its wait
+		return Result{}, nil
+	})
+	go func() { _, _ = c.Do(context.Background()) }()
+	for runs.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	go func() { time.Sleep(20 * time.Millisecond); close(release) }()
+	_, err := c.Do(ctx)
+	var late *LateError
+	if !errors.As(err, &late) || !errors.Is(err, context.DeadlineExceeded) || late.Before == nil ||
+		late.Before.Targets[0].Error != "no answer" || late.BeforeErr == nil {
+		t.Fatalf("err = %#v", err)
+	}
+	if want := "the reconcile did not end in time; the one before it failed: haproxy target failed: 1 of 1"; err.Error() != want {
+		t.Errorf("err = %q, want %q", err, want)
+	}
 }

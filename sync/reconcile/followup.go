@@ -316,12 +316,16 @@ func (r Result) draining() bool {
 	return false
 }
 
-// Settle runs reconciles until no server waits for its check, reading the
-// targets' checks through checks between them (a reconcile as soon as one
-// passed, at least every second), or until ctx ends: what a one-shot
-// reconcile does so that it finishes what it started. It returns the last
-// result; the error is the last reconcile's, or ErrStillWaiting when ctx
-// ended with servers still waiting.
+// Settle runs reconciles until no server waits for its check and no
+// unwanted server waits for its sessions to end, reading the targets'
+// checks through checks between them (a reconcile as soon as one passed, at
+// least every second), or until ctx ends: what a one-shot reconcile does so
+// that it finishes what it started (a removed server is parked first, and
+// deleted by a later reconcile once its sessions ended). It returns the
+// last result; the error is the last reconcile's, or ErrStillWaiting when
+// ctx ended with servers still waiting for their check. Servers still
+// draining then are no error: their sessions are the clients' to end, and
+// the result lists them.
 //
 // The result is the reconciles' together: each target's lists hold what
 // any of them did, its attempts add up, and its waiting, guarded, capped,
@@ -338,17 +342,21 @@ func Settle(ctx context.Context, run func(context.Context) (Result, error), chec
 		}
 	}
 	res, err := run(ctx)
-	for err == nil && len(waitingByTarget(res)) > 0 {
+	for err == nil && (len(waitingByTarget(res)) > 0 || res.draining()) {
 		f.Observe(res, nil, wake)
 		limit := time.NewTimer(time.Second)
+		ended := false
 		select {
 		case <-woke:
 		case <-limit.C:
 		case <-ctx.Done():
-			err = ErrStillWaiting
+			ended = true
 		}
 		limit.Stop()
-		if err != nil {
+		if ended {
+			if len(waitingByTarget(res)) > 0 {
+				err = ErrStillWaiting
+			}
 			break
 		}
 		var next Result

@@ -452,3 +452,39 @@ func TestFollowUpEntersTargetByTarget(t *testing.T) {
 		t.Errorf("pokes %v, want %v", p.got(), want)
 	}
 }
+
+// TestSettleDeletesWhatItParked: a removed server is parked first and
+// deleted by a later reconcile once its sessions ended; the one-shot
+// reconcile runs that one too, so one command removes it. Sessions that
+// outlive the bound are no failure: the result lists them as draining.
+func TestSettleDeletesWhatItParked(t *testing.T) {
+	runs := 0
+	run := func(context.Context) (Result, error) {
+		runs++
+		tr := TargetResult{Target: "a", Backend: "be", Attempts: 1, Add: []string{}, Update: []string{}}
+		if runs == 1 {
+			tr.Maint, tr.Draining = []string{"n3"}, []string{"n3"}
+		} else {
+			tr.Delete = []string{"n3"}
+		}
+		return Result{Status: StatusApplied, Targets: []TargetResult{tr}}, nil
+	}
+	res, err := Settle(context.Background(), run, nil, time.Millisecond)
+	if err != nil || runs != 2 {
+		t.Fatalf("err %v after %d runs, want nil after 2", err, runs)
+	}
+	if tr := res.Targets[0]; !reflect.DeepEqual(tr.Maint, []string{"n3"}) || !reflect.DeepEqual(tr.Delete, []string{"n3"}) || len(tr.Draining) != 0 {
+		t.Errorf("merged result %+v", tr)
+	}
+
+	held := func(context.Context) (Result, error) {
+		tr := TargetResult{Target: "a", Backend: "be", Attempts: 1, Draining: []string{"n3"}}
+		return Result{Status: StatusUnchanged, Targets: []TargetResult{tr}}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	res, err = Settle(ctx, held, nil, time.Millisecond)
+	if err != nil || res.Status == StatusError || len(res.Targets[0].Draining) != 1 {
+		t.Errorf("sessions that outlive the bound: err %v, result %+v; want no error, n3 draining", err, res)
+	}
+}

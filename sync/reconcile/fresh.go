@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -118,6 +119,14 @@ type kubeError struct{ err error }
 func (e *kubeError) Error() string { return e.err.Error() }
 func (e *kubeError) Unwrap() error { return e.err }
 
-// Class is Temporary for the caller (an API server restarting, RBAC being
-// applied, a Service being created); the reconcile itself does not retry it.
-func (e *kubeError) Class() failure.Class { return failure.Temporary }
+// Class is the source's own class when it gave one (a manifests file
+// without the Service is Permanent: reading it again cannot help), else
+// Temporary for the caller (an API server restarting, RBAC being applied, a
+// Service being created); the reconcile itself does not retry it.
+func (e *kubeError) Class() failure.Class {
+	var c failure.Classed
+	if errors.As(e.err, &c) {
+		return c.Class()
+	}
+	return failure.Temporary
+}

@@ -210,6 +210,9 @@ type TargetResult struct {
 	// Servers counts the backend's servers by state (ready, drain, maint)
 	// as this reconcile left them; empty after a failure or a dry run.
 	Servers map[string]int `json:"servers,omitempty"`
+	// Plan, in a dry run, is each planned change with the server's address,
+	// state and weight before and after.
+	Plan []PlannedChange `json:"plan,omitempty"`
 
 	changed bool
 	kubeErr error
@@ -417,11 +420,14 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			p = r.releaseGuard(ctx, t, cur, want, pol, p)
 		}
 		if len(p.Guarded) > 0 {
-			r.log().Warn("mass-deletion guard: servers parked, not deleted", "target", tr.Target, "backend", backend,
+			r.log().Warn("mass-deletion guard: unwanted servers parked for now, not deleted; a later reconcile deletes them once it confirms them unwanted and their replacements are UP", "target", tr.Target, "backend", backend,
 				"servers", len(cur.Servers), "unwanted", len(p.Guarded), "guardPercent", pol.GuardPercent)
 		}
 		if dryRun || !p.HasChanges() {
 			tr.fill(p)
+			if dryRun {
+				tr.Plan = planned(p)
+			}
 			if !dryRun {
 				tr.Servers = statesAfter(cur, p)
 				if r.Gate != nil {
