@@ -491,3 +491,66 @@ func TestReleaseVersionsAgree(t *testing.T) {
 		t.Errorf("only %d image references found", refs)
 	}
 }
+
+// TestDocsFiguresAgree: a figure quoted in several places has one value.
+// The watch latency quoted in the docs is BenchmarkWatchNoPost's, and the
+// memory sizing of docs/benchmarks.md (peak at 10,000 pod endpoints, room
+// under the 128Mi limit) covers the scale run's measure and is the one the
+// chart's values and deploy/base repeat.
+func TestDocsFiguresAgree(t *testing.T) {
+	bench := readDoc(t, "docs/benchmarks.md")
+	latency := regexp.MustCompile(`p50 (\d+) ms, p90 (\d+) ms`)
+	var want []string
+	for _, line := range strings.Split(bench, "\n") {
+		if strings.Contains(line, "`BenchmarkWatchNoPost`") {
+			want = latency.FindStringSubmatch(line)
+		}
+	}
+	if want == nil {
+		t.Fatal("docs/benchmarks.md: no p50/p90 for BenchmarkWatchNoPost")
+	}
+	for _, page := range docPages(t) {
+		for _, m := range latency.FindAllStringSubmatch(readDoc(t, page), -1) {
+			if m[0] != want[0] {
+				t.Errorf("%s quotes %q; BenchmarkWatchNoPost measured %q", page, m[0], want[0])
+			}
+		}
+	}
+
+	sizing := regexp.MustCompile(`10,000 pod endpoints \((\d+)–(\d+) MB[^)]*\)\s+with (\d\.\d)× room`).FindStringSubmatch(bench)
+	limit := regexp.MustCompile(`limit at (\d+) Mi`).FindStringSubmatch(bench)
+	if sizing == nil || limit == nil {
+		t.Fatal("docs/benchmarks.md: Sizing does not say the peak at 10,000 pod endpoints, its room and the limit")
+	}
+	var lo, hi, lim int
+	var room float64
+	fmt.Sscan(sizing[1], &lo)
+	fmt.Sscan(sizing[2], &hi)
+	fmt.Sscan(sizing[3], &room)
+	fmt.Sscan(limit[1], &lim)
+	if got := float64(lim*10/hi) / 10; got != room {
+		t.Errorf("docs/benchmarks.md: %d Mi over %d MB is %.1f× room, not %.1f×", lim, hi, got, room)
+	}
+	// The scale run's peak at 10,000 endpoints: the last cell of its row.
+	for _, line := range strings.Split(bench, "\n") {
+		if strings.HasPrefix(line, "| peak resident memory") {
+			cells := strings.Split(strings.Trim(line, "| "), "|")
+			var peak int
+			fmt.Sscanf(strings.TrimSpace(cells[len(cells)-1]), "%d MB", &peak)
+			if peak < lo || peak > hi {
+				t.Errorf("docs/benchmarks.md: the scale run peaked at %d MB at 10,000 endpoints, outside Sizing's %d–%d MB", peak, lo, hi)
+			}
+		}
+	}
+	for _, f := range []string{"helm/haproxy-k8s-sync/values.yaml", "base/deployment.yaml"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range []string{fmt.Sprintf("%d-%d MB", lo, hi), fmt.Sprintf("%.1fx room", room)} {
+			if !strings.Contains(string(data), w) {
+				t.Errorf("%s does not say %q as docs/benchmarks.md's Sizing does", f, w)
+			}
+		}
+	}
+}
