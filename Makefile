@@ -51,8 +51,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseServersState$$' -fuzztime 600000x ./sync/runtimeapi
 	$(GO) test -run '^$$' -fuzz '^FuzzCompute$$' -fuzztime 150000x ./sync/desired
 
-## bench: the numbers quoted in README.md. The end-to-end scenarios run once
-## each (they are long), with the idle period README quotes.
+## bench: the numbers quoted in docs/benchmarks.md. The end-to-end scenarios run
+## once each (they are long), with the idle period docs/benchmarks.md quotes.
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 $$($(GO) list ./... | grep -v /sync/e2e)
 	HKS_BENCH_IDLE=1m HKS_BENCH_NODES=5000 HKS_BENCH_ENDPOINTS=10000 $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./sync/e2e

@@ -1,30 +1,60 @@
 package deploy
 
 import (
+	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
+	"unicode"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
 )
 
-// readmeCommands returns the commands of README.md's sh blocks, with
-// continuation lines joined.
-func readmeCommands(t *testing.T) []string {
+// docPages are the pages whose commands and cited tests are checked:
+// README.md and every page of docs/, as paths from the repository root.
+func docPages(t *testing.T) []string {
 	t.Helper()
-	data, err := os.ReadFile("../README.md")
+	pages, err := filepath.Glob("../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(pages) == 0 {
+		t.Fatal("no page in docs/")
+	}
+	sort.Strings(pages)
+	out := []string{"README.md"}
+	for _, p := range pages {
+		out = append(out, strings.TrimPrefix(p, "../"))
+	}
+	return out
+}
+
+// readDoc reads a page given as a path from the repository root.
+func readDoc(t *testing.T, page string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// shCommands returns the commands of a page's sh blocks, with continuation
+// lines joined.
+func shCommands(text string) []string {
 	var cmds []string
 	in, cur := false, ""
-	for _, line := range strings.Split(string(data), "\n") {
+	for _, line := range strings.Split(text, "\n") {
 		switch {
-		case strings.HasPrefix(line, "```sh"):
+		case !in && strings.HasPrefix(line, "```sh"):
 			in = true
 		case in && strings.HasPrefix(line, "```"):
 			in = false
@@ -42,15 +72,30 @@ func readmeCommands(t *testing.T) []string {
 	return cmds
 }
 
+// withoutComment drops a trailing shell comment (" # ...") from a command.
+func withoutComment(c string) string {
+	if i := strings.Index(c, " # "); i >= 0 {
+		c = c[:i]
+	}
+	return strings.TrimSpace(c)
+}
+
 var exportedName = regexp.MustCompile(`\b([A-Z][A-Z0-9_]*)=`)
 
-// TestReadmeCommandsWork runs every command README.md shows, as pasted into
-// bash, where this test can: cluster commands as server-side dry runs against
-// the test API server, helm install as helm template, make targets with -n.
-// Commands that need a running service (serve, curl) are checked for what
-// they name: the variables exist and the subcommand is there. A new kind of
-// command fails the test until it is given a rule here.
-func TestReadmeCommandsWork(t *testing.T) {
+// haproxyURL matches an exported HAProxy URL variable and its value.
+var haproxyURL = regexp.MustCompile(`\b(HAPROXY_DATAPLANE_URL|HAPROXY_RUNTIME_URL)=(\S+)`)
+
+// TestDocsCommandsWork runs every command README.md and docs/*.md show, as
+// pasted into bash, where this test can: cluster commands as server-side dry
+// runs against the test API server, helm install as helm template, make
+// targets with -n. Commands that need a running service (serve, curl) are
+// checked for what they name: the variables exist and the subcommand is
+// there. A command sent to the background must be followed by a wait for
+// /readyz, and an exported HAProxy URL must refuse to expand until the reader
+// sets it (a pasted placeholder is retried until the deadline, saying
+// nothing). A new kind of command fails the test until it is given a rule
+// here.
+func TestDocsCommandsWork(t *testing.T) {
 	namespace(t, "ingress-nginx")
 	root, _ := filepath.Abs("..")
 	known := map[string]bool{"KUBECONFIG": true}
@@ -67,52 +112,102 @@ func TestReadmeCommandsWork(t *testing.T) {
 			t.Errorf("%s: %v\n%s", script, err, out)
 		}
 	}
-	cmds := readmeCommands(t)
-	if len(cmds) < 5 {
-		t.Fatalf("only %d commands found in README.md", len(cmds))
+	var help string // the binary's help, read once
+	subcommand := func(t *testing.T, sub string) {
+		t.Helper()
+		if help == "" {
+			cmd := exec.Command("go", "run", "./cmd/haproxy-k8s-sync", "help")
+			cmd.Dir = root
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("haproxy-k8s-sync help: %v", err)
+			}
+			help = string(out)
+		}
+		if !regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(sub) + `\b`).MatchString(help) {
+			t.Errorf("haproxy-k8s-sync has no command %q", sub)
+		}
 	}
-	for _, c := range cmds {
-		t.Run(strings.Fields(c)[0]+" "+strings.Fields(c)[1], func(t *testing.T) {
-			f := strings.Fields(c)
-			switch {
-			case f[0] == "make":
-				run(t, "make -n "+f[1]+" >/dev/null")
-			case f[0] == "export":
-				for _, m := range exportedName.FindAllStringSubmatch(c, -1) {
-					if !known[m[1]] {
-						t.Errorf("README exports %s, which the service does not read", m[1])
+	total := 0
+	for _, page := range docPages(t) {
+		cmds := shCommands(readDoc(t, page))
+		total += len(cmds)
+		for i, c := range cmds {
+			f := strings.Fields(withoutComment(c))
+			name := page + "/" + strings.Join(f[:min(2, len(f))], " ")
+			t.Run(name, func(t *testing.T) {
+				if len(f) < 2 {
+					t.Fatalf("no rule to check this command of %s: %s", page, c)
+				}
+				switch {
+				case f[0] == "make":
+					run(t, "make -n "+f[1]+" >/dev/null")
+				case f[0] == "export":
+					for _, m := range exportedName.FindAllStringSubmatch(c, -1) {
+						if !known[m[1]] {
+							t.Errorf("%s exports %s, which the service does not read", page, m[1])
+						}
+					}
+					for _, m := range haproxyURL.FindAllStringSubmatch(c, -1) {
+						if !strings.HasPrefix(strings.Trim(m[2], `"`), "${"+m[1]+":?") {
+							t.Errorf("%s exports %s=%s: a pasted placeholder is retried silently; write \"${%s:?set it to ...}\"", page, m[1], m[2], m[1])
+						}
+					}
+					if strings.Contains(c, ":?") {
+						// Pasted with the variables unset, the line must refuse.
+						cmd := exec.Command("bash", "-c", withoutComment(c))
+						cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+						if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "set it") {
+							t.Errorf("%s: %q runs with its variables unset (%v): %s", page, c, err, out)
+						}
+					}
+				case f[0] == "go" && f[1] == "run":
+					if strings.HasSuffix(withoutComment(c), "&") {
+						t.Errorf("%s starts `go run` in the background: what follows runs while it compiles; build first", page)
+					}
+					if len(f) < 4 {
+						t.Fatalf("%s: %q names no subcommand", page, c)
+					}
+					subcommand(t, f[3])
+				case f[0] == "bin/haproxy-k8s-sync":
+					subcommand(t, f[1])
+				case f[0] == "until":
+					if !strings.Contains(c, "curl") || !strings.Contains(c, "/readyz") {
+						t.Errorf("%s waits on something else than /readyz: %s", page, c)
+					}
+				case f[0] == "curl":
+					if !strings.Contains(c, "Authorization: Bearer $WEBHOOK_TOKEN") || !strings.Contains(c, "/reconcile") {
+						t.Errorf("the curl example does not POST /reconcile with the token: %s", c)
+					}
+				case f[0] == "kubectl" && (f[1] == "create" || f[1] == "apply"):
+					run(t, c+" --dry-run=server -o name >/dev/null")
+				case f[0] == "helm" && f[1] == "install":
+					run(t, "helm template"+strings.TrimPrefix(c, "helm install")+" >/dev/null")
+				default:
+					t.Errorf("no rule to check this command of %s: %s", page, c)
+				}
+				if strings.HasSuffix(withoutComment(c), "&") {
+					if i+1 >= len(cmds) || !strings.Contains(cmds[i+1], "/readyz") {
+						t.Errorf("%s: %q runs in the background and the next command does not wait for /readyz", page, c)
 					}
 				}
-			case f[0] == "go" && f[1] == "run":
-				sub := f[3]
-				run(t, "go run ./cmd/haproxy-k8s-sync help | grep -- '"+sub+" ' >/dev/null")
-			case f[0] == "curl":
-				if !strings.Contains(c, "Authorization: Bearer $WEBHOOK_TOKEN") || !strings.Contains(c, "/reconcile") {
-					t.Errorf("the curl example does not POST /reconcile with the token: %s", c)
-				}
-			case f[0] == "kubectl" && (f[1] == "create" || f[1] == "apply"):
-				run(t, c+" --dry-run=server -o name >/dev/null")
-			case f[0] == "helm" && f[1] == "install":
-				run(t, "helm template"+strings.TrimPrefix(c, "helm install")+" >/dev/null")
-			default:
-				t.Errorf("no rule to check this README command: %s", c)
-			}
-		})
+			})
+		}
+	}
+	if total < 5 {
+		t.Fatalf("only %d commands found in README.md and docs/", total)
 	}
 }
 
-var citedTest = regexp.MustCompile("`((?:Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*)`")
+var citedTest = regexp.MustCompile("`((?:Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*)(?:/[^`\\s]*)?(?: [^`]*)?`")
 
-// TestReadmeCitesRealTests: every test, benchmark or fuzz target README.md
-// cites as evidence exists, so a claim cannot outlive the test behind it.
-func TestReadmeCitesRealTests(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+// TestDocsCiteRealTests: every test, benchmark or fuzz target README.md and
+// docs/*.md cite as evidence exists, so a claim cannot outlive the test
+// behind it.
+func TestDocsCiteRealTests(t *testing.T) {
 	defined := map[string]bool{}
 	decl := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)[A-Za-z0-9_]*)\(`)
-	err = filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
+	err := filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -133,13 +228,329 @@ func TestReadmeCitesRealTests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cited := citedTest.FindAllSubmatch(readme, -1)
-	if len(cited) < 10 {
-		t.Fatalf("only %d tests cited in README.md", len(cited))
+	total := 0
+	for _, page := range docPages(t) {
+		cited := citedTest.FindAllStringSubmatch(readDoc(t, page), -1)
+		total += len(cited)
+		for _, m := range cited {
+			if !defined[m[1]] {
+				t.Errorf("%s cites %s, which no test file defines", page, m[1])
+			}
+		}
 	}
-	for _, m := range cited {
-		if !defined[string(m[1])] {
-			t.Errorf("README.md cites %s, which no test file defines", m[1])
+	if total < 10 {
+		t.Fatalf("only %d tests cited in README.md and docs/", total)
+	}
+}
+
+var (
+	mdLink  = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	heading = regexp.MustCompile(`^#{1,6} (.+)$`)
+)
+
+// prose returns a page's lines outside fenced code blocks, numbered from 1.
+func prose(text string) map[int]string {
+	out := map[int]string{}
+	in := false
+	for i, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "```") {
+			in = !in
+			continue
+		}
+		if !in {
+			out[i+1] = line
+		}
+	}
+	return out
+}
+
+// anchors returns the anchors GitHub gives a page's headings: lower case,
+// punctuation but hyphens and underscores dropped, spaces as hyphens, a
+// repeated one suffixed -1, -2, ...
+func anchors(text string) map[string]bool {
+	out := map[string]bool{}
+	seen := map[string]int{}
+	lines := prose(text)
+	nums := make([]int, 0, len(lines))
+	for n := range lines {
+		nums = append(nums, n)
+	}
+	sort.Ints(nums) // in page order, for the -1, -2 suffixes
+	for _, n := range nums {
+		m := heading.FindStringSubmatch(lines[n])
+		if m == nil {
+			continue
+		}
+		h := strings.TrimSpace(m[1])
+		var b strings.Builder
+		for _, r := range strings.ToLower(h) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		a := b.String()
+		if n := seen[a]; n > 0 {
+			out[fmt.Sprintf("%s-%d", a, n)] = true
+		} else {
+			out[a] = true
+		}
+		seen[a]++
+	}
+	return out
+}
+
+// TestDocsLinksResolve: every relative link of README.md, docs/*.md, the
+// chart's README and the CHANGELOG names a file of the repository and, for
+// a Markdown page, a heading of it.
+func TestDocsLinksResolve(t *testing.T) {
+	pages := append(docPages(t), "deploy/helm/haproxy-k8s-sync/README.md", "CHANGELOG.md")
+	checked := 0
+	for _, page := range pages {
+		lines := prose(readDoc(t, page))
+		nums := make([]int, 0, len(lines))
+		for n := range lines {
+			nums = append(nums, n)
+		}
+		sort.Ints(nums)
+		for _, n := range nums {
+			for _, m := range mdLink.FindAllStringSubmatch(lines[n], -1) {
+				link := m[1]
+				if strings.Contains(link, "://") || strings.HasPrefix(link, "mailto:") {
+					continue
+				}
+				checked++
+				file, anchor, _ := strings.Cut(link, "#")
+				target := page
+				if file != "" {
+					target = filepath.Join(filepath.Dir(page), file)
+				}
+				if _, err := os.Stat(filepath.Join("..", target)); err != nil {
+					t.Errorf("%s:%d: link %s: no file %s", page, n, link, target)
+					continue
+				}
+				if anchor != "" && strings.HasSuffix(target, ".md") && !anchors(readDoc(t, target))[anchor] {
+					t.Errorf("%s:%d: link %s: %s has no heading #%s", page, n, link, target, anchor)
+				}
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("only %d relative links found", checked)
+	}
+}
+
+// TestReadmeIsAFrontDoor: README.md stays short, starts with its two set-up
+// commands, says which release the documentation describes, and links every
+// page of docs/.
+func TestReadmeIsAFrontDoor(t *testing.T) {
+	readme := readDoc(t, "README.md")
+	lines := strings.Split(strings.TrimRight(readme, "\n"), "\n")
+	if len(lines) > 300 {
+		t.Errorf("README.md has %d lines; it is the front door (300 at most): move the rest to docs/", len(lines))
+	}
+	first := strings.Join(lines[:min(40, len(lines))], "\n")
+	cmds := shCommands(first)
+	if len(cmds) < 2 || !strings.HasPrefix(cmds[0], "make demo") || !strings.HasPrefix(cmds[1], "make test") {
+		t.Errorf("README.md's first 40 lines must start with a sh block of `make demo` and `make test`; found %q", cmds)
+	}
+	if v := changelogVersion(t); !strings.Contains(readme, "release "+v) && !strings.Contains(readme, "release **"+v) && !strings.Contains(readme, "**release "+v+"**") {
+		t.Errorf("README.md does not say it describes release %s (the newest in CHANGELOG.md)", v)
+	}
+	for _, page := range docPages(t)[1:] {
+		if !strings.Contains(readme, "]("+page+")") {
+			t.Errorf("README.md does not link %s", page)
+		}
+	}
+}
+
+// changelogVersion returns the newest released version CHANGELOG.md lists
+// (the first "## [X.Y.Z] - date" heading). An "Unreleased" section with
+// entries fails the test: the docs describe a release, and what they
+// describe is cut together (CHANGELOG, chart, image tags).
+func changelogVersion(t *testing.T) string {
+	t.Helper()
+	release := regexp.MustCompile(`^## \[([^\]]+)\](?: - (\d{4}-\d{2}-\d{2}))?\s*$`)
+	semver := regexp.MustCompile(`^\d+\.\d+\.\d+$`)
+	sc := bufio.NewScanner(strings.NewReader(readDoc(t, "CHANGELOG.md")))
+	unreleased := false
+	for sc.Scan() {
+		line := sc.Text()
+		if m := release.FindStringSubmatch(line); m != nil {
+			if strings.EqualFold(m[1], "Unreleased") {
+				unreleased = true
+				continue
+			}
+			if !semver.MatchString(m[1]) || m[2] == "" {
+				t.Fatalf("CHANGELOG.md: %q is not `## [X.Y.Z] - YYYY-MM-DD`", line)
+			}
+			return m[1]
+		}
+		if unreleased && strings.HasPrefix(line, "- ") {
+			t.Errorf("CHANGELOG.md has Unreleased entries (%q): the docs would describe what no image has; put them under the release the docs describe and cut it (CHANGELOG, chart, image tags)", line)
+			unreleased = false
+		}
+	}
+	t.Fatal("CHANGELOG.md lists no release")
+	return ""
+}
+
+// readYAML decodes a file of deploy/ (a path from this directory).
+func readYAML(t *testing.T, path string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+var imageRef = regexp.MustCompile(`ghcr\.io/haproxy-k8s-sync/haproxy-k8s-sync:([A-Za-z0-9._-]+)|newTag: "?([A-Za-z0-9._-]+)"?`)
+
+// TestReleaseVersionsAgree: the newest version of CHANGELOG.md, the chart's
+// version and appVersion, the image tags of deploy/ (kustomize and chart
+// values), knative/ and every image named in README.md and docs/ are one
+// and the same, so the docs, the manifests and the image describe one
+// release.
+func TestReleaseVersionsAgree(t *testing.T) {
+	v := changelogVersion(t)
+	if !strings.Contains(readDoc(t, "CHANGELOG.md"), "\n["+v+"]: ") {
+		t.Errorf("CHANGELOG.md has no link for [%s]", v)
+	}
+	var chart struct {
+		Version    string `json:"version"`
+		AppVersion string `json:"appVersion"`
+	}
+	readYAML(t, "helm/haproxy-k8s-sync/Chart.yaml", &chart)
+	if chart.Version != v || chart.AppVersion != v {
+		t.Errorf("Chart.yaml: version %q, appVersion %q; CHANGELOG.md's newest release is %s", chart.Version, chart.AppVersion, v)
+	}
+	var values struct {
+		Image struct {
+			Tag string `json:"tag"`
+		} `json:"image"`
+	}
+	readYAML(t, "helm/haproxy-k8s-sync/values.yaml", &values)
+	if values.Image.Tag != "" && values.Image.Tag != v {
+		t.Errorf("chart values: image.tag %q; CHANGELOG.md's newest release is %s", values.Image.Tag, v)
+	}
+	for _, k := range []string{"base/kustomization.yaml", "../knative/base/kustomization.yaml"} {
+		var kz struct {
+			Images []struct {
+				Name   string `json:"name"`
+				NewTag string `json:"newTag"`
+			} `json:"images"`
+		}
+		readYAML(t, k, &kz)
+		found := false
+		for _, im := range kz.Images {
+			if im.Name == "haproxy-k8s-sync" {
+				found = true
+				if im.NewTag != v {
+					t.Errorf("%s: image tag %q; CHANGELOG.md's newest release is %s", k, im.NewTag, v)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s sets no image tag for haproxy-k8s-sync", k)
+		}
+	}
+	// Every image reference elsewhere: manifests, chart, docs.
+	refs := 0
+	for _, dir := range []string{"../deploy", "../knative", "../docs", "../README.md"} {
+		err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			switch filepath.Ext(path) {
+			case ".md", ".yaml", ".yml", ".tpl", ".txt", ".json":
+			default:
+				return nil
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, m := range imageRef.FindAllStringSubmatch(string(data), -1) {
+				refs++
+				if tag := m[1] + m[2]; tag != v {
+					t.Errorf("%s names image tag %s; CHANGELOG.md's newest release is %s", path, tag, v)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if refs < 3 {
+		t.Errorf("only %d image references found", refs)
+	}
+}
+
+// TestDocsFiguresAgree: a figure quoted in several places has one value.
+// The watch latency quoted in the docs is BenchmarkWatchNoPost's, and the
+// memory sizing of docs/benchmarks.md (peak at 10,000 pod endpoints, room
+// under the 128Mi limit) covers the scale run's measure and is the one the
+// chart's values and deploy/base repeat.
+func TestDocsFiguresAgree(t *testing.T) {
+	bench := readDoc(t, "docs/benchmarks.md")
+	latency := regexp.MustCompile(`p50 (\d+) ms, p90 (\d+) ms`)
+	var want []string
+	for _, line := range strings.Split(bench, "\n") {
+		if strings.Contains(line, "`BenchmarkWatchNoPost`") {
+			want = latency.FindStringSubmatch(line)
+		}
+	}
+	if want == nil {
+		t.Fatal("docs/benchmarks.md: no p50/p90 for BenchmarkWatchNoPost")
+	}
+	for _, page := range docPages(t) {
+		for _, m := range latency.FindAllStringSubmatch(readDoc(t, page), -1) {
+			if m[0] != want[0] {
+				t.Errorf("%s quotes %q; BenchmarkWatchNoPost measured %q", page, m[0], want[0])
+			}
+		}
+	}
+
+	sizing := regexp.MustCompile(`10,000 pod endpoints \((\d+)–(\d+) MB[^)]*\)\s+with (\d\.\d)× room`).FindStringSubmatch(bench)
+	limit := regexp.MustCompile(`limit at (\d+) Mi`).FindStringSubmatch(bench)
+	if sizing == nil || limit == nil {
+		t.Fatal("docs/benchmarks.md: Sizing does not say the peak at 10,000 pod endpoints, its room and the limit")
+	}
+	var lo, hi, lim int
+	var room float64
+	fmt.Sscan(sizing[1], &lo)
+	fmt.Sscan(sizing[2], &hi)
+	fmt.Sscan(sizing[3], &room)
+	fmt.Sscan(limit[1], &lim)
+	if got := float64(lim*10/hi) / 10; got != room {
+		t.Errorf("docs/benchmarks.md: %d Mi over %d MB is %.1f× room, not %.1f×", lim, hi, got, room)
+	}
+	// The scale run's peak at 10,000 endpoints: the last cell of its row.
+	for _, line := range strings.Split(bench, "\n") {
+		if strings.HasPrefix(line, "| peak resident memory") {
+			cells := strings.Split(strings.Trim(line, "| "), "|")
+			var peak int
+			fmt.Sscanf(strings.TrimSpace(cells[len(cells)-1]), "%d MB", &peak)
+			if peak < lo || peak > hi {
+				t.Errorf("docs/benchmarks.md: the scale run peaked at %d MB at 10,000 endpoints, outside Sizing's %d–%d MB", peak, lo, hi)
+			}
+		}
+	}
+	for _, f := range []string{"helm/haproxy-k8s-sync/values.yaml", "base/deployment.yaml"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range []string{fmt.Sprintf("%d-%d MB", lo, hi), fmt.Sprintf("%.1fx room", room)} {
+			if !strings.Contains(string(data), w) {
+				t.Errorf("%s does not say %q as docs/benchmarks.md's Sizing does", f, w)
+			}
 		}
 	}
 }
