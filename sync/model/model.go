@@ -111,8 +111,8 @@ type Runtime struct {
 	// CheckPassed: the check's health has reached rise and its last
 	// result passed, i.e. the server has earned traffic.
 	CheckPassed bool
-	// CheckStale: HAProxy shows the check passed on a result that is not
-	// the running check's to give: a server leaving maintenance starts at
+	// CheckStale: a server out of service whose passed result is not the
+	// running check's to give: a server leaving maintenance starts at
 	// health rise with the result it had before it was parked. It has not
 	// earned traffic (CheckPassed is false) and must be gated afresh.
 	CheckStale bool

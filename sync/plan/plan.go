@@ -278,9 +278,8 @@ func mustEarn(old *model.Server, ok bool, d *model.Server) bool {
 		return true
 	case old.State == model.Ready:
 		// In service: HAProxy's running check rules it. Without one
-		// (a check never started), or on a result from before it was
-		// parked, it must earn its place again.
-		return !old.Runtime.CheckRunning || old.Runtime.CheckStale
+		// (a check never started), it must earn its place again.
+		return !old.Runtime.CheckRunning
 	default:
 		return !old.Runtime.CheckRunning || !old.Runtime.CheckPassed
 	}

@@ -291,16 +291,8 @@ const (
 
 // ParseServersState reads the reply to "show servers state <backend>"
 // (format version 1, the same from 2.6 to 3.4) into servers of that backend,
-// judging a check passed when its last result passed and its health is at
-// the top (rise+fall-1), where a passed check puts it once health reached
-// rise.
-//
-// A passed result with health at rise but below the top is HAProxy's doing,
-// not a check's: a server leaving maintenance gets health rise ("start OK")
-// and keeps the result of its last check, earned before it was parked,
-// perhaps at another address, and until its next check (a steady inter
-// later) it shows "UP, passed". Such a server is CheckStale. With fall 1
-// the top is rise and the two cannot be told apart.
+// judging a check passed when its health reached rise and its last result
+// passed, unless that result is stale (model.Runtime.CheckStale).
 func ParseServersState(reply, backend string, rise, fall int) ([]model.Server, error) {
 	sc := bufio.NewScanner(strings.NewReader(reply))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -334,13 +326,10 @@ func ParseServersState(reply, backend string, rise, fall int) ([]model.Server, e
 		// Field 5 is the operational state: 2 is running (UP).
 		up := f[5] == strconv.Itoa(opStateRunning)
 		passed := result == chkResPassed || result == chkResCondOK
-		top := max(rise, 1) + max(fall, 1) - 1
 		rt := &model.Runtime{
 			CheckRunning: chk&chkEnabled != 0 && chk&chkPaused == 0,
-			// Health, not the operational state: in maintenance that says
-			// nothing, and on leaving it, UP comes before any check.
-			CheckPassed: passed && health >= top,
-			CheckStale:  passed && health >= max(rise, 1) && health < top,
+			// In maintenance the operational state says nothing; health does.
+			CheckPassed: passed && (up || health >= max(rise, 1)),
 			CheckL4:     status == chkStatusL4OK,
 			Since:       time.Duration(since) * time.Second,
 		}
@@ -357,6 +346,17 @@ func ParseServersState(reply, backend string, rise, fall int) ([]model.Server, e
 			s.State = model.Maint
 		case admin&admDrain != 0 || weight == 0:
 			s.State = model.Drain
+			// A server out of service that shows a passed result with health
+			// at rise, below the top (rise+fall-1) where a passed check puts
+			// it, did not earn it: leaving maintenance sets health to rise
+			// and keeps the last result, from before it was parked, perhaps
+			// at another address; a gate cut between "state drain" and
+			// "health down" leaves it so. A server in service in that state
+			// (put there with a check earned while parked) is left to its
+			// running check. With fall 1 the top is rise: nothing to tell.
+			if top := max(rise, 1) + max(fall, 1) - 1; passed && health >= max(rise, 1) && health < top {
+				rt.CheckPassed, rt.CheckStale = false, true
+			}
 		}
 		out = append(out, s)
 	}

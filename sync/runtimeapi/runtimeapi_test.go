@@ -68,7 +68,9 @@ func TestParseServersStateChecks(t *testing.T) {
 		"3 be 6 parked 127.0.0.1 0 1 1 1 75 6 3 4 14 0 0 0 - 80 - 0 0 - - 0\n" + // maint, check paused
 		"3 be 7 dead 127.0.0.1 0 8 1 1 5 8 2 0 6 0 0 0 - 80 - 0 0 - - 0\n" + // drain, L4CON failed
 		"3 be 8 http 127.0.0.1 2 0 1 1 5 15 3 4 6 0 0 0 - 80 - 0 0 - - 0\n" + // ready, L7OK (option httpchk)
-		"3 be 9 http503 127.0.0.1 0 0 1 1 5 17 2 0 6 0 0 0 - 80 - 0 0 - - 0\n" // ready, L7STS (a 503)
+		"3 be 9 http503 127.0.0.1 0 0 1 1 5 17 2 0 6 0 0 0 - 80 - 0 0 - - 0\n" + // ready, L7STS (a 503)
+		"3 be 10 leftmaint 127.0.0.1 2 8 1 1 0 6 3 2 6 0 0 0 - 80 - 0 0 - - 0\n" + // drain, just out of maint: health rise, the old result
+		"3 be 11 readyout 127.0.0.1 2 0 1 1 0 6 3 2 6 0 0 0 - 80 - 0 0 - - 0\n" // the same, put in service: its running check rules
 	got, err := ParseServersState(reply, "be", 2, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +78,7 @@ func TestParseServersStateChecks(t *testing.T) {
 	type rt struct{ running, passed, l4 bool }
 	want := map[string]rt{"fresh": {false, false, false}, "inmaint": {true, true, true}, "onepass": {true, false, true},
 		"gated": {true, false, true}, "earned": {true, true, true}, "parked": {false, true, true}, "dead": {true, false, false},
-		"http": {true, true, false}, "http503": {true, false, false}}
+		"http": {true, true, false}, "http503": {true, false, false}, "leftmaint": {true, false, true}, "readyout": {true, true, true}}
 	for _, s := range got {
 		if w := want[s.Name]; s.Runtime == nil || s.Runtime.CheckRunning != w.running || s.Runtime.CheckPassed != w.passed || s.Runtime.CheckL4 != w.l4 {
 			t.Errorf("%s: %+v, want running %v passed %v L4 %v", s.Name, s.Runtime, w.running, w.passed, w.l4)
@@ -84,6 +86,11 @@ func TestParseServersStateChecks(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("%d servers, want %d", len(got), len(want))
+	}
+	for _, s := range got {
+		if s.Runtime.CheckStale != (s.Name == "leftmaint") {
+			t.Errorf("%s: stale %v", s.Name, s.Runtime.CheckStale)
+		}
 	}
 	if got[5].Runtime.Since != 75*time.Second {
 		t.Errorf("since = %v", got[5].Runtime.Since)
