@@ -4,11 +4,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
@@ -326,5 +332,175 @@ func TestChartValidatesDurationsAndCIDRs(t *testing.T) {
 				t.Errorf("the service refuses it: %v", err)
 			}
 		})
+	}
+}
+
+// object is one document of a rendered or built YAML stream.
+type object struct {
+	Kind     string            `json:"kind"`
+	Metadata metav1.ObjectMeta `json:"metadata"`
+	doc      []byte
+}
+
+// byKind splits a YAML stream into its objects, by kind (one of each
+// expected, but Role and RoleBinding of several: keyed "Kind/name").
+func byKind(t *testing.T, stream []byte) map[string]object {
+	t.Helper()
+	out := map[string]object{}
+	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(stream), -1) {
+		var o object
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatal(err)
+		}
+		if o.Kind == "" {
+			continue
+		}
+		o.doc = []byte(doc)
+		key := o.Kind
+		if _, dup := out[key]; dup {
+			key = o.Kind + "/" + o.Metadata.Name
+		}
+		out[key] = o
+	}
+	return out
+}
+
+func decode[T any](t *testing.T, o object) T {
+	t.Helper()
+	var v T
+	if err := yaml.Unmarshal(o.doc, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// hasLabels reports the labels of want that got lacks or has otherwise.
+func missingLabels(want, got map[string]string) []string {
+	var out []string
+	for k, v := range want {
+		if got[k] != v {
+			out = append(out, fmt.Sprintf("%s=%s (has %q)", k, v, got[k]))
+		}
+	}
+	return out
+}
+
+// admits reports whether a NetworkPolicy's ingress rules let in a pod with
+// podLabels in namespace ns (namespaces are known by their
+// kubernetes.io/metadata.name label only).
+func admits(t *testing.T, np networkingv1.NetworkPolicy, policyNS, ns string, podLabels map[string]string) bool {
+	t.Helper()
+	sel := func(ls *metav1.LabelSelector, l map[string]string) bool {
+		s, err := metav1.LabelSelectorAsSelector(ls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Matches(labels.Set(l))
+	}
+	nsLabels := map[string]string{"kubernetes.io/metadata.name": ns}
+	for _, rule := range np.Spec.Ingress {
+		for _, p := range rule.From {
+			switch {
+			case p.IPBlock != nil:
+			case p.NamespaceSelector == nil:
+				if ns == policyNS && sel(p.PodSelector, podLabels) {
+					return true
+				}
+			case sel(p.NamespaceSelector, nsLabels) && (p.PodSelector == nil || sel(p.PodSelector, podLabels)):
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestChartMatchesDeployBase: the chart installs what deploy/ (the example
+// overlay with the CronJob) installs, as far as others see it: the same
+// labels on every object and pod (the chart adds Helm's), the same
+// topology spread, a NetworkPolicy that lets in the same pods, and the
+// CronJob's pods kept out of the Deployment's, Service's and
+// PodDisruptionBudget's selectors.
+func TestChartMatchesDeployBase(t *testing.T) {
+	base := byKind(t, []byte(kubectl(t, nil, "kustomize", overlay(t, "resources:\n  - %[1]s/overlays/example\ncomponents:\n  - %[1]s/components/cronjob\n", "."))))
+	chart := byKind(t, helm(t, "-n", "ingress-nginx", "--set", "cronJob.enabled=true", "--set", "networkPolicy.enabled=true"))
+	for key, b := range base {
+		c, ok := chart[key]
+		if !ok {
+			if strings.Contains(key, "/") || b.Kind == "ClusterRole" || b.Kind == "ClusterRoleBinding" {
+				continue // named otherwise in the chart; labels checked on the rest
+			}
+			t.Errorf("the chart has no %s", key)
+			continue
+		}
+		if m := missingLabels(b.Metadata.Labels, c.Metadata.Labels); m != nil {
+			t.Errorf("%s: the chart's lacks labels %v", key, m)
+		}
+	}
+
+	bd, cd := decode[appsv1.Deployment](t, base["Deployment"]), decode[appsv1.Deployment](t, chart["Deployment"])
+	if m := missingLabels(bd.Spec.Template.Labels, cd.Spec.Template.Labels); m != nil {
+		t.Errorf("Deployment pods: the chart's lack labels %v", m)
+	}
+	bt, ct := bd.Spec.Template.Spec.TopologySpreadConstraints, cd.Spec.Template.Spec.TopologySpreadConstraints
+	switch {
+	case len(bt) != 1 || len(ct) != len(bt):
+		t.Errorf("topology spread: deploy/base %+v, chart %+v", bt, ct)
+	case !reflect.DeepEqual(ct[0].LabelSelector, cd.Spec.Selector):
+		t.Errorf("topology spread: the chart's selects %v, not its Deployment's pods %v", ct[0].LabelSelector, cd.Spec.Selector)
+	default:
+		bt[0].LabelSelector, ct[0].LabelSelector = nil, nil
+		if !reflect.DeepEqual(bt[0], ct[0]) {
+			t.Errorf("topology spread: chart %+v, deploy/base %+v", ct[0], bt[0])
+		}
+	}
+
+	bc, cc := decode[batchv1.CronJob](t, base["CronJob"]), decode[batchv1.CronJob](t, chart["CronJob"])
+	bTrigger, cTrigger := bc.Spec.JobTemplate.Spec.Template.Labels, cc.Spec.JobTemplate.Spec.Template.Labels
+	if m := missingLabels(bTrigger, cTrigger); m != nil {
+		t.Errorf("CronJob pods: the chart's lack labels %v", m)
+	}
+	for _, sel := range []struct {
+		name string
+		sel  map[string]string
+	}{
+		{"Deployment", cd.Spec.Selector.MatchLabels},
+		{"Service", decode[corev1.Service](t, chart["Service"]).Spec.Selector},
+	} {
+		if labels.SelectorFromSet(sel.sel).Matches(labels.Set(cTrigger)) {
+			t.Errorf("the chart's %s selects the CronJob's pods %v", sel.name, cTrigger)
+		}
+	}
+
+	bn, cn := decode[networkingv1.NetworkPolicy](t, base["NetworkPolicy"]), decode[networkingv1.NetworkPolicy](t, chart["NetworkPolicy"])
+	for _, p := range []struct {
+		who         string
+		ns          string
+		base, chart map[string]string // the pod's labels in each install
+		admitted    bool
+	}{
+		{"the CronJob's pods", "ingress-nginx", bTrigger, cTrigger, true},
+		{"the ingress controller's pods", "ingress-nginx", map[string]string{"app.kubernetes.io/name": "ingress-nginx"}, map[string]string{"app.kubernetes.io/name": "ingress-nginx"}, true},
+		{"Prometheus", "monitoring", map[string]string{"app.kubernetes.io/name": "prometheus"}, map[string]string{"app.kubernetes.io/name": "prometheus"}, true},
+		{"another pod of the namespace", "ingress-nginx", map[string]string{"app": "other"}, map[string]string{"app": "other"}, false},
+		{"the ingress controller's labels elsewhere", "default", map[string]string{"app.kubernetes.io/name": "ingress-nginx"}, map[string]string{"app.kubernetes.io/name": "ingress-nginx"}, false},
+	} {
+		if got := admits(t, bn, "ingress-nginx", p.ns, p.base); got != p.admitted {
+			t.Errorf("deploy/ lets in %s: %v, want %v", p.who, got, p.admitted)
+		}
+		if got := admits(t, cn, "ingress-nginx", p.ns, p.chart); got != p.admitted {
+			t.Errorf("the chart lets in %s: %v, want %v", p.who, got, p.admitted)
+		}
+	}
+	if !reflect.DeepEqual(bn.Spec.Ingress[0].Ports, cn.Spec.Ingress[0].Ports) {
+		t.Errorf("ports: chart %v, deploy/ %v", cn.Spec.Ingress[0].Ports, bn.Spec.Ingress[0].Ports)
+	}
+
+	// The Service in another namespace than the release: the ingress
+	// controller's pods are let in from there.
+	other := decode[networkingv1.NetworkPolicy](t, byKind(t, helm(t, "-n", "sync-system", "--set", "ingress.namespace=edge",
+		"--set", "networkPolicy.enabled=true"))["NetworkPolicy"])
+	ctrl := map[string]string{"app.kubernetes.io/name": "ingress-nginx"}
+	if !admits(t, other, "sync-system", "edge", ctrl) || admits(t, other, "sync-system", "sync-system", ctrl) {
+		t.Errorf("ingress.namespace=edge: the controller's pods are not let in from edge only:\n%+v", other.Spec.Ingress)
 	}
 }

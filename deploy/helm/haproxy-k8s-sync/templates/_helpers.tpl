@@ -20,6 +20,13 @@ app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The CronJob's pods: named apart, as in deploy/, so that the
+Deployment's, Service's and PodDisruptionBudget's selectors never take them. */}}
+{{- define "hks.triggerSelector" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}-trigger
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
 {{- define "hks.ingressNamespace" -}}
 {{- default .Release.Namespace .Values.ingress.namespace -}}
 {{- end -}}
