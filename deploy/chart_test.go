@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"reflect"
 	"regexp"
 	"strings"
@@ -502,5 +503,45 @@ func TestChartMatchesDeployBase(t *testing.T) {
 	ctrl := map[string]string{"app.kubernetes.io/name": "ingress-nginx"}
 	if !admits(t, other, "sync-system", "edge", ctrl) || admits(t, other, "sync-system", "sync-system", ctrl) {
 		t.Errorf("ingress.namespace=edge: the controller's pods are not let in from edge only:\n%+v", other.Spec.Ingress)
+	}
+}
+
+// TestChartNamesWhatTheDocsCall: installed as the docs say (release
+// haproxy-k8s-sync, or fullnameOverride), the chart names its Service and
+// Secret as deploy/ does, so the docs' preStop example
+// (http://haproxy-k8s-sync.ingress-nginx.svc, Secret haproxy-k8s-sync)
+// reaches it whichever way it was installed; and its notes give the URL.
+func TestChartNamesWhatTheDocsCall(t *testing.T) {
+	for name, args := range map[string][]string{
+		"release haproxy-k8s-sync":          {"template", "haproxy-k8s-sync", "helm/haproxy-k8s-sync", "-n", "ingress-nginx"},
+		"release sync and fullnameOverride": {"template", "sync", "helm/haproxy-k8s-sync", "-n", "ingress-nginx", "--set", "fullnameOverride=haproxy-k8s-sync"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := exec.Command(tool("helm"), args...).Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs := byKind(t, out)
+			svc := decode[corev1.Service](t, objs["Service"])
+			if svc.Name != "haproxy-k8s-sync" || svc.Namespace != "ingress-nginx" || svc.Spec.Ports[0].Port != 80 {
+				t.Errorf("Service %s/%s port %d, want ingress-nginx/haproxy-k8s-sync port 80", svc.Namespace, svc.Name, svc.Spec.Ports[0].Port)
+			}
+			if s := objs["Secret"].Metadata.Name; s != "haproxy-k8s-sync" {
+				t.Errorf("Secret %q, want haproxy-k8s-sync", s)
+			}
+		})
+	}
+	if out, err := helmRefuses("--set", "fullnameOverride=Not_A_Name"); err == nil {
+		t.Errorf("an invalid fullnameOverride renders:\n%.300s", out)
+	}
+
+	namespace(t, "ingress-nginx")
+	out, err := exec.Command(tool("helm"), "install", "--dry-run=server", "--kubeconfig", api.kubeconfig, "-n", "ingress-nginx",
+		"sync", "helm/haproxy-k8s-sync", "--set", "fullnameOverride=haproxy-k8s-sync").CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm install --dry-run: %v\n%s", err, out)
+	}
+	if notes := string(out[strings.Index(string(out), "NOTES:"):]); !strings.Contains(notes, "http://haproxy-k8s-sync.ingress-nginx.svc\n") {
+		t.Errorf("the notes do not give the in-cluster URL:\n%s", notes)
 	}
 }

@@ -1,6 +1,9 @@
-{{/* Name of every object of the release. */}}
+{{/* Name of every object of the release: fullnameOverride, else the
+release name when it holds the chart's, else RELEASE-haproxy-k8s-sync. */}}
 {{- define "hks.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains .Chart.Name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
 {{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
