@@ -545,3 +545,26 @@ func TestChartNamesWhatTheDocsCall(t *testing.T) {
 		t.Errorf("the notes do not give the in-cluster URL:\n%s", notes)
 	}
 }
+
+// TestChartDescriptionSaysWhenItReloads: the chart's description must not
+// promise "without reloads": with the Data Plane API, batches of deletions
+// (HAPROXY_DELETE_BATCH), large scale-ups and backend settings reload.
+func TestChartDescriptionSaysWhenItReloads(t *testing.T) {
+	b, err := os.ReadFile("helm/haproxy-k8s-sync/Chart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chart struct{ Description string }
+	if err := yaml.Unmarshal(b, &chart); err != nil {
+		t.Fatal(err)
+	}
+	d := chart.Description
+	if strings.Contains(d, "without reloads") {
+		t.Errorf("the description promises no reloads: %s", d)
+	}
+	for _, want := range []string{"deletions", "scale-ups", "backend setting", "admin socket"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("the description does not name %q among what reloads or avoids a reload: %s", want, d)
+		}
+	}
+}
