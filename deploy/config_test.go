@@ -3,6 +3,7 @@ package deploy
 import (
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,5 +56,42 @@ func TestConfigMapsHaveEveryVariable(t *testing.T) {
 				t.Errorf("the service refuses it: %v", err)
 			}
 		})
+	}
+}
+
+// TestExampleSecretIsRefused: deploy/secret.example.yaml applied as it is
+// (its placeholder token is long enough) must not give a running service
+// that accepts a token everyone can read: the service refuses to start and
+// names WEBHOOK_TOKEN.
+func TestExampleSecretIsRefused(t *testing.T) {
+	plain, err := os.ReadFile("config/configmap.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile("secret.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm corev1.ConfigMap
+	var secret corev1.Secret
+	if err := yaml.Unmarshal(plain, &cm); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(example, &secret); err != nil {
+		t.Fatal(err)
+	}
+	if secret.StringData["WEBHOOK_TOKEN"] == "" {
+		t.Fatal("the example has no WEBHOOK_TOKEN")
+	}
+	for k, v := range cm.Data {
+		t.Setenv(k, v)
+	}
+	for k, v := range secret.StringData {
+		t.Setenv(k, v)
+	}
+	t.Setenv("INGRESS_NAMESPACE", "ingress-nginx")
+	_, err = config.Load()
+	if err == nil || !strings.HasPrefix(err.Error(), "WEBHOOK_TOKEN:") {
+		t.Fatalf("the service starts with the example Secret: %v", err)
 	}
 }

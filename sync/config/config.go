@@ -373,7 +373,25 @@ func (c *Config) readWebhookToken() error {
 	if c.WebhookToken != "" && len(c.WebhookToken) < minTokenLength {
 		return fmt.Errorf("%s: the token has %d characters; use at least %d", c.tokenVar(), len(c.WebhookToken), minTokenLength)
 	}
+	if w := placeholderWord(c.WebhookToken); w != "" {
+		return fmt.Errorf("%s: the token is a placeholder (it says %q); set a random one, e.g. from openssl rand -hex 24", c.tokenVar(), w)
+	}
 	return nil
+}
+
+// placeholderWord returns the word that marks token as an example's
+// placeholder (deploy/secret.example.yaml's, or one like it), or "". A
+// random token never holds these words; a copied example always does, and
+// would otherwise pass the length check and open every route to whoever
+// read the example.
+func placeholderWord(token string) string {
+	t := strings.NewReplacer("-", "", "_", "").Replace(strings.ToLower(token))
+	for _, w := range []string{"changeme", "replace", "placeholder"} {
+		if strings.Contains(t, w) {
+			return w
+		}
+	}
+	return ""
 }
 
 // tokenVar names the variable the token came from.

@@ -188,6 +188,10 @@ func TestWebhookAuth(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte("from-a-file-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	placeholderFile := filepath.Join(t.TempDir(), "placeholder")
+	if err := os.WriteFile(placeholderFile, []byte("changeme-changeme-changeme\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	base := map[string]string{"HAPROXY_DATAPLANE_URL": "http://h:5555"}
 	cases := []struct {
 		name    string
@@ -199,6 +203,11 @@ func TestWebhookAuth(t *testing.T) {
 		{"a token", map[string]string{"WEBHOOK_TOKEN": "  0123456789abcdef \n"}, AuthToken, ""},
 		{"a token file", map[string]string{"WEBHOOK_TOKEN_FILE": tokenFile}, AuthToken, ""},
 		{"a short token", map[string]string{"WEBHOOK_TOKEN": "short-secret"}, "", "WEBHOOK_TOKEN: the token has 12 characters"},
+		// deploy/secret.example.yaml's placeholder, and the like: long
+		// enough, but public.
+		{"the example's placeholder", map[string]string{"WEBHOOK_TOKEN": "replace-with-openssl-rand-hex-24"}, "", "WEBHOOK_TOKEN: the token is a placeholder"},
+		{"a change-me token", map[string]string{"WEBHOOK_TOKEN": "Change_Me_0123456789"}, "", "WEBHOOK_TOKEN: the token is a placeholder"},
+		{"a placeholder in the token file", map[string]string{"WEBHOOK_TOKEN_FILE": placeholderFile}, "", "WEBHOOK_TOKEN_FILE: the token is a placeholder"},
 		{"both token and file", map[string]string{"WEBHOOK_TOKEN": "0123456789abcdef", "WEBHOOK_TOKEN_FILE": tokenFile}, "", "WEBHOOK_TOKEN_FILE:"},
 		{"a missing token file", map[string]string{"WEBHOOK_TOKEN_FILE": "/nonexistent"}, "", "WEBHOOK_TOKEN_FILE:"},
 		{"token mode without a token", map[string]string{"WEBHOOK_AUTH": "token"}, "", "WEBHOOK_AUTH:"},

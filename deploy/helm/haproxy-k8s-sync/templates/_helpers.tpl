@@ -1,6 +1,9 @@
-{{/* Name of every object of the release. */}}
+{{/* Name of every object of the release: fullnameOverride, else the
+release name when it holds the chart's, else RELEASE-haproxy-k8s-sync. */}}
 {{- define "hks.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains .Chart.Name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
 {{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
@@ -17,6 +20,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{- define "hks.selector" -}}
 app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* The CronJob's pods: named apart, as in deploy/, so that the
+Deployment's, Service's and PodDisruptionBudget's selectors never take them. */}}
+{{- define "hks.triggerSelector" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}-trigger
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
