@@ -215,7 +215,7 @@ func (c *computer) endpoints(sp *corev1.ServicePort) []endpoint {
 				if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
 					ep.podName = e.TargetRef.Name
 				}
-				ep.state = c.gatedState(st, e.Conditions.Terminating != nil && *e.Conditions.Terminating, ep.podName)
+				ep.state = c.gatedState(st, e.Conditions.Terminating != nil && *e.Conditions.Terminating, ep.podName, addr)
 				if k, seen := byAddr[addr]; seen {
 					newest := later(out[k].changed, changed)
 					if ep.state.Rank() > out[k].state.Rank() {

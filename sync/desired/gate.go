@@ -1,6 +1,8 @@
 package desired
 
 import (
+	"net/netip"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
@@ -71,13 +73,33 @@ func GateCondition(pod *corev1.Pod) *corev1.PodCondition {
 }
 
 // gatedState is an endpoint's state once the readiness gate is considered:
-// a not-ready endpoint whose pod waits only for the gate is ready.
-func (c *computer) gatedState(st model.State, terminating bool, podName string) model.State {
+// a not-ready endpoint at addr whose pod waits only for the gate is ready.
+// The endpoint's pod reference is not trusted on its own: the pod must have
+// addr among its IPs, or another pod's conditions would let the endpoint in.
+func (c *computer) gatedState(st model.State, terminating bool, podName, addr string) model.State {
 	if !c.opts.ReadinessGate || st == model.Ready || terminating || podName == "" {
 		return st
 	}
-	if gateHeld(c.pods[podName]) {
+	if pod := c.pods[podName]; gateHeld(pod) && HasIP(pod, addr) {
 		return model.Ready
 	}
 	return st
+}
+
+// HasIP reports whether addr is one of pod's IPs.
+func HasIP(pod *corev1.Pod, addr string) bool {
+	want, err := netip.ParseAddr(addr)
+	if err != nil {
+		return false
+	}
+	ips := []string{pod.Status.PodIP}
+	for _, ip := range pod.Status.PodIPs {
+		ips = append(ips, ip.IP)
+	}
+	for _, ip := range ips {
+		if a, err := netip.ParseAddr(ip); err == nil && a.Unmap() == want.Unmap() {
+			return true
+		}
+	}
+	return false
 }

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
 )
@@ -94,12 +95,16 @@ func gateInput(results []TargetResult, backends []model.Backend, pods []corev1.P
 			return GateInput{}, false
 		}
 	}
+	in := GateInput{Pods: make(map[string]*corev1.Pod, len(pods))}
+	for i := range pods {
+		in.Pods[pods[i].Name] = &pods[i]
+	}
 	seen := map[string]bool{} // pods with at least one server
 	why := map[string][]string{}
 	for _, b := range backends {
 		for _, s := range b.Servers {
-			if s.Pod == "" {
-				continue
+			if p := in.Pods[s.Pod]; s.Pod == "" || p != nil && !desired.HasIP(p, s.Address) {
+				continue // an endpoint whose pod does not have its address says nothing of the pod
 			}
 			seen[s.Pod] = true
 			checked := 0
@@ -120,10 +125,6 @@ func gateInput(results []TargetResult, backends []model.Backend, pods []corev1.P
 				why[s.Pod] = append(why[s.Pod], fmt.Sprintf("%s on no target", s.Name))
 			}
 		}
-	}
-	in := GateInput{Pods: make(map[string]*corev1.Pod, len(pods))}
-	for i := range pods {
-		in.Pods[pods[i].Name] = &pods[i]
 	}
 	for pod := range seen {
 		gs := GateServer{Pod: pod, InService: len(why[pod]) == 0}

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
 )
@@ -57,6 +60,23 @@ func TestGateInputOneVerdictPerPod(t *testing.T) {
 	got, _ = gateInput(res, backends, nil)
 	if want := []GateServer{{Pod: "web-a", InService: true}, {Pod: "web-b", InService: true}}; fmt.Sprint(got.Servers) != fmt.Sprint(want) {
 		t.Errorf("both in service: got %+v, want %+v", got.Servers, want)
+	}
+}
+
+// TestGateInputChecksThePodsAddress: an endpoint naming a pod that does not
+// have its address says nothing of that pod: no verdict from it.
+func TestGateInputChecksThePodsAddress(t *testing.T) {
+	backends := []model.Backend{{Name: "be", Servers: []model.Server{
+		{Name: "web-a", Pod: "web-a", Address: "10.0.0.1"}, {Name: "forged", Pod: "web-b", Address: "10.0.0.9"}, {Name: "web-b", Pod: "web-b", Address: "10.0.0.2"},
+	}}}
+	pods := []corev1.Pod{
+		{ObjectMeta: metav1.ObjectMeta{Name: "web-a"}, Status: corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: "10.0.0.1"}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "web-b"}, Status: corev1.PodStatus{PodIP: "10.0.0.2"}},
+	}
+	res := []TargetResult{{Target: "t1", Backend: "be", inService: map[string]bool{"web-a": true, "web-b": true}, notInService: map[string]string{"forged": "maint"}}}
+	got, _ := gateInput(res, backends, pods)
+	if want := []GateServer{{Pod: "web-a", InService: true}, {Pod: "web-b", InService: true}}; fmt.Sprint(got.Servers) != fmt.Sprint(want) {
+		t.Errorf("got %+v, want %+v", got.Servers, want)
 	}
 }
 
