@@ -295,14 +295,13 @@ func (p *Plan) gate(old *model.Server, d *model.Server) {
 	switch {
 	case old == nil:
 		p.Changes = append(p.Changes, Change{Action: Add, Name: d.Name, New: &held, Gate: true})
-	case !old.Runtime.CheckRunning || old.Runtime.CheckStale || old.Address != d.Address || old.Port != d.Port:
-		// Its check is not running, or its health is not the check's
-		// (model.Runtime.CheckStale): restarted from zero.
-		// (mustEarn gates only servers whose Runtime it can read.)
+	case !old.Runtime.CheckRunning || old.Runtime.CheckStale || old.Address != d.Address || old.Port != d.Port || old.Check != d.Check:
+		// Its check is not running, its health is not the check's
+		// (model.Runtime.CheckStale), or it moves or its check changes
+		// (through the Data Plane API a reload, which would start it at
+		// health rise, one passed check from service): restarted from
+		// zero. (mustEarn gates only servers whose Runtime it can read.)
 		p.Changes = append(p.Changes, Change{Action: Drain, Name: d.Name, Old: old, New: &held, Gate: true})
-	case old.Check != d.Check:
-		// Waiting with its check running; only its settings change.
-		p.Changes = append(p.Changes, Change{Action: Update, Name: d.Name, Old: old, New: &held})
 	}
 }
 

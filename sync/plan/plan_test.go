@@ -304,6 +304,10 @@ func rt(s model.Server, running, passed bool, sessions int, since time.Duration)
 	return s
 }
 
+func stale(s model.Server) model.Server { s.Runtime.CheckStale = true; return s }
+
+func withCheck(s model.Server, c model.Check) model.Server { s.Check = c; return s }
+
 func TestCalculateGatesEntryOnChecks(t *testing.T) {
 	ready := srv("a", "10.0.0.1", 80, model.Ready)
 	type change struct {
@@ -345,6 +349,12 @@ func TestCalculateGatesEntryOnChecks(t *testing.T) {
 			want:    []change{{Drain, model.Drain, true}}, waiting: true},
 		{name: "a ready server moving to a new address earns traffic again",
 			current: be(rt(srv("a", "10.0.0.9", 80, model.Ready), true, true, 0, 0)),
+			want:    []change{{Drain, model.Drain, true}}, waiting: true},
+		{name: "a server out of service on a result it did not earn (stale) is gated afresh",
+			current: be(stale(rt(srv("a", "10.0.0.1", 80, model.Drain), true, false, 0, 0))),
+			want:    []change{{Drain, model.Drain, true}}, waiting: true},
+		{name: "a waiting server whose check changes is gated afresh, not just updated",
+			current: be(withCheck(rt(srv("a", "10.0.0.1", 80, model.Drain), true, false, 0, 0), model.Check{Inter: time.Second, Rise: 2, Fall: 2})),
 			want:    []change{{Drain, model.Drain, true}}, waiting: true},
 		{name: "a driver that cannot see checks puts servers in service as before",
 			current: be(srv("a", "10.0.0.1", 80, model.Maint)),
