@@ -334,6 +334,11 @@ func ParseServersState(reply, backend string, rise, fall int) ([]model.Server, e
 			Since:       time.Duration(since) * time.Second,
 		}
 		s := model.Server{Name: f[3], Address: f[4], Port: port, Weight: weight, State: model.Ready, Up: up, Runtime: rt}
+		// Fields 2 and 16: the server's id, and whether it was given
+		// (srv_f_forced_id): this driver names one on every add.
+		if id, err := strconv.Atoi(f[2]); err == nil {
+			s.Source = Record{ID: id, ForcedID: f[16] == "1"}
+		}
 		// Field 21, srv_check_port: 0 unless set; equal to the server's
 		// port means the same as unset.
 		if len(f) > 21 {
@@ -379,7 +384,7 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		return a.checkReply(ok, cmds, reply)
 	}
 	var err error
-	if has(p, plan.Delete) { // how to delete depends on the version
+	if has(p, plan.Delete) || slices.ContainsFunc(p.Changes, reAdds) { // how to delete depends on the version
 		if a.version, err = c.Version(ctx); err != nil {
 			return out, fmt.Errorf("read haproxy version: %w", err)
 		}
@@ -454,9 +459,12 @@ func (c *Client) sequences(ctx context.Context, a *applier, changes []plan.Chang
 	seqs := make([][]Step, len(changes))
 	for i, ch := range changes {
 		srv := a.backend + "/" + ch.Name
-		if ch.Action == plan.Add {
+		switch {
+		case ch.Action == plan.Add:
 			seqs[i] = a.addSteps(srv, ch)
-		} else {
+		case reAdds(ch):
+			seqs[i] = a.reAddSteps(srv, ch)
+		default:
 			seqs[i] = updateSteps(srv, ch)
 		}
 	}
@@ -544,10 +552,15 @@ const dynamicAlgoRefusal = "Backend must use a dynamic load balancing"
 // passed. When the add is refused (the name exists already), nothing after
 // it runs: the existing server is left alone.
 func (a *applier) addSteps(srv string, ch plan.Change) []Step {
+	a.nextID++
+	return a.addStepsWithID(srv, ch, a.nextID-1)
+}
+
+// addStepsWithID are addSteps with the server's id given.
+func (a *applier) addStepsWithID(srv string, ch plan.Change, id int) []Step {
 	s := *ch.New
 	cmd := fmt.Sprintf("add server %s %s weight %d %s id %d",
-		srv, net.JoinHostPort(s.Address, strconv.Itoa(s.Port)), s.Weight, checkKeywords(s.Check), a.nextID)
-	a.nextID++
+		srv, net.JoinHostPort(s.Address, strconv.Itoa(s.Port)), s.Weight, checkKeywords(s.Check), id)
 	if s.Check.SendProxyV2 {
 		cmd += " send-proxy-v2 check-send-proxy"
 	}
@@ -562,6 +575,44 @@ func (a *applier) addSteps(srv string, ch plan.Change) []Step {
 		}
 	}
 	return steps
+}
+
+// Record is what Read keeps of a server in model.Server.Source: its id,
+// and whether the id was given (as this driver does on every add) rather
+// than picked by HAProxy (a server of haproxy.cfg, most often).
+type Record struct {
+	ID       int
+	ForcedID bool
+}
+
+// reAdds reports whether gated change ch comes back from maintenance by
+// being deleted and added again rather than by leaving maintenance: HAProxy
+// keeps a parked server's check timer on its steady inter (no CLI command
+// wakes it: enable/disable health, addr, check-port, agent all tried on
+// 2.6.12), so its first check would come up to inter later (1.5 s shipped),
+// while a new server's comes downinter after "enable health" (200 ms). Only
+// a server this driver added (an id it gave), out of traffic with no
+// sessions: one from haproxy.cfg may carry keywords an add would lose, and
+// deleting a server with streams can crash HAProxy before 2.6.17.
+func reAdds(ch plan.Change) bool {
+	if !ch.Gate || ch.Action == plan.Add || ch.Old == nil || ch.Old.State != model.Maint || ch.Old.Runtime == nil || ch.Old.Runtime.Sessions != 0 {
+		return false
+	}
+	rec, ok := ch.Old.Source.(Record)
+	return ok && rec.ForcedID
+}
+
+// reAddSteps delete a parked server and add it again, gated, with its id
+// (see reAdds). Should the add not follow, the server is absent and the next
+// reconcile adds it; should the delete be refused, nothing changed.
+func (a *applier) reAddSteps(srv string, ch plan.Change) []Step {
+	del := "del server " + srv
+	if a.version.AtLeast(3, 0) {
+		del = "wait 2000 srv-removable " + srv + "; " + del
+	}
+	id := ch.Old.Source.(Record).ID
+	steps := []Step{{del, func(r string) bool { return lastWords(r) == "Server deleted." }}}
+	return append(steps, a.addStepsWithID(srv, ch, id)...)
 }
 
 // checkKeywords are the server keywords of check ck's timing and
