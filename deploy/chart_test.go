@@ -568,3 +568,36 @@ func TestChartDescriptionSaysWhenItReloads(t *testing.T) {
 		}
 	}
 }
+
+// TestChartTriggerRunsWithoutAuth: trigger exits 2 when it has no token,
+// unless WEBHOOK_AUTH=none says the service runs without auth, so with
+// webhook.auth=none the CronJob's container says so; with a token it does
+// not (the token is sent).
+func TestChartTriggerRunsWithoutAuth(t *testing.T) {
+	trigger := func(auth string) corev1.Container {
+		t.Helper()
+		cron := decode[batchv1.CronJob](t, byKind(t, helm(t, "--set", "cronJob.enabled=true", "--set", "webhook.auth="+auth))["CronJob"])
+		return cron.Spec.JobTemplate.Spec.Template.Spec.Containers[0]
+	}
+	env := func(c corev1.Container) map[string]string {
+		m := map[string]string{}
+		for _, e := range c.Env {
+			m[e.Name] = e.Value
+		}
+		return m
+	}
+	none := env(trigger("none"))
+	if none["WEBHOOK_AUTH"] != "none" {
+		t.Errorf("webhook.auth=none: the trigger's env %v lacks WEBHOOK_AUTH=none (trigger exits 2 without a token)", none)
+	}
+	if _, ok := none["WEBHOOK_TOKEN"]; ok {
+		t.Errorf("webhook.auth=none: the trigger is given WEBHOOK_TOKEN: %v", none)
+	}
+	token := env(trigger("token"))
+	if _, ok := token["WEBHOOK_AUTH"]; ok {
+		t.Errorf("webhook.auth=token: the trigger is told WEBHOOK_AUTH: %v", token)
+	}
+	if _, ok := token["WEBHOOK_TOKEN"]; !ok {
+		t.Errorf("webhook.auth=token: the trigger lacks WEBHOOK_TOKEN: %v", token)
+	}
+}
