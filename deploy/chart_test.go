@@ -601,3 +601,25 @@ func TestChartTriggerRunsWithoutAuth(t *testing.T) {
 		t.Errorf("webhook.auth=token: the trigger lacks WEBHOOK_TOKEN: %v", token)
 	}
 }
+
+// TestChartRefusesAReadinessGateWithoutSockets: the service refuses
+// POD_READINESS_GATE with HAPROXY_DATAPLANE_URL and no HAPROXY_RUNTIME_URL
+// at start (only the admin socket shows checks passed), so the chart refuses
+// to render it; with the sockets, or the runtime API driver alone, it renders.
+func TestChartRefusesAReadinessGateWithoutSockets(t *testing.T) {
+	gate := []string{"--set", "haproxy.targetAddress=pod", "--set", "readinessGate.enabled=true"}
+	out, err := helmRefuses(append(gate, "--set", "haproxy.dataplaneURL=http://haproxy:5555")...)
+	if err == nil || !strings.Contains(string(out), "haproxy.runtimeURL") {
+		t.Errorf("a readiness gate with the Data Plane API and no runtimeURL renders (%v):\n%.300s", err, out)
+	}
+	for name, args := range map[string][]string{
+		"Data Plane API with the sockets": {"--set", "haproxy.runtimeURL=tcp://haproxy:9999"},
+		"runtime API alone":               {"--set", "haproxy.dataplaneURL=", "--set", "haproxy.runtimeURL=tcp://haproxy:9999", "--set", "replicaCount=1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if c := renderedConfig(t, append(gate, args...)...); c["POD_READINESS_GATE"] != "true" {
+				t.Errorf("POD_READINESS_GATE %q, want true", c["POD_READINESS_GATE"])
+			}
+		})
+	}
+}

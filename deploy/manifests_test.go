@@ -626,7 +626,7 @@ func TestChartKnobs(t *testing.T) {
 		}
 	}
 
-	gated := string(helm(t, "--set", "haproxy.targetAddress=pod", "--set", "readinessGate.enabled=true"))
+	gated := string(helm(t, "--set", "haproxy.targetAddress=pod", "--set", "readinessGate.enabled=true", "--set", "haproxy.runtimeURL=tcp://haproxy:9999"))
 	for _, want := range []string{`resources: ["pods"]`, `verbs: ["get"]`, `resources: ["pods/status"]`, `verbs: ["patch"]`, `POD_READINESS_GATE: "true"`} {
 		if !strings.Contains(gated, want) {
 			t.Errorf("readinessGate.enabled render lacks %q", want)
