@@ -568,3 +568,58 @@ func TestChartDescriptionSaysWhenItReloads(t *testing.T) {
 		}
 	}
 }
+
+// TestChartTriggerRunsWithoutAuth: trigger exits 2 when it has no token,
+// unless WEBHOOK_AUTH=none says the service runs without auth, so with
+// webhook.auth=none the CronJob's container says so; with a token it does
+// not (the token is sent).
+func TestChartTriggerRunsWithoutAuth(t *testing.T) {
+	trigger := func(auth string) corev1.Container {
+		t.Helper()
+		cron := decode[batchv1.CronJob](t, byKind(t, helm(t, "--set", "cronJob.enabled=true", "--set", "webhook.auth="+auth))["CronJob"])
+		return cron.Spec.JobTemplate.Spec.Template.Spec.Containers[0]
+	}
+	env := func(c corev1.Container) map[string]string {
+		m := map[string]string{}
+		for _, e := range c.Env {
+			m[e.Name] = e.Value
+		}
+		return m
+	}
+	none := env(trigger("none"))
+	if none["WEBHOOK_AUTH"] != "none" {
+		t.Errorf("webhook.auth=none: the trigger's env %v lacks WEBHOOK_AUTH=none (trigger exits 2 without a token)", none)
+	}
+	if _, ok := none["WEBHOOK_TOKEN"]; ok {
+		t.Errorf("webhook.auth=none: the trigger is given WEBHOOK_TOKEN: %v", none)
+	}
+	token := env(trigger("token"))
+	if _, ok := token["WEBHOOK_AUTH"]; ok {
+		t.Errorf("webhook.auth=token: the trigger is told WEBHOOK_AUTH: %v", token)
+	}
+	if _, ok := token["WEBHOOK_TOKEN"]; !ok {
+		t.Errorf("webhook.auth=token: the trigger lacks WEBHOOK_TOKEN: %v", token)
+	}
+}
+
+// TestChartRefusesAReadinessGateWithoutSockets: the service refuses
+// POD_READINESS_GATE with HAPROXY_DATAPLANE_URL and no HAPROXY_RUNTIME_URL
+// at start (only the admin socket shows checks passed), so the chart refuses
+// to render it; with the sockets, or the runtime API driver alone, it renders.
+func TestChartRefusesAReadinessGateWithoutSockets(t *testing.T) {
+	gate := []string{"--set", "haproxy.targetAddress=pod", "--set", "readinessGate.enabled=true"}
+	out, err := helmRefuses(append(gate, "--set", "haproxy.dataplaneURL=http://haproxy:5555")...)
+	if err == nil || !strings.Contains(string(out), "haproxy.runtimeURL") {
+		t.Errorf("a readiness gate with the Data Plane API and no runtimeURL renders (%v):\n%.300s", err, out)
+	}
+	for name, args := range map[string][]string{
+		"Data Plane API with the sockets": {"--set", "haproxy.runtimeURL=tcp://haproxy:9999"},
+		"runtime API alone":               {"--set", "haproxy.dataplaneURL=", "--set", "haproxy.runtimeURL=tcp://haproxy:9999", "--set", "replicaCount=1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if c := renderedConfig(t, append(gate, args...)...); c["POD_READINESS_GATE"] != "true" {
+				t.Errorf("POD_READINESS_GATE %q, want true", c["POD_READINESS_GATE"])
+			}
+		})
+	}
+}

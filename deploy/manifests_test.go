@@ -626,7 +626,7 @@ func TestChartKnobs(t *testing.T) {
 		}
 	}
 
-	gated := string(helm(t, "--set", "haproxy.targetAddress=pod", "--set", "readinessGate.enabled=true"))
+	gated := string(helm(t, "--set", "haproxy.targetAddress=pod", "--set", "readinessGate.enabled=true", "--set", "haproxy.runtimeURL=tcp://haproxy:9999"))
 	for _, want := range []string{`resources: ["pods"]`, `verbs: ["get"]`, `resources: ["pods/status"]`, `verbs: ["patch"]`, `POD_READINESS_GATE: "true"`} {
 		if !strings.Contains(gated, want) {
 			t.Errorf("readinessGate.enabled render lacks %q", want)
@@ -668,10 +668,15 @@ func TestChartNotes(t *testing.T) {
 		t.Fatalf("helm install --dry-run: %v\n%s", err, out)
 	}
 	notes := string(out[strings.Index(string(out), "NOTES:"):])
-	for _, want := range []string{"follows Service notes/ingress-nginx", "logs deploy/rel-haproxy-k8s-sync", "WEBHOOK_TOKEN", "/plan", "haproxy.runtimeURL"} {
+	for _, want := range []string{"follows Service notes/ingress-nginx", "logs deploy/rel-haproxy-k8s-sync", "WEBHOOK_TOKEN", "/plan", "haproxy.runtimeURL", "docs/drivers.md"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("notes lack %q:\n%s", want, notes)
 		}
+	}
+	// The page the notes send the reader to exists, with the heading named.
+	if page, err := os.ReadFile("../docs/drivers.md"); err != nil || !strings.Contains(string(page), "\n## How the Data Plane API driver applies changes\n") ||
+		!strings.Contains(strings.Join(strings.Fields(notes), " "), `("How the Data Plane API driver applies changes")`) {
+		t.Errorf("the notes' docs/drivers.md heading is not there (%v)", err)
 	}
 }
 
