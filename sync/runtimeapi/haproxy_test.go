@@ -587,3 +587,76 @@ func TestParkedServerMovedNeedsAFreshCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestReturningServerIsAddedAgain: a server this driver added, parked with
+// no sessions and wanted again, is deleted and added again with its id, so
+// its check starts afresh (HAProxy keeps a parked server's check timer on
+// its steady inter); it enters service only once its check passed. A server
+// of haproxy.cfg in the same spot keeps its own keywords (maxconn here):
+// it comes back through the ordinary gate.
+func TestReturningServerIsAddedAgain(t *testing.T) {
+	ports := haproxytest.FreePorts(t, "127.0.0.1", 2)
+	pa, ps := ports[0], ports[1]
+	haproxytest.Listen(t, "a", fmt.Sprintf("127.0.0.1:%d", pa))
+	haproxytest.Listen(t, "static", fmt.Sprintf("127.0.0.1:%d", ps))
+	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance roundrobin", "option tcp-check",
+		fmt.Sprintf("server static 127.0.0.1:%d maxconn 7 check inter 200ms rise 1 fall 1", ps)}})
+	c, err := runtimeapi.New(h.RuntimeURL(), model.Settings{Balance: "roundrobin", TCPCheck: true}, chk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, static := srv("a", "127.0.0.1", pa, model.Ready), srv("static", "127.0.0.1", ps, model.Ready)
+	converge(t, c, want(a, static), 5*time.Second)
+	if got := haproxytest.Spread(h.Frontends["be"], 4); got["a"] == 0 || got["static"] == 0 {
+		t.Fatalf("traffic %v, want both in service", got)
+	}
+	id := h.Servers(t, "be")["a"].ID
+	parkedA, parkedS := a, static
+	parkedA.State, parkedS.State = model.Maint, model.Maint
+	converge(t, c, want(parkedA, parkedS), 5*time.Second)
+
+	p, _ := syncOnce(t, c, want(a, static))
+	if fmt.Sprint(p.Waiting) != "[a static]" {
+		t.Fatalf("waiting %v, want both gated", p.Waiting)
+	}
+	got := h.Servers(t, "be")["a"]
+	if got.ID != id || !got.Drain() || got.Up() {
+		t.Errorf("a after its return: %+v, want id %d, drained, not UP before a check", got, id)
+	}
+	// A server added again starts with no session counted; one that only
+	// left maintenance keeps its count.
+	stat, err := h.Command("show stat be 4 -1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if statOf(stat, "a", "stot") != "0" || statOf(stat, "static", "stot") == "0" {
+		t.Errorf("session totals a %s, static %s: want a added again (0), static not", statOf(stat, "a", "stot"), statOf(stat, "static", "stot"))
+	}
+	converge(t, c, want(a, static), 5*time.Second)
+	if got := haproxytest.Spread(h.Frontends["be"], 4); got["a"] == 0 || got["static"] == 0 {
+		t.Errorf("traffic %v, want both in service", got)
+	}
+	if stat, err = h.Command("show stat be 4 -1"); err != nil {
+		t.Fatal(err)
+	}
+	if slim := statOf(stat, "static", "slim"); slim != "7" {
+		t.Errorf("static's maxconn is %q, want 7 (kept from haproxy.cfg)", slim)
+	}
+}
+
+// statOf returns server's field in a "show stat" reply (CSV).
+func statOf(stat, server, field string) string {
+	lines := strings.Split(stat, "\n")
+	col := -1
+	for i, name := range strings.Split(strings.TrimPrefix(lines[0], "# "), ",") {
+		if name == field {
+			col = i
+		}
+	}
+	for _, l := range lines[1:] {
+		if f := strings.Split(l, ","); col >= 0 && len(f) > col && f[1] == server {
+			return f[col]
+		}
+	}
+	return ""
+}
