@@ -606,13 +606,13 @@ func reAdds(ch plan.Change) bool {
 // (see reAdds). Should the add not follow, the server is absent and the next
 // reconcile adds it; should the delete be refused, nothing changed.
 func (a *applier) reAddSteps(srv string, ch plan.Change) []Step {
-	del := "del server " + srv
+	var steps []Step
 	if a.version.AtLeast(3, 0) {
-		del = "wait 2000 srv-removable " + srv + "; " + del
+		// Whatever it answers (done, or a timeout), the delete decides.
+		steps = append(steps, Step{"wait 2000 srv-removable " + srv, func(string) bool { return true }})
 	}
-	id := ch.Old.Source.(Record).ID
-	steps := []Step{{del, func(r string) bool { return lastWords(r) == "Server deleted." }}}
-	return append(steps, a.addStepsWithID(srv, ch, id)...)
+	steps = append(steps, Step{"del server " + srv, func(r string) bool { return lastWords(r) == "Server deleted." }})
+	return append(steps, a.addStepsWithID(srv, ch, ch.Old.Source.(Record).ID)...)
 }
 
 // checkKeywords are the server keywords of check ck's timing and
