@@ -39,6 +39,9 @@ import (
 //     from its /metrics and read as Prometheus' histogram_quantile would;
 //   - back-max-ms: a node whose NodePort answered nothing starts to answer
 //     → its server in service, over 3 tries;
+//   - ready-again-max-ms: a node's endpoint, not ready for 2 s (its server
+//     parked), is ready again (the slice write) → its server in service,
+//     over 3 tries;
 //   - out-max-ms: a node in service stops answering while clients send
 //     traffic → its server out of service (DOWN), over 3 tries;
 //   - post-ms: POST /reconcile answered (503, both targets listed, the dead
@@ -125,6 +128,21 @@ func BenchmarkEntryOnDefaults(b *testing.B) {
 				until("node out again", func() bool { return !inService(nodes[late]) })
 			}
 
+			// A node in service goes not ready (its server parked in
+			// maintenance) for longer than a steady check interval, then
+			// is ready again.
+			var again time.Duration
+			for try := range 3 {
+				k := 6 + try
+				eps[k].notReady = true
+				w.slice("web-1", "web", ports, eps...)
+				until("not-ready node parked", func() bool { return w.h.Servers(b, "be")[nodes[k]].Maint() })
+				time.Sleep(2 * time.Second)
+				eps[k].notReady = false
+				w.slice("web-1", "web", ports, eps...)
+				again = max(again, until("node ready again in service", func() bool { return inService(nodes[k]) }))
+			}
+
 			// Clients keep sending while a node in service stops answering.
 			var stop atomic.Bool
 			done := make(chan struct{})
@@ -170,6 +188,7 @@ func BenchmarkEntryOnDefaults(b *testing.B) {
 				b.ReportMetric(timed[name], name)
 			}
 			b.ReportMetric(float64(back.Milliseconds()), "back-max-ms")
+			b.ReportMetric(float64(again.Milliseconds()), "ready-again-max-ms")
 			b.ReportMetric(float64(out.Milliseconds()), "out-max-ms")
 			b.ReportMetric(float64(post.Milliseconds()), "post-ms")
 			b.ReportMetric(float64(reloads()), "reloads")

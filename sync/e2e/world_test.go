@@ -233,6 +233,7 @@ func (w *world) service(name string, typ corev1.ServiceType, ports ...corev1.Ser
 type endpoint struct {
 	ip, node, pod string
 	terminating   bool
+	notReady      bool // neither ready nor serving: its server goes to maintenance
 }
 
 // slice creates or replaces an EndpointSlice of service, stamped with its
@@ -263,7 +264,7 @@ func (w *world) sliceAt(name, service string, ports map[string]int32, at time.Ti
 		sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: &n, Port: &p})
 	}
 	for _, e := range eps {
-		ready, serving, term := !e.terminating, true, e.terminating
+		ready, serving, term := !e.terminating && !e.notReady, !e.notReady, e.terminating
 		x := discoveryv1.Endpoint{Addresses: []string{e.ip}, Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &term}}
 		if e.node != "" {
 			x.NodeName = &e.node
