@@ -184,6 +184,11 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 		return model.Backend{}, err
 	}
 	out := model.Backend{Name: backend, Revision: v2.version, Settings: settingsOf(&be)}
+	retry, err := c.readRetry(ctx, &be)
+	if err != nil {
+		return model.Backend{}, err
+	}
+	out.Retry = &retry
 	out.Servers = make([]model.Server, 0, len(servers))
 	for _, raw := range servers {
 		s, err := serverOf(raw)
@@ -212,6 +217,26 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 		}
 	}
 	return out, nil
+}
+
+// readRetry reads the lines that retry a failed connection as HAProxy runs
+// them: the backend's, then, for each line it leaves unset, its defaults
+// section's ("from", which the API fills in also for a backend that follows
+// an unnamed defaults section), and so on up the defaults' own "from". A
+// backend that sets every line costs no call.
+func (c *Client) readRetry(ctx context.Context, be *models.Backend) (model.RetryLines, error) {
+	s := backendRetry(be)
+	seen := map[string]bool{}
+	for from := be.From; from != "" && !seen[from] && !s.complete(); {
+		seen[from] = true
+		var d models.Defaults
+		if _, err := c.do(ctx, http.MethodGet, "/configuration/defaults/"+url.PathEscape(from), nil, nil, &d); err != nil {
+			return model.RetryLines{}, fmt.Errorf("read defaults section %s of backend %s: %w", from, be.Name, err)
+		}
+		s = s.inherit(defaultsRetry(&d))
+		from = d.From
+	}
+	return s.retryLines(), nil
 }
 
 // dynamicAlgorithm refuses a backend whose balance algorithm cannot take

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -179,4 +180,59 @@ func deref(p *int64) int64 {
 		return 0
 	}
 	return *p
+}
+
+// retrySection is the part of a backend or defaults section that says how
+// HAProxy retries a failed connection.
+type retrySection struct {
+	Mode       string
+	Redispatch *models.Redispatch
+	Retries    *int64
+	RetryOn    string
+}
+
+func backendRetry(be *models.Backend) retrySection {
+	return retrySection{Mode: be.Mode, Redispatch: be.Redispatch, Retries: be.Retries, RetryOn: be.RetryOn}
+}
+
+func defaultsRetry(d *models.Defaults) retrySection {
+	return retrySection{Mode: d.Mode, Redispatch: d.Redispatch, Retries: d.Retries, RetryOn: d.RetryOn}
+}
+
+// complete reports whether s sets every line that matters, so that the
+// sections it inherits from cannot change what HAProxy runs with.
+func (s retrySection) complete() bool {
+	return s.Mode != "" && s.Redispatch != nil && s.Retries != nil && (s.Mode != "http" || s.RetryOn != "")
+}
+
+// inherit fills what s leaves unset from the section it inherits from, as
+// HAProxy does: each line comes from the nearest section that sets it.
+func (s retrySection) inherit(from retrySection) retrySection {
+	s.Mode = cmp.Or(s.Mode, from.Mode)
+	s.RetryOn = cmp.Or(s.RetryOn, from.RetryOn)
+	if s.Redispatch == nil {
+		s.Redispatch = from.Redispatch
+	}
+	if s.Retries == nil {
+		s.Retries = from.Retries
+	}
+	return s
+}
+
+// retryLines reads what HAProxy runs with. The API reads "option redispatch
+// [N]" as enabled with interval N (none for a bare line: HAProxy's -1, the
+// last retry) and "no option redispatch" as disabled.
+func (s retrySection) retryLines() model.RetryLines {
+	out := model.RetryLines{Mode: s.Mode, RetryOn: s.RetryOn}
+	if r := s.Redispatch; r != nil && r.Enabled != nil && *r.Enabled == enabled {
+		out.Redispatch = -1
+		if r.Interval != nil {
+			out.Redispatch = int(*r.Interval)
+		}
+	}
+	if s.Retries != nil {
+		n := int(*s.Retries)
+		out.Retries = &n
+	}
+	return out
 }

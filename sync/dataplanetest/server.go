@@ -88,9 +88,12 @@ type Server struct {
 	spec *spec
 	opts Options
 
-	mu         sync.Mutex
-	version    int64
-	cfg        Config
+	mu      sync.Mutex
+	version int64
+	cfg     Config
+	// defaults holds the defaults sections by name; this service only
+	// reads them, so they live outside Config and its transactions.
+	defaults   map[string]models.Defaults
 	txns       map[string]*txn
 	txnSeq     int
 	reloads    int
@@ -150,7 +153,7 @@ func New(t testing.TB, opts Options) *Server {
 	if opts.MaxTransactions == 0 {
 		opts.MaxTransactions = 20
 	}
-	s := &Server{spec: sp, opts: opts, version: 1, cfg: Config{}, txns: map[string]*txn{}, closing: make(chan struct{})}
+	s := &Server{spec: sp, opts: opts, version: 1, cfg: Config{}, defaults: map[string]models.Defaults{}, txns: map[string]*txn{}, closing: make(chan struct{})}
 	if opts.RuntimeSocket != "" {
 		s.mirror = &mirror{sock: runtimeapi.Socket{Network: "unix", Address: opts.RuntimeSocket}}
 	}
@@ -179,6 +182,8 @@ func (s *Server) CertPEM() []byte {
 }
 
 // AddBackend creates a backend with servers, as if read from haproxy.cfg.
+// The defaults section it is from (From) is created empty unless
+// AddDefaults made it: haproxy.cfg has every section a backend names.
 func (s *Server) AddBackend(b models.Backend, servers ...models.Server) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -186,6 +191,17 @@ func (s *Server) AddBackend(b models.Backend, servers ...models.Server) {
 		b.Mode = "http"
 	}
 	s.cfg[b.Name] = &backendState{Backend: b, Servers: append([]models.Server(nil), servers...)}
+	if _, ok := s.defaults[b.From]; b.From != "" && !ok {
+		s.defaults[b.From] = models.Defaults{DefaultsBase: models.DefaultsBase{Name: b.From}}
+	}
+}
+
+// AddDefaults creates or replaces a defaults section, as if read from
+// haproxy.cfg (GET .../configuration/defaults/{name} answers it).
+func (s *Server) AddDefaults(d models.Defaults) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.defaults[d.Name] = d
 }
 
 // SetBalance changes a backend's balance algorithm, as an operator editing
@@ -464,6 +480,12 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 		return reply{status: 204}
 	case "commitTransaction":
 		return s.commit(path["id"], get("force_reload") == "true")
+	case "getDefaultsSection":
+		d, ok := s.defaults[path["name"]]
+		if !ok {
+			return errReply(404, "defaults section %s does not exist", path["name"])
+		}
+		return reply{status: 200, body: d}
 	}
 
 	// Configuration operations: read or write in the live config or a transaction.

@@ -110,11 +110,15 @@ func dataplaneDriver(api **dataplanetest.Server, timeout time.Duration) driverFo
 }
 
 // testAPI is a Data Plane API test server for h with the backend "be" (tcp,
-// roundrobin, tcp-check), replaying runtime changes on h as dataplaneapi does.
+// roundrobin, tcp-check) from the defaults section "base" that holds the
+// recommended lines, as h's haproxy.cfg has them (haproxytest.RecommendedLines),
+// replaying runtime changes on h as dataplaneapi does.
 func testAPI(t testing.TB, h *haproxytest.HAProxy) *dataplanetest.Server {
 	api := dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: h.AdminSocket})
-	rr := "roundrobin"
-	api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
+	rr, on, one, three := "roundrobin", "enabled", int64(1), int64(3)
+	api.AddDefaults(models.Defaults{DefaultsBase: models.DefaultsBase{Name: "base", Mode: "tcp",
+		Redispatch: &models.Redispatch{Enabled: &on, Interval: &one}, Retries: &three}})
+	api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", Mode: "tcp", From: "base", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
 	return api
 }
 

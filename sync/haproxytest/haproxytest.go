@@ -267,13 +267,24 @@ func reloadCount(reply string) (int, bool) {
 	return 0, false
 }
 
-// writeConfig writes haproxy.cfg: the sockets, a frontend per backend, and
-// each backend's lines and server lines.
+// RecommendedLines are the backend lines the project recommends for a tcp
+// backend (see model.RetryLines): a connection that fails on a server whose
+// node died is retried on another one. Every test HAProxy has them in its
+// defaults section, as users are told to; a backend that gives "no option
+// redispatch" among its Lines runs without.
+var RecommendedLines = []string{"option redispatch 1", "retries 3"}
+
+// writeConfig writes haproxy.cfg: the sockets, a defaults section with
+// RecommendedLines, a frontend per backend, and each backend's lines and
+// server lines.
 func (h *HAProxy) writeConfig() error {
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, "global\n    stats socket %s mode 600 level admin expose-fd listeners\n", h.AdminSocket)
 	fmt.Fprintf(&cfg, "    stats socket ipv4@%s level admin\n    stats timeout 1m\n", h.AdminTCP)
 	cfg.WriteString("defaults base\n    mode tcp\n    timeout connect 1s\n    timeout client 10s\n    timeout server 10s\n")
+	for _, l := range RecommendedLines {
+		fmt.Fprintf(&cfg, "    %s\n", l)
+	}
 	for _, b := range h.backends {
 		fmt.Fprintf(&cfg, "frontend fe_%s\n    bind %s\n    default_backend %s\n", b.Name, h.Frontends[b.Name], b.Name)
 		fmt.Fprintf(&cfg, "backend %s\n", b.Name)

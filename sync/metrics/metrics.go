@@ -50,6 +50,7 @@ type Metrics struct {
 	serviceEvents   *prometheus.CounterVec
 	podGate         *prometheus.CounterVec
 	healthPortTCP   *prometheus.GaugeVec
+	missingLines    *prometheus.GaugeVec
 }
 
 // ProgrammingBuckets resolve 10 ms to 5 min, for both latency histograms.
@@ -113,6 +114,8 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 			Help: "Readiness gate (POD_READINESS_GATE) requests: get (a pod read), true and false (the condition written)."}, []string{"op"}),
 		healthPortTCP: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "health_port_tcp_checks",
 			Help: "Servers checked on kube-proxy's health port with a bare TCP connect (L4OK), which passes a node that cannot serve: the backend lacks option httpchk GET /healthz. As the last successful reconcile read them."}, []string{"target", "backend"}),
+		missingLines: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "backend_missing_lines",
+			Help: "Recommended backend lines (option redispatch 1, retries 3, in http mode retry-on conn-failure empty-response) the backend runs without, as the last successful reconcile read them; absent where the driver cannot tell (runtime API)."}, []string{"target", "backend"}),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
 		Help: "Build information: version, VCS revision, Go version; always 1."}, []string{"version", "revision", "goversion"})
@@ -120,7 +123,7 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
 		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, m.watchEvents, m.watchRestarts,
 		m.pokes, m.pokesCoalesced, m.authFailures, m.skipped, m.transitions,
-		m.servers, m.held, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, m.podGate, m.healthPortTCP, build)
+		m.servers, m.held, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, m.podGate, m.healthPortTCP, m.missingLines, build)
 	return m
 }
 
@@ -208,6 +211,9 @@ func (o observed) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result,
 				o.m.held.WithLabelValues(t.Target, t.Backend, why).Set(float64(len(names)))
 			}
 			o.m.healthPortTCP.WithLabelValues(t.Target, t.Backend).Set(float64(len(t.HealthPortTCP)))
+			if t.LinesRead {
+				o.m.missingLines.WithLabelValues(t.Target, t.Backend).Set(float64(len(t.MissingBackendLines)))
+			}
 		}
 		if t.Attempts > 1 {
 			o.m.retries.Add(float64(t.Attempts - 1))

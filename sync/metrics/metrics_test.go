@@ -33,7 +33,8 @@ func cluster(ips ...string) desired.Input { return desiredtest.PodCluster("ns", 
 
 func TestMetricsThroughTheHandler(t *testing.T) {
 	// Writes in transactions that reload, as the Data Plane API does.
-	d := &reconciletest.Driver{ID: "haproxy-a", Kind: plan.TransactionWrite, Reload: true}
+	// A plain tcp backend: it lacks option redispatch 1.
+	d := &reconciletest.Driver{ID: "haproxy-a", Kind: plan.TransactionWrite, Reload: true, Retry: &model.RetryLines{Mode: "tcp"}}
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, "v-test", "unknown")
 	tok, err := auth.NewToken("tok-0123456789abcdef")
@@ -103,6 +104,7 @@ func TestMetricsThroughTheHandler(t *testing.T) {
 		`haproxy_k8s_sync_servers{backend="be",state="maint",target="haproxy-a"}`:      0,
 		`haproxy_k8s_sync_servers_held{backend="be",target="haproxy-a",why="guarded"}`: 0,
 		`haproxy_k8s_sync_health_port_tcp_checks{backend="be",target="haproxy-a"}`:     0,
+		`haproxy_k8s_sync_backend_missing_lines{backend="be",target="haproxy-a"}`:      1,
 		`haproxy_k8s_sync_events_ignored_total`:                                        1,
 		`haproxy_k8s_sync_kubernetes_reads_total{result="ok"}`:                         5, // the dry run included
 		// Kept through the failed read that followed.

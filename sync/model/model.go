@@ -153,4 +153,8 @@ type Backend struct {
 	// Node is excluded from load balancers), with the reason, for the
 	// transition log.
 	Excluded map[string]string
+	// Retry is what a current backend's configuration says about retrying
+	// a failed connection, when the driver can read it; nil otherwise (the
+	// runtime API shows none of it) and in desired backends.
+	Retry *RetryLines
 }

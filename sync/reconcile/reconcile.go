@@ -104,7 +104,8 @@ type Reconciler struct {
 	OnProgrammed func(Programmed)
 	Log          *slog.Logger
 
-	locks sync.Map // target name → chan struct{} (see lock)
+	locks  sync.Map // target name → chan struct{} (see lock)
+	warned sync.Map // target and backend → missing lines last logged (see warnMissingLines)
 }
 
 // Status values of a Result.
@@ -207,6 +208,13 @@ type TargetResult struct {
 	// a bare TCP connect (HAProxy's L4OK), which passes a node that cannot
 	// serve: the backend lacks option httpchk GET /healthz.
 	HealthPortTCP []string `json:"healthPortTCP,omitempty"`
+	// MissingBackendLines lists the recommended backend lines (option
+	// redispatch 1, retries 3, in http mode retry-on conn-failure
+	// empty-response) the backend runs without, its defaults section
+	// applied; see model.RetryLines. LinesRead says the driver could tell
+	// (the runtime API cannot: then the list is always empty).
+	MissingBackendLines []string `json:"missingBackendLines,omitempty"`
+	LinesRead           bool     `json:"-"`
 	// Servers counts the backend's servers by state (ready, drain, maint)
 	// as this reconcile left them; empty after a failure or a dry run.
 	Servers map[string]int `json:"servers,omitempty"`
@@ -414,6 +422,10 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		if len(tr.HealthPortTCP) > 0 && tr.Attempts == 1 {
 			r.log().Warn("servers checked on kube-proxy's health port with a TCP connect, which passes a node that cannot serve: give the backend option httpchk GET /healthz, or set HAPROXY_CHECK_HEALTH_NODE_PORT=off",
 				"target", tr.Target, "backend", backend, "servers", len(tr.HealthPortTCP), "first", tr.HealthPortTCP[0])
+		}
+		if cur.Retry != nil {
+			tr.MissingBackendLines, tr.LinesRead = cur.Retry.Missing(), true
+			r.warnMissingLines(tr.Target, backend, tr.MissingBackendLines)
 		}
 		p := plan.CalculateWith(cur, want, pol)
 		if len(p.Guarded) > 0 {

@@ -49,7 +49,11 @@ type Driver struct {
 	Kind   plan.WriteKind
 	Reload bool
 	// ReadErr, ApplyErr fail every Read, Apply.
-	ReadErr, ApplyErr      error
+	ReadErr, ApplyErr error
+	// Retry is what Read says of the backend's retry lines (nil: it cannot
+	// tell, like the runtime API).
+	Retry *model.RetryLines
+
 	reads, applies, writes int
 }
 
@@ -72,7 +76,7 @@ func (d *Driver) Read(_ context.Context, backend string) (model.Backend, error) 
 	if d.ReadErr != nil {
 		return model.Backend{}, d.ReadErr
 	}
-	b := model.Backend{Name: backend, Settings: model.Settings{Balance: "roundrobin", TCPCheck: true}}
+	b := model.Backend{Name: backend, Settings: model.Settings{Balance: "roundrobin", TCPCheck: true}, Retry: d.Retry}
 	for _, s := range d.servers {
 		s.Up = s.State != model.Maint
 		b.Servers = append(b.Servers, s)
