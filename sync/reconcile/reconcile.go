@@ -303,13 +303,15 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			unlock, err := r.lock(ctx, t.Name())
-			if err != nil {
-				results[i] = append(results[i], TargetResult{Target: t.Name(), Error: err.Error(), ErrorClass: failure.Temporary,
-					Add: []string{}, Update: []string{}, Drain: []string{}, Maint: []string{}, Delete: []string{}})
-				return
+			if !dryRun { // a dry run writes nothing: it need not wait
+				unlock, err := r.lock(ctx, t.Name())
+				if err != nil {
+					results[i] = append(results[i], TargetResult{Target: t.Name(), Error: err.Error(), ErrorClass: failure.Temporary,
+						Add: []string{}, Update: []string{}, Drain: []string{}, Maint: []string{}, Delete: []string{}})
+					return
+				}
+				defer unlock()
 			}
-			defer unlock()
 			for _, pb := range r.Options.Backends {
 				tr, err := r.syncBackend(ctx, t, pb.Backend, kube, dryRun)
 				results[i] = append(results[i], tr)
