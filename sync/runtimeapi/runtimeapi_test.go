@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -484,5 +487,65 @@ func TestLongReplyIsAFailure(t *testing.T) {
 	_, err := Socket{Network: "unix", Address: path}.Command(context.Background(), "show stat")
 	if err == nil || !strings.Contains(err.Error(), "over") {
 		t.Fatalf("err = %v, want a reply too long", err)
+	}
+}
+
+// TestSequencesKeepAFewCommandsInFlight: a burst of 300 steps on one
+// interactive connection never has more than window commands sent and not
+// yet answered (a client pipelining hundreds is what made HAProxy 3.2.0's
+// CLI spin until its watchdog aborted the worker), and every answer still
+// reaches its step.
+func TestSequencesKeepAFewCommandsInFlight(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "slow.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var maxAhead atomic.Int64
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		lines := make(chan string, 1000)
+		var received atomic.Int64
+		go func() {
+			sc := bufio.NewScanner(c)
+			for sc.Scan() {
+				received.Add(1)
+				lines <- sc.Text()
+			}
+			close(lines)
+		}()
+		answered := int64(0)
+		for l := range lines {
+			time.Sleep(200 * time.Microsecond) // HAProxy takes its time
+			if ahead := received.Load() - answered; ahead > maxAhead.Load() {
+				maxAhead.Store(ahead)
+			}
+			answered++
+			if _, err := io.WriteString(c, "ok "+l+"\n\n> "); err != nil {
+				return
+			}
+		}
+	}()
+	seqs := make([][]Step, 300)
+	for i := range seqs {
+		cmd := fmt.Sprintf("set server be/s%d state ready", i)
+		seqs[i] = []Step{{cmd, func(a string) bool { return strings.TrimSpace(a) == "ok "+cmd }}}
+	}
+	out, err := Socket{Network: "unix", Address: path}.Sequences(context.Background(), seqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range out {
+		if o.Done != 1 {
+			t.Fatalf("step %d: %+v", i, o)
+		}
+	}
+	if got := maxAhead.Load(); got > 17 || got < 2 { // window is 16
+		t.Errorf("%d commands in flight at most, want 2 to 17", got)
 	}
 }

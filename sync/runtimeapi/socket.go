@@ -193,13 +193,35 @@ type answers struct {
 	chunk []byte
 }
 
-// round writes cmds, one per line, while it reads their answers and hands
-// each to got, in order.
+// window is how many commands a round keeps in flight: HAProxy reads an
+// interactive connection's commands one at a time into a buffer of its own
+// and answers into another; a client that pipelines hundreds, letting those
+// buffers fill, is the pattern behind the CLI fixes after 3.2.0 (its applet
+// spinning until the watchdog aborts the worker). A few in flight keep the
+// round trip out of a burst's time.
+const window = 16
+
+// round writes cmds, one per line and at most window ahead of the answers,
+// while it reads their answers and hands each to got, in order.
 func (r *answers) round(conn net.Conn, cmds []string, got func(j int, answer string)) error {
 	werr := make(chan error, 1)
+	slots := make(chan struct{}, window)
+	stop := make(chan struct{})
+	defer close(stop)
 	go func() {
-		_, err := io.WriteString(conn, strings.Join(cmds, "\n")+"\n")
-		werr <- err
+		for _, c := range cmds {
+			select {
+			case slots <- struct{}{}:
+			case <-stop:
+				werr <- nil
+				return
+			}
+			if _, err := io.WriteString(conn, c+"\n"); err != nil {
+				werr <- err
+				return
+			}
+		}
+		werr <- nil
 	}()
 	const prompt = "\n> "
 	if r.chunk == nil {
@@ -210,6 +232,7 @@ func (r *answers) round(conn net.Conn, cmds []string, got func(j int, answer str
 			got(j, string(r.buf[:i+1]))
 			r.buf = r.buf[i+len(prompt):]
 			j++
+			<-slots // one more may go
 			continue
 		}
 		if len(r.buf) > maxReply {
