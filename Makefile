@@ -26,9 +26,12 @@ deps:
 	./hack/build-haproxy.sh
 
 ## matrix: the tests that drive a real HAProxy again, on HAProxy 3.0 LTS
-## (unit runs them on Debian's 2.6), with both drivers.
+## (unit runs them on Debian's 2.6), with both drivers. Any other binary:
+## make matrix HAPROXY=/path/to/haproxy (build one from a source tree with
+## hack/build-haproxy.sh /path/to/tree).
+HAPROXY ?= $(CURDIR)/bin/haproxy-3.0
 matrix:
-	HKS_HAPROXY=$(CURDIR)/bin/haproxy-3.0 $(GO) test -race -count=1 ./sync/runtimeapi ./sync/dataplanetest ./sync/e2e
+	HKS_HAPROXY=$(HAPROXY) $(GO) test -race -count=1 ./sync/runtimeapi ./sync/dataplanetest ./sync/e2e
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

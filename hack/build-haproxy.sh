@@ -3,8 +3,24 @@
 # only 2.6) into bin/haproxy-3.0, for the version matrix of the end-to-end
 # tests. The binary is kept in the user cache keyed by version, so a rerun
 # on the same machine does not build it again (about 5 minutes on 2 cores).
+#
+# With a source tree given (hack/build-haproxy.sh /path/to/haproxy [OUT]),
+# it builds that tree instead, e.g. a checkout of the public repository at
+# v3.2.0 or v3.4.0, into OUT (default bin/haproxy-<its version>), for
+# `make matrix HAPROXY=...` by hand. Neither source nor binary is committed.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+if [ $# -ge 1 ]; then
+  tree="$(cd "$1" && pwd)"
+  ver="$(cat "$tree/VERSION" 2>/dev/null || git -C "$tree" describe --tags 2>/dev/null || echo custom)"
+  out="${2:-$root/bin/haproxy-${ver#v}}"
+  mkdir -p "$(dirname "$out")"
+  make -s -C "$tree" -j"$(nproc)" TARGET=linux-glibc USE_OPENSSL=1 USE_PCRE2=1 \
+    USE_LUA=1 LUA_INC=/usr/include/lua5.4 LUA_LIB_NAME=lua5.4 >/dev/null
+  cp "$tree/haproxy" "$out"
+  echo "$out: $("$out" -v | head -1)"
+  exit 0
+fi
 version=3.0.11
 cache="${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/haproxy-k8s-sync"
 out="$root/bin/haproxy-3.0" cached="$cache/haproxy-$version"
