@@ -147,6 +147,13 @@ type Policy struct {
 	// sessions stays parked before it is deleted anyway (Change.Kill); 0
 	// waits for its sessions to end.
 	DrainTimeout time.Duration
+	// Owner, when set, is the name prefix of this instance's servers
+	// (CLUSTER_NAME and "-", model.Owns): the plan reads, changes, parks,
+	// deletes and counts only those. Another cluster's servers and static
+	// ones are left exactly as they are, and count for neither the guard's
+	// share, the zero-endpoints rule nor MaxServers. Empty: every server
+	// of the backend is this instance's.
+	Owner string
 }
 
 // Calculate returns the plan that turns current into desired, deleting
@@ -159,6 +166,7 @@ func Calculate(current, desired model.Backend) Plan {
 // CalculateWith is Calculate under a policy.
 func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 	p := Plan{Backend: desired.Name, Revision: current.Revision}
+	current = current.Owned(pol.Owner)
 	if !pol.FixedSettings && desired.Settings.Balance != "" && current.Settings != desired.Settings {
 		p.Settings = &SettingsChange{Old: current.Settings, New: desired.Settings}
 	}
