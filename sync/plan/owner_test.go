@@ -141,3 +141,66 @@ func TestNoOwnerOwnsEverything(t *testing.T) {
 		t.Errorf("without an owner every server is the instance's: %d parked, want 4", got)
 	}
 }
+
+// TestRoleChangeHandsOver: a server whose zone role changes is a new
+// server under its other name; the old one keeps serving as it is until
+// the new one is in service, so the backend never loses it, even when
+// every server changes role at once under the guard.
+func TestRoleChangeHandsOver(t *testing.T) {
+	running := func(s model.Server) model.Server {
+		s.Runtime = &model.Runtime{CheckRunning: true, CheckPassed: true}
+		return up(s)
+	}
+	backup := func(s model.Server, replaces string) model.Server { s.Backup, s.Replaces = true, replaces; return s }
+	active := func(s model.Server, replaces string) model.Server { s.Replaces = replaces; return s }
+	cur := be(running(srv("a-n1", "10.0.0.1", 80, model.Ready)), running(srv("a-n2", "10.0.0.2", 80, model.Ready)))
+	want := be(backup(srv("a-n1_bk", "10.0.0.1", 80, model.Ready), "a-n1"), backup(srv("a-n2_bk", "10.0.0.2", 80, model.Ready), "a-n2"))
+	pol := Policy{GateChecks: true, GuardPercent: 100, Owner: "a-"}
+
+	p := CalculateWith(cur, want, pol)
+	if got, want := summary(p), map[Action][]string{Add: {"a-n1_bk", "a-n2_bk"}}; !equalSummary(got, want) {
+		t.Fatalf("round 1: %v, want %v (the old servers untouched)", got, want)
+	}
+	if !slices.Equal(p.Waiting, []string{"a-n1_bk", "a-n2_bk"}) {
+		t.Errorf("round 1: waiting %v", p.Waiting)
+	}
+	// Applied, without the checks passing yet: still nothing for the old ones.
+	gated := cur
+	for _, ch := range p.Changes {
+		s := *ch.New
+		s.Runtime = &model.Runtime{CheckRunning: true}
+		gated.Servers = append(gated.Servers, s)
+	}
+	if got := summary(CalculateWith(gated, want, pol)); len(got) != 0 {
+		t.Fatalf("while the new ones wait: %v, want nothing", got)
+	}
+	// The checks pass: the new ones enter service, the old ones are parked
+	// and then deleted; at every step some server is in service.
+	b := gated
+	for round := 2; round < 8; round++ {
+		b = simulate(b, CalculateWith(b, want, pol))
+		if inService(b) == 0 {
+			t.Fatalf("round %d: no server in service: %+v", round, b.Servers)
+		}
+	}
+	var names []string
+	for _, s := range b.Servers {
+		names = append(names, s.Name)
+	}
+	if !slices.Equal(names, []string{"a-n1_bk", "a-n2_bk"}) {
+		t.Errorf("in the end: %v, want the backup servers only", names)
+	}
+
+	// Back to active, on a driver that cannot see checks: the new server is
+	// added ready, and the old one goes on the next reconcile.
+	b.Servers[0].Runtime, b.Servers[1].Runtime = nil, nil
+	back := be(active(srv("a-n1", "10.0.0.1", 80, model.Ready), "a-n1_bk"), active(srv("a-n2", "10.0.0.2", 80, model.Ready), "a-n2_bk"))
+	if got, want := summary(CalculateWith(b, back, Policy{Owner: "a-"})), (map[Action][]string{Add: {"a-n1", "a-n2"}}); !equalSummary(got, want) {
+		t.Errorf("back to active: %v, want %v", got, want)
+	}
+	// A replacement that is not ready itself hands nothing over.
+	drained := be(active(srv("a-n1", "10.0.0.1", 80, model.Drain), "a-n1_bk"))
+	if got := summary(CalculateWith(b, drained, Policy{Owner: "a-"})); !slices.Contains(got[Delete], "a-n1_bk") {
+		t.Errorf("a drained replacement: %v, want a-n1_bk deleted", got)
+	}
+}
