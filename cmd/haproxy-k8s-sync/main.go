@@ -121,6 +121,7 @@ func run(args []string) int {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg, version, revision())
+	m.Cluster(cfg.ClusterName, cfg.LocalZone)
 	rec, checks, kc, err := newReconciler(cfg, *manifests, log, m)
 	if err != nil {
 		// Every error here is the configuration's (a kubeconfig or context
@@ -133,10 +134,10 @@ func run(args []string) int {
 		source = "manifests " + *manifests
 	}
 	if cmd == "reconcile" {
-		log.Info("configured", "command", "reconcile", "dryRun", *dryRun, "source", source, "config", cfg.String())
+		log.Info("configured", "command", "reconcile", "dryRun", *dryRun, "source", source, "config", cfg.String(), "owns", cfg.Owns())
 		return reconcileOnce(rec, checks, *dryRun, log)
 	}
-	log.Info("configured", "command", "serve", "source", source, "config", cfg.String(),
+	log.Info("configured", "command", "serve", "source", source, "config", cfg.String(), "owns", cfg.Owns(),
 		"watch", cfg.Watch && kc != nil, "resync", cfg.ResyncPeriod.String(), "webhookAuth", cfg.WebhookAuth)
 	if err := serve(cfg, rec, checks, kc, log, m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
 		log.Error("serve", "error", err)
@@ -364,6 +365,7 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 		OnTransition: m.Transition,
 		OnProgrammed: m.Programmed,
 		Log:          log,
+		Cluster:      cfg.ClusterName,
 	}, checks, kc, nil
 }
 

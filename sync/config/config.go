@@ -57,6 +57,8 @@ type Config struct {
 	AllowedCIDRs string `envconfig:"ALLOWED_SERVER_CIDRS" desc:"when set, server addresses must be inside these CIDRs; empty: any unicast address but loopback and link-local"`
 	ManagedBy    string `envconfig:"ENDPOINTSLICE_MANAGED_BY" desc:"when set, only EndpointSlices with this endpointslice.kubernetes.io/managed-by label count"`
 	Cordoned     string `envconfig:"CORDONED_NODES" default:"ignore" desc:"node mode: servers of cordoned Nodes keep their state (ignore) or drain"`
+	ClusterName  string `envconfig:"CLUSTER_NAME" desc:"when set, servers are named CLUSTER_NAME-<name> and only servers with that prefix are this instance's (several clusters sharing one backend); empty: every server of the backend is"`
+	LocalZone    string `envconfig:"HAPROXY_LOCAL_ZONE" desc:"the zone the HAProxy runs in: servers on Nodes (pod mode: endpoints) of other zones are backup servers, used while the local zone has no server UP; the backend needs option allbackups"`
 
 	WebhookToken     string        `envconfig:"WEBHOOK_TOKEN" desc:"static bearer token (16+ characters) required on every route but probes and metrics"`
 	WebhookTokenFile string        `envconfig:"WEBHOOK_TOKEN_FILE" desc:"file holding the webhook token instead (e.g. a mounted Secret or projected token)"`
@@ -252,6 +254,12 @@ func (c *Config) validate() error {
 	if c.Cordoned != "ignore" && c.Cordoned != "drain" {
 		return bad("CORDONED_NODES", "%q is not ignore or drain", short(c.Cordoned))
 	}
+	if why := desired.ValidClusterName(c.ClusterName); why != "" {
+		return bad("CLUSTER_NAME", "%q %s", short(c.ClusterName), why)
+	}
+	if why := validZone(c.LocalZone); why != "" {
+		return bad("HAPROXY_LOCAL_ZONE", "%q %s", short(c.LocalZone), why)
+	}
 	if c.KubeProxyPort < 0 || c.KubeProxyPort > 65535 {
 		return bad("HAPROXY_CHECK_KUBE_PROXY_PORT", "%d is not a port (0: off)", c.KubeProxyPort)
 	}
@@ -298,6 +306,40 @@ func (c *Config) validate() error {
 		return bad("LOG_LEVEL", "%q is not debug, info, warn or error", short(c.LogLevel))
 	}
 	return nil
+}
+
+// validZone says what is wrong with a zone name, or "": a Kubernetes label
+// value (topology.kubernetes.io/zone), at most 63 characters.
+func validZone(z string) string {
+	if len(z) > 63 {
+		return "is longer than 63 characters (a label value)"
+	}
+	for i := 0; i < len(z); i++ {
+		ch := z[i]
+		alnum := ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9'
+		if !alnum && ch != '-' && ch != '_' && ch != '.' {
+			return fmt.Sprintf("has %q; a zone label value has letters, digits, '-', '_' and '.'", string(z[i]))
+		}
+	}
+	return ""
+}
+
+// ServerPrefix is the name prefix of this instance's servers: CLUSTER_NAME
+// and "-", or empty (every server of the backends is its own).
+func (c Config) ServerPrefix() string {
+	if c.ClusterName == "" {
+		return ""
+	}
+	return c.ClusterName + "-"
+}
+
+// Owns says, for the start-up log, which servers this instance considers
+// its own, e.g. "servers named eu1-* (cluster eu1)".
+func (c Config) Owns() string {
+	if c.ClusterName == "" {
+		return "every server of its backends"
+	}
+	return fmt.Sprintf("servers named %s* (cluster %s); others are left alone", c.ServerPrefix(), c.ClusterName)
 }
 
 // DefaultWebhookAudience is WEBHOOK_AUDIENCE's default.
@@ -491,6 +533,8 @@ func (c Config) Options() desired.Options {
 		HTTPHealthChecks:    c.httpChecks(),
 		HealthCheckNodePort: c.HealthNodePort != "off",
 		KubeProxyHealthPort: c.KubeProxyPort,
+		NamePrefix:          c.ServerPrefix(),
+		LocalZone:           c.LocalZone,
 	}
 }
 
@@ -547,8 +591,15 @@ func (c Config) Check() model.Check {
 // backends=http=be_http,https=be_https target=node dataplanes=2 runtime=0".
 // What only serve does (watch, resync, auth) its caller says.
 func (c Config) String() string {
-	return fmt.Sprintf("service=%s/%s backends=%s target=%s dataplanes=%d runtime=%d",
+	out := fmt.Sprintf("service=%s/%s backends=%s target=%s dataplanes=%d runtime=%d",
 		c.Namespace, c.Service, BackendsString(c.Backends), c.Target, len(c.Dataplanes), len(c.RuntimeURLs))
+	if c.ClusterName != "" {
+		out += " cluster=" + c.ClusterName
+	}
+	if c.LocalZone != "" {
+		out += " localZone=" + c.LocalZone
+	}
+	return out
 }
 
 // BackendsString writes backends as HAPROXY_BACKENDS does (http=be_http,...),

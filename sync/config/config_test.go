@@ -125,6 +125,10 @@ func TestLoadRejectsBadValues(t *testing.T) {
 		{"PORT", "0"},
 		{"LOG_LEVEL", "trace"},
 		{"HAPROXY_DATAPLANE_CA_FILE", "/nonexistent/ca.pem"},
+		{"CLUSTER_NAME", "blue green"},
+		{"CLUSTER_NAME", "a-very-long-cluster-name-indeed"},
+		{"CLUSTER_NAME", "eu1-"},
+		{"HAPROXY_LOCAL_ZONE", "eu west"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
@@ -380,5 +384,33 @@ func TestLoadForPlanNeedsNoHAProxy(t *testing.T) {
 	env(t, map[string]string{"TARGET_ADDRESS": "vm"})
 	if _, err := LoadForPlan(); err == nil || !strings.HasPrefix(err.Error(), "TARGET_ADDRESS:") {
 		t.Errorf("LoadForPlan still validates: err = %v", err)
+	}
+}
+
+// TestClusterAndZone: CLUSTER_NAME prefixes the servers and says so at
+// start; unset, nothing changes.
+func TestClusterAndZone(t *testing.T) {
+	env(t, map[string]string{"HAPROXY_RUNTIME_URL": "unix:///a.sock", "CLUSTER_NAME": "eu1", "HAPROXY_LOCAL_ZONE": "eu-west-1a"})
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := c.Options()
+	if o.NamePrefix != "eu1-" || o.LocalZone != "eu-west-1a" {
+		t.Errorf("options: prefix %q zone %q", o.NamePrefix, o.LocalZone)
+	}
+	if s := c.String(); !strings.HasSuffix(s, " cluster=eu1 localZone=eu-west-1a") {
+		t.Errorf("String() = %q", s)
+	}
+	if got := c.Owns(); !strings.Contains(got, "eu1-*") {
+		t.Errorf("Owns() = %q", got)
+	}
+	env(t, map[string]string{"HAPROXY_RUNTIME_URL": "unix:///a.sock"})
+	c, err = Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := c.Options(); o.NamePrefix != "" || o.LocalZone != "" || strings.Contains(c.String(), "cluster") {
+		t.Errorf("unset: %+v %q", o, c.String())
 	}
 }

@@ -163,6 +163,15 @@ func serverModel(srv model.Server, source any) (*models.Server, error) {
 	if srv.Check.OnError != "" {
 		m.Observe, m.ErrorLimit, m.OnError = "layer4", 1, srv.Check.OnError
 	}
+	// backup is written on a new server; changing it on one that exists
+	// is not a runtime change for the API (it reloads), so a server's role
+	// is in its name and a new role is a new server (package desired).
+	switch {
+	case srv.Backup:
+		m.Backup = enabled
+	case m.Backup == enabled:
+		m.Backup = "disabled"
+	}
 	if srv.Check.SendProxyV2 {
 		m.SendProxyV2 = enabled
 		m.CheckSendProxy = enabled

@@ -80,6 +80,14 @@ type Options struct {
 	// is kube-proxy's own health port: Nodes are checked there unless the
 	// Service's healthCheckNodePort is used.
 	KubeProxyHealthPort int
+	// NamePrefix, when set (CLUSTER_NAME and "-"), starts every server name:
+	// the servers with it are this instance's (model.Owns).
+	NamePrefix string
+	// LocalZone, when set (HAPROXY_LOCAL_ZONE), makes the servers of other
+	// zones (a Node's topology.kubernetes.io/zone label in node mode, an
+	// endpoint's zone in pod mode; unknown counts as another zone) backup
+	// servers, named with BackupSuffix (see zones.go).
+	LocalZone string
 }
 
 // Input is what was read from Kubernetes.
@@ -100,7 +108,7 @@ func Compute(in Input, opts Options) ([]model.Backend, Report, error) {
 	if in.Service == nil {
 		return nil, Report{}, fmt.Errorf("no service given")
 	}
-	c := computer{in: in, opts: opts, nodes: make(map[string]*corev1.Node, len(in.Nodes)), pods: make(map[string]*corev1.Pod, len(in.Pods))}
+	c := computer{in: in, opts: opts, names: namer{prefix: opts.NamePrefix, roles: opts.LocalZone != ""}, nodes: make(map[string]*corev1.Node, len(in.Nodes)), pods: make(map[string]*corev1.Pod, len(in.Pods))}
 	for i := range in.Nodes {
 		c.nodes[in.Nodes[i].Name] = &in.Nodes[i]
 	}
@@ -154,6 +162,7 @@ func servicePort(svc *corev1.Service, want string, fixed bool) (*corev1.ServiceP
 type computer struct {
 	in       Input
 	opts     Options
+	names    namer
 	nodes    map[string]*corev1.Node
 	pods     map[string]*corev1.Pod // by name, in the Service's namespace
 	report   Report
@@ -168,6 +177,7 @@ type endpoint struct {
 	state    model.State
 	nodeName string
 	podName  string
+	zone     string    // the endpoint's zone, as its slice says
 	changed  time.Time // the slice's last-change-trigger-time
 }
 
@@ -214,6 +224,9 @@ func (c *computer) endpoints(sp *corev1.ServicePort) []endpoint {
 				}
 				if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
 					ep.podName = e.TargetRef.Name
+				}
+				if e.Zone != nil {
+					ep.zone = *e.Zone
 				}
 				ep.state = c.gatedState(st, e.Conditions.Terminating != nil && *e.Conditions.Terminating, ep.podName, addr)
 				if k, seen := byAddr[addr]; seen {
@@ -337,19 +350,21 @@ func (c *computer) podServers(eps []endpoint) []model.Server {
 	base := make([]string, len(eps))
 	count := make(map[string]int, len(eps))
 	for i, ep := range eps {
-		base[i] = ServerName(ep.address)
+		base[i] = c.names.base(ep.address)
 		if ep.podName != "" {
-			base[i] = ServerName(ep.podName)
+			base[i] = c.names.base(ep.podName)
 		}
 		count[base[i]]++
 	}
 	out := make([]model.Server, 0, len(eps))
 	used := make(map[string]bool, len(eps))
 	for i, ep := range eps {
-		name := base[i]
-		if count[name] > 1 {
-			name = withHash(name, ep.address)
+		b := base[i]
+		if count[b] > 1 {
+			b = c.names.hashed(b, ep.address)
 		}
+		backup := c.backup(ep.zone)
+		name, other := c.names.full(b, backup)
 		if used[name] {
 			c.report.skip(quote(ep.address), ReasonDuplicateName, "server name "+quote(name)+" is taken")
 			continue
@@ -359,6 +374,7 @@ func (c *computer) podServers(eps []endpoint) []model.Server {
 			Name: name, Address: ep.address, Port: c.port(ep, nil),
 			Weight: 1, State: ep.state, Reason: ReasonEndpoints, Check: c.opts.Check,
 			Changed: ep.changed, Pod: ep.podName,
+			Zone: ep.zone, Backup: backup, Replaces: other,
 		})
 	}
 	return out
@@ -414,7 +430,9 @@ func (c *computer) nodeServers(eps []endpoint, sp *corev1.ServicePort) []model.S
 			continue
 		}
 		st, reason, excluded := c.nodeState(node, a.state)
-		sname := ServerName(name)
+		zone := node.Labels[corev1.LabelTopologyZone]
+		backup := c.backup(zone)
+		sname, other := c.names.full(c.names.base(name), backup)
 		if excluded {
 			if c.excluded == nil {
 				c.excluded = map[string]string{}
@@ -435,6 +453,7 @@ func (c *computer) nodeServers(eps []endpoint, sp *corev1.ServicePort) []model.S
 			Name: sname, Address: addr, Port: c.port(a.ep, sp),
 			Weight: weight, State: st, Reason: reason, Check: c.nodeCheck(),
 			Changed: a.changed,
+			Zone:    zone, Backup: backup, Replaces: other,
 		})
 	}
 	return out

@@ -210,7 +210,7 @@ func TestCompute(t *testing.T) {
 				slice("web-6", svcName, v6, http, ep{addr: "fd00:10:244::1", pod: "web-abc"}),
 			}},
 			opts: Options{Mode: PodMode, Backends: single},
-			want: map[string][]model.Server{"be": {s(withHash("web-abc", "10.244.0.1"), "10.244.0.1", 8080, 1, model.Ready), s(withHash("web-abc", "fd00:10:244::1"), "fd00:10:244::1", 8080, 1, model.Ready)}}},
+			want: map[string][]model.Server{"be": {s(withHash("web-abc", "10.244.0.1", MaxNameLength), "10.244.0.1", 8080, 1, model.Ready), s(withHash("web-abc", "fd00:10:244::1", MaxNameLength), "fd00:10:244::1", 8080, 1, model.Ready)}}},
 		{name: "names that collide once made safe all get a hash; a name over 63 characters is cut and hashed",
 			in: Input{Service: service(svcPort("http", 80, 0)), Slices: []discoveryv1.EndpointSlice{
 				slice("web-1", svcName, v4, http, ep{addr: "10.0.0.2", pod: "x"}, ep{addr: "10.0.0.3", pod: "x"},
@@ -220,7 +220,7 @@ func TestCompute(t *testing.T) {
 			want: map[string][]model.Server{"be": {
 				s(strings.Repeat("p", 54)+"-"+fmt.Sprintf("%08x", fnv32(strings.Repeat("p", 20000))), "10.0.0.9", 8080, 1, model.Ready),
 				s("x-10.0.0.2", "10.0.0.0", 8080, 1, model.Ready),
-				s(withHash("x", "10.0.0.2"), "10.0.0.2", 8080, 1, model.Ready), s(withHash("x", "10.0.0.3"), "10.0.0.3", 8080, 1, model.Ready)}}},
+				s(withHash("x", "10.0.0.2", MaxNameLength), "10.0.0.2", 8080, 1, model.Ready), s(withHash("x", "10.0.0.3", MaxNameLength), "10.0.0.3", 8080, 1, model.Ready)}}},
 		{name: "hostile addresses are skipped, the rest proceeds; canonical forms",
 			in: Input{Service: service(svcPort("http", 80, 0)), Slices: []discoveryv1.EndpointSlice{
 				slice("web-1", svcName, v4, http, ep{addr: "10.0.0.1", pod: "good"}, ep{addr: "0177.0.0.1", pod: "octal"}, ep{addr: "010.0.0.1", pod: "octal2"},
@@ -318,7 +318,7 @@ func TestServerName(t *testing.T) {
 		"10.1.2.3":           "10-1-2-3",
 		"fd00::1":            "fd00--1",
 		"weird name/x":       "weird-name-x",
-		"":                   withHash("", ""),
+		"":                   withHash("", "", MaxNameLength),
 		"backup:8443 check":  "backup-8443-check",
 	} {
 		if got := ServerName(in); got != want {

@@ -135,7 +135,10 @@ const MaxNameLength = 63
 // colons of an IP address and every other character become '-', and a name
 // longer than MaxNameLength is cut and ends with a hash of the whole, so it
 // stays unique and stable.
-func ServerName(s string) string {
+func ServerName(s string) string { return serverName(s, MaxNameLength) }
+
+// serverName is ServerName within limit characters.
+func serverName(s string, limit int) string {
 	if _, err := netip.ParseAddr(s); err == nil {
 		s = strings.NewReplacer(".", "-", ":", "-").Replace(s)
 	}
@@ -147,20 +150,87 @@ func ServerName(s string) string {
 		}
 	}
 	name := string(b)
-	if len(name) > MaxNameLength || name == "" {
-		return withHash(name, s)
+	if len(name) > limit || name == "" {
+		return withHash(name, s, limit)
 	}
 	return name
 }
 
 // withHash returns name cut so that "-" and an 8-digit hash of key fit in
-// MaxNameLength, followed by them.
-func withHash(name, key string) string {
+// limit characters, followed by them.
+func withHash(name, key string, limit int) string {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
 	suffix := fmt.Sprintf("-%08x", h.Sum32())
-	if len(name) > MaxNameLength-len(suffix) {
-		name = name[:MaxNameLength-len(suffix)]
+	if len(name) > limit-len(suffix) {
+		name = name[:limit-len(suffix)]
 	}
 	return name + suffix
+}
+
+// BackupSuffix ends the name of a server that is a backup (Options.LocalZone:
+// outside the local zone). No Node, Pod or address name has an '_', so a
+// name with it is never another server's plain name.
+const BackupSuffix = "_bk"
+
+// MaxClusterName is the longest CLUSTER_NAME: its prefix ("name-") and
+// BackupSuffix leave 39 characters of a Node or Pod name before it is cut
+// and hashed.
+const MaxClusterName = 20
+
+// ValidClusterName says what is wrong with a CLUSTER_NAME, or "": HAProxy's
+// server-name characters, at most MaxClusterName, starting and ending with a
+// letter or digit.
+func ValidClusterName(name string) string {
+	if len(name) > MaxClusterName {
+		return fmt.Sprintf("has %d characters; at most %d leave room for Node and Pod names in a server name (%d)", len(name), MaxClusterName, MaxNameLength)
+	}
+	for i := 0; i < len(name); i++ {
+		ch := name[i]
+		alnum := ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9'
+		if !alnum && ch != '-' && ch != '_' && ch != '.' {
+			return fmt.Sprintf("has %q; use letters, digits, '-', '_' and '.'", string(ch))
+		}
+		if !alnum && (i == 0 || i == len(name)-1) {
+			return "must start and end with a letter or digit"
+		}
+	}
+	return ""
+}
+
+// namer makes the server names of one instance: Prefix (CLUSTER_NAME and
+// "-") before a safe name, and BackupSuffix after it for a backup server.
+// With roles in use every name keeps room for the suffix, so that a
+// server's name differs between its roles by the suffix alone.
+type namer struct {
+	prefix string
+	roles  bool
+}
+
+func (n namer) limit() int {
+	l := MaxNameLength - len(n.prefix)
+	if n.roles {
+		l -= len(BackupSuffix)
+	}
+	return l
+}
+
+// base is the name part of s, without prefix and suffix.
+func (n namer) base(s string) string { return serverName(s, n.limit()) }
+
+// hashed is base made unique by a hash of key.
+func (n namer) hashed(base, key string) string { return withHash(base, key, n.limit()) }
+
+// full is the server name of base in the given role, and the name of the
+// same server in the other role (empty without roles).
+func (n namer) full(base string, backup bool) (name, other string) {
+	active, bk := n.prefix+base, n.prefix+base+BackupSuffix
+	switch {
+	case !n.roles:
+		return active, ""
+	case backup:
+		return bk, active
+	default:
+		return active, bk
+	}
 }

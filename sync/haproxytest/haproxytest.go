@@ -228,6 +228,12 @@ func (h *HAProxy) Servers(t testing.TB, backend string) map[string]Server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ParseServers(reply, backend)
+}
+
+// ParseServers reads backend's servers from a "show servers state" reply,
+// by name (for a goroutine that cannot fail a test).
+func ParseServers(reply, backend string) map[string]Server {
 	out := map[string]Server{}
 	sc := bufio.NewScanner(strings.NewReader(reply))
 	for sc.Scan() {

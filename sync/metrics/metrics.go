@@ -51,6 +51,8 @@ type Metrics struct {
 	podGate         *prometheus.CounterVec
 	healthPortTCP   *prometheus.GaugeVec
 	missingLines    *prometheus.GaugeVec
+	cluster         *prometheus.GaugeVec
+	zoneServers     *prometheus.GaugeVec
 }
 
 // ProgrammingBuckets resolve 10 ms to 5 min, for both latency histograms.
@@ -117,13 +119,17 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 		missingLines: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "backend_missing_lines",
 			Help: "Recommended backend lines (option redispatch 1, retries 3, in http mode retry-on conn-failure empty-response) the backend runs without, as the last successful reconcile read them; absent where the driver cannot tell (runtime API)."}, []string{"target", "backend"}),
 	}
+	m.cluster = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "cluster_info",
+		Help: "The CLUSTER_NAME whose servers (named with it as a prefix) this instance owns, and HAPROXY_LOCAL_ZONE; always 1, empty labels when unset."}, []string{"cluster", "local_zone"})
+	m.zoneServers = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "zone_servers",
+		Help: "With HAPROXY_LOCAL_ZONE: this instance's desired servers of each backend by zone, role (active: the local zone; backup: the others) and whether Kubernetes says they are ready, as the last successful reconcile saw them."}, []string{"target", "backend", "zone", "role", "ready"})
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
 		Help: "Build information: version, VCS revision, Go version; always 1."}, []string{"version", "revision", "goversion"})
 	build.WithLabelValues(version, revision, runtime.Version()).Set(1)
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
 		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, m.watchEvents, m.watchRestarts,
 		m.pokes, m.pokesCoalesced, m.authFailures, m.skipped, m.transitions,
-		m.servers, m.held, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, m.podGate, m.healthPortTCP, m.missingLines, build)
+		m.servers, m.held, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, m.podGate, m.healthPortTCP, m.missingLines, m.cluster, m.zoneServers, build)
 	return m
 }
 
@@ -132,6 +138,12 @@ func result(err error) string {
 		return "error"
 	}
 	return "ok"
+}
+
+// Cluster records CLUSTER_NAME and HAPROXY_LOCAL_ZONE in cluster_info.
+func (m *Metrics) Cluster(name, localZone string) {
+	m.cluster.Reset()
+	m.cluster.WithLabelValues(name, localZone).Set(1)
 }
 
 // WatchEvent counts one watch event.
@@ -214,6 +226,7 @@ func (o observed) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result,
 			if t.LinesRead {
 				o.m.missingLines.WithLabelValues(t.Target, t.Backend).Set(float64(len(t.MissingBackendLines)))
 			}
+			o.m.zones(t)
 		}
 		if t.Attempts > 1 {
 			o.m.retries.Add(float64(t.Attempts - 1))
@@ -294,4 +307,18 @@ func (d driver) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		d.m.writes.WithLabelValues(string(k)).Add(float64(n))
 	}
 	return a, err
+}
+
+// zones sets zone_servers for one backend's result: every zone it names,
+// and zero for those of earlier results it no longer does.
+func (m *Metrics) zones(t reconcile.TargetResult) {
+	m.zoneServers.DeletePartialMatch(prometheus.Labels{"target": t.Target, "backend": t.Backend})
+	for zone, c := range t.Zones {
+		role := "active"
+		if c.Backup {
+			role = "backup"
+		}
+		m.zoneServers.WithLabelValues(t.Target, t.Backend, zone, role, "true").Set(float64(c.Ready))
+		m.zoneServers.WithLabelValues(t.Target, t.Backend, zone, role, "false").Set(float64(c.Servers - c.Ready))
+	}
 }

@@ -3,7 +3,10 @@
 // any HAProxy API, so each side can be tested with plain values.
 package model
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // State is the administrative state a server should have in HAProxy.
 type State string
@@ -88,6 +91,21 @@ type Server struct {
 	// Data Plane API, its model), so that a write changes only the fields this
 	// service manages. The planner ignores it; desired servers leave it nil.
 	Source any
+	// Zone is the zone of a desired server's Node (node mode) or endpoint
+	// (pod mode), as Kubernetes gives it; empty when unknown, and for
+	// current servers.
+	Zone string
+	// Backup marks a desired server HAProxy uses only while no active
+	// server of the backend is UP (HAPROXY_LOCAL_ZONE: a server outside the
+	// local zone). HAProxy takes "backup" only when a server is added, so a
+	// server's role is part of its name (see package desired) and a role
+	// change is a new server that replaces the old one (Replaces).
+	Backup bool
+	// Replaces names the server a desired one takes over from when its
+	// role changes (the same server under its other role's name). The
+	// planner keeps that one as it is until this one is in service, so the
+	// change never leaves a hole. Empty when roles are not in use.
+	Replaces string
 }
 
 // SameTraffic reports whether a and b would route traffic identically. Weight
@@ -139,6 +157,30 @@ type Settings struct {
 	// GET <path>") instead of tcp-check: the servers are checked through
 	// kube-proxy's health port (Check.Port).
 	HTTPCheck string
+}
+
+// Owns reports whether a server named name belongs to the instance whose
+// server names start with prefix (CLUSTER_NAME and "-"). An empty prefix
+// owns every server: one instance per backend.
+func Owns(prefix, name string) bool {
+	return prefix == "" || len(name) > len(prefix) && strings.HasPrefix(name, prefix)
+}
+
+// Owned returns b with only the servers prefix owns (Owns); b itself when
+// prefix is empty. The servers of other clusters, and static ones, are not
+// this instance's to read, change, park, delete or count.
+func (b Backend) Owned(prefix string) Backend {
+	if prefix == "" {
+		return b
+	}
+	own := make([]Server, 0, len(b.Servers))
+	for _, s := range b.Servers {
+		if Owns(prefix, s.Name) {
+			own = append(own, s)
+		}
+	}
+	b.Servers = own
+	return b
 }
 
 // Backend is a backend's servers, sorted by name, and its settings.

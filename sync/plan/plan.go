@@ -147,6 +147,13 @@ type Policy struct {
 	// sessions stays parked before it is deleted anyway (Change.Kill); 0
 	// waits for its sessions to end.
 	DrainTimeout time.Duration
+	// Owner, when set, is the name prefix of this instance's servers
+	// (CLUSTER_NAME and "-", model.Owns): the plan reads, changes, parks,
+	// deletes and counts only those. Another cluster's servers and static
+	// ones are left exactly as they are, and count for neither the guard's
+	// share, the zero-endpoints rule nor MaxServers. Empty: every server
+	// of the backend is this instance's.
+	Owner string
 }
 
 // Calculate returns the plan that turns current into desired, deleting
@@ -159,6 +166,7 @@ func Calculate(current, desired model.Backend) Plan {
 // CalculateWith is Calculate under a policy.
 func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 	p := Plan{Backend: desired.Name, Revision: current.Revision}
+	current = current.Owned(pol.Owner)
 	if !pol.FixedSettings && desired.Settings.Balance != "" && current.Settings != desired.Settings {
 		p.Settings = &SettingsChange{Old: current.Settings, New: desired.Settings}
 	}
@@ -189,6 +197,7 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 		}
 	}
 
+	handover := handingOver(have, desired.Servers)
 	type unwantedServer struct {
 		*model.Server
 		free, kill bool // see sessionsEnded
@@ -196,7 +205,7 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 	var unwanted []unwantedServer
 	deletable := 0
 	for i := range current.Servers {
-		if u := &current.Servers[i]; !want[u.Name] {
+		if u := &current.Servers[i]; !want[u.Name] && !handover[u.Name] {
 			free, kill := sessionsEnded(u, pol.DrainTimeout)
 			unwanted = append(unwanted, unwantedServer{u, free, kill})
 			if free {
@@ -263,6 +272,28 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 	sort.Strings(p.Draining)
 	p.capAdds(len(current.Servers), pol.MaxServers)
 	return p
+}
+
+// handingOver names the current servers that desired ones replace
+// (model.Server.Replaces: a zone role change) and that stay as they are
+// until their replacement is in service: HAProxy takes a server's role only
+// when it is added, so the replacement is a new server, and parking the old
+// one first would leave a hole, the whole backend's when every server
+// changes role at once. Once the replacement is ready with a passed check
+// (or one the driver cannot see), the old one is an unwanted server like
+// any other: parked, then deleted.
+func handingOver(have map[string]*model.Server, want []model.Server) map[string]bool {
+	out := map[string]bool{}
+	for i := range want {
+		d := &want[i]
+		if d.Replaces == "" || d.State != model.Ready || have[d.Replaces] == nil {
+			continue
+		}
+		if cur := have[d.Name]; cur == nil || cur.State != model.Ready || cur.Runtime != nil && !cur.Runtime.CheckPassed {
+			out[d.Replaces] = true
+		}
+	}
+	return out
 }
 
 // mustEarn reports whether desired ready server d must pass its check

@@ -103,6 +103,10 @@ type Reconciler struct {
 	// timed from its EndpointSlice stamp (see Programmed).
 	OnProgrammed func(Programmed)
 	Log          *slog.Logger
+	// Cluster is CLUSTER_NAME: this instance reads, plans and counts only
+	// the servers named with Options.NamePrefix (plan.Policy.Owner), and
+	// its results carry the name. Empty: every server is its own.
+	Cluster string
 
 	locks  sync.Map // target name → chan struct{} (see lock)
 	warned sync.Map // target and backend → missing lines last logged (see warnMissingLines)
@@ -126,7 +130,9 @@ type Result struct {
 	Skipped         []desired.Skipped `json:"skipped"`
 	SkippedByReason map[string]int    `json:"skippedByReason,omitempty"`
 	DurationMs      float64           `json:"durationMs"`
-	Error           string            `json:"error,omitempty"`
+	// Cluster is CLUSTER_NAME, when set: whose servers this result is about.
+	Cluster string `json:"cluster,omitempty"`
+	Error   string `json:"error,omitempty"`
 	// ErrorClass says whether trying again may help (failure.Class): the
 	// least hopeful class of the failures, empty on success.
 	ErrorClass failure.Class `json:"errorClass,omitempty"`
@@ -218,6 +224,9 @@ type TargetResult struct {
 	// Servers counts the backend's servers by state (ready, drain, maint)
 	// as this reconcile left them; empty after a failure or a dry run.
 	Servers map[string]int `json:"servers,omitempty"`
+	// Zones counts this instance's desired servers by zone and role, with
+	// HAPROXY_LOCAL_ZONE only (see zoneCounts).
+	Zones map[string]ZoneCount `json:"zones,omitempty"`
 	// Plan, in a dry run, is each planned change with the server's address,
 	// state and weight before and after.
 	Plan []PlannedChange `json:"plan,omitempty"`
@@ -283,7 +292,7 @@ func leastHopeful(targets []TargetResult, err error) failure.Class {
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error) {
-	res := Result{Targets: []TargetResult{}, Skipped: []desired.Skipped{}}
+	res := Result{Targets: []TargetResult{}, Skipped: []desired.Skipped{}, Cluster: r.Cluster}
 	var warnOnce sync.Once
 	kube := &freshReader{src: r.Source, opts: r.Options, skipped: func(rep desired.Report) {
 		if rep.Total() == 0 {
@@ -398,6 +407,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 	pol.GuardPercent = r.GuardPercent
 	pol.MaxServers = r.MaxServers
 	pol.DrainTimeout = r.DrainTimeout
+	pol.Owner = r.Options.NamePrefix
 	err := retry.Do(ctx, r.backoff(), func(ctx context.Context) error {
 		tr.Attempts++
 		cur, err := t.Read(ctx, backend)
@@ -407,6 +417,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			}
 			return retryable(err)
 		}
+		cur = cur.Owned(pol.Owner) // another cluster's servers are not ours to count
 		readAt := time.Now()
 		backends, err := kube.after(ctx, readAt)
 		if err != nil {
@@ -421,6 +432,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 				"target", tr.Target, "backend", backend, "desired", len(want.Servers))
 		}
 		tr.HealthPortTCP = tcpCheckedHealthPorts(cur)
+		tr.Zones = zoneCounts(want, r.Options.LocalZone)
 		if len(tr.HealthPortTCP) > 0 && tr.Attempts == 1 {
 			r.log().Warn("servers checked on kube-proxy's health port with a TCP connect, which passes a node that cannot serve: give the backend option httpchk GET /healthz, or set HAPROXY_CHECK_HEALTH_NODE_PORT=off",
 				"target", tr.Target, "backend", backend, "servers", len(tr.HealthPortTCP), "first", tr.HealthPortTCP[0])

@@ -564,6 +564,9 @@ func (a *applier) addStepsWithID(srv string, ch plan.Change, id int) []Step {
 	if s.Check.SendProxyV2 {
 		cmd += " send-proxy-v2 check-send-proxy"
 	}
+	if s.Backup { // taken only here: no "set server" changes it (package desired)
+		cmd += " backup"
+	}
 	steps := []Step{{cmd, addOK}}
 	switch {
 	case ch.Gate:
