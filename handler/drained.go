@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler/trigger"
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/drained"
 )
 
@@ -124,7 +123,7 @@ func drainedServer(v url.Values, nodeMode bool, limit time.Duration) (drained.Qu
 		if errs := validation.IsDNS1123Subdomain(node); len(errs) > 0 {
 			return q, 0, fmt.Errorf("node %q: not a Node name", trigger.Short(node))
 		}
-		q.Server = desired.ServerName(node)
+		q.Server = node // its server's names are the checker's to know (drained.Checker.Names)
 	default:
 		addr, err := netip.ParseAddr(ip)
 		if err != nil || addr.Zone() != "" || addr.String() != ip {

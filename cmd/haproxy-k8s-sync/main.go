@@ -371,7 +371,8 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 
 // drainChecker reads the reconciler's targets and backends for GET /drained.
 func drainChecker(rec *reconcile.Reconciler) *drained.Checker {
-	c := &drained.Checker{}
+	c := &drained.Checker{Owner: rec.Options.NamePrefix,
+		Names: func(node string) []string { return desired.NodeServerNames(rec.Options, node) }}
 	for _, t := range rec.Targets {
 		c.Targets = append(c.Targets, t)
 	}

@@ -198,6 +198,18 @@ func ValidClusterName(name string) string {
 	return ""
 }
 
+// NodeServerNames returns the names the server of Node node may have under
+// opts (node mode): CLUSTER_NAME's prefix, and with a local zone both its
+// active and its backup name. What GET /drained looks for.
+func NodeServerNames(opts Options, node string) []string {
+	n := namer{prefix: opts.NamePrefix, roles: opts.LocalZone != ""}
+	active, backup := n.full(n.base(node), false)
+	if backup == "" {
+		return []string{active}
+	}
+	return []string{active, backup}
+}
+
 // namer makes the server names of one instance: Prefix (CLUSTER_NAME and
 // "-") before a safe name, and BackupSuffix after it for a backup server.
 // With roles in use every name keeps room for the suffix, so that a

@@ -1,6 +1,7 @@
 package desired
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -95,6 +96,26 @@ func TestValidClusterName(t *testing.T) {
 	} {
 		if got := ValidClusterName(name) == ""; got != ok {
 			t.Errorf("ValidClusterName(%q) ok = %v, want %v (%s)", name, got, ok, ValidClusterName(name))
+		}
+	}
+}
+
+// TestNodeServerNames: what GET /drained looks for is the name Compute
+// gives a Node's server, in either role.
+func TestNodeServerNames(t *testing.T) {
+	long := strings.Repeat("n", 80)
+	for _, tt := range []struct {
+		opts Options
+		node string
+		want []string
+	}{
+		{Options{}, "node-a", []string{"node-a"}},
+		{Options{}, long, []string{ServerName(long)}},
+		{Options{NamePrefix: "blue-"}, "node-a", []string{"blue-node-a"}},
+		{Options{NamePrefix: "blue-", LocalZone: "z1"}, "node-a", []string{"blue-node-a", "blue-node-a_bk"}},
+	} {
+		if got := NodeServerNames(tt.opts, tt.node); !slices.Equal(got, tt.want) {
+			t.Errorf("%+v %s: %v, want %v", tt.opts, tt.node, got, tt.want)
 		}
 	}
 }

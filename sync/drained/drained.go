@@ -8,6 +8,7 @@ package drained
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,16 +21,18 @@ type Reader interface {
 	Read(ctx context.Context, backend string) (model.Backend, error)
 }
 
-// Query names the server to wait for: by server name (a Node's, in node
-// mode) or by address (a pod IP, or a Node's InternalIP). Exactly one is set.
+// Query names the server to wait for: by a Node's name (node mode) or by
+// address (a pod IP, or a Node's InternalIP). Exactly one is set.
 type Query struct {
 	Server  string
 	Address netip.Addr
 }
 
-func (q Query) matches(s model.Server) bool {
+// matches reports whether s is the server q asks for, among names (the
+// names the Node's server may have; see Checker.Names).
+func (q Query) matches(s model.Server, names []string) bool {
 	if q.Server != "" {
-		return s.Name == q.Server
+		return slices.Contains(names, s.Name)
 	}
 	a, err := netip.ParseAddr(s.Address)
 	return err == nil && a.Unmap() == q.Address.Unmap()
@@ -83,12 +86,24 @@ func (a Answer) Drained() bool { return a.Status == StatusDrained }
 type Checker struct {
 	Targets  []Reader
 	Backends []string
+	// Names gives the names a Node's server may have (CLUSTER_NAME's
+	// prefix, a backup's suffix); nil: the Node's name itself.
+	Names func(node string) []string
+	// Owner is the name prefix of this instance's servers (CLUSTER_NAME
+	// and "-", model.Owns): another cluster's server at the same address
+	// is not the one asked for. Empty: every server.
+	Owner string
 	// Poll is the pause between two reads while Wait waits (0: 500 ms).
 	Poll time.Duration
 }
 
 // Check reads every target once, in parallel, and answers.
 func (c *Checker) Check(ctx context.Context, q Query) Answer {
+	names := []string{q.Server}
+	if c.Names != nil && q.Server != "" {
+		names = c.Names(q.Server)
+	}
+	match := func(s model.Server) bool { return model.Owns(c.Owner, s.Name) && q.matches(s, names) }
 	states := make([][]TargetState, len(c.Targets))
 	var wg sync.WaitGroup
 	for i, t := range c.Targets {
@@ -96,7 +111,7 @@ func (c *Checker) Check(ctx context.Context, q Query) Answer {
 		go func() {
 			defer wg.Done()
 			for _, b := range c.Backends {
-				states[i] = append(states[i], state(ctx, t, b, q)...)
+				states[i] = append(states[i], state(ctx, t, b, match)...)
 			}
 		}()
 	}
@@ -151,7 +166,7 @@ func (c *Checker) Wait(ctx context.Context, q Query, bound time.Duration) Answer
 // when it is absent, or out of rotation (drain or maint) with no session
 // and no queued request. Without a runtime view its sessions are unknown,
 // so it is never drained.
-func state(ctx context.Context, t Reader, backend string, q Query) []TargetState {
+func state(ctx context.Context, t Reader, backend string, match func(model.Server) bool) []TargetState {
 	b, err := t.Read(ctx, backend)
 	if err != nil {
 		// The driver's error says what it read; the entry names the
@@ -160,7 +175,7 @@ func state(ctx context.Context, t Reader, backend string, q Query) []TargetState
 	}
 	var out []TargetState
 	for _, s := range b.Servers {
-		if !q.matches(s) {
+		if !match(s) {
 			continue
 		}
 		ts := TargetState{Target: t.Name(), Backend: backend, Server: s.Name, State: string(s.State), Sessions: -1}

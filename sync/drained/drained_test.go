@@ -142,3 +142,29 @@ func TestReadErrorIsWrappedOnce(t *testing.T) {
 		t.Errorf("error %q", got)
 	}
 }
+
+// TestCheckOwnServersOnly: with CLUSTER_NAME a Node's server is named with
+// the prefix (and, a backup, the suffix); another cluster's server, even
+// at the same address, is not the one asked for.
+func TestCheckOwnServersOnly(t *testing.T) {
+	c := &Checker{Backends: []string{"be"}, Owner: "blue-",
+		Names: func(node string) []string { return []string{"blue-" + node, "blue-" + node + "_bk"} },
+		Targets: []Reader{reader{name: "t", read: fixed(
+			srv("green-node-a", "10.0.0.1", model.Ready, 4), srv("blue-node-a", "10.0.0.1", model.Maint, 0),
+			srv("blue-node-b_bk", "10.0.0.2", model.Ready, 1))}}}
+	for _, tt := range []struct {
+		q      Query
+		server string
+		status string
+	}{
+		{Query{Server: "node-a"}, "blue-node-a", StatusDrained},
+		{Query{Address: netip.MustParseAddr("10.0.0.1")}, "blue-node-a", StatusDrained},
+		{Query{Server: "node-b"}, "blue-node-b_bk", StatusWaiting},
+		{Query{Server: "green-node-a"}, "", StatusAbsent},
+	} {
+		a := c.Check(context.Background(), tt.q)
+		if a.Status != tt.status || len(a.Targets) != 1 || a.Targets[0].Server != tt.server {
+			t.Errorf("%+v: %+v, want %s on %q", tt.q, a, tt.status, tt.server)
+		}
+	}
+}
