@@ -359,12 +359,17 @@ func (c *computer) podServers(eps []endpoint) []model.Server {
 	out := make([]model.Server, 0, len(eps))
 	used := make(map[string]bool, len(eps))
 	for i, ep := range eps {
-		b := base[i]
+		b, key := base[i], ""
 		if count[b] > 1 {
-			b = c.names.hashed(b, ep.address)
+			key = ep.address
+			b = c.names.hashed(b, key)
+		}
+		raw := ep.address
+		if ep.podName != "" {
+			raw = ep.podName
 		}
 		backup := c.backup(ep.zone)
-		name, other := c.names.full(b, backup)
+		name, _ := c.names.full(b, backup)
 		if used[name] {
 			c.report.skip(quote(ep.address), ReasonDuplicateName, "server name "+quote(name)+" is taken")
 			continue
@@ -374,7 +379,7 @@ func (c *computer) podServers(eps []endpoint) []model.Server {
 			Name: name, Address: ep.address, Port: c.port(ep, nil),
 			Weight: 1, State: ep.state, Reason: ReasonEndpoints, Check: c.opts.Check,
 			Changed: ep.changed, Pod: ep.podName,
-			Zone: ep.zone, Backup: backup, Replaces: other,
+			Zone: ep.zone, Backup: backup, Replaces: c.names.replaced(name, raw, key),
 		})
 	}
 	return out
@@ -432,7 +437,7 @@ func (c *computer) nodeServers(eps []endpoint, sp *corev1.ServicePort) []model.S
 		st, reason, excluded := c.nodeState(node, a.state)
 		zone := node.Labels[corev1.LabelTopologyZone]
 		backup := c.backup(zone)
-		sname, other := c.names.full(c.names.base(name), backup)
+		sname, _ := c.names.full(c.names.base(name), backup)
 		if excluded {
 			if c.excluded == nil {
 				c.excluded = map[string]string{}
@@ -453,7 +458,7 @@ func (c *computer) nodeServers(eps []endpoint, sp *corev1.ServicePort) []model.S
 			Name: sname, Address: addr, Port: c.port(a.ep, sp),
 			Weight: weight, State: st, Reason: reason, Check: c.nodeCheck(),
 			Changed: a.changed,
-			Zone:    zone, Backup: backup, Replaces: other,
+			Zone:    zone, Backup: backup, Replaces: c.names.replaced(sname, name, ""),
 		})
 	}
 	return out

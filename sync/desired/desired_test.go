@@ -283,7 +283,8 @@ func TestCompute(t *testing.T) {
 			gotMap := map[string][]model.Server{}
 			for _, be := range got {
 				for i := range be.Servers {
-					be.Servers[i].Pod = "" // TestReadinessGate checks it
+					be.Servers[i].Pod = ""       // TestReadinessGate checks it
+					be.Servers[i].Replaces = nil // TestClusterPrefixAndZones checks it
 				}
 				gotMap[be.Name] = be.Servers
 			}

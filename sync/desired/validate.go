@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/netip"
+	"slices"
 	"strings"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -232,6 +233,26 @@ func (n namer) base(s string) string { return serverName(s, n.limit()) }
 
 // hashed is base made unique by a hash of key.
 func (n namer) hashed(base, key string) string { return withHash(base, key, n.limit()) }
+
+// replaced returns the names the server named name, made of raw (made
+// unique by key when key is not empty), may have had: in its other role,
+// or before roles were turned on or off (the limit differs by the suffix).
+// The servers a desired one replaces (model.Server.Replaces).
+func (n namer) replaced(name, raw, key string) []string {
+	var out []string
+	for _, m := range []namer{n, {prefix: n.prefix, roles: !n.roles}} {
+		b := m.base(raw)
+		if key != "" {
+			b = m.hashed(b, key)
+		}
+		for _, cand := range []string{m.prefix + b, m.prefix + b + BackupSuffix} {
+			if cand != name && len(cand) <= MaxNameLength && !slices.Contains(out, cand) {
+				out = append(out, cand)
+			}
+		}
+	}
+	return out
+}
 
 // full is the server name of base in the given role, and the name of the
 // same server in the other role (empty without roles).

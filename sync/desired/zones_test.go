@@ -30,7 +30,7 @@ func names(t *testing.T, in Input, opts Options) []named {
 		if len(s.Name) > MaxNameLength {
 			t.Errorf("%s: %d characters, over %d", s.Name, len(s.Name), MaxNameLength)
 		}
-		out = append(out, named{s.Name, s.Replaces, s.Zone, s.Backup})
+		out = append(out, named{s.Name, strings.Join(s.Replaces, ","), s.Zone, s.Backup})
 	}
 	return out
 }
@@ -57,10 +57,11 @@ func TestClusterPrefixAndZones(t *testing.T) {
 	}{
 		{name: "no cluster, no zone: today's names",
 			in: nodeIn, opts: Options{Mode: NodeMode, Backends: single},
-			want: []named{{name: "node-a", zone: "z1"}, {name: "node-b", zone: "z2"}, {name: "node-c"}}},
+			// (each would replace its backup-named self, should zones have been on)
+			want: []named{{name: "node-a", replaces: "node-a_bk", zone: "z1"}, {name: "node-b", replaces: "node-b_bk", zone: "z2"}, {name: "node-c", replaces: "node-c_bk"}}},
 		{name: "the cluster name prefixes every server",
 			in: nodeIn, opts: Options{Mode: NodeMode, Backends: single, NamePrefix: "eu1-"},
-			want: []named{{name: "eu1-node-a", zone: "z1"}, {name: "eu1-node-b", zone: "z2"}, {name: "eu1-node-c"}}},
+			want: []named{{name: "eu1-node-a", replaces: "eu1-node-a_bk", zone: "z1"}, {name: "eu1-node-b", replaces: "eu1-node-b_bk", zone: "z2"}, {name: "eu1-node-c", replaces: "eu1-node-c_bk"}}},
 		{name: "node mode: other zones and unknown ones are backup, each named for its role",
 			in: nodeIn, opts: Options{Mode: NodeMode, Backends: single, NamePrefix: "eu1-", LocalZone: "z1"},
 			want: []named{
@@ -70,7 +71,8 @@ func TestClusterPrefixAndZones(t *testing.T) {
 		{name: "pod mode: the endpoint's zone; a long pod name is cut within 63 characters with its suffix",
 			in: podIn, opts: Options{Mode: PodMode, Backends: single, NamePrefix: "eu1-", LocalZone: "z2"},
 			want: []named{
-				{name: "eu1-" + withHash(long, long, MaxNameLength-4-3) + "_bk", replaces: "eu1-" + withHash(long, long, MaxNameLength-4-3), zone: "z1", backup: true},
+				// and the name it had before zones were on, cut 3 characters longer
+				{name: "eu1-" + withHash(long, long, MaxNameLength-4-3) + "_bk", replaces: "eu1-" + withHash(long, long, MaxNameLength-4-3) + ",eu1-" + withHash(long, long, MaxNameLength-4), zone: "z1", backup: true},
 				{name: "eu1-web-a_bk", replaces: "eu1-web-a", zone: "z1", backup: true},
 				{name: "eu1-web-b", replaces: "eu1-web-b_bk", zone: "z2"}}},
 	}

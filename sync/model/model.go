@@ -101,11 +101,12 @@ type Server struct {
 	// server's role is part of its name (see package desired) and a role
 	// change is a new server that replaces the old one (Replaces).
 	Backup bool
-	// Replaces names the server a desired one takes over from when its
-	// role changes (the same server under its other role's name). The
-	// planner keeps that one as it is until this one is in service, so the
-	// change never leaves a hole. Empty when roles are not in use.
-	Replaces string
+	// Replaces names the servers a desired one takes over from: the same
+	// server under its other role's name, or under the name it had before
+	// roles were turned on or off (a long name is cut shorter with roles).
+	// The planner keeps those as they are until this one is in service, so
+	// the change never leaves a hole. Empty when no such name can exist.
+	Replaces []string
 }
 
 // SameTraffic reports whether a and b would route traffic identically. Weight

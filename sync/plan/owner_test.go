@@ -151,8 +151,11 @@ func TestRoleChangeHandsOver(t *testing.T) {
 		s.Runtime = &model.Runtime{CheckRunning: true, CheckPassed: true}
 		return up(s)
 	}
-	backup := func(s model.Server, replaces string) model.Server { s.Backup, s.Replaces = true, replaces; return s }
-	active := func(s model.Server, replaces string) model.Server { s.Replaces = replaces; return s }
+	backup := func(s model.Server, replaces string) model.Server {
+		s.Backup, s.Replaces = true, []string{replaces}
+		return s
+	}
+	active := func(s model.Server, replaces string) model.Server { s.Replaces = []string{replaces}; return s }
 	cur := be(running(srv("a-n1", "10.0.0.1", 80, model.Ready)), running(srv("a-n2", "10.0.0.2", 80, model.Ready)))
 	want := be(backup(srv("a-n1_bk", "10.0.0.1", 80, model.Ready), "a-n1"), backup(srv("a-n2_bk", "10.0.0.2", 80, model.Ready), "a-n2"))
 	pol := Policy{GateChecks: true, GuardPercent: 100, Owner: "a-"}
@@ -171,8 +174,21 @@ func TestRoleChangeHandsOver(t *testing.T) {
 		s.Runtime = &model.Runtime{CheckRunning: true}
 		gated.Servers = append(gated.Servers, s)
 	}
-	if got := summary(CalculateWith(gated, want, pol)); len(got) != 0 {
-		t.Fatalf("while the new ones wait: %v, want nothing", got)
+	if p := CalculateWith(gated, want, pol); len(summary(p)) != 0 || !slices.Equal(p.HandingOver, []string{"a-n1", "a-n2"}) || !p.Pending() {
+		t.Fatalf("while the new ones wait: %v, handing over %v; want nothing, both old ones listed", summary(p), p.HandingOver)
+	}
+	// The reconcile that puts the new ones in service removes the old ones:
+	// nothing is left for a later reconcile nobody would ask for.
+	passed := gated
+	passed.Servers = slices.Clone(gated.Servers)
+	for i, s := range passed.Servers {
+		if s.Backup {
+			s.Runtime = &model.Runtime{CheckRunning: true, CheckPassed: true}
+			passed.Servers[i] = up(s)
+		}
+	}
+	if p := CalculateWith(passed, want, pol); !equalSummary(summary(p), map[Action][]string{Update: {"a-n1_bk", "a-n2_bk"}, Delete: {"a-n1", "a-n2"}}) || len(p.HandingOver) != 0 {
+		t.Errorf("once checked: %v, handing over %v; want the new ones in service and the old ones gone (no session: the driver parks, then deletes) together", summary(p), p.HandingOver)
 	}
 	// The checks pass: the new ones enter service, the old ones are parked
 	// and then deleted; at every step some server is in service.
@@ -192,10 +208,11 @@ func TestRoleChangeHandsOver(t *testing.T) {
 	}
 
 	// Back to active, on a driver that cannot see checks: the new server is
-	// added ready, and the old one goes on the next reconcile.
+	// added ready, as in service as it will ever be shown, and the old one
+	// goes in the same plan.
 	b.Servers[0].Runtime, b.Servers[1].Runtime = nil, nil
 	back := be(active(srv("a-n1", "10.0.0.1", 80, model.Ready), "a-n1_bk"), active(srv("a-n2", "10.0.0.2", 80, model.Ready), "a-n2_bk"))
-	if got, want := summary(CalculateWith(b, back, Policy{Owner: "a-"})), (map[Action][]string{Add: {"a-n1", "a-n2"}}); !equalSummary(got, want) {
+	if got, want := summary(CalculateWith(b, back, Policy{Owner: "a-"})), (map[Action][]string{Add: {"a-n1", "a-n2"}, Delete: {"a-n1_bk", "a-n2_bk"}}); !equalSummary(got, want) {
 		t.Errorf("back to active: %v, want %v", got, want)
 	}
 	// A replacement that is not ready itself hands nothing over.

@@ -88,11 +88,16 @@ type Plan struct {
 	// Draining lists unwanted servers kept parked until their sessions end
 	// (model.Runtime.Sessions), sorted.
 	Draining []string
+	// HandingOver lists servers kept as they are until the server that
+	// replaces them (model.Server.Replaces) is in service, sorted.
+	HandingOver []string
 }
 
 // Pending reports whether a later reconcile has work that this one could
 // not do yet: servers waiting for their check, or for their sessions to end.
-func (p Plan) Pending() bool { return len(p.Waiting) > 0 || len(p.Draining) > 0 }
+func (p Plan) Pending() bool {
+	return len(p.Waiting) > 0 || len(p.Draining) > 0 || len(p.HandingOver) > 0
+}
 
 // HasChanges reports whether applying the plan would change anything.
 func (p Plan) HasChanges() bool {
@@ -197,7 +202,12 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 		}
 	}
 
-	handover := handingOver(have, desired.Servers)
+	handover := handingOver(have, desired.Servers, pol)
+	for name := range handover {
+		if !want[name] {
+			p.HandingOver = append(p.HandingOver, name)
+		}
+	}
 	type unwantedServer struct {
 		*model.Server
 		free, kill bool // see sessionsEnded
@@ -270,27 +280,37 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 	sort.Strings(p.Guarded)
 	sort.Strings(p.Waiting)
 	sort.Strings(p.Draining)
+	sort.Strings(p.HandingOver)
 	p.capAdds(len(current.Servers), pol.MaxServers)
 	return p
 }
 
 // handingOver names the current servers that desired ones replace
-// (model.Server.Replaces: a zone role change) and that stay as they are
-// until their replacement is in service: HAProxy takes a server's role only
-// when it is added, so the replacement is a new server, and parking the old
-// one first would leave a hole, the whole backend's when every server
-// changes role at once. Once the replacement is ready with a passed check
-// (or one the driver cannot see), the old one is an unwanted server like
-// any other: parked, then deleted.
-func handingOver(have map[string]*model.Server, want []model.Server) map[string]bool {
+// (model.Server.Replaces: a zone role change, or roles turned on or off)
+// and that stay as they are until their replacement is in service: HAProxy
+// takes a server's role only when it is added, so the replacement is a new
+// server, and parking the old one first would leave a hole, the whole
+// backend's when every server changes role at once. Once this plan puts the
+// replacement in service (its check passed, or a driver that cannot gate),
+// the old one is an unwanted server like any other: parked in the same
+// plan, then deleted.
+func handingOver(have map[string]*model.Server, want []model.Server, pol Policy) map[string]bool {
 	out := map[string]bool{}
 	for i := range want {
 		d := &want[i]
-		if d.Replaces == "" || d.State != model.Ready || have[d.Replaces] == nil {
+		if len(d.Replaces) == 0 || d.State != model.Ready {
 			continue
 		}
-		if cur := have[d.Name]; cur == nil || cur.State != model.Ready || cur.Runtime != nil && !cur.Runtime.CheckPassed {
-			out[d.Replaces] = true
+		cur := have[d.Name]
+		inServiceAfter := !pol.GateChecks ||
+			cur != nil && !mustEarn(cur, true, d) && (cur.Runtime == nil || cur.Runtime.CheckPassed)
+		if inServiceAfter {
+			continue
+		}
+		for _, r := range d.Replaces {
+			if have[r] != nil {
+				out[r] = true
+			}
 		}
 	}
 	return out

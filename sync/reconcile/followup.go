@@ -23,9 +23,11 @@ type CheckReader interface {
 //     passed, so a server enters service within a Poll of its check passing;
 //     a target with no CheckReader gets a reconcile every Slow instead;
 //   - while unwanted servers wait for their sessions to end, every Drain;
-//   - after a reconcile whose deletion guard parked servers, once after
-//     Drain: the guard deletes them only when a later read of Kubernetes
-//     confirms they are unwanted, and nothing else may ask for that read;
+//   - after a reconcile whose deletion guard parked servers, or that kept
+//     servers until their replacement (a zone role change) is in service,
+//     once after Drain: the guard deletes them only when a later read of
+//     Kubernetes confirms they are unwanted, and nothing else may ask for
+//     that read;
 //   - after a failed reconcile, after Retry, doubling up to MaxRetry while
 //     failures go on, so a target that was down is repaired when it is back
 //     even if nobody pokes;
@@ -145,7 +147,7 @@ func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
 		}
 		f.stops = append(f.stops, f.after(d, func() { f.fire("servers wait for their sessions to end") }))
 	}
-	if !res.draining() && res.guardParked() {
+	if !res.draining() && (res.guardParked() || res.handingOver()) {
 		f.stops = append(f.stops, f.after(f.dur(f.Drain, time.Second), func() { f.fire("guarded servers wait for a confirming read") }))
 	}
 }
@@ -302,6 +304,17 @@ func (r Result) guardParked() bool {
 			if slices.Contains(t.Maint, g) {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// handingOver reports whether servers are kept until their replacement (a
+// zone role change) is in service.
+func (r Result) handingOver() bool {
+	for _, t := range r.Targets {
+		if len(t.HandingOver) > 0 {
+			return true
 		}
 	}
 	return false

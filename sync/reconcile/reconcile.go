@@ -210,6 +210,10 @@ type TargetResult struct {
 	// Draining lists unwanted servers parked until their sessions end; a
 	// later reconcile deletes them.
 	Draining []string `json:"draining,omitempty"`
+	// HandingOver lists servers kept in their state until the server that
+	// replaces them (a zone role change) is in service; a later reconcile
+	// parks them.
+	HandingOver []string `json:"handingOver,omitempty"`
 	// HealthPortTCP lists servers checked on kube-proxy's health port with
 	// a bare TCP connect (HAProxy's L4OK), which passes a node that cannot
 	// serve: the backend lacks option httpchk GET /healthz.
@@ -244,7 +248,7 @@ type TargetResult struct {
 // nothing in Kubernetes will change to ask for it.
 func (r Result) Pending() bool {
 	for _, t := range r.Targets {
-		if len(t.Waiting) > 0 || len(t.Draining) > 0 {
+		if len(t.Waiting) > 0 || len(t.Draining) > 0 || len(t.HandingOver) > 0 {
 			return true
 		}
 	}
@@ -568,7 +572,7 @@ func (tr *TargetResult) fill(p plan.Plan) {
 	tr.Delete = union(tr.Delete, p.Names(plan.Delete))
 	tr.changed = tr.changed || p.HasChanges()
 	tr.Guarded, tr.Capped = p.Guarded, p.Capped
-	tr.Waiting, tr.Draining = p.Waiting, p.Draining
+	tr.Waiting, tr.Draining, tr.HandingOver = p.Waiting, p.Draining, p.HandingOver
 	if p.Settings != nil {
 		tr.Update = union(tr.Update, []string{"backend:" + p.Backend})
 	}
