@@ -209,9 +209,12 @@ func (o observed) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result,
 	}
 	o.m.duration.Observe(time.Since(start).Seconds())
 	o.m.reconciles.WithLabelValues(res.Status).Inc()
-	if err != nil {
+	_, partial := reconcile.OnlyTargetOf(ctx) // says nothing of the other targets
+	switch {
+	case partial:
+	case err != nil:
 		o.m.failures.Inc()
-	} else {
+	default:
 		o.m.failures.Set(0)
 	}
 	for _, t := range res.Targets {
@@ -238,7 +241,7 @@ func (o observed) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result,
 			o.m.guarded.WithLabelValues(t.Target, t.Backend).Inc()
 		}
 	}
-	if err == nil {
+	if err == nil && !partial {
 		o.m.lastSuccess.SetToCurrentTime()
 	}
 	if err == nil || errors.Is(err, reconcile.ErrTargets) { // Kubernetes was read

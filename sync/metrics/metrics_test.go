@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -230,4 +231,46 @@ haproxy_k8s_sync_network_programming_unmeasured_total{reason="unstamped",stage="
 		"haproxy_k8s_sync_network_programming_unmeasured_total"); err != nil {
 		t.Error(err)
 	}
+}
+
+// TestOneTargetsReconcileSaysNothingOfTheOthers: a reconcile of one target
+// alone (the follow-up's entry while another target is down) neither
+// clears the failure count nor stamps a last success.
+func TestOneTargetsReconcileSaysNothingOfTheOthers(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, "v-test", "unknown")
+	live, down := &reconciletest.Driver{ID: "live"}, &reconciletest.Driver{ID: "down", ReadErr: errors.New("down")}
+	rec := reconciletest.Reconciler(&desiredtest.Source{In: cluster("10.244.0.1")}, live, down)
+	rec.Timeout = 200 * time.Millisecond
+	wrapped := m.WrapReconciler(rec)
+	for range 2 {
+		if _, err := wrapped.Reconcile(context.Background(), false); err == nil {
+			t.Fatal("a whole reconcile with a target down succeeded")
+		}
+	}
+	if _, err := wrapped.Reconcile(reconcile.OnlyTarget(context.Background(), "live"), false); err != nil {
+		t.Fatal(err)
+	}
+	if got := gaugeValue(t, reg, "haproxy_k8s_sync_consecutive_failures"); got != 2 {
+		t.Errorf("consecutive failures %v after one target's own reconcile, want 2", got)
+	}
+	if got := gaugeValue(t, reg, "haproxy_k8s_sync_last_success_timestamp_seconds"); got != 0 {
+		t.Errorf("last success stamped (%v) by one target's own reconcile", got)
+	}
+}
+
+// gaugeValue is the value of the unlabelled gauge name in reg.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
 }

@@ -168,9 +168,16 @@ func WithTargetDone(ctx context.Context, done func(target string, results []Targ
 	return context.WithValue(ctx, targetDoneKey{}, done)
 }
 
+// OnlyTargetOf returns the target ctx restricts reconciles to (OnlyTarget),
+// if any: such a reconcile says nothing of the others (metrics).
+func OnlyTargetOf(ctx context.Context) (string, bool) {
+	name, ok := ctx.Value(onlyTargetKey{}).(string)
+	return name, ok
+}
+
 // targets returns the targets ctx asks for: all, or the one OnlyTarget named.
 func (r *Reconciler) targets(ctx context.Context) ([]Driver, bool) {
-	name, ok := ctx.Value(onlyTargetKey{}).(string)
+	name, ok := OnlyTargetOf(ctx)
 	if !ok {
 		return r.Targets, false
 	}
