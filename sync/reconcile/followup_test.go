@@ -367,7 +367,10 @@ func TestFollowUpDrainingSlowsDown(t *testing.T) {
 	f.Observe(draining, nil, poke)
 	for range 10 * 60 * 10 { // ten minutes in steps of 100ms
 		clock.advance(100 * time.Millisecond)
-		for len(clock.pending()) == 0 { // let the reconcile's Observe land
+		for wait := 0; len(clock.pending()) == 0; wait++ { // let the reconcile's Observe land
+			if wait == 5000 {
+				t.Fatal("no follow-up pending while a server drains")
+			}
 			time.Sleep(time.Millisecond)
 		}
 	}

@@ -592,7 +592,8 @@ func TestParkedServerMovedNeedsAFreshCheck(t *testing.T) {
 // no sessions and wanted again, is deleted and added again with its id, so
 // its check starts afresh (HAProxy keeps a parked server's check timer on
 // its steady inter); it enters service only once its check passed. A server
-// of haproxy.cfg in the same spot keeps its own keywords (maxconn here):
+// of haproxy.cfg in the same spot, its id given or not, keeps its own
+// keywords (maxconn here):
 // it comes back through the ordinary gate.
 func TestReturningServerIsAddedAgain(t *testing.T) {
 	ports := haproxytest.FreePorts(t, "127.0.0.1", 2)
@@ -600,7 +601,7 @@ func TestReturningServerIsAddedAgain(t *testing.T) {
 	haproxytest.Listen(t, "a", fmt.Sprintf("127.0.0.1:%d", pa))
 	haproxytest.Listen(t, "static", fmt.Sprintf("127.0.0.1:%d", ps))
 	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance roundrobin", "option tcp-check",
-		fmt.Sprintf("server static 127.0.0.1:%d maxconn 7 check inter 200ms rise 1 fall 1", ps)}})
+		fmt.Sprintf("server static 127.0.0.1:%d id 5 maxconn 7 check inter 200ms rise 1 fall 1", ps)}})
 	c, err := runtimeapi.New(h.RuntimeURL(), model.Settings{Balance: "roundrobin", TCPCheck: true}, chk)
 	if err != nil {
 		t.Fatal(err)

@@ -509,7 +509,7 @@ func (c *Client) nextID(ctx context.Context, backend string) (int, error) {
 			maxID = id
 		}
 	}
-	return maxID + 1, nil
+	return max(maxID+1, idBase), nil
 }
 
 type sender func(ok func(string) bool, cmds ...string) error
@@ -580,6 +580,11 @@ func (a *applier) addStepsWithID(srv string, ch plan.Change, id int) []Step {
 	return steps
 }
 
+// idBase is the lowest id this driver gives a server it adds: ids of
+// haproxy.cfg's servers, given or not, stay below it in practice, so a
+// server at or above it is one this driver added (reAdds).
+const idBase = 1 << 24
+
 // Record is what Read keeps of a server in model.Server.Source: its id,
 // and whether the id was given (as this driver does on every add) rather
 // than picked by HAProxy (a server of haproxy.cfg, most often).
@@ -594,15 +599,16 @@ type Record struct {
 // wakes it: enable/disable health, addr, check-port, agent all tried on
 // 2.6.12), so its first check would come up to inter later (1.5 s shipped),
 // while a new server's comes downinter after "enable health" (200 ms). Only
-// a server this driver added (an id it gave), out of traffic with no
-// sessions: one from haproxy.cfg may carry keywords an add would lose, and
+// a server this driver added (an id it gives, from idBase), out of traffic
+// with no sessions: one from haproxy.cfg, even with an "id", may carry
+// keywords an add would lose, and
 // deleting a server with streams can crash HAProxy before 2.6.17.
 func reAdds(ch plan.Change) bool {
 	if !ch.Gate || ch.Action == plan.Add || ch.Old == nil || ch.Old.State != model.Maint || ch.Old.Runtime == nil || ch.Old.Runtime.Sessions != 0 {
 		return false
 	}
 	rec, ok := ch.Old.Source.(Record)
-	return ok && rec.ForcedID
+	return ok && rec.ForcedID && rec.ID >= idBase
 }
 
 // reAddSteps delete a parked server and add it again, gated, with its id

@@ -183,8 +183,8 @@ func TestApplyCommandsAndReplies(t *testing.T) {
 	sc, u := serveScript(t, map[string]string{
 		"show info":             "Name: HAProxy\nVersion: 3.0.11-9e587df\nRelease_date: 2025/07/01\n",
 		"show servers state be": header + "3 be 7 n2 127.0.0.2 2 0 1 1 2 6 3 4 6 0 0 0 - 80 - 0 0 - - 0\n",
-		"add server be/n1 127.0.0.1:80 weight 2 check inter 2000ms rise 2 fall 3 id 8 send-proxy-v2 check-send-proxy": "New server registered.\n",
-		"add server be/n5 127.0.0.6:80 weight 1 check inter 2000ms rise 2 fall 3 id 9":                                "New server registered.\n",
+		"add server be/n1 127.0.0.1:80 weight 2 check inter 2000ms rise 2 fall 3 id 16777216 send-proxy-v2 check-send-proxy": "New server registered.\n",
+		"add server be/n5 127.0.0.6:80 weight 1 check inter 2000ms rise 2 fall 3 id 16777217":                                "New server registered.\n",
 		"enable health be/n1":                             "\n",
 		"set server be/n1 state drain":                    "\n",
 		"set server be/n1 health down":                    "\n",
@@ -226,9 +226,9 @@ func TestApplyCommandsAndReplies(t *testing.T) {
 	// follow, one by one.
 	want := []string{
 		"show info", "show servers state be",
-		"add server be/n1 127.0.0.1:80 weight 2 check inter 2000ms rise 2 fall 3 id 8 send-proxy-v2 check-send-proxy",
+		"add server be/n1 127.0.0.1:80 weight 2 check inter 2000ms rise 2 fall 3 id 16777216 send-proxy-v2 check-send-proxy",
 		"set server be/n2 addr 127.0.0.3 port 81",
-		"add server be/n5 127.0.0.6:80 weight 1 check inter 2000ms rise 2 fall 3 id 9",
+		"add server be/n5 127.0.0.6:80 weight 1 check inter 2000ms rise 2 fall 3 id 16777217",
 		"enable health be/n1", "set server be/n2 weight 4", "enable health be/n5",
 		"set server be/n1 state drain", "set server be/n5 state drain",
 		"set server be/n1 health down",
@@ -279,7 +279,7 @@ func TestStaticAlgorithmIsABackendError(t *testing.T) {
 	_, u := serveScript(t, map[string]string{
 		"show info":             "Version: 2.6.12\n",
 		"show servers state be": header,
-		"add server be/a 127.0.0.1:80 weight 1 check inter 2000ms rise 2 fall 3 id 1": "Backend must use a dynamic load balancing to support dynamic servers.\n",
+		"add server be/a 127.0.0.1:80 weight 1 check inter 2000ms rise 2 fall 3 id 16777216": "Backend must use a dynamic load balancing to support dynamic servers.\n",
 	})
 	c, _ := New(u, model.Settings{}, chk)
 	n := model.Server{Name: "a", Address: "127.0.0.1", Port: 80, Weight: 1, State: model.Drain, Check: chk}
@@ -402,8 +402,8 @@ func TestARefusedStepStopsItsChange(t *testing.T) {
 	sc, u := serveScript(t, map[string]string{
 		"show servers state be":   header,
 		"enable health be/static": "Health check was not configured on this server, cannot enable.\n",
-		"add server be/taken 127.0.0.1:81 weight 1 check inter 2000ms rise 2 fall 3 id 1": "Already exists a server with the same name in backend.\n",
-		"add server be/new 127.0.0.1:82 weight 1 check inter 2000ms rise 2 fall 3 id 2":   "New server registered.\n",
+		"add server be/taken 127.0.0.1:81 weight 1 check inter 2000ms rise 2 fall 3 id 16777216": "Already exists a server with the same name in backend.\n",
+		"add server be/new 127.0.0.1:82 weight 1 check inter 2000ms rise 2 fall 3 id 16777217":   "New server registered.\n",
 		"enable health be/new":          "\n",
 		"set server be/new state drain": "\n",
 		"set server be/new health down": "\n",
