@@ -198,19 +198,22 @@ type retrySection struct {
 	Redispatch *models.Redispatch
 	Retries    *int64
 	RetryOn    string
+	AllBackups string // "enabled", "disabled" or unset
 }
 
 func backendRetry(be *models.Backend) retrySection {
-	return retrySection{Mode: be.Mode, Redispatch: be.Redispatch, Retries: be.Retries, RetryOn: be.RetryOn}
+	return retrySection{Mode: be.Mode, Redispatch: be.Redispatch, Retries: be.Retries, RetryOn: be.RetryOn, AllBackups: be.Allbackups}
 }
 
 func defaultsRetry(d *models.Defaults) retrySection {
-	return retrySection{Mode: d.Mode, Redispatch: d.Redispatch, Retries: d.Retries, RetryOn: d.RetryOn}
+	return retrySection{Mode: d.Mode, Redispatch: d.Redispatch, Retries: d.Retries, RetryOn: d.RetryOn, AllBackups: d.Allbackups}
 }
 
 // complete reports whether s sets every line that matters, so that the
 // sections it inherits from cannot change what HAProxy runs with.
 func (s retrySection) complete() bool {
+	// (Not "option allbackups": it matters only with backup servers, and
+	// asking the defaults for it would cost every backend a read.)
 	return s.Mode != "" && s.Redispatch != nil && s.Retries != nil && (s.Mode != "http" || s.RetryOn != "")
 }
 
@@ -219,6 +222,7 @@ func (s retrySection) complete() bool {
 func (s retrySection) inherit(from retrySection) retrySection {
 	s.Mode = cmp.Or(s.Mode, from.Mode)
 	s.RetryOn = cmp.Or(s.RetryOn, from.RetryOn)
+	s.AllBackups = cmp.Or(s.AllBackups, from.AllBackups)
 	if s.Redispatch == nil {
 		s.Redispatch = from.Redispatch
 	}
@@ -232,7 +236,7 @@ func (s retrySection) inherit(from retrySection) retrySection {
 // [N]" as enabled with interval N (none for a bare line: HAProxy's -1, the
 // last retry) and "no option redispatch" as disabled.
 func (s retrySection) retryLines() model.RetryLines {
-	out := model.RetryLines{Mode: s.Mode, RetryOn: s.RetryOn}
+	out := model.RetryLines{Mode: s.Mode, RetryOn: s.RetryOn, AllBackups: s.AllBackups == enabled}
 	if r := s.Redispatch; r != nil && r.Enabled != nil && *r.Enabled == enabled {
 		out.Redispatch = -1
 		if r.Interval != nil {

@@ -27,6 +27,8 @@ func TestRetryLinesInheritNearestFirst(t *testing.T) {
 		{"no option redispatch in the backend wins over defaults", []retrySection{{Redispatch: &models.Redispatch{Enabled: &off}}, {Redispatch: &models.Redispatch{Enabled: &on, Interval: i64(1)}}},
 			model.RetryLines{}},
 		{"backend retries over defaults'", []retrySection{{Retries: i64(1)}, {Retries: i64(3)}}, model.RetryLines{Retries: n(1)}},
+		{"option allbackups from defaults", []retrySection{{}, {AllBackups: on}}, model.RetryLines{AllBackups: true}},
+		{"no option allbackups in the backend wins", []retrySection{{AllBackups: off}, {AllBackups: on}}, model.RetryLines{}},
 		{"mode and retry-on from the second defaults", []retrySection{{}, {Retries: i64(3)}, {Mode: "http", RetryOn: "all-retryable-errors"}},
 			model.RetryLines{Mode: "http", Retries: n(3), RetryOn: "all-retryable-errors"}},
 	} {

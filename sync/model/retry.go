@@ -18,6 +18,10 @@ const (
 	LineRedispatch = "option redispatch 1"
 	LineRetries    = "retries 3"
 	LineRetryOn    = "retry-on conn-failure empty-response"
+	// LineAllBackups is needed where some servers are backup
+	// (HAPROXY_LOCAL_ZONE): without it, when no active server is UP,
+	// HAProxy sends everything to the first backup server alone.
+	LineAllBackups = "option allbackups"
 )
 
 // RetryLines is what a backend's configuration says about retrying a failed
@@ -37,6 +41,8 @@ type RetryLines struct {
 	// RetryOn is the "retry-on" keywords as written; empty when no line
 	// sets it (HAProxy's default: conn-failure).
 	RetryOn string
+	// AllBackups is "option allbackups".
+	AllBackups bool
 }
 
 // defaultRetries is HAProxy's number of retries when no line sets one.
@@ -60,6 +66,16 @@ func (r RetryLines) Missing() []string {
 	}
 	if r.Mode == "http" && !retriesOn(r.RetryOn, "conn-failure", "empty-response") {
 		out = append(out, LineRetryOn)
+	}
+	return out
+}
+
+// MissingWith is Missing, and "option allbackups" too when backups says
+// the backend has backup servers (HAPROXY_LOCAL_ZONE).
+func (r RetryLines) MissingWith(backups bool) []string {
+	out := r.Missing()
+	if backups && !r.AllBackups {
+		out = append(out, LineAllBackups)
 	}
 	return out
 }

@@ -35,3 +35,19 @@ func TestRetryLinesMissing(t *testing.T) {
 		})
 	}
 }
+
+// TestAllBackupsMissingWithBackups: "option allbackups" is asked for only
+// where the backend has backup servers (HAPROXY_LOCAL_ZONE).
+func TestAllBackupsMissingWithBackups(t *testing.T) {
+	good := RetryLines{Mode: "tcp", Redispatch: 1}
+	if got := good.MissingWith(false); len(got) != 0 {
+		t.Errorf("no backups: %v", got)
+	}
+	if got := good.MissingWith(true); !slices.Equal(got, []string{LineAllBackups}) {
+		t.Errorf("backups, no allbackups: %v", got)
+	}
+	good.AllBackups = true
+	if got := good.MissingWith(true); len(got) != 0 {
+		t.Errorf("backups with allbackups: %v", got)
+	}
+}

@@ -449,7 +449,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 				"target", tr.Target, "backend", backend, "servers", len(tr.HealthPortTCP), "first", tr.HealthPortTCP[0])
 		}
 		if cur.Retry != nil {
-			tr.MissingBackendLines, tr.LinesRead = cur.Retry.Missing(), true
+			tr.MissingBackendLines, tr.LinesRead = cur.Retry.MissingWith(r.Options.LocalZone != ""), true
 			r.warnMissingLines(tr.Target, backend, tr.MissingBackendLines)
 		}
 		p := plan.CalculateWith(cur, want, pol)
