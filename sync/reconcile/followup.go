@@ -126,30 +126,32 @@ func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
 	if !res.podsStarting {
 		f.starting = time.Time{}
 	} else {
-		if f.starting.IsZero() {
-			f.starting = f.now()
-		}
-		d := f.dur(f.Starting, time.Second)
-		if f.now().Sub(f.starting) > f.dur(f.Patience, 2*time.Minute) {
-			d = f.dur(f.Slow, 10*time.Second)
-		}
+		d := f.paced(&f.starting, f.dur(f.Starting, time.Second))
 		f.stops = append(f.stops, f.after(d, func() { f.fire("pods wait for their containers (readiness gate)") }))
 	}
 	if !res.draining() {
 		f.drains = time.Time{}
 	} else {
-		if f.drains.IsZero() {
-			f.drains = f.now()
-		}
-		d := f.dur(f.Drain, time.Second)
-		if f.now().Sub(f.drains) > f.dur(f.Patience, 2*time.Minute) {
-			d = f.dur(f.Slow, 10*time.Second) // a long-lived session: no need to ask every second
-		}
+		// A long-lived session: no need to ask every second for its life.
+		d := f.paced(&f.drains, f.dur(f.Drain, time.Second))
 		f.stops = append(f.stops, f.after(d, func() { f.fire("servers wait for their sessions to end") }))
 	}
 	if !res.draining() && (res.guardParked() || res.handingOver()) {
 		f.stops = append(f.stops, f.after(f.dur(f.Drain, time.Second), func() { f.fire("guarded servers wait for a confirming read") }))
 	}
+}
+
+// paced returns how long to wait before looking again at a wait that has
+// gone on since *since (now, when it is zero): d, or Slow past Patience.
+// f.mu is held.
+func (f *FollowUp) paced(since *time.Time, d time.Duration) time.Duration {
+	if since.IsZero() {
+		*since = f.now()
+	}
+	if f.now().Sub(*since) > f.dur(f.Patience, 2*time.Minute) {
+		return f.dur(f.Slow, 10*time.Second)
+	}
+	return d
 }
 
 // ObserveTarget is told the result of a reconcile of target alone (Enter);

@@ -446,24 +446,33 @@ func TestStaticServerWithoutCheckStaysInService(t *testing.T) {
 	}
 }
 
+// twoAndADeadPort starts an HAProxy whose backend "be" is driven through
+// direct, with servers a and b (check gchk) listening, and a port where
+// nothing answers.
+func twoAndADeadPort(t *testing.T, gchk model.Check) (h *haproxytest.HAProxy, direct *runtimeapi.Client, a, b model.Server, pdead int) {
+	t.Helper()
+	h = haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance roundrobin", "option tcp-check"}})
+	ports := haproxytest.FreePorts(t, "127.0.0.1", 3)
+	pa, pb := ports[0], ports[1]
+	haproxytest.Listen(t, "a", fmt.Sprintf("127.0.0.1:%d", pa))
+	haproxytest.Listen(t, "b", fmt.Sprintf("127.0.0.1:%d", pb))
+	a = model.Server{Name: "a", Address: "127.0.0.1", Port: pa, Weight: 1, State: model.Ready, Check: gchk}
+	b = model.Server{Name: "b", Address: "127.0.0.1", Port: pb, Weight: 1, State: model.Ready, Check: gchk}
+	direct, err := runtimeapi.New(h.RuntimeURL(), model.Settings{Balance: "roundrobin", TCPCheck: true}, gchk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, direct, a, b, ports[2]
+}
+
 // TestMovedServerNeverServesUnchecked: a server in service moves to an
 // address where nothing answers, and the connection to HAProxy dies after
 // k lines, for every k. Whatever ran, the server never takes traffic at its
 // new address before a check passed there (it used to be moved on its own
 // line while ready and UP, and gated on a second one).
 func TestMovedServerNeverServesUnchecked(t *testing.T) {
-	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance roundrobin", "option tcp-check"}})
 	gchk := model.Check{Inter: inter, Rise: 2, Fall: 2}
-	ports := haproxytest.FreePorts(t, "127.0.0.1", 3)
-	pa, pb, pdead := ports[0], ports[1], ports[2]
-	haproxytest.Listen(t, "a", fmt.Sprintf("127.0.0.1:%d", pa))
-	haproxytest.Listen(t, "b", fmt.Sprintf("127.0.0.1:%d", pb))
-	a := model.Server{Name: "a", Address: "127.0.0.1", Port: pa, Weight: 1, State: model.Ready, Check: gchk}
-	b := model.Server{Name: "b", Address: "127.0.0.1", Port: pb, Weight: 1, State: model.Ready, Check: gchk}
-	direct, err := runtimeapi.New(h.RuntimeURL(), model.Settings{Balance: "roundrobin", TCPCheck: true}, gchk)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, direct, a, b, pdead := twoAndADeadPort(t, gchk)
 	converge(t, direct, want(a, b), 5*time.Second)
 	moved := a
 	moved.Port = pdead
@@ -486,7 +495,7 @@ func TestMovedServerNeverServesUnchecked(t *testing.T) {
 			t.Fatalf("cut after %d lines: client connections failed: %v", k, got)
 		}
 		// Put a back where it was, in service.
-		for _, cmd := range []string{fmt.Sprintf("set server be/a addr 127.0.0.1 port %d", pa), "set server be/a state ready", "set server be/a health up"} {
+		for _, cmd := range []string{fmt.Sprintf("set server be/a addr 127.0.0.1 port %d", a.Port), "set server be/a state ready", "set server be/a health up"} {
 			if _, err := h.Command(cmd); err != nil {
 				t.Fatal(err)
 			}
@@ -549,18 +558,8 @@ func cutAfter(t *testing.T, target string, k int) string {
 // it in service on the check result it earned at its old address, which
 // HAProxy shows as "UP, passed" once it leaves maintenance.
 func TestParkedServerMovedNeedsAFreshCheck(t *testing.T) {
-	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance roundrobin", "option tcp-check"}})
 	gchk := model.Check{Inter: time.Second, Rise: 2, Fall: 2} // a steady check long after the gate
-	ports := haproxytest.FreePorts(t, "127.0.0.1", 3)
-	pa, pb, pdead := ports[0], ports[1], ports[2]
-	haproxytest.Listen(t, "a", fmt.Sprintf("127.0.0.1:%d", pa))
-	haproxytest.Listen(t, "b", fmt.Sprintf("127.0.0.1:%d", pb))
-	a := model.Server{Name: "a", Address: "127.0.0.1", Port: pa, Weight: 1, State: model.Ready, Check: gchk}
-	b := model.Server{Name: "b", Address: "127.0.0.1", Port: pb, Weight: 1, State: model.Ready, Check: gchk}
-	direct, err := runtimeapi.New(h.RuntimeURL(), model.Settings{Balance: "roundrobin", TCPCheck: true}, gchk)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, direct, a, b, pdead := twoAndADeadPort(t, gchk)
 	parked, moved := a, a
 	parked.State = model.Maint
 	moved.Port = pdead
