@@ -79,15 +79,16 @@ func TestProgrammingLatency(t *testing.T) {
 	})
 	step(t, "the node's endpoint replaced: drained, then ready again", func(t *testing.T) {
 		// Each change comes a while after HAProxy's last change of the
-		// server: within its second (HAProxy counts whole seconds) it
-		// could be the previous change's own next step, so it would be
-		// left out rather than risk counting a stamp twice.
-		time.Sleep(1100 * time.Millisecond)
+		// server: within two seconds (HAProxy counts whole seconds, on
+		// 3.1+ on the monotonic clock) it could be the previous change's
+		// own next step, so it would be left out rather than risk
+		// counting a stamp twice.
+		time.Sleep(3100 * time.Millisecond)
 		w.slice("web-1", "web", ports, endpoint{ip: "10.244.11.1", node: a, terminating: true})
 		w.mustReconcile()
 		w.expectServers("be", map[string]server{a: {"127.0.11.1", int(np), "drain"}})
 		expect(t, counts{applied: 2, inService: 1})
-		time.Sleep(1100 * time.Millisecond)
+		time.Sleep(3100 * time.Millisecond)
 		w.slice("web-1", "web", ports, endpoint{ip: "10.244.11.2", node: a})
 		w.mustReconcile()
 		w.expectServers("be", map[string]server{a: {"127.0.11.1", int(np), "ready"}})

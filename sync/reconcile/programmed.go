@@ -117,7 +117,11 @@ func applied(ch plan.Change, stamp time.Time, enters bool, readAt time.Time) boo
 		// second or later. Only a stamp of a later second is surely newer.
 		// Taken from the read, not from now: an apply that crosses into
 		// the next second would leave out a change made a second before.
-		last := readAt.Truncate(time.Second).Add(-old.Runtime.Since)
+		// HAProxy 3.1+ counts its seconds on the monotonic clock, whose
+		// second boundaries fall anywhere in the wall clock's (seen: .661
+		// on 3.2.0 and 3.4.0, .001 on 3.0.11), so a change may read one
+		// second older than it is: a second of slack, to never count twice.
+		last := readAt.Truncate(time.Second).Add(-old.Runtime.Since).Add(time.Second)
 		return last.Before(stamp.Truncate(time.Second))
 	}
 }

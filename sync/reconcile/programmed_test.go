@@ -127,15 +127,16 @@ func TestProgrammedWholeSeconds(t *testing.T) {
 }
 
 // TestProgrammedFromTheRead: HAProxy answered at 12:00:10.9 that its last
-// change of a draining server was 2 s before (12:00:08); Kubernetes asked
-// for it to be ready again at 12:00:09.2, and the apply ended at 12:00:11.05.
-// That is a new change: from the second of the apply it would look like
-// one of 12:00:09, the stamp's second, and be left out.
+// change of a draining server was 3 s before (12:00:07, or 12:00:08 on a
+// clock a second apart); Kubernetes asked for it to be ready again at
+// 12:00:09.2, and the apply ended at 12:00:11.05. That is a new change:
+// from the second of the apply it would look like one of 12:00:08 or
+// 12:00:09, too close to the stamp's second, and be left out.
 func TestProgrammedFromTheRead(t *testing.T) {
 	readAt := time.Date(2026, 11, 24, 12, 0, 10, 900_000_000, time.UTC)
 	at := time.Date(2026, 11, 24, 12, 0, 11, 50_000_000, time.UTC)
 	st := time.Date(2026, 11, 24, 12, 0, 9, 200_000_000, time.UTC)
-	current := model.Backend{Name: "be", Servers: []model.Server{cur("a", model.Drain, true, 2*time.Second)}}
+	current := model.Backend{Name: "be", Servers: []model.Server{cur("a", model.Drain, true, 3*time.Second)}}
 	want := model.Backend{Name: "be", Servers: []model.Server{wantSrv("a", model.Ready, st)}}
 	p := plan.CalculateWith(current, want, plan.Policy{GateChecks: true})
 	got := programmed("t", p, want, nil, at, readAt)

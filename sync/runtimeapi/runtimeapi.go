@@ -543,7 +543,10 @@ func lastWords(reply string) string {
 	return strings.TrimSpace(lines[len(lines)-1])
 }
 
-const dynamicAlgoRefusal = "Backend must use a dynamic load balancing"
+// HAProxy's refusals of "add server" in a backend that cannot take runtime
+// servers: up to 3.3, and from 3.4 (which also says it of a "mode log"
+// backend).
+var dynamicAlgoRefusals = []string{"Backend must use a dynamic load balancing", "Backend does not support dynamic servers"}
 
 // addSteps create the server in maintenance (HAProxy's default for "add
 // server") with the next explicit id, start its health check, then put it
@@ -651,7 +654,7 @@ func addOK(r string) bool { return strings.TrimSpace(r) == "New server registere
 // backend into a failure.BackendError.
 func (a *applier) backendRefusal(err error) error {
 	var ce *CommandError
-	if errors.As(err, &ce) && strings.Contains(ce.Reply, dynamicAlgoRefusal) {
+	if errors.As(err, &ce) && slices.ContainsFunc(dynamicAlgoRefusals, func(r string) bool { return strings.Contains(ce.Reply, r) }) {
 		return &failure.BackendError{Backend: a.backend, Reason: fmt.Sprintf(
 			"cannot take runtime servers: %s (use a dynamic algorithm: roundrobin, leastconn, first, random, or a hash with hash-type consistent)",
 			strings.SplitN(strings.TrimSpace(ce.Reply), "\n", 2)[0])}

@@ -275,22 +275,30 @@ func TestDeleteBefore30ParksFirst(t *testing.T) {
 	}
 }
 
+// TestStaticAlgorithmIsABackendError: HAProxy's refusal of runtime
+// servers in the backend, in the words of 2.6-3.3 and of 3.4 (seen on
+// 3.2.0 and 3.4.0), is the backend's error, not one server's.
 func TestStaticAlgorithmIsABackendError(t *testing.T) {
-	_, u := serveScript(t, map[string]string{
-		"show info":             "Version: 2.6.12\n",
-		"show servers state be": header,
-		"add server be/a 127.0.0.1:80 weight 1 check inter 2000ms rise 2 fall 3 id 16777216": "Backend must use a dynamic load balancing to support dynamic servers.\n",
-	})
-	c, _ := New(u, model.Settings{}, chk)
-	n := model.Server{Name: "a", Address: "127.0.0.1", Port: 80, Weight: 1, State: model.Drain, Check: chk}
-	_, err := c.Apply(context.Background(), plan.Plan{Backend: "be", Changes: []plan.Change{{Action: plan.Add, Name: "a", New: &n, Gate: true}}})
-	var be *failure.BackendError
-	if !errors.As(err, &be) || !strings.Contains(err.Error(), "dynamic") {
-		t.Fatalf("err = %v, want a BackendError", err)
-	}
-	var se plan.ServerErrors
-	if errors.As(err, &se) {
-		t.Error("a backend refusal is reported as one server's")
+	for _, reply := range []string{
+		"Backend must use a dynamic load balancing to support dynamic servers.\n",
+		"Backend does not support dynamic servers : backend 'be' uses a non dynamic load balancing method.\n",
+	} {
+		_, u := serveScript(t, map[string]string{
+			"show info":             "Version: 2.6.12\n",
+			"show servers state be": header,
+			"add server be/a 127.0.0.1:80 weight 1 check inter 2000ms rise 2 fall 3 id 16777216": reply,
+		})
+		c, _ := New(u, model.Settings{}, chk)
+		n := model.Server{Name: "a", Address: "127.0.0.1", Port: 80, Weight: 1, State: model.Drain, Check: chk}
+		_, err := c.Apply(context.Background(), plan.Plan{Backend: "be", Changes: []plan.Change{{Action: plan.Add, Name: "a", New: &n, Gate: true}}})
+		var be *failure.BackendError
+		if !errors.As(err, &be) || !strings.Contains(err.Error(), "dynamic") {
+			t.Fatalf("%q: err = %v, want a BackendError", reply, err)
+		}
+		var se plan.ServerErrors
+		if errors.As(err, &se) {
+			t.Errorf("%q: a backend refusal is reported as one server's", reply)
+		}
 	}
 }
 
