@@ -180,8 +180,9 @@ const BackupSuffix = "_bk"
 const MaxClusterName = 20
 
 // ValidClusterName says what is wrong with a CLUSTER_NAME, or "": HAProxy's
-// server-name characters, at most MaxClusterName, starting and ending with a
-// letter or digit.
+// server-name characters but '-' (which ends the prefix, so no cluster's
+// prefix is the start of another's), at most MaxClusterName, starting and
+// ending with a letter or digit.
 func ValidClusterName(name string) string {
 	if len(name) > MaxClusterName {
 		return fmt.Sprintf("has %d characters; at most %d leave room for Node and Pod names in a server name (%d)", len(name), MaxClusterName, MaxNameLength)
@@ -189,8 +190,13 @@ func ValidClusterName(name string) string {
 	for i := 0; i < len(name); i++ {
 		ch := name[i]
 		alnum := ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9'
-		if !alnum && ch != '-' && ch != '_' && ch != '.' {
-			return fmt.Sprintf("has %q; use letters, digits, '-', '_' and '.'", string(ch))
+		if ch == '-' {
+			// The prefix is the name and a '-': with one inside, a
+			// cluster "eu" would own cluster "eu-west"'s servers.
+			return "has '-', which ends the name in a server name (a cluster \"eu\" would own \"eu-west\"'s servers); use '_' or '.'"
+		}
+		if !alnum && ch != '_' && ch != '.' {
+			return fmt.Sprintf("has %q; use letters, digits, '_' and '.'", string(ch))
 		}
 		if !alnum && (i == 0 || i == len(name)-1) {
 			return "must start and end with a letter or digit"

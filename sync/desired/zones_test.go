@@ -93,7 +93,7 @@ func TestClusterPrefixAndZones(t *testing.T) {
 
 func TestValidClusterName(t *testing.T) {
 	for name, ok := range map[string]bool{
-		"eu1": true, "prod.eu-west_1": true, strings.Repeat("a", MaxClusterName): true,
+		"eu1": true, "prod.eu_west_1": true, "prod.eu-west": false, strings.Repeat("a", MaxClusterName): true,
 		strings.Repeat("a", MaxClusterName+1): false, "blue green": false, "-x": false, "x-": false, "a/b": false, "é": false,
 	} {
 		if got := ValidClusterName(name) == ""; got != ok {
