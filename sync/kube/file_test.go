@@ -27,7 +27,8 @@ func TestFileSourceReadsAKubectlDump(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []model.Server{{Name: "worker-1", Address: "192.0.2.11", Port: 31000, Weight: 1, State: model.Ready, Reason: "endpoints"}}
+	// (Replaces: the name it would have had as a zone's backup, see desired.)
+	want := []model.Server{{Name: "worker-1", Address: "192.0.2.11", Port: 31000, Weight: 1, State: model.Ready, Reason: "endpoints", Replaces: []string{"worker-1_bk"}}}
 	if !reflect.DeepEqual(backends[0].Servers, want) {
 		t.Errorf("servers %+v", backends[0].Servers)
 	}
@@ -48,9 +49,9 @@ func TestFileSourceDemoCluster(t *testing.T) {
 		t.Fatal(err, report)
 	}
 	want := []model.Server{
-		{Name: "node-a", Address: "127.0.1.1", Port: 30080, Weight: 2, State: model.Ready, Reason: "endpoints", Check: chk},
-		{Name: "node-b", Address: "127.0.1.2", Port: 30080, Weight: 1, State: model.Ready, Reason: "endpoints", Check: chk},
-		{Name: "node-c", Address: "127.0.1.3", Port: 30080, Weight: 1, State: model.Drain, Reason: "endpoints", Check: chk},
+		{Name: "node-a", Replaces: []string{"node-a_bk"}, Address: "127.0.1.1", Port: 30080, Weight: 2, State: model.Ready, Reason: "endpoints", Check: chk},
+		{Name: "node-b", Replaces: []string{"node-b_bk"}, Address: "127.0.1.2", Port: 30080, Weight: 1, State: model.Ready, Reason: "endpoints", Check: chk},
+		{Name: "node-c", Replaces: []string{"node-c_bk"}, Address: "127.0.1.3", Port: 30080, Weight: 1, State: model.Drain, Reason: "endpoints", Check: chk},
 	}
 	if !reflect.DeepEqual(backends[0].Servers, want) {
 		t.Errorf("servers %+v", backends[0].Servers)
