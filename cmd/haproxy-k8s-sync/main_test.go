@@ -158,16 +158,8 @@ func TestReconcileFailureExitsOneWithJSON(t *testing.T) {
 }
 
 func TestServeReadyThenSIGTERM(t *testing.T) {
-	port := freePort(t)
-	var stderr bytes.Buffer
-	cmd := command(t, "serve", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kubeconfig(t),
-		fmt.Sprintf("PORT=%d", port), "WATCH=false", "HAPROXY_DATAPLANE_PASSWORD=pw-never-logged", "WEBHOOK_TOKEN=tok-never-logged-0123")
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", port), &stderr)
+	cmd, _, stderr := startServe(t, "serve", "/readyz", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kubeconfig(t),
+		"WATCH=false", "HAPROXY_DATAPLANE_PASSWORD=pw-never-logged", "WEBHOOK_TOKEN=tok-never-logged-0123")
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error)
 	go func() { done <- cmd.Wait() }()
@@ -207,16 +199,7 @@ func TestSIGTERMFinishesInFlightReconcile(t *testing.T) {
 	if err := os.WriteFile(kc, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
-	cmd := command(t, "serve", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kc, fmt.Sprintf("PORT=%d", port), "RECONCILE_TIMEOUT=5s", "WATCH=false", "WEBHOOK_AUTH=none")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	waitReady(t, base+"/readyz", &stderr)
+	cmd, base, stderr := startServe(t, "serve", "/readyz", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kc, "RECONCILE_TIMEOUT=5s", "WATCH=false", "WEBHOOK_AUTH=none")
 
 	answered := make(chan int, 1)
 	go func() {
@@ -250,6 +233,24 @@ func freePort(t *testing.T) int {
 func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
 
 func portOf(ln net.Listener) int { return ln.Addr().(*net.TCPAddr).Port }
+
+// startServe starts `haproxy-k8s-sync <args>` with env and PORT set to a
+// free port, kills it when the test ends, and waits until path answers 200.
+// It returns the process, its base URL and its logs.
+func startServe(t *testing.T, args, path string, env ...string) (*exec.Cmd, string, *bytes.Buffer) {
+	t.Helper()
+	port := freePort(t)
+	var stderr bytes.Buffer
+	cmd := command(t, args, append(env, fmt.Sprintf("PORT=%d", port))...)
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() }) // tests that Wait do it themselves
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	waitReady(t, base+path, &stderr)
+	return cmd, base, &stderr
+}
 
 func waitReady(t *testing.T, url string, logs *bytes.Buffer) {
 	deadline := time.Now().Add(10 * time.Second)

@@ -129,17 +129,8 @@ func TestSIGTERMEndsTheRunningReconcile(t *testing.T) {
 			defer c.Close() // held open, never answered
 		}
 	}()
-	port := freePort(t)
-	var stderr bytes.Buffer
-	cmd := command(t, "serve --manifests "+demoCluster, "HAPROXY_DATAPLANE_URL=http://"+hang.Addr().String(), "ALLOWED_SERVER_CIDRS=127.0.0.0/8",
-		fmt.Sprintf("PORT=%d", port), "RECONCILE_TIMEOUT=20s", "WEBHOOK_AUTH=none")
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	waitReady(t, base+"/readyz", &stderr)
+	cmd, base, stderr := startServe(t, "serve --manifests "+demoCluster, "/readyz", "HAPROXY_DATAPLANE_URL=http://"+hang.Addr().String(), "ALLOWED_SERVER_CIDRS=127.0.0.0/8",
+		"RECONCILE_TIMEOUT=20s", "WEBHOOK_AUTH=none")
 	type answer struct {
 		code int
 		body string

@@ -129,16 +129,7 @@ func TestTriggerBadUsage(t *testing.T) {
 // that cannot be reached, the process is live but not ready, and counts the
 // watches' restarts.
 func TestServeNotReadyUntilWatching(t *testing.T) {
-	port := freePort(t)
-	var stderr bytes.Buffer
-	cmd := command(t, "serve", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kubeconfig(t), fmt.Sprintf("PORT=%d", port), "WEBHOOK_AUTH=none")
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	waitReady(t, base+"/healthz", &stderr)
+	cmd, base, stderr := startServe(t, "serve", "/healthz", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+kubeconfig(t), "WEBHOOK_AUTH=none")
 	deadline := time.Now().Add(1500 * time.Millisecond)
 	for time.Now().Before(deadline) {
 		resp, err := http.Get(base + "/readyz")
@@ -183,18 +174,9 @@ func TestBoundedUnderLoad(t *testing.T) {
 	if err := os.WriteFile(kc, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
 	const token = "load-test-token-0123456789"
-	var stderr bytes.Buffer
-	cmd := command(t, "serve", "HAPROXY_DATAPLANE_URL="+hung.URL, "KUBECONFIG="+kc, fmt.Sprintf("PORT=%d", port),
+	_, base, _ := startServe(t, "serve", "/readyz", "HAPROXY_DATAPLANE_URL="+hung.URL, "KUBECONFIG="+kc,
 		"WATCH=false", "WEBHOOK_TOKEN="+token, "RECONCILE_TIMEOUT=6s", "LOG_LEVEL=error")
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	waitReady(t, base+"/readyz", &stderr)
 
 	goroutines := func() int {
 		resp, err := http.Get(base + "/metrics")
