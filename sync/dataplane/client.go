@@ -49,6 +49,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/haproxytech/client-native/v6/models"
@@ -75,6 +76,43 @@ type Client struct {
 	auth        Auth
 	deleteBatch int
 	runtime     Runtime
+	// addsReloaded is when (Unix nanoseconds) the API last answered a
+	// server add with a reload instead of adding it at runtime; see
+	// addsReload.
+	addsReloaded atomic.Int64
+}
+
+// addsReloadFor is how long the driver remembers that the API reloads on
+// server adds: meanwhile, with the socket, every add goes through the
+// socket first (a burst of one). Then it tries the API's way again, so a
+// fixed haproxy.cfg or an upgraded API is noticed without a restart.
+const addsReloadFor = 10 * time.Minute
+
+// Why the API answers with a reload a write it applies at runtime, as
+// dataplaneapi v3.3.0 decides it (handlers/server.go, runtime.go).
+const (
+	whyAddReloads = "the Data Plane API reloaded HAProxy to add a server instead of adding it at runtime: " +
+		"haproxy.cfg has a default-server line in the backend or its defaults section, or the API cannot read " +
+		"this HAProxy's version (dataplaneapi before 3.3.5 with HAProxy 3.2 or later, or a version with '~'); " +
+		"with the runtime socket, servers are added through it and persisted parked, so each reload costs no gate"
+	whyChangeReloads = "the Data Plane API reloaded HAProxy for a server change it applies at runtime (weight, address, " +
+		"maintenance): its runtime command failed; with the runtime socket, the change is applied through it too"
+)
+
+// addsReload reports whether the API answered a server add with a reload
+// within addsReloadFor.
+func (c *Client) addsReload() bool {
+	at := c.addsReloaded.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < addsReloadFor
+}
+
+// unexpected records a write the API answered with a reload (202) where it
+// applies such a write at runtime.
+func unexpected(out *plan.Applied, why string) {
+	out.UnexpectedReloads++
+	if out.UnexpectedReason == "" {
+		out.UnexpectedReason = why
+	}
 }
 
 // Runtime is the runtime socket of the same HAProxy (HAPROXY_RUNTIME_URL
@@ -207,13 +245,20 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 			seen[r.Name] = r
 		}
 		for i := range out.Servers {
-			if r, ok := seen[out.Servers[i].Name]; ok {
-				// The running HAProxy's state is what serves traffic, and what
-				// a plan must change: it differs from haproxy.cfg while a
-				// server is gated, or after a change through the socket.
-				out.Servers[i].State = r.State
-				out.Servers[i].Runtime, out.Servers[i].Up = r.Runtime, r.Up
+			r, ok := seen[out.Servers[i].Name]
+			if !ok {
+				// Written and not running: the API applied its write by a
+				// reload that has not run yet (reload_delay), and no check
+				// of it ran. Not a server whose checks cannot be seen:
+				// that would put it in service before the reload loads it.
+				out.Servers[i].Runtime = &model.Runtime{Loading: true}
+				continue
 			}
+			// The running HAProxy's state is what serves traffic, and what
+			// a plan must change: it differs from haproxy.cfg while a
+			// server is gated, or after a change through the socket.
+			out.Servers[i].State = r.State
+			out.Servers[i].Runtime, out.Servers[i].Up = r.Runtime, r.Up
 		}
 	}
 	return out, nil
@@ -285,7 +330,7 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		return "/configuration/backends/" + url.PathEscape(p.Backend) + "/servers/" + url.PathEscape(name)
 	}
 
-	r := route(p, c.runtime != nil)
+	r := route(p, c.runtime != nil, c.addsReload())
 	// each runs write for every change with the version the previous write
 	// left; a change HAProxy refused for its one server does not stop the
 	// others.
@@ -308,12 +353,31 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			return v, err
 		}
 		resp, err := c.versioned(ctx, http.MethodPut, serverPath(ch.Name), v, body, &out)
-		return resp.nextVersion(v), err
+		if err != nil || resp.status != http.StatusAccepted || loading(ch.Old) {
+			return resp.nextVersion(v), err
+		}
+		// A runtime-safe change the API reloads for: the running HAProxy
+		// gets it through the socket now rather than at the reload.
+		unexpected(&out, whyChangeReloads)
+		if c.runtime != nil {
+			if err := c.onRuntime(ctx, plan.Plan{Backend: p.Backend, Changes: []plan.Change{ch}}, &out, &failed); err != nil {
+				return resp.nextVersion(v), err
+			}
+		}
+		return resp.nextVersion(v), nil
 	}
 	addThenGate := func(ch plan.Change, v int64) (int64, error) { return c.addThenGate(ctx, p.Backend, ch, v, &out) }
 	gate := func(ch plan.Change, v int64) (int64, error) { return c.gate(ctx, p.Backend, ch, v, &out) }
-	if err := each("add", r.addGated, addThenGate); err != nil {
-		return out, err
+	for i, ch := range r.addGated {
+		if c.addsReload() {
+			// The API reloads for adds: the rest go through the socket,
+			// persisted parked by the transaction (one reload for all).
+			r.structural, r.burst = append(r.structural, r.addGated[i:]...), true
+			break
+		}
+		if err := each("add", []plan.Change{ch}, addThenGate); err != nil {
+			return out, err
+		}
 	}
 	if err := each("gate", r.gated, gate); err != nil {
 		return out, err
@@ -461,6 +525,26 @@ func (c *Client) addThenGate(ctx context.Context, backend string, ch plan.Change
 		return version, err
 	}
 	version = r.nextVersion(version)
+	if r.status == http.StatusAccepted {
+		// Written parked, and loaded by a reload to come: meanwhile the
+		// running HAProxy has it from the socket, gated, so that it need
+		// not wait for the reload to earn its traffic. The reload loads
+		// it parked, and a later reconcile gates it again.
+		c.addsReloaded.Store(time.Now().UnixNano())
+		unexpected(out, whyAddReloads)
+		if srv.State == model.Maint {
+			return version, nil
+		}
+		held := srv
+		held.State = model.Drain
+		rp := plan.Plan{Backend: backend, Changes: []plan.Change{{Action: plan.Add, Name: srv.Name, New: &held, Gate: true}}}
+		applied, err := c.runtime.Apply(ctx, rp)
+		out.Add(applied)
+		if err != nil {
+			return version, fmt.Errorf("add at runtime after the API's reload: %w", err)
+		}
+		return version, nil
+	}
 	// A server meant to stay in maintenance is left there, its check not
 	// started: gating would put it in drain. Whoever wants it in service
 	// later gates it then.
@@ -484,6 +568,13 @@ func (c *Client) addThenGate(ctx context.Context, backend string, ch plan.Change
 		return version, err
 	}
 	return r.nextVersion(version), nil
+}
+
+// loading reports whether haproxy.cfg holds s and the running HAProxy does
+// not yet (model.Runtime.Loading): a write for it cannot be applied at
+// runtime, and the API's reload is what it takes.
+func loading(s *model.Server) bool {
+	return s != nil && s.Runtime != nil && s.Runtime.Loading
 }
 
 // gate holds an existing server out of service until its check passes:

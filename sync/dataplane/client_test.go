@@ -420,6 +420,22 @@ type healthLog struct {
 	fail    int             // Gate calls to fail first
 	applied []plan.Plan
 	running map[string]runningServer // set through the socket
+	// lazy: like a real HAProxy whose API reloads later (reload_delay),
+	// the running HAProxy has a configured server only once reload ran
+	// (loaded), or once the socket added it.
+	lazy   bool
+	loaded map[string]bool
+}
+
+// reload loads haproxy.cfg as the running HAProxy: every configured server,
+// in its configured state, with its check running unless it is parked;
+// what the socket did is forgotten.
+func (h *healthLog) reload() {
+	h.loaded = map[string]bool{}
+	for _, s := range h.api.Servers("be") {
+		h.loaded[s.Name] = true
+	}
+	h.running, h.calls = nil, nil
 }
 
 type runningServer struct {
@@ -466,6 +482,9 @@ func (h *healthLog) ReadRuntime(_ context.Context, backend string) ([]model.Serv
 	inCfg := map[string]bool{}
 	reqs := h.api.Requests()
 	for _, s := range h.api.Servers(backend) {
+		if _, set := h.running[s.Name]; h.lazy && !h.loaded[s.Name] && !set {
+			continue // not loaded yet
+		}
 		inCfg[s.Name] = true
 		st := model.Ready
 		switch {
@@ -491,8 +510,9 @@ func (h *healthLog) ReadRuntime(_ context.Context, backend string) ([]model.Serv
 
 func (h *healthLog) server(backend, name, addr string, st model.State) model.Server {
 	passed := h.passed && !h.dead[name]
+	running := slices.Contains(h.calls, backend+"/"+name) || h.loaded[name] && st != model.Maint
 	return model.Server{Name: name, Address: addr, Port: 30080, State: st, Up: passed,
-		Runtime: &model.Runtime{CheckRunning: slices.Contains(h.calls, backend+"/"+name), CheckPassed: passed}}
+		Runtime: &model.Runtime{CheckRunning: running, CheckPassed: passed}}
 }
 
 func TestAddWithoutReloadGatedOnChecks(t *testing.T) {
@@ -613,27 +633,102 @@ func TestStaticAlgorithmIsRefused(t *testing.T) {
 	}
 }
 
-func TestAddWithDefaultServerReloadsAndSkipsEnableHealth(t *testing.T) {
+// TestAddsThatReloadGoThroughTheSocket: the API answers server adds with a
+// reload (a default_server line; or dataplaneapi before 3.3.5, which cannot
+// read HAProxy 3.2+'s version), which runs later (reload_delay). The first
+// add's 202 is reported, the server is added gated through the socket at
+// once instead of waiting for the reload, and the other adds of the plan,
+// and of the next, go through the socket too, persisted parked by one
+// transaction. Once their checks passed they are written in service.
+func TestAddsThatReloadGoThroughTheSocket(t *testing.T) {
 	api, _ := setup(t, dataplanetest.Options{DefaultsDefaultServer: true}, dataplane.Auth{})
-	hl := &healthLog{api: api}
+	hl := &healthLog{api: api, lazy: true}
 	u, _ := url.Parse(api.URL)
 	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
-	syncOnce(t, c, want(srv("node-a", "127.0.1.1", model.Ready)))
-	if len(hl.calls) != 0 {
-		t.Errorf("enable health on a server loaded by a reload: %v", hl.calls)
+	w := want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready))
+
+	p, a := syncOnce(t, c, w)
+	if a.UnexpectedReloads != 1 || !strings.Contains(a.UnexpectedReason, "default-server") {
+		t.Errorf("unexpected reloads %d (%q), want the first add's", a.UnexpectedReloads, a.UnexpectedReason)
 	}
-	if api.Reloads() == 0 {
-		t.Error("a POST with a default_server must reload")
+	posts := 0
+	for _, r := range api.Requests() {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/servers") && strings.Contains(r.Query, "version=") {
+			posts++
+		}
 	}
-	// Loaded by the reload parked: it enters service only once gated and
-	// checked, by later reconciles.
-	if s := api.Servers("be"); len(s) != 1 || s[0].Maintenance != "enabled" {
-		t.Errorf("servers %+v", s)
+	if posts != 1 || len(hl.applied) != 2 || fmt.Sprint(hl.calls) != "[be/node-a be/node-b]" {
+		t.Errorf("%d versioned adds, runtime plans %d, gated %v; want one add through the API, both on the socket", posts, len(hl.applied), hl.calls)
 	}
-	if p, _ := syncOnce(t, c, want(srv("node-a", "127.0.1.1", model.Ready))); len(hl.calls) != 1 || len(p.Waiting) != 1 {
-		t.Errorf("the reloaded server was not gated: calls %v, plan %+v", hl.calls, p)
+	if !reflect.DeepEqual(p.Waiting, []string{"node-a", "node-b"}) || api.ReloadsRun() != 1 {
+		t.Errorf("waiting %v, reloads run %d", p.Waiting, api.ReloadsRun())
+	}
+	if in, all := persisted(api); in != 0 || all != 2 {
+		t.Errorf("haproxy.cfg: %d servers, %d in service; want both, parked", all, in)
+	}
+	if p, a := syncOnce(t, c, w); p.HasChanges() || a.Writes != 0 || len(p.Loading) != 0 {
+		t.Errorf("sync before the checks passed: %+v", p)
+	}
+	hl.passed = true
+	if p, a := syncOnce(t, c, w); len(p.Names(plan.Update)) != 2 || a.UnexpectedReloads != 0 || p.Pending() {
+		t.Errorf("sync after the checks passed: %+v, %+v", p, a)
+	}
+	if in, _ := persisted(api); in != 2 {
+		t.Errorf("%d servers written in service, want 2", in)
+	}
+	// Remembered: the next add goes through the socket without asking the
+	// API to add it first.
+	before := len(api.Requests())
+	syncOnce(t, c, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready), srv("node-c", "127.0.1.3", model.Ready)))
+	for _, r := range api.Requests()[before:] {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/servers") && strings.Contains(r.Query, "version=") {
+			t.Errorf("%s %s?%s: an add through the API, which reloads", r.Method, r.Path, r.Query)
+		}
+	}
+	if !slices.Contains(hl.calls, "be/node-c") {
+		t.Errorf("node-c not gated on the socket: %v", hl.calls)
 	}
 }
+
+// TestServerNotRunningYetWaitsParked: haproxy.cfg holds a server (written in
+// service) that the running HAProxy does not show: the API's reload that
+// loads it has not run. Before, such a server read as one whose checks
+// cannot be seen and was left, or written, in service, so the reload loaded
+// it UP with no check run. Now it is written parked and waits (loading)
+// with nothing sent to the socket; once the reload loaded it, it is gated,
+// and it enters service once its check passed.
+func TestServerNotRunningYetWaitsParked(t *testing.T) {
+	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	hl := &healthLog{api: api, lazy: true}
+	u, _ := url.Parse(api.URL)
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+	port, weight := int64(30080), int64(1)
+	api.AddBackend(api.Backend("be"), models.Server{Name: "node-a", Address: "127.0.1.1", Port: &port,
+		ServerParams: models.ServerParams{Weight: &weight, Check: "enabled", Inter: ptr(int64(2000)), Rise: ptr(int64(2)), Fall: ptr(int64(3)), Maintenance: "disabled"}})
+	w := want(srv("node-a", "127.0.1.1", model.Ready))
+
+	p, _ := syncOnce(t, c, w)
+	if !reflect.DeepEqual(p.Loading, []string{"node-a"}) || !reflect.DeepEqual(p.Waiting, []string{"node-a"}) ||
+		!reflect.DeepEqual(p.Names(plan.Maint), []string{"node-a"}) {
+		t.Fatalf("plan %+v: want node-a parked, waiting for the reload", p)
+	}
+	if in, all := persisted(api); in != 0 || all != 1 || len(hl.calls) != 0 || len(hl.applied) != 0 {
+		t.Errorf("haproxy.cfg %d/%d in service, socket calls %v %d; want it parked, nothing on the socket", in, all, hl.calls, len(hl.applied))
+	}
+	if p, a := syncOnce(t, c, w); p.HasChanges() || a.Writes != 0 || len(p.Loading) != 1 {
+		t.Errorf("before the reload: %+v", p)
+	}
+	hl.reload()
+	if p, _ := syncOnce(t, c, w); len(p.Loading) != 0 || fmt.Sprint(hl.calls) != "[be/node-a]" || !reflect.DeepEqual(p.Waiting, []string{"node-a"}) {
+		t.Errorf("after the reload: %+v, gated %v; want it gated", p, hl.calls)
+	}
+	hl.passed = true
+	if p, _ := syncOnce(t, c, w); !reflect.DeepEqual(p.Names(plan.Update), []string{"node-a"}) || p.Pending() {
+		t.Errorf("after its check passed: %+v", p)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // TestBigBurstIsPersistedInServiceOnlyOnceChecked: more than MaxRuntimeAdds
 // new servers are added through the socket in one plan, gated, and written

@@ -35,11 +35,12 @@ type routes struct {
 }
 
 // route decides how each change of p reaches HAProxy; socket says whether
-// the instance's runtime socket is there (WithRuntime).
-func route(p plan.Plan, socket bool) routes {
+// the instance's runtime socket is there (WithRuntime), addsReload whether
+// the API answers server adds with a reload (then every add is a burst).
+func route(p plan.Plan, socket, addsReload bool) routes {
 	var r routes
 	adds := len(p.Names(plan.Add))
-	r.burst = socket && adds > MaxRuntimeAdds
+	r.burst = socket && (adds > MaxRuntimeAdds || addsReload && adds > 0)
 	var entries []plan.Change // servers put in service that haproxy.cfg parks
 	for _, ch := range p.Changes {
 		var write *model.Server // what the running HAProxy must become

@@ -103,12 +103,12 @@ func TestRoute(t *testing.T) {
 		{"many burst servers checked: the transaction, then the socket", entries(MaxRuntimeAdds + 1), true, "structural:21 afterCommit:21"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := route(plan.Plan{Backend: "be", Changes: tt.changes}, tt.socket).summary(); got != tt.want {
+			if got := route(plan.Plan{Backend: "be", Changes: tt.changes}, tt.socket, false).summary(); got != tt.want {
 				t.Errorf("%s, want %s", got, tt.want)
 			}
 		})
 	}
-	r := route(plan.Plan{Changes: []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Maint)}}}, true)
+	r := route(plan.Plan{Changes: []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Maint)}}}, true, false)
 	if r.onSocket[0].Action != plan.Maint || r.onSocket[0].New.State != model.Maint {
 		t.Errorf("a delete on the socket is %s to %s, want parked only", r.onSocket[0].Action, r.onSocket[0].New.State)
 	}

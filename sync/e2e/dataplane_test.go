@@ -97,8 +97,14 @@ func TestDataplaneChurnWithoutReload(t *testing.T) {
 // that replays runtime changes on the world's HAProxy (stored in *api), and
 // that HAProxy's admin socket to enable health checks; deletions batched by 10.
 func dataplaneDriver(api **dataplanetest.Server, timeout time.Duration) driverFor {
+	return dataplaneDriverWith(api, timeout, dataplanetest.Options{})
+}
+
+// dataplaneDriverWith is dataplaneDriver with its test API under o (its
+// RuntimeSocket is h's).
+func dataplaneDriverWith(api **dataplanetest.Server, timeout time.Duration, o dataplanetest.Options) driverFor {
 	return func(t testing.TB, h *haproxytest.HAProxy, opts desired.Options) reconcile.Driver {
-		*api = testAPI(t, h)
+		*api = testAPIWith(t, h, o)
 		socket, err := runtimeapi.New(h.RuntimeURL(), opts.Settings, opts.Check)
 		if err != nil {
 			t.Fatal(err)
@@ -114,7 +120,12 @@ func dataplaneDriver(api **dataplanetest.Server, timeout time.Duration) driverFo
 // recommended lines, as h's haproxy.cfg has them (haproxytest.RecommendedLines),
 // replaying runtime changes on h as dataplaneapi does.
 func testAPI(t testing.TB, h *haproxytest.HAProxy) *dataplanetest.Server {
-	api := dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: h.AdminSocket})
+	return testAPIWith(t, h, dataplanetest.Options{})
+}
+
+func testAPIWith(t testing.TB, h *haproxytest.HAProxy, o dataplanetest.Options) *dataplanetest.Server {
+	o.RuntimeSocket = h.AdminSocket
+	api := dataplanetest.New(t, o)
 	rr, on, one, three := "roundrobin", "enabled", int64(1), int64(3)
 	api.AddDefaults(models.Defaults{DefaultsBase: models.DefaultsBase{Name: "base", Mode: "tcp",
 		Redispatch: &models.Redispatch{Enabled: &on, Interval: &one}, Retries: &three}})
@@ -251,4 +262,66 @@ func TestDataplaneReloadWhileBurstWaits(t *testing.T) {
 	reload()
 	deadOut("reloaded after the checked servers were persisted")
 	w.expectTraffic("be", live...) // no reconcile: haproxy.cfg held them in service
+}
+
+// TestDataplaneAddsThatReload: the API answers every server add with a
+// reload that runs later (a default-server line in the defaults section, as
+// most haproxy.cfg have; dataplaneapi before 3.3.5 on HAProxy 3.2+ does the
+// same), one node answers and one is dead. Before, the follow-up found both
+// servers in haproxy.cfg and not in the running HAProxy, took them for
+// servers whose checks cannot be seen and wrote them in service, and the
+// reload loaded the dead one UP with no check ever run. Now the reload is
+// reported, both are added gated through the socket at once, the live one
+// enters service without waiting for the reload, and a reload while the
+// dead one waits (haproxy.cfg as the API wrote it) never puts it in
+// service: it is gated again.
+func TestDataplaneAddsThatReload(t *testing.T) {
+	var api *dataplanetest.Server
+	w := newWorldLines(t, []string{"balance roundrobin", "option tcp-check", "default-server maxconn 1000"}, "web", desired.NodeMode,
+		[]desired.PortBackend{{Backend: "be"}}, dataplaneDriverWith(&api, 5*time.Second, dataplanetest.Options{DefaultsDefaultServer: true}))
+	svc := w.service("web", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80})
+	np := svc.Spec.Ports[0].NodePort
+	ipA, ipDead := "127.0.9.61", "127.0.9.62"
+	a, dead := w.node("a", ipA), w.node("dead", ipDead)
+	listen(t, a, ipA, np)
+	w.slice("web-1", "web", map[string]int32{"http": 8080}, endpoint{ip: "10.244.0.1", node: a}, endpoint{ip: "10.244.0.2", node: dead})
+
+	deadOut := func(when string) {
+		t.Helper()
+		if srv, ok := w.h.Servers(t, "be")[dead]; ok && srv.Up() && !srv.Drain() && !srv.Maint() && srv.Weight > 0 {
+			t.Fatalf("%s: %s in service without a passed check: %+v", when, dead, srv)
+		}
+	}
+	code, res := w.reconcile()
+	if code != 200 || res.Targets[0].UnexpectedReloads == 0 || len(res.Targets[0].Waiting) != 2 {
+		t.Fatalf("first reconcile: %d %+v; want the reload reported, both waiting", code, res.Targets[0])
+	}
+	// Reconcile, as the follow-up would, until only the dead node waits:
+	// the live one enters service in the running HAProxy, no reload run.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, res = w.reconcile()
+		deadOut("before the reload")
+		if fmt.Sprint(res.Targets[0].Waiting) == "["+dead+"]" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting %v, want [%s] alone", res.Targets[0].Waiting, dead)
+		}
+	}
+	w.expectTraffic("be", a)
+
+	// The API's reload runs now, with haproxy.cfg as it wrote it.
+	w.h.SetServers(t, "be", api.ServerLines("be"))
+	w.h.Reload(t)
+	for end := time.Now().Add(10 * shipped.FastInter); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		deadOut("after the reload")
+	}
+	w.expectTraffic("be", a)
+	_, res = w.reconcile()
+	if fmt.Sprint(res.Targets[0].Waiting) != "["+dead+"]" || len(res.Targets[0].Loading) != 0 {
+		t.Fatalf("after the reload: waiting %v, loading %v; want the dead node gated again", res.Targets[0].Waiting, res.Targets[0].Loading)
+	}
+	if srv := w.h.Servers(t, "be")[dead]; !srv.Drain() || !srv.CheckRunning() {
+		t.Errorf("%s after the reload: %+v, want it gated (drain, check running)", dead, srv)
+	}
 }

@@ -51,6 +51,7 @@ type Metrics struct {
 	podGate         *prometheus.CounterVec
 	healthPortTCP   *prometheus.GaugeVec
 	missingLines    *prometheus.GaugeVec
+	unexpected      *prometheus.CounterVec
 	cluster         *prometheus.GaugeVec
 	zoneServers     *prometheus.GaugeVec
 }
@@ -119,6 +120,8 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 		missingLines: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "backend_missing_lines",
 			Help: "Recommended backend lines (option redispatch 1, retries 3, in http mode retry-on conn-failure empty-response) the backend runs without, as the last successful reconcile read them; absent where the driver cannot tell (runtime API)."}, []string{"target", "backend"}),
 	}
+	m.unexpected = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "haproxy_unexpected_reloads_total",
+		Help: "Writes the Data Plane API answered with a reload where it applies them at runtime (a server add, a weight, address or maintenance change), by target; the log says why once."}, []string{"target"})
 	m.cluster = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "cluster_info",
 		Help: "The CLUSTER_NAME whose servers (named with it as a prefix) this instance owns, and HAPROXY_LOCAL_ZONE; always 1, empty labels when unset."}, []string{"cluster", "local_zone"})
 	m.zoneServers = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "zone_servers",
@@ -129,7 +132,7 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
 		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, m.watchEvents, m.watchRestarts,
 		m.pokes, m.pokesCoalesced, m.authFailures, m.skipped, m.transitions,
-		m.servers, m.held, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, m.podGate, m.healthPortTCP, m.missingLines, m.cluster, m.zoneServers, build)
+		m.servers, m.held, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, m.podGate, m.healthPortTCP, m.missingLines, m.unexpected, m.cluster, m.zoneServers, build)
 	return m
 }
 
@@ -308,6 +311,9 @@ func (d driver) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	d.m.haproxyRequests.WithLabelValues(d.d.Name(), "apply", result(err)).Inc()
 	for k, n := range a.ByKind {
 		d.m.writes.WithLabelValues(string(k)).Add(float64(n))
+	}
+	if a.UnexpectedReloads > 0 {
+		d.m.unexpected.WithLabelValues(d.d.Name()).Add(float64(a.UnexpectedReloads))
 	}
 	return a, err
 }

@@ -135,6 +135,11 @@ type Runtime struct {
 	// health rise with the result it had before it was parked. It has not
 	// earned traffic (CheckPassed is false) and must be gated afresh.
 	CheckStale bool
+	// Loading: haproxy.cfg holds the server and the running HAProxy does
+	// not (the Data Plane API wrote it and reloads to load it, or a reload
+	// is under way): no check of it has run. It is out of service and must
+	// be loaded parked; the runtime view comes once the reload ran.
+	Loading bool
 	// CheckL4: the last check was a bare TCP connect that succeeded
 	// (HAProxy's L4OK): nothing was asked of the server, so a health port
 	// that answers 503 still passes.

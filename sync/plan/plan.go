@@ -85,6 +85,10 @@ type Plan struct {
 	// Waiting lists desired ready servers kept out of service until their
 	// health check passes (Policy.GateChecks), sorted.
 	Waiting []string
+	// Loading lists the servers of Waiting that the running HAProxy does
+	// not show yet (model.Runtime.Loading): they wait for a reload to load
+	// them, parked, before their check can start. Sorted.
+	Loading []string
 	// Draining lists unwanted servers kept parked until their sessions end
 	// (model.Runtime.Sessions), sorted.
 	Draining []string
@@ -185,6 +189,10 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 		d := &desired.Servers[i]
 		want[d.Name] = true
 		old, ok := have[d.Name]
+		if pol.GateChecks && d.State == model.Ready && ok && old.Runtime != nil && old.Runtime.Loading {
+			p.load(old, d)
+			continue
+		}
 		if pol.GateChecks && d.State == model.Ready && mustEarn(old, ok, d) {
 			p.gate(old, d)
 			continue
@@ -279,6 +287,7 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 	sort.Slice(p.Changes, func(i, j int) bool { return p.Changes[i].Name < p.Changes[j].Name })
 	sort.Strings(p.Guarded)
 	sort.Strings(p.Waiting)
+	sort.Strings(p.Loading)
 	sort.Strings(p.Draining)
 	sort.Strings(p.HandingOver)
 	p.capAdds(len(current.Servers), pol.MaxServers)
@@ -353,6 +362,26 @@ func (p *Plan) gate(old *model.Server, d *model.Server) {
 		// health rise, one passed check from service): restarted from
 		// zero. (mustEarn gates only servers whose Runtime it can read.)
 		p.Changes = append(p.Changes, Change{Action: Drain, Name: d.Name, Old: old, New: &held, Gate: true})
+	}
+}
+
+// load plans desired ready server d, which haproxy.cfg holds and the
+// running HAProxy does not show yet (model.Runtime.Loading), to wait for
+// the reload that loads it: no check of it has run, and HAProxy loads a
+// configured server UP unless it is in maintenance, so it is written
+// parked if it is not; once loaded, a later reconcile gates it. Before,
+// such a server read as one whose checks cannot be seen and was written in
+// service, and the pending reload loaded it UP with no check ever run.
+func (p *Plan) load(old, d *model.Server) {
+	p.Waiting = append(p.Waiting, d.Name)
+	p.Loading = append(p.Loading, d.Name)
+	parked := *d
+	parked.State, parked.Reason = model.Maint, "check"
+	switch {
+	case old.State != model.Maint:
+		p.Changes = append(p.Changes, Change{Action: Maint, Name: d.Name, Old: old, New: &parked})
+	case old.Address != d.Address || old.Port != d.Port || old.Check != d.Check:
+		p.Changes = append(p.Changes, Change{Action: Update, Name: d.Name, Old: old, New: &parked})
 	}
 }
 
@@ -455,6 +484,11 @@ type Applied struct {
 	// maintenance for a later reconcile (sessions remain, or the version
 	// needs them parked first).
 	Deferred []string
+	// UnexpectedReloads counts writes HAProxy's API answered with a reload
+	// where it applies such a write at runtime; UnexpectedReason says why
+	// that happens, for the one log line (see package dataplane).
+	UnexpectedReloads int
+	UnexpectedReason  string
 }
 
 // Count records one write of the given kind.
@@ -475,6 +509,10 @@ func (a *Applied) Add(b Applied) {
 	}
 	a.Reload = a.Reload || b.Reload
 	a.Deferred = append(a.Deferred, b.Deferred...)
+	a.UnexpectedReloads += b.UnexpectedReloads
+	if a.UnexpectedReason == "" {
+		a.UnexpectedReason = b.UnexpectedReason
+	}
 }
 
 // ServerError is a change HAProxy refused for one server.

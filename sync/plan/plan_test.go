@@ -306,6 +306,8 @@ func rt(s model.Server, running, passed bool, sessions int, since time.Duration)
 
 func stale(s model.Server) model.Server { s.Runtime.CheckStale = true; return s }
 
+func loading(s model.Server) model.Server { s.Runtime = &model.Runtime{Loading: true}; return s }
+
 func withCheck(s model.Server, c model.Check) model.Server { s.Check = c; return s }
 
 func TestCalculateGatesEntryOnChecks(t *testing.T) {
@@ -356,6 +358,15 @@ func TestCalculateGatesEntryOnChecks(t *testing.T) {
 		{name: "a waiting server whose check changes is gated afresh, not just updated",
 			current: be(withCheck(rt(srv("a", "10.0.0.1", 80, model.Drain), true, false, 0, 0), model.Check{Inter: time.Second, Rise: 2, Fall: 2})),
 			want:    []change{{Drain, model.Drain, true}}, waiting: true},
+		{name: "a server written in service that the running HAProxy lacks (a reload is to load it) is written parked and waits",
+			current: be(loading(srv("a", "10.0.0.1", 80, model.Ready))),
+			want:    []change{{Maint, model.Maint, false}}, waiting: true},
+		{name: "a parked server the running HAProxy lacks waits for the reload, unchanged",
+			current: be(loading(srv("a", "10.0.0.1", 80, model.Maint))),
+			want:    nil, waiting: true},
+		{name: "a parked server the running HAProxy lacks, moving, is written parked at its new address",
+			current: be(loading(srv("a", "10.0.0.9", 80, model.Maint))),
+			want:    []change{{Update, model.Maint, false}}, waiting: true},
 		{name: "a driver that cannot see checks puts servers in service as before",
 			current: be(srv("a", "10.0.0.1", 80, model.Maint)),
 			want:    []change{{Update, model.Ready, false}}},
@@ -372,6 +383,9 @@ func TestCalculateGatesEntryOnChecks(t *testing.T) {
 			}
 			if w := len(p.Waiting) == 1 && p.Waiting[0] == "a"; w != tt.waiting {
 				t.Errorf("waiting = %v, want a listed: %v", p.Waiting, tt.waiting)
+			}
+			if l := len(p.Loading) == 1 && p.Loading[0] == "a"; l != (tt.current.Servers != nil && tt.current.Servers[0].Runtime != nil && tt.current.Servers[0].Runtime.Loading) {
+				t.Errorf("loading = %v", p.Loading)
 			}
 			if p.Pending() != tt.waiting {
 				t.Errorf("Pending() = %v", p.Pending())

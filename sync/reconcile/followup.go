@@ -182,7 +182,7 @@ func (f *FollowUp) ObserveTarget(target string, res Result, err error) {
 // watch starts what brings target's waiting servers (backend → names) into
 // service: polls of its checks, or past the patience (or with no check
 // reader) a reconcile every Slow. f.mu is held.
-func (f *FollowUp) watch(target string, backends map[string][]string) {
+func (f *FollowUp) watch(target string, backends map[string]waits) {
 	cr := f.Checks[target]
 	if cr == nil || f.now().Sub(f.since) > f.dur(f.Patience, 2*time.Minute) {
 		f.stops = append(f.stops, f.after(f.dur(f.Slow, 10*time.Second), func() { f.fire("servers wait for their check") }))
@@ -209,7 +209,7 @@ func (f *FollowUp) unwatch(target string) {
 // failed read is tried again at the next poll: a target that cannot be read
 // is one whose reconcile failed, and the retry covers it. Cancelling ctx (a
 // newer result, Stop) ends the polls: a tick still pending returns at once.
-func (f *FollowUp) pollChecks(ctx context.Context, target string, cr CheckReader, backends map[string][]string, poll time.Duration) {
+func (f *FollowUp) pollChecks(ctx context.Context, target string, cr CheckReader, backends map[string]waits, poll time.Duration) {
 	var tick func()
 	tick = func() {
 		if ctx.Err() != nil {
@@ -279,21 +279,36 @@ func (f *FollowUp) Stop() {
 	f.reset()
 }
 
+// waits are a backend's servers waiting for their check (TargetResult's
+// Waiting), with those a reload is still to load (Loading) among them.
+type waits struct {
+	waiting []string
+	loading map[string]bool
+}
+
 // waitingByTarget returns the servers res lists as waiting for their check,
 // by target and backend, leaving out the backends whose reconcile failed
 // other than by HAProxy refusing single servers (their Waiting lists no
 // refused one): the retry after a failure comes for those, with its backoff,
 // where polling would ask again every Poll for what cannot be done.
-func waitingByTarget(res Result) map[string]map[string][]string {
-	out := map[string]map[string][]string{}
+func waitingByTarget(res Result) map[string]map[string]waits {
+	out := map[string]map[string]waits{}
 	for _, t := range res.Targets {
 		if len(t.Waiting) == 0 || t.Error != "" && len(t.Failed) == 0 {
 			continue
 		}
 		if out[t.Target] == nil {
-			out[t.Target] = map[string][]string{}
+			out[t.Target] = map[string]waits{}
 		}
-		out[t.Target][t.Backend] = append(out[t.Target][t.Backend], t.Waiting...)
+		w := out[t.Target][t.Backend]
+		w.waiting = append(w.waiting, t.Waiting...)
+		for _, n := range t.Loading {
+			if w.loading == nil {
+				w.loading = map[string]bool{}
+			}
+			w.loading[n] = true
+		}
+		out[t.Target][t.Backend] = w
 	}
 	return out
 }
@@ -418,17 +433,19 @@ func (errStillWaiting) Error() string {
 	return "servers still wait for their first passed health check"
 }
 
-// passedOne reports whether, on cr, a server of backends (name → waiting
-// servers) passed its check, or is gone (a reconcile has work either way).
-// A backend that cannot be read says nothing.
-func passedOne(ctx context.Context, cr CheckReader, backends map[string][]string) bool {
-	for backend, names := range backends {
+// passedOne reports whether, on cr, a server of backends (its waiting
+// servers) passed its check, or is gone, or, when a reload was to load it
+// (Loading), is there now: a reconcile has work in each case. A backend
+// that cannot be read says nothing.
+func passedOne(ctx context.Context, cr CheckReader, backends map[string]waits) bool {
+	for backend, w := range backends {
 		got, err := cr.ReadChecks(ctx, backend)
 		if err != nil {
 			continue
 		}
-		for _, n := range names {
-			if ok, there := got[n]; ok || !there {
+		for _, n := range w.waiting {
+			ok, there := got[n]
+			if w.loading[n] && there || !w.loading[n] && (ok || !there) {
 				return true
 			}
 		}

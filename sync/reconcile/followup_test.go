@@ -159,6 +159,31 @@ func TestFollowUpPokesWhenAWaitingServerPasses(t *testing.T) {
 	}
 }
 
+// TestFollowUpPokesWhenALoadingServerIsLoaded: a waiting server a reload
+// is still to load (Loading) is not there: that is no reason to reconcile
+// (it would ask every poll until the reload ran); its being loaded is, so
+// that it is gated at once.
+func TestFollowUpPokesWhenALoadingServerIsLoaded(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)}
+	a := &checks{passed: map[string]bool{}}
+	f := newFollowUp(clock, map[string]CheckReader{"a": a})
+	var p pokes
+	tr := waiting("a", "n1")
+	tr.Loading = []string{"n1"}
+	f.Observe(Result{Targets: []TargetResult{tr}}, nil, p.poke)
+	for range 5 {
+		clock.advance(50 * time.Millisecond)
+	}
+	if len(p.got()) != 0 || a.reads != 5 {
+		t.Fatalf("before the reload: pokes %v, %d reads; want none, 5", p.got(), a.reads)
+	}
+	a.set("n1", false) // loaded, parked: its check has not run
+	clock.advance(50 * time.Millisecond)
+	if len(p.got()) != 1 {
+		t.Fatalf("once loaded: pokes %v, want one", p.got())
+	}
+}
+
 // TestFollowUpTargetsAreIndependent: a target whose socket cannot be read
 // does not hold back the poke the other target's passed check asks for.
 func TestFollowUpTargetsAreIndependent(t *testing.T) {

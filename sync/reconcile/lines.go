@@ -15,3 +15,15 @@ func (r *Reconciler) warnMissingLines(target, backend string, missing []string) 
 	r.log().Warn("backend lacks recommended lines: a node that dies abruptly fails client requests, which HAProxy retries on the same dead server or not at all; add the lines to the backend or its defaults section",
 		"target", target, "backend", backend, "missing", missing)
 }
+
+// warnUnexpectedReload logs once per target and reason why HAProxy's API
+// reloaded for writes it applies at runtime (plan.Applied.UnexpectedReason):
+// each reload would have loaded servers that no check passed for, had
+// they not been written parked, and each costs a new server its quick
+// entry; the operator can remove the cause.
+func (r *Reconciler) warnUnexpectedReload(target, backend, why string, n int) {
+	if _, seen := r.warned.LoadOrStore(target+"\x00reload\x00"+why, true); seen {
+		return
+	}
+	r.log().Warn("unexpected reload", "target", target, "backend", backend, "writes", n, "why", why)
+}

@@ -191,16 +191,20 @@ func (r *Reconciler) targets(ctx context.Context) ([]Driver, bool) {
 
 // TargetResult is what happened to one backend of one HAProxy target.
 type TargetResult struct {
-	Target   string   `json:"target"`
-	Backend  string   `json:"backend"`
-	Add      []string `json:"add"`
-	Update   []string `json:"update"`
-	Drain    []string `json:"drain"`
-	Maint    []string `json:"maint"`
-	Delete   []string `json:"delete"`
-	Reload   bool     `json:"reload"`
-	Attempts int      `json:"attempts"`
-	Error    string   `json:"error"`
+	Target  string   `json:"target"`
+	Backend string   `json:"backend"`
+	Add     []string `json:"add"`
+	Update  []string `json:"update"`
+	Drain   []string `json:"drain"`
+	Maint   []string `json:"maint"`
+	Delete  []string `json:"delete"`
+	Reload  bool     `json:"reload"`
+	// UnexpectedReloads counts writes HAProxy's API answered with a reload
+	// where it applies them at runtime (a server add, a weight, address or
+	// maintenance change): the log says why, once.
+	UnexpectedReloads int    `json:"unexpectedReloads,omitempty"`
+	Attempts          int    `json:"attempts"`
+	Error             string `json:"error"`
 	// ErrorClass is Error's class (failure.Class), empty on success.
 	ErrorClass failure.Class `json:"errorClass,omitempty"`
 	// Guarded lists servers the mass-deletion guard parked instead of
@@ -214,6 +218,10 @@ type TargetResult struct {
 	// Waiting lists servers kept out of service until their health check
 	// passes; a later reconcile puts them in service.
 	Waiting []string `json:"waiting,omitempty"`
+	// Loading lists the servers of Waiting that the running HAProxy does
+	// not show yet: haproxy.cfg holds them, parked, and a reload is to load
+	// them (model.Runtime.Loading); their check starts once it ran.
+	Loading []string `json:"loading,omitempty"`
 	// Draining lists unwanted servers parked until their sessions end; a
 	// later reconcile deletes them.
 	Draining []string `json:"draining,omitempty"`
@@ -477,6 +485,10 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		p = p.Deferring(applied.Deferred) // left parked by the driver, not deleted
 		tr.fill(p)
 		tr.Reload = tr.Reload || applied.Reload
+		tr.UnexpectedReloads += applied.UnexpectedReloads
+		if applied.UnexpectedReloads > 0 {
+			r.warnUnexpectedReload(tr.Target, backend, applied.UnexpectedReason, applied.UnexpectedReloads)
+		}
 		tr.Failed = nil
 		if se := (plan.ServerErrors)(nil); errors.As(err, &se) {
 			tr.Failed = se
@@ -484,6 +496,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			// it again, and polling its check would ask every Poll.
 			refused := refusedSet(se)
 			tr.Waiting = slices.DeleteFunc(slices.Clone(tr.Waiting), func(n string) bool { return refused[n] })
+			tr.Loading = slices.DeleteFunc(slices.Clone(tr.Loading), func(n string) bool { return refused[n] })
 			r.transitions(tr.Target, p, want, se)
 			r.programmed(tr.Target, p, want, se, readAt)
 		} else if err == nil {
@@ -579,7 +592,7 @@ func (tr *TargetResult) fill(p plan.Plan) {
 	tr.Delete = union(tr.Delete, p.Names(plan.Delete))
 	tr.changed = tr.changed || p.HasChanges()
 	tr.Guarded, tr.Capped = p.Guarded, p.Capped
-	tr.Waiting, tr.Draining, tr.HandingOver = p.Waiting, p.Draining, p.HandingOver
+	tr.Waiting, tr.Loading, tr.Draining, tr.HandingOver = p.Waiting, p.Loading, p.Draining, p.HandingOver
 	if p.Settings != nil {
 		tr.Update = union(tr.Update, []string{"backend:" + p.Backend})
 	}
