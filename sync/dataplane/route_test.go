@@ -46,6 +46,27 @@ func entries(n int) []plan.Change {
 	return out
 }
 
+// leavingChanges are n servers in service taken out of traffic: parked and
+// drained in turn.
+func leavingChanges(n int) []plan.Change {
+	var out []plan.Change
+	for i := range n {
+		name := fmt.Sprint("out-", i)
+		a, st := plan.Maint, model.Maint
+		if i%2 == 1 {
+			a, st = plan.Drain, model.Drain
+		}
+		out = append(out, plan.Change{Action: a, Name: name, Old: server(name, model.Ready, model.Ready), New: server(name, st, "")})
+	}
+	return out
+}
+
+func loadingServer(name string) *model.Server {
+	s := server(name, model.Ready, model.Ready)
+	s.Runtime = &model.Runtime{Loading: true}
+	return s
+}
+
 // summary names each route's changes: "puts:a,b gated:c burst".
 func (r routes) summary() string {
 	var parts []string
@@ -96,7 +117,12 @@ func TestRoute(t *testing.T) {
 			Old: server("d", model.Ready, model.Drain), New: server("d", model.Drain, "")}}, false, "puts:d"},
 		{"an existing server gated, socket", []plan.Change{{Action: plan.Drain, Name: "m", Old: server("m", model.Ready, model.Ready), New: &moved, Gate: true}}, true, "gated:m"},
 		{"a check change: the transaction", []plan.Change{{Action: plan.Update, Name: "c", Old: server("c", model.Ready, model.Ready), New: &slower}}, true, "structural:c"},
-		{"a delete: parked by a PUT, deleted by the transaction", []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Ready)}}, true, "puts:x structural:x"},
+		{"a delete, socket: parked on the socket, deleted by the transaction", []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Ready)}}, true, "onSocket:x structural:x"},
+		{"a delete, no socket: parked by a PUT, deleted by the transaction", []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Ready)}}, false, "puts:x structural:x"},
+		{"a delete of a server not running yet: the transaction alone", []plan.Change{{Action: plan.Delete, Name: "x", Old: loadingServer("x")}}, true, "structural:x"},
+		{"a few servers leaving traffic: a PUT each", leavingChanges(MaxRuntimeAdds), true, "puts:20"},
+		{"many servers leaving traffic, socket: the socket at once, then the transaction", leavingChanges(MaxRuntimeAdds + 1), true, "onSocket:21 structural:21"},
+		{"many servers leaving traffic, no socket: a PUT each", leavingChanges(MaxRuntimeAdds + 1), false, "puts:21"},
 		{"a delete haproxy.cfg parks already: parked on the socket", []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Maint)}}, true, "onSocket:x structural:x"},
 		{"a parked delete: the transaction alone", []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Maint, model.Maint)}}, true, "structural:x"},
 		{"a few burst servers checked: a PUT each", entries(2), true, "puts:in-0,in-1"},

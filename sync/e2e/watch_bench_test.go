@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"sort"
 	"testing"
@@ -211,6 +212,105 @@ func scaleUp(b *testing.B, n int, dataplane bool) {
 		b.Errorf("%d reloads, want at most 1", reloads)
 	}
 	b.ReportMetric(ms(took), "scale-up-ms")
+	b.ReportMetric(float64(reloads), "reloads")
+	b.ReportMetric(float64(asked), "reloads-asked")
+}
+
+// BenchmarkWatchDrain200 measures a node pool drained: 200 nodes in
+// service, then one EndpointSlice write leaves endpoints on 3 of them (as
+// BenchmarkWatchScaleUp200, both drivers, the service watching). It
+// reports the time from that write until the last of the 197 leaving
+// servers is out of traffic in HAProxy (out-ms: drain, maintenance or
+// gone), the answer time of a POST /reconcile sent right after the write
+// (post-ms: it shares the reconcile the watch started, or the next), and
+// the reloads. With the Data Plane API the leaving servers go out through
+// the socket and one transaction persists them (it took a versioned PUT
+// each, ~8 s for 197 on the real API).
+func BenchmarkWatchDrain200(b *testing.B) {
+	for _, driver := range []string{"runtime", "dataplane"} {
+		b.Run(driver, func(b *testing.B) { drain(b, 200, 3, driver == "dataplane") })
+	}
+}
+
+func drain(b *testing.B, n, keep int, dataplane bool) {
+	w := newWorld(b, "web", desired.NodeMode, []desired.PortBackend{{Backend: "be"}})
+	svc := w.service("web", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80})
+	np := svc.Spec.Ports[0].NodePort
+	var names []string
+	var eps []endpoint
+	for i := range n {
+		ip := fmt.Sprintf("127.0.%d.%d", 30+i/200, i%200+1)
+		name := w.node(fmt.Sprintf("n%03d", i), ip)
+		listen(b, name, ip, np)
+		names = append(names, name)
+		eps = append(eps, endpoint{ip: fmt.Sprintf("10.246.%d.%d", i/200, i%200+1), node: name})
+	}
+	ports := map[string]int32{"http": 8080}
+	w.slice("web-1", "web", ports, eps...)
+	env := []string{
+		"KUBECONFIG=" + kubeconfigVia(b, apiHostPort(b)), "INGRESS_NAMESPACE=" + w.ns, "INGRESS_SERVICE_NAME=web",
+		"HAPROXY_BACKEND_NAME=be", "HAPROXY_RUNTIME_URL=" + w.h.RuntimeURL(), // shipped settings
+	}
+	var api *dataplanetest.Server
+	if dataplane {
+		api = testAPI(b, w.h)
+		env = append(env, "HAPROXY_DATAPLANE_URL="+api.URL)
+	}
+	s := startService(b, env...)
+	s.wait(b, "/readyz", 10*time.Second)
+	inService := func() map[string]bool {
+		out := map[string]bool{}
+		for name, srv := range w.h.Servers(b, "be") {
+			if srv.Up() && !srv.Maint() && !srv.Drain() && srv.Weight > 0 {
+				out[name] = true
+			}
+		}
+		return out
+	}
+	for deadline := time.Now().Add(30 * time.Second); len(inService()) < n; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("set-up: %d of %d servers in service after 30s", len(inService()), n)
+		}
+	}
+	reloadsBefore, askedBefore := w.h.Reloads(b), 0
+	if api != nil {
+		reloadsBefore += api.ReloadsRun()
+		askedBefore = api.Reloads()
+	}
+	b.ResetTimer()
+
+	start := time.Now()
+	w.slice("web-1", "web", ports, eps[:keep]...)
+	posted := make(chan time.Duration, 1)
+	go func() {
+		resp, err := http.Post(s.base+"/reconcile", "", nil)
+		if err == nil {
+			resp.Body.Close()
+		}
+		posted <- time.Since(start)
+	}()
+	var out time.Duration
+	for {
+		in := inService()
+		if len(in) <= keep {
+			out = time.Since(start)
+			break
+		}
+		if time.Since(start) > 30*time.Second {
+			b.Fatalf("%d servers still in service after 30s, want %d", len(in), keep)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	post := <-posted
+	b.StopTimer()
+	w.expectTraffic("be", names[:keep]...)
+	reloads, asked := w.h.Reloads(b)-reloadsBefore, 0
+	if api != nil {
+		reloads += api.ReloadsRun()
+		asked = api.Reloads() - askedBefore
+	}
+	b.ReportMetric(ms(out), "out-ms")
+	b.ReportMetric(ms(post), "post-ms")
 	b.ReportMetric(float64(reloads), "reloads")
 	b.ReportMetric(float64(asked), "reloads-asked")
 }
