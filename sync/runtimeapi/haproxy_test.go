@@ -348,6 +348,65 @@ func TestPipelinedBurst(t *testing.T) {
 	})
 }
 
+// TestBurstOf200: 200 new servers in one apply go through one interactive
+// connection, at most a window of commands in flight. HAProxy 3.2.0's
+// worker aborted in such a burst ("A bogus APPCTX ... is spinning",
+// taking the master down with it) before the client kept at most 16 in
+// flight. HAProxy keeps running with the same worker, all 200 are added
+// with their own ids and gated on their checks, and the reconciles that
+// follow put all 200 in service (another 200 commands), HAProxy running
+// still.
+func TestBurstOf200(t *testing.T) {
+	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance roundrobin", "option tcp-check"}})
+	bchk := model.Check{Inter: time.Second, DownInter: inter, Rise: 1, Fall: 1} // 200 checks a second once UP
+	c, err := runtimeapi.New(h.RuntimeURL(), model.Settings{Balance: "roundrobin", TCPCheck: true}, bchk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker, err := h.Alive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := haproxytest.FreePort(t, "127.0.0.1")
+	var ws []model.Server
+	for i := range 200 {
+		name, ip := fmt.Sprintf("s%03d", i), fmt.Sprintf("127.0.10.%d", i+1)
+		haproxytest.Listen(t, name, fmt.Sprintf("%s:%d", ip, port))
+		ws = append(ws, model.Server{Name: name, Address: ip, Port: port, Weight: 1, State: model.Ready, Check: bchk})
+	}
+	p, _ := syncOnce(t, c, want(ws...))
+	if n := len(p.Names(plan.Add)); n != len(ws) {
+		t.Fatalf("plan adds %d servers, want %d", n, len(ws))
+	}
+	if now, err := h.Alive(); err != nil || now != worker {
+		t.Fatalf("HAProxy after the burst: worker %d (was %d), %v", now, worker, err)
+	}
+	got := h.Servers(t, "be")
+	ids := map[int]bool{}
+	for _, s := range ws {
+		hs, ok := got[s.Name]
+		switch {
+		case !ok:
+			t.Fatalf("server %s not added (%d of %d are)", s.Name, len(got), len(ws))
+		case !hs.Drain() || !hs.CheckRunning():
+			t.Errorf("server %s not gated: %+v", s.Name, hs)
+		}
+		ids[hs.ID] = true
+	}
+	if len(got) != len(ws) || len(ids) != len(ws) {
+		t.Errorf("%d servers with %d distinct ids, want %d", len(got), len(ids), len(ws))
+	}
+	converge(t, c, want(ws...), 20*time.Second)
+	for _, s := range h.Servers(t, "be") {
+		if !s.Up() || s.Drain() || s.Maint() {
+			t.Errorf("server %s not in service: %+v", s.Name, s)
+		}
+	}
+	if now, err := h.Alive(); err != nil || now != worker {
+		t.Fatalf("HAProxy after the servers entered service: worker %d (was %d), %v", now, worker, err)
+	}
+}
+
 // connCounter forwards a unix socket to HAProxy's and counts connections.
 type connCounter struct {
 	path string
