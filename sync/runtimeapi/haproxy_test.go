@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -781,17 +782,28 @@ func TestDeleteWithIdleConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Requests through the frontend on keep-alive connections, then closed:
-	// the connections HAProxy opened to the servers stay in its pool.
-	tr := &http.Transport{}
+	// Concurrent requests through the frontend on keep-alive connections,
+	// then closed: the connections HAProxy opened to the servers stay in its
+	// pool, tens of them (the more there are, the longer 3.3+ takes to purge
+	// them once a server is parked).
+	tr := &http.Transport{MaxIdleConnsPerHost: 100}
 	hits := map[string]int{}
-	for range 9 {
-		name, err := httpGet(tr, h.Frontends["be"])
-		if err != nil {
-			t.Fatal(err)
-		}
-		hits[name]++
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 90 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name, err := httpGet(tr, h.Frontends["be"])
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			hits[name]++
+			mu.Unlock()
+		}()
 	}
+	wg.Wait()
 	tr.CloseIdleConnections()
 	if hits["a"] == 0 || hits["b"] == 0 || hits["c"] == 0 {
 		t.Fatalf("requests went to %v, want every server", hits)
