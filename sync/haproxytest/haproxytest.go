@@ -1,6 +1,7 @@
 // Package haproxytest starts private HAProxy processes for tests: a temp dir,
-// master-worker mode, an admin stats socket, a TCP frontend per backend on a
-// free loopback port. It needs Debian's haproxy package (make test installs it).
+// master-worker mode, an admin stats socket, a frontend per backend (tcp, or
+// http with Backend.Mode) on a free loopback port. It needs Debian's haproxy
+// package (make test installs it).
 package haproxytest
 
 import (
@@ -26,6 +27,9 @@ import (
 type Backend struct {
 	Name  string
 	Lines []string
+	// Mode is the mode of the backend and of its frontend: "http", or
+	// empty for the defaults' tcp.
+	Mode string
 }
 
 // HAProxy is a running HAProxy.
@@ -125,7 +129,7 @@ func Start(t testing.TB, backends ...Backend) *HAProxy {
 var errPortTaken = errors.New("a port was taken")
 
 // start runs HAProxy on ports (the admin socket's, then a frontend's per
-// backend) and waits until it answers.
+// backend) and waits until its admin and master sockets answer.
 func (h *HAProxy) start(bin string, ports []int) error {
 	h.AdminTCP = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 	for i, b := range h.backends {
@@ -150,8 +154,11 @@ func (h *HAProxy) start(bin string, ports []int) error {
 	go func() { _ = h.cmd.Wait(); close(h.exited) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		// Both sockets: the master's may listen a moment after the worker's.
 		if _, err := h.Command("show info"); err == nil {
-			return nil
+			if _, err := h.masterCommand("show proc"); err == nil {
+				return nil
+			}
 		}
 		select {
 		case <-h.exited:
@@ -191,6 +198,11 @@ func (h *HAProxy) Logs() string {
 
 // RuntimeURL is the admin socket as HAPROXY_RUNTIME_URL takes it.
 func (h *HAProxy) RuntimeURL() string { return "unix://" + h.AdminSocket }
+
+// masterCommand runs a command on the master socket.
+func (h *HAProxy) masterCommand(cmd string) (string, error) {
+	return runtimeapi.Socket{Network: "unix", Address: h.MasterSocket}.Command(context.Background(), cmd)
+}
 
 // Command runs a command on the admin socket.
 func (h *HAProxy) Command(cmd string) (string, error) {
@@ -292,8 +304,12 @@ func (h *HAProxy) writeConfig() error {
 		fmt.Fprintf(&cfg, "    %s\n", l)
 	}
 	for _, b := range h.backends {
-		fmt.Fprintf(&cfg, "frontend fe_%s\n    bind %s\n    default_backend %s\n", b.Name, h.Frontends[b.Name], b.Name)
-		fmt.Fprintf(&cfg, "backend %s\n", b.Name)
+		mode := ""
+		if b.Mode != "" {
+			mode = "    mode " + b.Mode + "\n"
+		}
+		fmt.Fprintf(&cfg, "frontend fe_%s\n%s    bind %s\n    default_backend %s\n", b.Name, mode, h.Frontends[b.Name], b.Name)
+		fmt.Fprintf(&cfg, "backend %s\n%s", b.Name, mode)
 		for _, l := range append(slices.Clone(b.Lines), h.servers[b.Name]...) {
 			fmt.Fprintf(&cfg, "    %s\n", l)
 		}
@@ -336,4 +352,49 @@ func (h *HAProxy) Reload(t testing.TB) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Alive returns the pid of HAProxy's current worker once it has checked
+// that HAProxy still runs: the master has not exited, "show proc" on the
+// master socket lists one current worker, and the admin socket answers
+// "show info". A worker that died (an abort) fails it, as does a master
+// that exited with it.
+func (h *HAProxy) Alive() (int, error) {
+	select {
+	case <-h.exited:
+		return 0, fmt.Errorf("haproxy exited: %s", h.Logs())
+	default:
+	}
+	reply, err := h.masterCommand("show proc")
+	if err != nil {
+		return 0, fmt.Errorf("master socket: %w", err)
+	}
+	workers := currentWorkers(reply)
+	if len(workers) != 1 {
+		return 0, fmt.Errorf("show proc lists %d current workers, want 1: %q", len(workers), reply)
+	}
+	if _, err := h.Command("show info"); err != nil {
+		return 0, fmt.Errorf("admin socket: %w", err)
+	}
+	return workers[0], nil
+}
+
+// currentWorkers reads the pids of the "# workers" section of "show proc"
+// (not the "# old workers" a reload leaves).
+func currentWorkers(reply string) []int {
+	var pids []int
+	section := ""
+	for _, line := range strings.Split(reply, "\n") {
+		if strings.HasPrefix(line, "# ") {
+			section = strings.TrimSpace(line)
+			continue
+		}
+		f := strings.Fields(line)
+		if section == "# workers" && len(f) >= 2 && f[1] == "worker" {
+			if pid, err := strconv.Atoi(f[0]); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
 }

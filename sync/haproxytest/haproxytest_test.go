@@ -44,11 +44,29 @@ func TestStart(t *testing.T) {
 	if _, err := h.Command("show info"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := h.Alive(); err != nil {
+		t.Fatal(err)
+	}
 	seen := map[string]bool{h.AdminTCP: true}
 	for _, addr := range h.Frontends {
 		if seen[addr] {
 			t.Errorf("port %s handed out twice: admin %s, frontends %v", addr, h.AdminTCP, h.Frontends)
 		}
 		seen[addr] = true
+	}
+}
+
+// TestCurrentWorkers: the workers a reload leaves are not current.
+func TestCurrentWorkers(t *testing.T) {
+	reply := `#<PID>          <type>          <reloads>       <uptime>        <version>
+19153           master          1 [failed: 0]   0d00h00m02s     2.6.12-1+deb12u4
+# workers
+19160           worker          0               0d00h00m01s     2.6.12-1+deb12u4
+# old workers
+19156           worker          1               0d00h00m02s     2.6.12-1+deb12u4
+# programs
+`
+	if got := currentWorkers(reply); len(got) != 1 || got[0] != 19160 {
+		t.Errorf("current workers %v, want [19160]", got)
 	}
 }

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -346,6 +349,93 @@ func TestPipelinedBurst(t *testing.T) {
 	})
 }
 
+// TestBurstOf200: 200 new servers in one apply go through one interactive
+// connection, at most a window of commands in flight. HAProxy 3.2.0's
+// worker aborted in such a burst ("A bogus APPCTX ... is spinning",
+// taking the master down with it) before the client kept at most 16 in
+// flight (without it, 3.2.0 stops answering mid-burst and aborts once the
+// client gives up). HAProxy keeps running with the same worker, all 200
+// are added with their own ids and gated on their checks, and the
+// reconciles that follow put all 200 in service (another 200 commands),
+// HAProxy running still.
+func TestBurstOf200(t *testing.T) {
+	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance roundrobin", "option tcp-check"}})
+	bchk := model.Check{Inter: time.Second, DownInter: inter, Rise: 1, Fall: 1} // 200 checks a second once UP
+	c, err := runtimeapi.New(h.RuntimeURL(), model.Settings{Balance: "roundrobin", TCPCheck: true}, bchk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker, err := h.Alive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := haproxytest.FreePort(t, "127.0.0.1")
+	var ws []model.Server
+	for i := range 200 {
+		name, ip := fmt.Sprintf("s%03d", i), fmt.Sprintf("127.0.10.%d", i+1)
+		haproxytest.Listen(t, name, fmt.Sprintf("%s:%d", ip, port))
+		ws = append(ws, model.Server{Name: name, Address: ip, Port: port, Weight: 1, State: model.Ready, Check: bchk})
+	}
+	cur, err := c.Read(context.Background(), "be")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := plan.CalculateWith(cur, want(ws...), c.Policy())
+	if n := len(p.Names(plan.Add)); n != len(ws) {
+		t.Fatalf("plan adds %d servers, want %d", n, len(ws))
+	}
+	_, applyErr := c.Apply(context.Background(), p)
+	if err := stillRunning(h, worker, 2*time.Second); err != nil {
+		t.Fatalf("HAProxy after the burst (apply: %v): %v", applyErr, err)
+	}
+	if applyErr != nil {
+		t.Fatalf("apply: %v", applyErr)
+	}
+	got := h.Servers(t, "be")
+	ids := map[int]bool{}
+	for _, s := range ws {
+		hs, ok := got[s.Name]
+		switch {
+		case !ok:
+			t.Fatalf("server %s not added (%d of %d are)", s.Name, len(got), len(ws))
+		case !hs.Drain() || !hs.CheckRunning():
+			t.Errorf("server %s not gated: %+v", s.Name, hs)
+		}
+		ids[hs.ID] = true
+	}
+	if len(got) != len(ws) || len(ids) != len(ws) {
+		t.Errorf("%d servers with %d distinct ids, want %d", len(got), len(ids), len(ws))
+	}
+	converge(t, c, want(ws...), 20*time.Second)
+	for _, s := range h.Servers(t, "be") {
+		if !s.Up() || s.Drain() || s.Maint() {
+			t.Errorf("server %s not in service: %+v", s.Name, s)
+		}
+	}
+	if err := stillRunning(h, worker, 2*time.Second); err != nil {
+		t.Fatalf("HAProxy after the servers entered service: %v", err)
+	}
+}
+
+// stillRunning checks for d that HAProxy runs with the same worker: when
+// 3.2.0's CLI applet spun, the watchdog aborted the worker about a second
+// after the client closed its connection.
+func stillRunning(h *haproxytest.HAProxy, worker int, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		now, err := h.Alive()
+		switch {
+		case err != nil:
+			return err
+		case now != worker:
+			return fmt.Errorf("worker %d, was %d", now, worker)
+		case time.Now().After(deadline):
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // connCounter forwards a unix socket to HAProxy's and counts connections.
 type connCounter struct {
 	path string
@@ -659,4 +749,161 @@ func statOf(stat, server, field string) string {
 		}
 	}
 	return ""
+}
+
+// TestDeleteWithIdleConnections: servers with idle, reusable server-side
+// connections in HAProxy's pool (http mode, http-reuse always) are deleted
+// all the same, and on 3.0+ by the reconcile that parks them: 3.3+ refuses
+// "del server" while idle connections remain, and purges them in the
+// background once the server is parked, which "wait srv-removable" waits
+// for. Server a is added by the driver; c is written in haproxy.cfg, since
+// on 2.6 a server added at runtime keeps no idle connection (pool-max-conn
+// and pool-purge-delay default to 0 there), so that every version deletes
+// one with idle connections. HAProxy keeps running, with the same worker,
+// and traffic goes to b alone.
+func TestDeleteWithIdleConnections(t *testing.T) {
+	a := serveHTTP(t, "a", "127.0.0.2")
+	b := serveHTTP(t, "b", "127.0.0.3")
+	cs := serveHTTP(t, "c", "127.0.0.4")
+	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Mode: "http", Lines: []string{
+		"balance roundrobin", "option tcp-check", "http-reuse always",
+		fmt.Sprintf("server c 127.0.0.4:%d check inter 200ms rise 1 fall 1", cs.Port)}})
+	c, err := runtimeapi.New(h.RuntimeURL(), model.Settings{Balance: "roundrobin", TCPCheck: true}, chk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	converge(t, c, want(a, b, cs), 5*time.Second)
+	version, err := c.Version(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker, err := h.Alive()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Concurrent requests through the frontend on keep-alive connections,
+	// then closed: the connections HAProxy opened to the servers stay in its
+	// pool, tens of them (the more there are, the longer 3.3+ takes to purge
+	// them once a server is parked).
+	tr := &http.Transport{MaxIdleConnsPerHost: 100}
+	hits := map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 90 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name, err := httpGet(tr, h.Frontends["be"])
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			hits[name]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	tr.CloseIdleConnections()
+	if hits["a"] == 0 || hits["b"] == 0 || hits["c"] == 0 {
+		t.Fatalf("requests went to %v, want every server", hits)
+	}
+	withIdle := []string{"c"}
+	if version.AtLeast(3, 0) {
+		withIdle = append(withIdle, "a")
+	}
+	idle := map[string]int{}
+	eventually(t, 2*time.Second, fmt.Sprintf("idle connections to %v", withIdle), func() bool {
+		idle = idleConns(t, h)
+		for _, name := range withIdle {
+			if idle[name] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	conns, _ := h.Command("show servers conn be")
+	t.Logf("HAProxy %d.%d: idle connections %v\n%s", version.Major, version.Minor, idle, conns)
+
+	p, applied := syncOnce(t, c, want(b))
+	if got := fmt.Sprint(p.Names(plan.Delete)); got != "[a c]" {
+		t.Fatalf("plan deletes %s, want [a c]", got)
+	}
+	if version.AtLeast(3, 0) && len(applied.Deferred) > 0 {
+		t.Errorf("deferred %v, want a and c deleted by the reconcile that parked them", applied.Deferred)
+	}
+	converge(t, c, want(b), 5*time.Second)
+	if got := h.Servers(t, "be"); len(got) != 1 || !got["b"].Up() {
+		t.Fatalf("servers %+v, want b alone", got)
+	}
+	if now, err := h.Alive(); err != nil || now != worker {
+		t.Fatalf("HAProxy after the deletes: worker %d (was %d), %v", now, worker, err)
+	}
+	hits = map[string]int{}
+	for range 6 {
+		name, err := httpGet(tr, h.Frontends["be"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		hits[name]++
+	}
+	if hits["b"] != 6 {
+		t.Errorf("requests went to %v, want all to b", hits)
+	}
+}
+
+// idleConns returns the idle connections of each server of backend be in
+// HAProxy's pool: the unsafe and the safe ones ("show stat" idle_conn_cur
+// and safe_conn_cur, 2.6 to 3.4).
+func idleConns(t *testing.T, h *haproxytest.HAProxy) map[string]int {
+	t.Helper()
+	stat, err := h.Command("show stat be 4 -1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, s := range h.Servers(t, "be") {
+		for _, field := range []string{"idle_conn_cur", "safe_conn_cur"} {
+			v := statOf(stat, s.Name, field)
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("show stat: %s of %s is %q", field, s.Name, v)
+			}
+			out[s.Name] += n
+		}
+	}
+	return out
+}
+
+// serveHTTP starts a keep-alive HTTP server on host, answering every
+// request with name, and returns it as a server of the backend.
+func serveHTTP(t *testing.T, name, host string) model.Server {
+	t.Helper()
+	ln, err := net.Listen("tcp", host+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, name) })}
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(func() { _ = s.Close() })
+	return srv(name, host, ln.Addr().(*net.TCPAddr).Port, model.Ready)
+}
+
+// httpGet sends one request through frontend and returns the body: the
+// name of the server that answered.
+func httpGet(tr *http.Transport, frontend string) (string, error) {
+	cl := &http.Client{Transport: tr, Timeout: 3 * time.Second}
+	resp, err := cl.Get("http://" + frontend + "/")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("status %s: %s", resp.Status, body)
+	}
+	return string(body), nil
 }
