@@ -30,7 +30,8 @@ type routes struct {
 	// structural go into one transaction: one commit, one reload.
 	structural []plan.Change
 	// afterCommit go through the socket once the transaction committed:
-	// a burst's servers put in service, which it writes in service.
+	// a burst's servers put in service, which it writes in service, then
+	// the servers the plan takes out of traffic on the socket.
 	afterCommit []plan.Change
 }
 
@@ -101,11 +102,24 @@ func route(p plan.Plan, socket, addsReload bool) routes {
 	// written by the transaction, then put in service through the socket,
 	// rather than one versioned write each. The burst's own commit asked a
 	// reload moments ago: the API runs both as one.
+	// Entries go first, so that a plan that puts replacements in service
+	// and takes the servers they replace out (make-before-break) never
+	// leaves the backend with none: the leaving ones follow them onto the
+	// socket.
 	if len(entries) > MaxRuntimeAdds {
 		r.structural = append(r.structural, entries...)
 		r.afterCommit = entries
+		var stay []plan.Change
+		for _, ch := range r.onSocket {
+			if ch.New.State != model.Ready {
+				r.afterCommit = append(r.afterCommit, ch)
+			} else {
+				stay = append(stay, ch)
+			}
+		}
+		r.onSocket = stay
 	} else {
-		r.puts = append(r.puts, entries...)
+		r.puts = append(entries, r.puts...)
 	}
 	return r
 }

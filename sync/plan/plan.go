@@ -93,8 +93,11 @@ type Plan struct {
 	// (model.Runtime.Sessions), sorted.
 	Draining []string
 	// HandingOver lists servers kept as they are until the server that
-	// replaces them (model.Server.Replaces) is in service, sorted.
+	// replaces them (model.Server.Replaces) is in service, or until any
+	// server is (make-before-break: see keepUntilReplaced), sorted.
 	HandingOver []string
+
+	current []model.Server // the whole backend it was computed from, others' servers too (keepUntilReplaced)
 }
 
 // Pending reports whether a later reconcile has work that this one could
@@ -174,7 +177,7 @@ func Calculate(current, desired model.Backend) Plan {
 
 // CalculateWith is Calculate under a policy.
 func CalculateWith(current, desired model.Backend, pol Policy) Plan {
-	p := Plan{Backend: desired.Name, Revision: current.Revision}
+	p := Plan{Backend: desired.Name, Revision: current.Revision, current: current.Servers}
 	current = current.Owned(pol.Owner)
 	if !pol.FixedSettings && desired.Settings.Balance != "" && current.Settings != desired.Settings {
 		p.Settings = &SettingsChange{Old: current.Settings, New: desired.Settings}
@@ -291,6 +294,12 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 	sort.Strings(p.Draining)
 	sort.Strings(p.HandingOver)
 	p.capAdds(len(current.Servers), pol.MaxServers)
+	if pol.GateChecks {
+		// After the cap: a capped server waits for nothing, and at the cap
+		// with every server renamed the old ones must make room first.
+		p.keepUntilReplaced(desired)
+		sort.Strings(p.HandingOver)
+	}
 	return p
 }
 
@@ -363,6 +372,71 @@ func (p *Plan) gate(old *model.Server, d *model.Server) {
 		// zero. (mustEarn gates only servers whose Runtime it can read.)
 		p.Changes = append(p.Changes, Change{Action: Drain, Name: d.Name, Old: old, New: &held, Gate: true})
 	}
+}
+
+// keepUntilReplaced is make-before-break: when the plan would leave the
+// backend with no server in service while Kubernetes has a ready endpoint
+// whose server waits for its check (every server replaced at once: old
+// nodes gone, new ones not checked yet), the servers it takes out of
+// traffic that serve now with a passing check keep their traffic, listed
+// in HandingOver, until a replacement is in service; the plan that puts
+// one in service takes them out as usual (parked, or drained when their
+// endpoints terminate). A server whose own check fails is out already
+// (HAProxy's doing) and is not kept; nor is one that moves (it must earn
+// its traffic at its new address). Before, such a change emptied the
+// backend for about a check (~0.1-0.4 s: "backend has no server
+// available!").
+func (p *Plan) keepUntilReplaced(desired model.Backend) {
+	if len(p.Waiting) == 0 || !slices.ContainsFunc(desired.Servers, func(s model.Server) bool { return s.State == model.Ready }) {
+		return
+	}
+	changed := make(map[string]*Change, len(p.Changes))
+	for i := range p.Changes {
+		changed[p.Changes[i].Name] = &p.Changes[i]
+	}
+	for _, s := range p.current {
+		if ch, ok := changed[s.Name]; ok {
+			if ch.New != nil && ch.New.State == model.Ready && !ch.Gate && serving(ch.Old, true) {
+				return // a server (back) in service after this plan
+			}
+			continue
+		}
+		if serving(&s, false) {
+			return // in service, and this plan leaves it so
+		}
+	}
+	kept := map[string]bool{}
+	changes := p.Changes[:0]
+	for _, ch := range p.Changes {
+		leaving := ch.Old != nil && !ch.Gate && (ch.Action == Delete || ch.Action == Maint || ch.Action == Drain) &&
+			(ch.New == nil || ch.New.Address == ch.Old.Address && ch.New.Port == ch.Old.Port)
+		if leaving && serving(ch.Old, false) {
+			kept[ch.Name] = true
+			continue
+		}
+		changes = append(changes, ch)
+	}
+	if len(kept) == 0 {
+		return
+	}
+	p.Changes = changes
+	for name := range kept {
+		p.HandingOver = append(p.HandingOver, name)
+	}
+	drop := func(l []string) []string { return slices.DeleteFunc(l, func(n string) bool { return kept[n] }) }
+	p.Guarded, p.Draining = drop(p.Guarded), drop(p.Draining)
+}
+
+// serving reports whether current server s takes traffic with a passing
+// check (entering: once a change puts it in service, its state aside).
+func serving(s *model.Server, entering bool) bool {
+	if s == nil || !entering && s.State != model.Ready {
+		return false
+	}
+	if s.Runtime == nil {
+		return s.Up
+	}
+	return s.Runtime.CheckRunning && s.Runtime.CheckPassed && !s.Runtime.CheckStale
 }
 
 // load plans desired ready server d, which haproxy.cfg holds and the

@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -566,4 +567,117 @@ func inService(b model.Backend) int {
 		}
 	}
 	return n
+}
+
+// TestMakeBeforeBreak: when a plan would leave the backend with no server in
+// service while a replacement waits for its check, the servers leaving that
+// serve with a passing check keep their traffic (HandingOver) until a
+// replacement is in service; the plan that puts one in service takes them
+// out. Before, replacing every server at once emptied the backend for about
+// a check ("backend has no server available!").
+func TestMakeBeforeBreak(t *testing.T) {
+	serving := func(name, addr string) model.Server {
+		return rt(srv(name, addr, 80, model.Ready), true, true, 0, 0)
+	}
+	newReady := srv("new", "10.0.1.1", 80, model.Ready)
+	tests := []struct {
+		name     string
+		current  model.Backend
+		desired  model.Backend
+		pol      Policy
+		want     map[Action][]string
+		handover []string
+	}{
+		{name: "every server replaced: the old one keeps its traffic while the new one waits",
+			current: be(serving("old", "10.0.0.1")), desired: be(newReady),
+			pol:  Policy{GateChecks: true, GuardPercent: 50},
+			want: map[Action][]string{Add: {"new"}}, handover: []string{"old"}},
+		{name: "the same without the guard: not deleted either",
+			current: be(serving("old", "10.0.0.1")), desired: be(newReady),
+			pol:  Policy{GateChecks: true},
+			want: map[Action][]string{Add: {"new"}}, handover: []string{"old"}},
+		{name: "its endpoint terminating (drain): it keeps serving until the replacement is in service",
+			current: be(serving("old", "10.0.0.1")), desired: be(srv("old", "10.0.0.1", 80, model.Drain), newReady),
+			pol:  Policy{GateChecks: true},
+			want: map[Action][]string{Add: {"new"}}, handover: []string{"old"}},
+		{name: "the replacement passed its check: in service, and the old one parked in the same plan",
+			current: be(serving("old", "10.0.0.1"), rt(srv("new", "10.0.1.1", 80, model.Drain), true, true, 0, 0)), desired: be(newReady),
+			pol:  Policy{GateChecks: true, GuardPercent: 50},
+			want: map[Action][]string{Update: {"new"}, Maint: {"old"}}},
+		{name: "another server still serves: the leaving one goes at once",
+			current: be(serving("old", "10.0.0.1"), serving("stay", "10.0.0.2")), desired: be(srv("stay", "10.0.0.2", 80, model.Ready), newReady),
+			pol:  Policy{GateChecks: true},
+			want: map[Action][]string{Add: {"new"}, Delete: {"old"}}},
+		{name: "a leaving server whose own check fails is not kept",
+			current: be(rt(srv("old", "10.0.0.1", 80, model.Ready), true, false, 0, 0)), desired: be(newReady),
+			pol:  Policy{GateChecks: true},
+			want: map[Action][]string{Add: {"new"}, Delete: {"old"}}},
+		{name: "no ready endpoint in Kubernetes: nothing to make before the break",
+			current: be(serving("old", "10.0.0.1")), desired: be(srv("old", "10.0.0.1", 80, model.Maint)),
+			pol:  Policy{GateChecks: true},
+			want: map[Action][]string{Maint: {"old"}}},
+		{name: "a server that moves must earn its traffic at its new address: not kept",
+			current: be(serving("old", "10.0.0.1")), desired: be(srv("old", "10.0.0.9", 80, model.Ready)),
+			pol:  Policy{GateChecks: true},
+			want: map[Action][]string{Drain: {"old"}}},
+		{name: "a driver that cannot gate: no waiting, nothing kept",
+			current: be(up(srv("old", "10.0.0.1", 80, model.Ready))), desired: be(newReady),
+			pol:  Policy{},
+			want: map[Action][]string{Add: {"new"}, Delete: {"old"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := CalculateWith(tt.current, tt.desired, tt.pol)
+			if got := summary(p); !equalSummary(got, tt.want) {
+				t.Errorf("plan = %v, want %v", got, tt.want)
+			}
+			if !slices.Equal(p.HandingOver, tt.handover) {
+				t.Errorf("handing over %v, want %v", p.HandingOver, tt.handover)
+			}
+			if len(tt.handover) > 0 && (len(p.Guarded) > 0 || len(p.Draining) > 0 || !p.Pending()) {
+				t.Errorf("guarded %v, draining %v, pending %v: a kept server is neither, and a later reconcile is due", p.Guarded, p.Draining, p.Pending())
+			}
+		})
+	}
+}
+
+// TestReplacingEveryServerNeverEmptiesTheBackend: three serving servers all
+// replaced, the replacements' checks passing only from the third reconcile
+// on: after every reconcile some server is in service, and in the end the
+// new ones alone.
+func TestReplacingEveryServerNeverEmptiesTheBackend(t *testing.T) {
+	var current, desired model.Backend
+	for i := range 3 {
+		current.Servers = append(current.Servers, rt(up(srv(fmt.Sprintf("old%d", i), fmt.Sprintf("10.0.0.%d", i+1), 80, model.Ready)), true, true, 0, 0))
+		desired.Servers = append(desired.Servers, srv(fmt.Sprintf("new%d", i), fmt.Sprintf("10.0.1.%d", i+1), 80, model.Ready))
+	}
+	current.Name, desired.Name = "be", "be"
+	pol := Policy{GateChecks: true, GuardPercent: 50, DeleteBatch: 1}
+	for round := range 6 {
+		p := CalculateWith(current, desired, pol)
+		next := simulate(current, p)
+		if round < 2 { // the new servers' checks have not passed yet
+			for i, s := range next.Servers {
+				if strings.HasPrefix(s.Name, "new") {
+					next.Servers[i].Runtime.CheckPassed, next.Servers[i].Up = false, false
+				}
+			}
+		}
+		// What clients see between this reconcile and the next.
+		n := 0
+		for _, s := range next.Servers {
+			if s.State == model.Ready && s.Runtime.CheckPassed {
+				n++
+			}
+		}
+		if n == 0 {
+			t.Fatalf("round %d: no server in service after plan %v", round, summary(p))
+		}
+		current = next
+	}
+	for _, s := range current.Servers {
+		if !strings.HasPrefix(s.Name, "new") || s.State != model.Ready {
+			t.Errorf("in the end: %s %s", s.Name, s.State)
+		}
+	}
 }

@@ -420,6 +420,10 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			stepped = append(stepped, ch)
 		}
 	}
+	// Servers entering service first: a plan that puts a replacement in
+	// service and takes the servers it replaces out (make-before-break)
+	// must not leave the backend with none between the two.
+	slices.SortStableFunc(stepped, func(a, b plan.Change) int { return boolRank(enters(b)) - boolRank(enters(a)) })
 	for start := 0; start < len(stepped); start += sequenceChunk {
 		chunk := stepped[start:min(start+sequenceChunk, len(stepped))]
 		errs, err := c.sequences(ctx, &a, chunk)
@@ -742,4 +746,16 @@ func stateWord(s model.State) string {
 	default:
 		return "ready"
 	}
+}
+
+// enters reports whether ch puts a server in service without gating it.
+func enters(ch plan.Change) bool {
+	return !ch.Gate && ch.New != nil && ch.New.State == model.Ready && (ch.Old == nil || ch.Old.State != model.Ready)
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
