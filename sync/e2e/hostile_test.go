@@ -130,9 +130,10 @@ func TestHostileNodesNodeMode(t *testing.T) {
 }
 
 // TestGuardHoldsUntilReplacementsAreUp replaces every server at once, on a
-// real HAProxy: the old servers are parked, two reconciles in a row delete
-// nothing while the replacements' checks fail, and the old servers go only
-// once the replacements are UP.
+// real HAProxy: two reconciles in a row delete nothing while the
+// replacements' checks fail, the old servers keep serving meanwhile
+// (make-before-break: parking them would empty the backend), and they go
+// only once the replacements are UP.
 func TestGuardHoldsUntilReplacementsAreUp(t *testing.T) {
 	w := newWorld(t, "web", desired.PodMode, []desired.PortBackend{{Backend: "be"}})
 	w.rec.GuardPercent = 100
@@ -148,14 +149,15 @@ func TestGuardHoldsUntilReplacementsAreUp(t *testing.T) {
 	w.slice("web-1", "web", ports, endpoint{ip: "10.244.0.3", pod: "c"}, endpoint{ip: "10.244.0.4", pod: "d"})
 	for i := range 2 {
 		res := w.mustReconcile()
-		if len(res.Targets[0].Delete) != 0 || fmt.Sprint(res.Targets[0].Guarded) != "[a b]" {
+		if len(res.Targets[0].Delete) != 0 || fmt.Sprint(res.Targets[0].HandingOver) != "[a b]" {
 			t.Fatalf("reconcile %d while c and d are not UP: %+v", i+1, res.Targets[0])
 		}
+		w.expectTraffic("be", "a", "b")
 		// Nothing answers on c and d: their checks, every downinter
 		// while they are DOWN, keep failing.
 		time.Sleep(5 * shipped.DownInter)
 	}
-	if got := w.h.Servers(t, "be"); len(got) != 4 || got["c"].Up() || got["d"].Up() || !got["a"].Maint() || !got["b"].Maint() {
+	if got := w.h.Servers(t, "be"); len(got) != 4 || got["c"].Up() || got["d"].Up() || got["a"].Maint() || got["b"].Maint() {
 		t.Fatalf("servers %+v", got)
 	}
 
