@@ -595,11 +595,57 @@ func (c *Client) gate(ctx context.Context, backend string, ch plan.Change, versi
 		}
 		version = r.nextVersion(version)
 	}
+	if renewable(ch) {
+		// Deleted and added again through the socket, with its id and the
+		// keywords haproxy.cfg holds: its first check comes at once, where
+		// leaving maintenance keeps it on the steady inter (1.5 s shipped).
+		held := *ch.New
+		rp := plan.Plan{Backend: backend, Changes: []plan.Change{{Action: ch.Action, Name: ch.Name, Old: ch.Old, New: &held, Gate: true, Renew: true}}}
+		applied, err := c.runtime.Apply(ctx, rp)
+		out.Add(applied)
+		return version, err
+	}
 	if err := c.runtime.Gate(ctx, backend, ch.Name); err != nil {
 		return version, err
 	}
 	out.Count(plan.RuntimeWrite)
 	return version, nil
+}
+
+// renewable reports whether gated change ch may bring its server back from
+// maintenance by deleting and adding it again through the socket
+// (plan.Change.Renew): parked in the running HAProxy with no sessions, its
+// id known, and haproxy.cfg holding nothing for it but what this service
+// writes (an add through the socket would lose any other keyword).
+func renewable(ch plan.Change) bool {
+	o := ch.Old
+	if o == nil || o.State != model.Maint || o.Runtime == nil || o.Runtime.Loading || o.Runtime.Sessions != 0 || o.Runtime.ID <= 0 {
+		return false
+	}
+	raw, ok := o.Source.(rawServer)
+	if !ok {
+		return false
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return false
+	}
+	for k, v := range fields {
+		if !writtenFields[k] && string(v) != "null" && string(v) != `""` && string(v) != "0" && string(v) != "false" {
+			return false
+		}
+	}
+	return true
+}
+
+// writtenFields are the server fields serverModel writes, and the ones that
+// name it: a server whose haproxy.cfg entry has no other is one an add
+// through the socket renders whole (runtimeapi's add line).
+var writtenFields = map[string]bool{
+	"name": true, "address": true, "port": true, "weight": true, "maintenance": true, "check": true,
+	"inter": true, "fastinter": true, "downinter": true, "rise": true, "fall": true,
+	"observe": true, "error_limit": true, "on-error": true, "send-proxy-v2": true, "check-send-proxy": true,
+	"health_check_port": true, "backup": true, "id": true,
 }
 
 // transaction writes the structural changes in one transaction and commits it.

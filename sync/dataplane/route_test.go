@@ -141,3 +141,46 @@ func TestRoute(t *testing.T) {
 		t.Errorf("a delete on the socket is %s to %s, want parked only", r.onSocket[0].Action, r.onSocket[0].New.State)
 	}
 }
+
+// TestRenewable: a returning server is deleted and added again through the
+// socket only when nothing of it would be lost: parked with no sessions,
+// its id known, running, and haproxy.cfg holding only what this service
+// writes.
+func TestRenewable(t *testing.T) {
+	parked := func(mut func(*model.Server)) plan.Change {
+		old := server("r", model.Maint, model.Maint)
+		old.Runtime = &model.Runtime{ID: 7}
+		if mut != nil {
+			mut(old)
+		}
+		return plan.Change{Action: plan.Drain, Name: "r", Old: old, New: server("r", model.Drain, ""), Gate: true}
+	}
+	withField := func(k, v string) func(*model.Server) {
+		return func(s *model.Server) {
+			var m map[string]any
+			_ = json.Unmarshal(s.Source.(rawServer), &m)
+			m[k] = v
+			b, _ := json.Marshal(m)
+			s.Source = rawServer(b)
+		}
+	}
+	for _, tt := range []struct {
+		name string
+		ch   plan.Change
+		want bool
+	}{
+		{"parked, written by this service", parked(nil), true},
+		{"with sessions", parked(func(s *model.Server) { s.Runtime.Sessions = 1 }), false},
+		{"id unknown", parked(func(s *model.Server) { s.Runtime.ID = 0 }), false},
+		{"not running yet", parked(func(s *model.Server) { s.Runtime.Loading = true }), false},
+		{"in service", parked(func(s *model.Server) { s.State = model.Ready }), false},
+		{"haproxy.cfg gives it ssl", parked(withField("ssl", "enabled")), false},
+		{"haproxy.cfg gives it an id", parked(withField("id", "7")), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := renewable(tt.ch); got != tt.want {
+				t.Errorf("renewable = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

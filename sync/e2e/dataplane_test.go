@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -324,4 +325,71 @@ func TestDataplaneAddsThatReload(t *testing.T) {
 	if srv := w.h.Servers(t, "be")[dead]; !srv.Drain() || !srv.CheckRunning() {
 		t.Errorf("%s after the reload: %+v, want it gated (drain, check running)", dead, srv)
 	}
+}
+
+// TestDataplaneReturningServerIsRenewed: through the Data Plane API driver,
+// a node whose endpoint was not ready (its server parked) is ready again.
+// Leaving maintenance keeps a server's check on its steady inter (1.5 s
+// shipped, no CLI command wakes it), so its server is deleted and added
+// again through the socket, with its id and the keywords haproxy.cfg
+// holds, gated: a fresh server whose first check comes at once (its
+// session total starts from 0). It enters service once that check passed,
+// and haproxy.cfg is left as the API wrote it.
+func TestDataplaneReturningServerIsRenewed(t *testing.T) {
+	var api *dataplanetest.Server
+	w := newWorld(t, "web", desired.NodeMode, []desired.PortBackend{{Backend: "be"}}, dataplaneDriver(&api, 5*time.Second))
+	svc := w.service("web", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80})
+	np := svc.Spec.Ports[0].NodePort
+	a, b := w.node("a", "127.0.9.71"), w.node("b", "127.0.9.72")
+	listen(t, a, "127.0.9.71", np)
+	listen(t, b, "127.0.9.72", np)
+	ports := map[string]int32{"http": 8080}
+	w.slice("web-1", "web", ports, endpoint{ip: "10.244.0.1", node: a}, endpoint{ip: "10.244.0.2", node: b})
+	w.mustReconcile()
+	w.expectTraffic("be", a, b)
+	id := w.h.Servers(t, "be")[b].ID
+
+	w.slice("web-1", "web", ports, endpoint{ip: "10.244.0.1", node: a}, endpoint{ip: "10.244.0.2", node: b, notReady: true})
+	w.mustReconcile()
+	if !w.h.Servers(t, "be")[b].Maint() {
+		t.Fatalf("%s not parked: %+v", b, w.h.Servers(t, "be")[b])
+	}
+	w.expectTraffic("be", a)
+
+	w.slice("web-1", "web", ports, endpoint{ip: "10.244.0.1", node: a}, endpoint{ip: "10.244.0.2", node: b})
+	if _, res := w.reconcile(); fmt.Sprint(res.Targets[0].Waiting) != "["+b+"]" {
+		t.Fatalf("waiting %v, want %s gated", res.Targets[0].Waiting, b)
+	}
+	got := w.h.Servers(t, "be")[b]
+	stat, err := w.h.Command("show stat be 4 -1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != id || !got.Drain() || got.Up() || statField(stat, b, "stot") != "0" {
+		t.Errorf("%s back: %+v, session total %s; want id %d, drained, not UP, added again (0)", b, got, statField(stat, b, "stot"), id)
+	}
+	w.mustReconcile()
+	w.expectTraffic("be", a, b)
+	for _, s := range api.Servers("be") {
+		if s.Name == b && s.Maintenance == "enabled" {
+			t.Errorf("haproxy.cfg still parks %s", b)
+		}
+	}
+}
+
+// statField is field of server's line in a "show stat" CSV reply.
+func statField(stat, server, field string) string {
+	lines := strings.Split(stat, "\n")
+	col := -1
+	for i, name := range strings.Split(strings.TrimPrefix(lines[0], "# "), ",") {
+		if name == field {
+			col = i
+		}
+	}
+	for _, l := range lines[1:] {
+		if f := strings.Split(l, ","); col >= 0 && len(f) > col && f[1] == server {
+			return f[col]
+		}
+	}
+	return ""
 }

@@ -149,6 +149,8 @@ type Runtime struct {
 	// Since is the time since the server's last state change (whole
 	// seconds in HAProxy); for a parked server, how long it has been parked.
 	Since time.Duration
+	// ID is the server's id in the running HAProxy (0: unknown).
+	ID int
 }
 
 // Settings are the backend-level options this service manages. A desired

@@ -338,6 +338,7 @@ func ParseServersState(reply, backend string, rise, fall int) ([]model.Server, e
 		// (srv_f_forced_id): this driver names one on every add.
 		if id, err := strconv.Atoi(f[2]); err == nil {
 			s.Source = Record{ID: id, ForcedID: f[16] == "1"}
+			rt.ID = id
 		}
 		// Field 21, srv_check_port: 0 unless set; equal to the server's
 		// port means the same as unset.
@@ -614,8 +615,19 @@ func reAdds(ch plan.Change) bool {
 	if !ch.Gate || ch.Action == plan.Add || ch.Old == nil || ch.Old.State != model.Maint || ch.Old.Runtime == nil || ch.Old.Runtime.Sessions != 0 {
 		return false
 	}
+	if ch.Renew { // the caller knows its keywords (plan.Change.Renew)
+		return reAddID(ch) > 0
+	}
 	rec, ok := ch.Old.Source.(Record)
 	return ok && rec.ForcedID && rec.ID >= idBase
+}
+
+// reAddID is the id a server added again keeps.
+func reAddID(ch plan.Change) int {
+	if rec, ok := ch.Old.Source.(Record); ok {
+		return rec.ID
+	}
+	return ch.Old.Runtime.ID
 }
 
 // reAddSteps delete a parked server and add it again, gated, with its id
@@ -628,7 +640,7 @@ func (a *applier) reAddSteps(srv string, ch plan.Change) []Step {
 		steps = append(steps, Step{"wait 2000 srv-removable " + srv, func(string) bool { return true }})
 	}
 	steps = append(steps, Step{"del server " + srv, func(r string) bool { return lastWords(r) == "Server deleted." }})
-	return append(steps, a.addStepsWithID(srv, ch, ch.Old.Source.(Record).ID)...)
+	return append(steps, a.addStepsWithID(srv, ch, reAddID(ch))...)
 }
 
 // checkKeywords are the server keywords of check ck's timing and
