@@ -413,8 +413,10 @@ func (p *Plan) keepUntilReplaced(desired model.Backend) {
 	kept := map[string]bool{}
 	changes := p.Changes[:0]
 	for _, ch := range p.Changes {
+		// Not a server an operator pinned out (the Node's annotation,
+		// desired.ReasonAnnotation): that is an order, not a change.
 		leaving := ch.Old != nil && !ch.Gate && (ch.Action == Delete || ch.Action == Maint || ch.Action == Drain) &&
-			(ch.New == nil || ch.New.Address == ch.Old.Address && ch.New.Port == ch.Old.Port)
+			(ch.New == nil || ch.New.Address == ch.Old.Address && ch.New.Port == ch.Old.Port && ch.New.Reason != "annotation")
 		if leaving && serving(ch.Old, false) {
 			kept[ch.Name] = true
 			continue
