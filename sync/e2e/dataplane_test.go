@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 	"testing"
 	"time"
 
@@ -365,8 +364,8 @@ func TestDataplaneReturningServerIsRenewed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.ID != id || !got.Drain() || got.Up() || statField(stat, b, "stot") != "0" {
-		t.Errorf("%s back: %+v, session total %s; want id %d, drained, not UP, added again (0)", b, got, statField(stat, b, "stot"), id)
+	if got.ID != id || !got.Drain() || got.Up() || haproxytest.StatField(stat, b, "stot") != "0" {
+		t.Errorf("%s back: %+v, session total %s; want id %d, drained, not UP, added again (0)", b, got, haproxytest.StatField(stat, b, "stot"), id)
 	}
 	w.mustReconcile()
 	w.expectTraffic("be", a, b)
@@ -375,21 +374,4 @@ func TestDataplaneReturningServerIsRenewed(t *testing.T) {
 			t.Errorf("haproxy.cfg still parks %s", b)
 		}
 	}
-}
-
-// statField is field of server's line in a "show stat" CSV reply.
-func statField(stat, server, field string) string {
-	lines := strings.Split(stat, "\n")
-	col := -1
-	for i, name := range strings.Split(strings.TrimPrefix(lines[0], "# "), ",") {
-		if name == field {
-			col = i
-		}
-	}
-	for _, l := range lines[1:] {
-		if f := strings.Split(l, ","); col >= 0 && len(f) > col && f[1] == server {
-			return f[col]
-		}
-	}
-	return ""
 }

@@ -151,18 +151,7 @@ func BenchmarkWatchScaleUp200(b *testing.B) {
 }
 
 func scaleUp(b *testing.B, n int, dataplane bool) {
-	w := newWorld(b, "web", desired.NodeMode, []desired.PortBackend{{Backend: "be"}})
-	svc := w.service("web", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80})
-	np := svc.Spec.Ports[0].NodePort
-	var names []string
-	var eps []endpoint
-	for i := range n {
-		ip := fmt.Sprintf("127.0.%d.%d", 20+i/200, i%200+1)
-		name := w.node(fmt.Sprintf("n%03d", i), ip)
-		listen(b, name, ip, np)
-		names = append(names, name)
-		eps = append(eps, endpoint{ip: fmt.Sprintf("10.245.%d.%d", i/200, i%200+1), node: name})
-	}
+	w, names, eps := nodesWorld(b, n, 20)
 	ports := map[string]int32{"http": 8080}
 	w.slice("web-1", "web", ports, eps[0])
 	proxy := newCutProxy(b, apiHostPort(b))
@@ -233,18 +222,7 @@ func BenchmarkWatchDrain200(b *testing.B) {
 }
 
 func drain(b *testing.B, n, keep int, dataplane bool) {
-	w := newWorld(b, "web", desired.NodeMode, []desired.PortBackend{{Backend: "be"}})
-	svc := w.service("web", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80})
-	np := svc.Spec.Ports[0].NodePort
-	var names []string
-	var eps []endpoint
-	for i := range n {
-		ip := fmt.Sprintf("127.0.%d.%d", 30+i/200, i%200+1)
-		name := w.node(fmt.Sprintf("n%03d", i), ip)
-		listen(b, name, ip, np)
-		names = append(names, name)
-		eps = append(eps, endpoint{ip: fmt.Sprintf("10.246.%d.%d", i/200, i%200+1), node: name})
-	}
+	w, names, eps := nodesWorld(b, n, 30)
 	ports := map[string]int32{"http": 8080}
 	w.slice("web-1", "web", ports, eps...)
 	env := []string{
@@ -313,6 +291,25 @@ func drain(b *testing.B, n, keep int, dataplane bool) {
 	b.ReportMetric(ms(post), "post-ms")
 	b.ReportMetric(float64(reloads), "reloads")
 	b.ReportMetric(float64(asked), "reloads-asked")
+}
+
+// nodesWorld is a world with the NodePort Service "web" (backend "be") and
+// n Nodes answering on their NodePort at 127.0.<third+i/200>.<i%200+1>,
+// with an endpoint each (not written yet).
+func nodesWorld(b *testing.B, n, third int) (*world, []string, []endpoint) {
+	w := newWorld(b, "web", desired.NodeMode, []desired.PortBackend{{Backend: "be"}})
+	svc := w.service("web", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80})
+	np := svc.Spec.Ports[0].NodePort
+	var names []string
+	var eps []endpoint
+	for i := range n {
+		ip := fmt.Sprintf("127.0.%d.%d", third+i/200, i%200+1)
+		name := w.node(fmt.Sprintf("n%03d", i), ip)
+		listen(b, name, ip, np)
+		names = append(names, name)
+		eps = append(eps, endpoint{ip: fmt.Sprintf("10.%d.%d.%d", 225+third, i/200, i%200+1), node: name})
+	}
+	return w, names, eps
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

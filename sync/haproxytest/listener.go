@@ -116,3 +116,21 @@ func Spread(addr string, n int) map[string]int {
 	}
 	return out
 }
+
+// StatField returns server's field in a "show stat" reply (CSV, its first
+// line naming the fields); empty when either is not there.
+func StatField(stat, server, field string) string {
+	lines := strings.Split(stat, "\n")
+	col := -1
+	for i, name := range strings.Split(strings.TrimPrefix(lines[0], "# "), ",") {
+		if name == field {
+			col = i
+		}
+	}
+	for _, l := range lines[1:] {
+		if f := strings.Split(l, ","); col >= 0 && len(f) > col && f[1] == server {
+			return f[col]
+		}
+	}
+	return ""
+}

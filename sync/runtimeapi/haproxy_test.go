@@ -721,8 +721,8 @@ func TestReturningServerIsAddedAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if statOf(stat, "a", "stot") != "0" || statOf(stat, "static", "stot") == "0" {
-		t.Errorf("session totals a %s, static %s: want a added again (0), static not", statOf(stat, "a", "stot"), statOf(stat, "static", "stot"))
+	if haproxytest.StatField(stat, "a", "stot") != "0" || haproxytest.StatField(stat, "static", "stot") == "0" {
+		t.Errorf("session totals a %s, static %s: want a added again (0), static not", haproxytest.StatField(stat, "a", "stot"), haproxytest.StatField(stat, "static", "stot"))
 	}
 	converge(t, c, want(a, static), 5*time.Second)
 	if got := haproxytest.Spread(h.Frontends["be"], 4); got["a"] == 0 || got["static"] == 0 {
@@ -731,26 +731,9 @@ func TestReturningServerIsAddedAgain(t *testing.T) {
 	if stat, err = h.Command("show stat be 4 -1"); err != nil {
 		t.Fatal(err)
 	}
-	if slim := statOf(stat, "static", "slim"); slim != "7" {
+	if slim := haproxytest.StatField(stat, "static", "slim"); slim != "7" {
 		t.Errorf("static's maxconn is %q, want 7 (kept from haproxy.cfg)", slim)
 	}
-}
-
-// statOf returns server's field in a "show stat" reply (CSV).
-func statOf(stat, server, field string) string {
-	lines := strings.Split(stat, "\n")
-	col := -1
-	for i, name := range strings.Split(strings.TrimPrefix(lines[0], "# "), ",") {
-		if name == field {
-			col = i
-		}
-	}
-	for _, l := range lines[1:] {
-		if f := strings.Split(l, ","); col >= 0 && len(f) > col && f[1] == server {
-			return f[col]
-		}
-	}
-	return ""
 }
 
 // TestDeleteWithIdleConnections: servers with idle, reusable server-side
@@ -866,7 +849,7 @@ func idleConns(t *testing.T, h *haproxytest.HAProxy) map[string]int {
 	out := map[string]int{}
 	for _, s := range h.Servers(t, "be") {
 		for _, field := range []string{"idle_conn_cur", "safe_conn_cur"} {
-			v := statOf(stat, s.Name, field)
+			v := haproxytest.StatField(stat, s.Name, field)
 			n, err := strconv.Atoi(v)
 			if err != nil {
 				t.Fatalf("show stat: %s of %s is %q", field, s.Name, v)
