@@ -375,3 +375,51 @@ func TestDataplaneReturningServerIsRenewed(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitingServerLoadedParkedIsGatedAgain: the real service (watching,
+// its follow-up polling the socket, nobody POSTing), the Data Plane API
+// driver with a default-server line (every add answered with a reload) and
+// a node that answers nothing yet. The API's reload runs while its server
+// waits, and loads it parked, where no check runs. Before, the follow-up
+// waited for that check to pass and nothing gated the server again until a
+// Kubernetes change or the resync (160 s and more, by hand); now a waiting
+// server with no running check is due: it is gated again at once, and once
+// its node answers it enters service, with no POST and no Kubernetes write.
+func TestWaitingServerLoadedParkedIsGatedAgain(t *testing.T) {
+	w := newWorld(t, "web", desired.NodeMode, []desired.PortBackend{{Backend: "be"}})
+	svc := w.service("web", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80})
+	np := svc.Spec.Ports[0].NodePort
+	ipA, ipLate := "127.0.9.81", "127.0.9.82"
+	a, late := w.node("a", ipA), w.node("late", ipLate)
+	listen(t, a, ipA, np)
+	w.slice("web-1", "web", map[string]int32{"http": 8080}, endpoint{ip: "10.244.0.1", node: a}, endpoint{ip: "10.244.0.2", node: late})
+	api := testAPIWith(t, w.h, dataplanetest.Options{DefaultsDefaultServer: true})
+	s := startService(t, "KUBECONFIG="+kubeconfigVia(t, apiHostPort(t)), "INGRESS_NAMESPACE="+w.ns, "INGRESS_SERVICE_NAME=web",
+		"HAPROXY_BACKEND_NAME=be", "HAPROXY_RUNTIME_URL="+w.h.RuntimeURL(), "HAPROXY_DATAPLANE_URL="+api.URL)
+	s.wait(t, "/readyz", 10*time.Second)
+	w.expectTraffic("be", a)
+	if srv := w.h.Servers(t, "be")[late]; !srv.Drain() || !srv.CheckRunning() {
+		t.Fatalf("%s before the reload: %+v, want it gated", late, srv)
+	}
+
+	// The API's reload: haproxy.cfg as it wrote it, the late node parked.
+	w.h.SetServers(t, "be", api.ServerLines("be"))
+	w.h.Reload(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for srv := w.h.Servers(t, "be")[late]; !srv.CheckRunning(); srv = w.h.Servers(t, "be")[late] {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s after the reload: %+v, not gated again after 10 s", late, srv)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	listen(t, late, ipLate, np)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if srv := w.h.Servers(t, "be")[late]; srv.Up() && !srv.Drain() && !srv.Maint() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never in service once it answered: %+v", late, w.h.Servers(t, "be")[late])
+		}
+	}
+	w.expectTraffic("be", a, late)
+}

@@ -8,12 +8,14 @@ import (
 	"time"
 )
 
-// CheckReader reads, from one running HAProxy, which servers of a backend
-// have passed their health check: one read of the runtime socket, no
-// Kubernetes read and no configuration read, so it can be asked often while
-// servers wait.
+// CheckReader reads, from one running HAProxy, the servers of a backend it
+// runs and, for each, whether a reconcile has work for it should it wait for
+// its check (due): its check passed, or no check of it runs at all (a reload
+// loaded it parked, and it must be gated again). One read of the runtime
+// socket, no Kubernetes read and no configuration read, so it can be asked
+// often while servers wait.
 type CheckReader interface {
-	ReadChecks(ctx context.Context, backend string) (passed map[string]bool, err error)
+	ReadChecks(ctx context.Context, backend string) (due map[string]bool, err error)
 }
 
 // FollowUp reconciles again when nothing in Kubernetes will ask for it:
@@ -434,9 +436,10 @@ func (errStillWaiting) Error() string {
 }
 
 // passedOne reports whether, on cr, a server of backends (its waiting
-// servers) passed its check, or is gone, or, when a reload was to load it
-// (Loading), is there now: a reconcile has work in each case. A backend
-// that cannot be read says nothing.
+// servers) is due (its check passed, or none runs: CheckReader), or is
+// gone, or, when a reload was to load it (Loading), is there now: a
+// reconcile has work in each case. A backend that cannot be read says
+// nothing.
 func passedOne(ctx context.Context, cr CheckReader, backends map[string]waits) bool {
 	for backend, w := range backends {
 		got, err := cr.ReadChecks(ctx, backend)

@@ -231,9 +231,11 @@ func (c *Client) serversState(ctx context.Context, backend string) ([]model.Serv
 	return servers, nil
 }
 
-// ReadChecks reports which of the backend's servers passed their health
-// check (model.Runtime.CheckPassed), from one "show servers state": cheap
-// enough to ask every few tens of milliseconds while servers wait.
+// ReadChecks reports, for each of the backend's servers, whether its health
+// check passed (model.Runtime.CheckPassed) or none runs (a reload loaded a
+// waiting server parked: it must be gated again), from one "show servers
+// state": cheap enough to ask every few tens of milliseconds while servers
+// wait (reconcile.CheckReader).
 func (c *Client) ReadChecks(ctx context.Context, backend string) (map[string]bool, error) {
 	servers, err := c.serversState(ctx, backend)
 	if err != nil {
@@ -241,7 +243,7 @@ func (c *Client) ReadChecks(ctx context.Context, backend string) (map[string]boo
 	}
 	out := make(map[string]bool, len(servers))
 	for _, s := range servers {
-		out[s.Name] = s.Runtime.CheckPassed
+		out[s.Name] = s.Runtime.CheckPassed || !s.Runtime.CheckRunning
 	}
 	return out, nil
 }
