@@ -545,11 +545,18 @@ func (c *Client) addThenGate(ctx context.Context, backend string, ch plan.Change
 		}
 		return version, nil
 	}
-	// A server meant to stay in maintenance is left there, its check not
-	// started: gating would put it in drain. Whoever wants it in service
-	// later gates it then.
-	if r.status != http.StatusCreated || srv.State == model.Maint {
+	if r.status != http.StatusCreated {
 		return version, nil
+	}
+	if srv.State == model.Maint {
+		// Left in maintenance (its endpoint not ready yet: a new pod),
+		// its check runs all the same, as on the runtime API driver's
+		// adds: once the endpoint is ready its check has passed, and it
+		// enters service at once rather than a check later. The API adds
+		// it "disabled", which pauses its check for as long as it is in
+		// maintenance, so it is added again through the socket, in
+		// maintenance, its check started (gating would put it in drain).
+		return version, c.checkWhileParked(ctx, backend, srv)
 	}
 	if err := c.runtime.Gate(ctx, backend, srv.Name); err != nil {
 		return version, fmt.Errorf("gate: %w", err)
@@ -568,6 +575,25 @@ func (c *Client) addThenGate(ctx context.Context, backend string, ch plan.Change
 		return version, err
 	}
 	return r.nextVersion(version), nil
+}
+
+// checkWhileParked adds srv, which the API just added in maintenance, again
+// through the socket with its id, in maintenance with its check running
+// (plan.Change.Renew). A server it cannot find is left as the API added it.
+func (c *Client) checkWhileParked(ctx context.Context, backend string, srv model.Server) error {
+	running, err := c.runtime.ReadRuntime(ctx, backend)
+	if err != nil {
+		return fmt.Errorf("read runtime state of %s: %w", backend, err)
+	}
+	for i := range running {
+		if old := &running[i]; old.Name == srv.Name && old.Runtime != nil && old.State == model.Maint {
+			parked := srv
+			rp := plan.Plan{Backend: backend, Changes: []plan.Change{{Action: plan.Update, Name: srv.Name, Old: old, New: &parked, Renew: true}}}
+			_, err := c.runtime.Apply(ctx, rp)
+			return err
+		}
+	}
+	return nil
 }
 
 // loading reports whether haproxy.cfg holds s and the running HAProxy does

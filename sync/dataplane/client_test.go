@@ -425,6 +425,8 @@ type healthLog struct {
 	// (loaded), or once the socket added it.
 	lazy   bool
 	loaded map[string]bool
+	// started: servers whose check StartCheck started (left in maintenance)
+	started []string
 }
 
 // reload loads haproxy.cfg as the running HAProxy: every configured server,
@@ -466,6 +468,9 @@ func (h *healthLog) Apply(_ context.Context, p plan.Plan) (plan.Applied, error) 
 	h.applied = append(h.applied, p)
 	var out plan.Applied
 	for _, ch := range p.Changes {
+		if ch.Renew && !ch.Gate {
+			h.started = append(h.started, p.Backend+"/"+ch.Name)
+		}
 		s := *ch.New
 		if ch.Gate {
 			h.calls = append(h.calls, p.Backend+"/"+ch.Name)
@@ -510,7 +515,7 @@ func (h *healthLog) ReadRuntime(_ context.Context, backend string) ([]model.Serv
 
 func (h *healthLog) server(backend, name, addr string, st model.State) model.Server {
 	passed := h.passed && !h.dead[name]
-	running := slices.Contains(h.calls, backend+"/"+name) || h.loaded[name] && st != model.Maint
+	running := slices.Contains(h.calls, backend+"/"+name) || slices.Contains(h.started, backend+"/"+name) || h.loaded[name] && st != model.Maint
 	return model.Server{Name: name, Address: addr, Port: 30080, State: st, Up: passed,
 		Runtime: &model.Runtime{CheckRunning: running, CheckPassed: passed}}
 }
@@ -526,9 +531,10 @@ func TestAddWithoutReloadGatedOnChecks(t *testing.T) {
 	if a.Reload || api.Reloads() != 0 {
 		t.Errorf("adds reloaded HAProxy (%d reloads)", api.Reloads())
 	}
-	// node-c is to stay in maintenance: gating would put it in drain.
-	if strings.Join(hl.calls, ",") != "be/node-a,be/node-b" {
-		t.Errorf("gate calls: %v", hl.calls)
+	// node-c is to stay in maintenance: gating would put it in drain; its
+	// check is started all the same, so it can enter once it is ready.
+	if strings.Join(hl.calls, ",") != "be/node-a,be/node-b" || fmt.Sprint(hl.started) != "[be/node-c]" {
+		t.Errorf("gate calls: %v, checks started %v", hl.calls, hl.started)
 	}
 	if !reflect.DeepEqual(p.Waiting, []string{"node-a"}) {
 		t.Errorf("waiting = %v, want node-a", p.Waiting)

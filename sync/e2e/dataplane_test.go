@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
 )
@@ -422,4 +424,57 @@ func TestWaitingServerLoadedParkedIsGatedAgain(t *testing.T) {
 		}
 	}
 	w.expectTraffic("be", a, late)
+}
+
+// TestDataplaneNotReadyServerIsCheckedWhileItWaits: through the Data Plane
+// API driver, a new endpoint that is not ready yet (a pod starting) gets its
+// server in maintenance with its check running, as the runtime API driver's
+// adds have: once the endpoint is ready its check has passed, and the
+// reconcile that reads it puts it in service, without waiting for a check.
+// Before, its check started only when it was ready (one more check, ~0.4 s,
+// with the backend one server short in a maxUnavailable 0 rollout).
+func TestDataplaneNotReadyServerIsCheckedWhileItWaits(t *testing.T) {
+	var api *dataplanetest.Server
+	w := newWorld(t, "web", desired.NodeMode, []desired.PortBackend{{Backend: "be"}}, dataplaneDriver(&api, 5*time.Second))
+	svc := w.service("web", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80})
+	np := svc.Spec.Ports[0].NodePort
+	a, b := w.node("a", "127.0.9.91"), w.node("b", "127.0.9.92")
+	listen(t, a, "127.0.9.91", np)
+	listen(t, b, "127.0.9.92", np)
+	ports := map[string]int32{"http": 8080}
+	w.slice("web-1", "web", ports, endpoint{ip: "10.244.0.1", node: a}, endpoint{ip: "10.244.0.2", node: b, notReady: true})
+	w.mustReconcile()
+	sock, err := runtimeapi.New(w.h.RuntimeURL(), model.Settings{}, model.Check{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	passed := func() bool {
+		rs, err := sock.ReadRuntime(context.Background(), "be")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range rs {
+			if s.Name == b {
+				return s.Runtime.CheckRunning && s.Runtime.CheckPassed
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		srv := w.h.Servers(t, "be")[b]
+		if !srv.Maint() {
+			t.Fatalf("%s: %+v, want it in maintenance while not ready", b, srv)
+		}
+		if passed() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s in maintenance: %+v, its check never passed", b, srv)
+		}
+	}
+	w.slice("web-1", "web", ports, endpoint{ip: "10.244.0.1", node: a}, endpoint{ip: "10.244.0.2", node: b})
+	if _, res := w.reconcile(); len(res.Targets[0].Waiting) != 0 || fmt.Sprint(res.Targets[0].Update) != "["+b+"]" {
+		t.Fatalf("ready: %+v, want %s in service at once", res.Targets[0], b)
+	}
+	w.expectTraffic("be", a, b)
 }

@@ -125,7 +125,9 @@ func (a Server) SameTraffic(b Server) bool {
 // only once it has no sessions.
 type Runtime struct {
 	// CheckRunning: the health check is enabled and not paused (HAProxy
-	// pauses it while a server is in maintenance).
+	// pauses it while a server it put in maintenance, or loaded or added
+	// "disabled", is there; a server added at runtime without "disabled"
+	// starts in maintenance and runs its check once it is enabled).
 	CheckRunning bool
 	// CheckPassed: the check's health has reached rise and its last
 	// result passed, i.e. the server has earned traffic.

@@ -62,10 +62,11 @@ type Change struct {
 	// Kill asks the driver to shut the sessions of a server to delete: it
 	// has been parked for Policy.DrainTimeout and still has some.
 	Kill bool
-	// Renew, with Gate, tells the runtime API driver that a parked server
-	// may be deleted and added again, with its id, so that its first check
-	// comes at once: the caller knows every keyword the server has (the
-	// Data Plane API driver, from haproxy.cfg).
+	// Renew tells the runtime API driver that a parked server may be
+	// deleted and added again, with its id, so that its check starts
+	// afresh: gated (Gate), its first check comes at once; kept in
+	// maintenance, its check runs while it waits. The caller knows every
+	// keyword the server has (the Data Plane API driver, from haproxy.cfg).
 	Renew bool
 }
 

@@ -614,11 +614,14 @@ type Record struct {
 // keywords an add would lose, and
 // deleting a server with streams can crash HAProxy before 2.6.17.
 func reAdds(ch plan.Change) bool {
-	if !ch.Gate || ch.Action == plan.Add || ch.Old == nil || ch.Old.State != model.Maint || ch.Old.Runtime == nil || ch.Old.Runtime.Sessions != 0 {
+	if ch.Action == plan.Add || ch.Old == nil || ch.Old.State != model.Maint || ch.Old.Runtime == nil || ch.Old.Runtime.Sessions != 0 {
 		return false
 	}
 	if ch.Renew { // the caller knows its keywords (plan.Change.Renew)
-		return reAddID(ch) > 0
+		return (ch.Gate || ch.New.State == model.Maint) && reAddID(ch) > 0
+	}
+	if !ch.Gate {
+		return false
 	}
 	rec, ok := ch.Old.Source.(Record)
 	return ok && rec.ForcedID && rec.ID >= idBase
