@@ -402,6 +402,9 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			return out, err
 		}
 	}
+	if err := c.stillChecked(ctx, p.Backend, r.afterCommit); err != nil {
+		return out, err
+	}
 	if err := c.onRuntime(ctx, plan.Plan{Backend: p.Backend, Changes: r.afterCommit}, &out, &failed); err != nil {
 		return out, err
 	}
@@ -575,6 +578,34 @@ func (c *Client) addThenGate(ctx context.Context, backend string, ch plan.Change
 		return version, err
 	}
 	return r.nextVersion(version), nil
+}
+
+// stillChecked makes sure that the servers changes put in service still
+// run a passed check in the running HAProxy: the API's reload may have run
+// since the plan was read (reload_delay after an earlier commit) and loaded
+// them parked, with no check run in the new process, where "state ready"
+// would put them UP at once. Then it is a conflict: the retry reads again
+// and gates them there.
+func (c *Client) stillChecked(ctx context.Context, backend string, changes []plan.Change) error {
+	entries := map[string]bool{}
+	for _, ch := range changes {
+		if ch.New != nil && ch.New.State == model.Ready {
+			entries[ch.Name] = true
+		}
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	running, err := c.runtime.ReadRuntime(ctx, backend)
+	if err != nil {
+		return fmt.Errorf("read runtime state of %s: %w", backend, err)
+	}
+	for _, s := range running {
+		if entries[s.Name] && (s.Runtime == nil || !s.Runtime.CheckRunning || !s.Runtime.CheckPassed) {
+			return &failure.ConflictError{Msg: fmt.Sprintf("server %s/%s no longer runs a passed check (HAProxy reloaded since the read): not put in service", backend, s.Name)}
+		}
+	}
+	return nil
 }
 
 // checkWhileParked adds srv, which the API just added in maintenance, again

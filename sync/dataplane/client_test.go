@@ -833,6 +833,44 @@ func TestManyServersLeaveThroughTheSocket(t *testing.T) {
 	}
 }
 
+// TestReloadBetweenTheBurstsCommits: more than MaxRuntimeAdds burst
+// servers passed their checks; the transaction writes them in service, and
+// the socket is to put them in service after the commit. The API's reload
+// of the first commit runs just before that one (reload_delay): the new
+// process loaded them parked, no check run there. "state ready" would put
+// them UP at once, so nothing is put in service and the error is a
+// conflict: the retry reads again and gates them.
+func TestReloadBetweenTheBurstsCommits(t *testing.T) {
+	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	hl := &healthLog{api: api}
+	u, _ := url.Parse(api.URL)
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+	w := burst(dataplane.MaxRuntimeAdds + 5)
+	syncOnce(t, c, w)
+	hl.passed = true
+	cur, err := c.Read(context.Background(), "be")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := plan.CalculateWith(cur, w, c.Policy())
+	api.Intercept(func(_ http.ResponseWriter, r *http.Request) bool {
+		if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/transactions/") {
+			hl.lazy = true
+			hl.reload() // what haproxy.cfg held before this commit: all parked
+			hl.passed = false
+		}
+		return false
+	})
+	applied := len(hl.applied)
+	_, err = c.Apply(context.Background(), p)
+	if failure.Of(err) != failure.Temporary || !strings.Contains(err.Error(), "no longer runs a passed check") {
+		t.Fatalf("apply: %v, want a conflict", err)
+	}
+	if len(hl.applied) != applied {
+		t.Errorf("put in service on the socket after the reload: %+v", hl.applied[applied:])
+	}
+}
+
 // TestBurstWhoseCommitFailed: the servers were added at runtime, then the
 // commit failed. The retry finds them running, does not add them again, and
 // persists them.
