@@ -93,7 +93,7 @@ const addsReloadFor = 10 * time.Minute
 const (
 	whyAddReloads = "the Data Plane API reloaded HAProxy to add a server instead of adding it at runtime: " +
 		"haproxy.cfg has a default-server line in the backend or its defaults section, or the API cannot read " +
-		"this HAProxy's version (dataplaneapi before 3.3.5 with HAProxy 3.2 or later, or a version with '~'); " +
+		"this HAProxy's version (client-native before v6.3.7, in dataplaneapi before 3.3.5, fails on some, and on those with '~'); " +
 		"with the runtime socket, servers are added through it and persisted parked, so each reload costs no gate"
 	whyChangeReloads = "the Data Plane API reloaded HAProxy for a server change it applies at runtime (weight, address, " +
 		"maintenance): its runtime command failed; with the runtime socket, the change is applied through it too"
