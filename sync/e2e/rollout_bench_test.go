@@ -2,6 +2,10 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -76,6 +80,9 @@ const (
 //     not-ready one's always): what that propagation does not explain;
 //   - before-ready: of those, answered by a new replica before its ready
 //     write (a server in service too early);
+//   - retried, redispatched: the backend's retries and redispatches
+//     (HAProxy's wretr and wredis, from its start): what the retry lines
+//     did to hide a failed connection;
 //   - leaving-last-max-ms: from a leaving replica's terminating write
 //     (returned) to the start of the last request it answered, the largest
 //     over the steps (0: none started after the write);
@@ -91,9 +98,41 @@ func BenchmarkRolloutUnderLoad(b *testing.B) {
 		for _, driver := range []string{"runtime", "dataplane"} {
 			for _, leave := range []string{"graceful", "abrupt"} {
 				b.Run(fmt.Sprintf("%s/%s/%s", mode, driver, leave), func(b *testing.B) {
-					rolloutUnderLoad(b, mode, driver == "dataplane", leave == "abrupt")
+					rolloutUnderLoad(b, mode, driver == "dataplane", leave == "abrupt", false)
 				})
 			}
+		}
+	}
+}
+
+// rolloutHTTPLines are the backend lines of BenchmarkRolloutUnderLoadHTTP:
+// with the defaults' "option redispatch 1" and "retries 3"
+// (haproxytest.RecommendedLines), the three lines recommended for an http
+// backend.
+var rolloutHTTPLines = []string{"balance roundrobin", "option tcp-check", "retry-on conn-failure empty-response"}
+
+// BenchmarkRolloutUnderLoadHTTP is BenchmarkRolloutUnderLoad with the
+// frontend and the backend in http mode (rolloutHTTPLines), through the
+// runtime API driver: each replica is a Go HTTP server that answers every
+// request with its name, and the clients send GET requests, a fresh
+// connection each (no keep-alive); a request fails when it gets an error
+// or a status other than 200. A replica stops with http.Server.Close: its
+// listener and every connection it accepted close at once, as when its
+// process dies, so a request HAProxy had sent it gets an empty response,
+// which "retry-on empty-response" sends again to another server.
+//
+// It runs the abrupt variant only, where tcp mode fails requests;
+// HKS_BENCH_ROLLOUT_HTTP=all adds the graceful one.
+func BenchmarkRolloutUnderLoadHTTP(b *testing.B) {
+	leaves := []string{"abrupt"}
+	if os.Getenv("HKS_BENCH_ROLLOUT_HTTP") == "all" {
+		leaves = []string{"graceful", "abrupt"}
+	}
+	for _, mode := range []desired.Mode{desired.NodeMode, desired.PodMode} {
+		for _, leave := range leaves {
+			b.Run(fmt.Sprintf("%s/runtime/%s", mode, leave), func(b *testing.B) {
+				rolloutUnderLoad(b, mode, false, leave == "abrupt", true)
+			})
 		}
 	}
 }
@@ -104,7 +143,7 @@ type replica struct {
 	name    string // its listener's name: what a request it answers reads
 	addr    string // its server's address in HAProxy
 	ep      endpoint
-	ln      *haproxytest.Listener
+	stop    func()    // closes its listener (tcp) or stops its HTTP server
 	readyAt time.Time // its ready write was sent (zero: ready from the start)
 	noNewAt time.Time // it should take no new connection from then on (zero: never)
 	// Its listener's Close was called at closeFrom and returned at closeTo
@@ -119,13 +158,24 @@ type answered struct {
 	err        error
 }
 
-func rolloutUnderLoad(b *testing.B, mode desired.Mode, dataplane, abrupt bool) {
+func rolloutUnderLoad(b *testing.B, mode desired.Mode, dataplane, abrupt, httpMode bool) {
 	replicas := rolloutSize(b, "HKS_BENCH_ROLLOUT_REPLICAS", 4)
 	steps := rolloutSize(b, "HKS_BENCH_ROLLOUT_STEPS", 4)
 	if replicas+steps > 250 {
 		b.Fatalf("%d replicas and %d steps: at most 250 in all", replicas, steps)
 	}
-	w := newWorld(b, "web", mode, []desired.PortBackend{{Backend: "be"}})
+	var w *world
+	if httpMode {
+		w = newWorldProxy(b, "http", rolloutHTTPLines, "web", mode, []desired.PortBackend{{Backend: "be"}})
+	} else {
+		w = newWorld(b, "web", mode, []desired.PortBackend{{Backend: "be"}})
+	}
+	serve := func(name, ip string, port int32) func() {
+		if httpMode {
+			return serveName(b, name, fmt.Sprintf("%s:%d", ip, port))
+		}
+		return listen(b, name, ip, port).Close
+	}
 	svc := w.service("web", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80})
 	np := svc.Spec.Ports[0].NodePort
 	podPort := int32(haproxytest.FreePort(b, "10.245.220.1"))
@@ -136,12 +186,12 @@ func rolloutUnderLoad(b *testing.B, mode desired.Mode, dataplane, abrupt bool) {
 		if mode == desired.NodeMode {
 			r.addr = fmt.Sprintf("127.0.70.%d", i+1)
 			r.name = w.node(fmt.Sprintf("n%03d", i), r.addr)
-			r.ln = listen(b, r.name, r.addr, np)
+			r.stop = serve(r.name, r.addr, np)
 			r.ep = endpoint{ip: fmt.Sprintf("10.245.221.%d", i+1), node: r.name}
 		} else {
 			r.addr = fmt.Sprintf("10.245.220.%d", i+1)
 			r.name = fmt.Sprintf("web-%03d", i)
-			r.ln = listen(b, r.name, r.addr, podPort)
+			r.stop = serve(r.name, r.addr, podPort)
 			r.ep = endpoint{ip: r.addr, pod: r.name}
 		}
 		return r
@@ -187,10 +237,17 @@ func rolloutUnderLoad(b *testing.B, mode desired.Mode, dataplane, abrupt bool) {
 		}
 		return out
 	}
-	w.expectTraffic("be", names(serving)...)
+	fe := w.h.Frontends["be"]
+	ask := haproxytest.Ask
+	if httpMode {
+		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 3 * time.Second}
+		ask = func(addr string) (string, error) { return askHTTP(client, addr) }
+		expectHTTPTraffic(b, ask, fe, names(serving)...)
+	} else {
+		w.expectTraffic("be", names(serving)...)
+	}
 
 	// The clients: each records its requests; read once they stopped.
-	fe := w.h.Frontends["be"]
 	results := make([][]answered, rolloutClients)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -205,7 +262,7 @@ func rolloutUnderLoad(b *testing.B, mode desired.Mode, dataplane, abrupt bool) {
 				default:
 				}
 				t0 := time.Now()
-				name, err := haproxytest.Ask(fe)
+				name, err := ask(fe)
 				results[c] = append(results[c], answered{start: t0, end: time.Now(), name: name, err: err})
 			}
 		}()
@@ -240,7 +297,7 @@ func rolloutUnderLoad(b *testing.B, mode desired.Mode, dataplane, abrupt bool) {
 		if abrupt {
 			old.noNewAt = time.Now()
 			old.closeFrom = old.noNewAt
-			old.ln.Close()
+			old.stop()
 			old.closeTo = time.Now()
 			note(old.name + " closed")
 			write()
@@ -257,7 +314,7 @@ func rolloutUnderLoad(b *testing.B, mode desired.Mode, dataplane, abrupt bool) {
 		write()
 		note(old.name + " removed")
 		old.closeFrom = time.Now()
-		old.ln.Close()
+		old.stop()
 		old.closeTo = time.Now()
 		note(old.name + " closed")
 	}
@@ -286,6 +343,16 @@ func rolloutUnderLoad(b *testing.B, mode desired.Mode, dataplane, abrupt bool) {
 	time.Sleep(300 * time.Millisecond)
 	stopClients()
 	b.StopTimer()
+	// HAProxy's own count of the connections it retried and redispatched.
+	stat, err := w.h.Command("show stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	statCount := func(field string) float64 {
+		var n float64
+		_, _ = fmt.Sscan(haproxytest.StatField(stat, "BACKEND", field), &n)
+		return n
+	}
 
 	byName := map[string]*replica{}
 	for _, r := range all {
@@ -354,6 +421,8 @@ func rolloutUnderLoad(b *testing.B, mode desired.Mode, dataplane, abrupt bool) {
 	b.ReportMetric(float64(strict), "to-not-ready")
 	b.ReportMetric(float64(graced), "to-not-ready-200ms")
 	b.ReportMetric(float64(early), "before-ready")
+	b.ReportMetric(statCount("wretr"), "retried")
+	b.ReportMetric(statCount("wredis"), "redispatched")
 	b.ReportMetric(ms(lastLeaving), "leaving-last-max-ms")
 	if len(readyFirst) > 0 {
 		b.ReportMetric(ms(median(readyFirst)), "ready-first-p50-ms")
@@ -380,4 +449,71 @@ func around(events []rolloutEvent, start, at time.Time) string {
 		}
 	}
 	return out
+}
+
+// serveName runs a Go HTTP server on addr that answers every request with
+// name, until the returned stop (http.Server.Close: the listener and every
+// connection at once) or the end of the test.
+func serveName(t testing.TB, name, addr string) func() {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen %s: %v", addr, err)
+	}
+	srv := &http.Server{
+		Handler:  http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, name+"\n") }),
+		ErrorLog: log.New(io.Discard, "", 0),
+	}
+	done := make(chan struct{})
+	go func() { _ = srv.Serve(ln); close(done) }()
+	stop := sync.OnceFunc(func() { _ = srv.Close(); <-done })
+	t.Cleanup(stop)
+	return stop
+}
+
+// askHTTP sends a GET through a frontend and returns the name the server
+// answered; a status other than 200 or an empty body is an error.
+func askHTTP(client *http.Client, addr string) (string, error) {
+	resp, err := client.Get("http://" + addr + "/")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s through %s", resp.Status, addr)
+	}
+	name := strings.TrimSpace(string(body))
+	if name == "" {
+		return "", fmt.Errorf("no answer through %s", addr)
+	}
+	return name, nil
+}
+
+// expectHTTPTraffic is world.expectTraffic through ask: requests until
+// every name in want answers and nothing else does (failures count as "").
+func expectHTTPTraffic(t testing.TB, ask func(string) (string, error), fe string, want ...string) {
+	t.Helper()
+	got := map[string]int{}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		got = map[string]int{}
+		for range 4 * max(len(want), 1) {
+			name, err := ask(fe)
+			if err != nil {
+				name = ""
+			}
+			got[name]++
+		}
+		ok := len(got) == len(want)
+		for n := range got {
+			ok = ok && slices.Contains(want, n)
+		}
+		if ok {
+			return
+		}
+	}
+	t.Fatalf("traffic through %s: %v, want exactly %v", fe, got, want)
 }

@@ -86,6 +86,13 @@ func newWorld(t testing.TB, service string, mode desired.Mode, backends []desire
 // haproxy.cfg (the check type, say).
 func newWorldLines(t testing.TB, lines []string, service string, mode desired.Mode, backends []desired.PortBackend, makeDriver ...driverFor) *world {
 	t.Helper()
+	return newWorldProxy(t, "", lines, service, mode, backends, makeDriver...)
+}
+
+// newWorldProxy is newWorldLines with every backend and its frontend in
+// proxyMode ("http"; empty for tcp).
+func newWorldProxy(t testing.TB, proxyMode string, lines []string, service string, mode desired.Mode, backends []desired.PortBackend, makeDriver ...driverFor) *world {
+	t.Helper()
 	w := &world{t: t, ns: strings.ToLower(strings.NewReplacer("/", "-", "=", "-").Replace(t.Name())), ctx: context.Background()}
 	// A benchmark may make several worlds: the second is "<name>-2", ...
 	for i, base := 2, w.ns; ; i++ {
@@ -100,7 +107,7 @@ func newWorldLines(t testing.TB, lines []string, service string, mode desired.Mo
 	}
 	var hb []haproxytest.Backend
 	for _, b := range backends {
-		hb = append(hb, haproxytest.Backend{Name: b.Backend, Lines: lines})
+		hb = append(hb, haproxytest.Backend{Name: b.Backend, Lines: lines, Mode: proxyMode})
 	}
 	w.h = haproxytest.Start(t, hb...)
 	opts := desired.Options{
