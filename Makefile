@@ -31,7 +31,7 @@ deps:
 ## hack/build-haproxy.sh /path/to/tree).
 HAPROXY ?= $(CURDIR)/bin/haproxy-3.0
 matrix:
-	HKS_HAPROXY=$(HAPROXY) $(GO) test -race -count=1 ./sync/runtimeapi ./sync/dataplanetest ./sync/e2e
+	HKS_HAPROXY=$(HAPROXY) $(GO) test -race -count=1 -timeout 25m ./sync/runtimeapi ./sync/dataplanetest ./sync/e2e
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -44,7 +44,7 @@ vet:
 # passing their own checks) in the same build. The e2e tests re-execute
 # themselves in a private network namespace (root).
 unit:
-	$(GO) test -race -count=1 -bench . -benchtime 1x ./...
+	$(GO) test -race -count=1 -timeout 25m -bench . -benchtime 1x ./...
 
 ## fuzz: a short run of each fuzz test; seeds are testdata/events and the tests' f.Add.
 ## Counted in executions (~20 s each here), not time: a time limit that ends
