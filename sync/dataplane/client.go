@@ -256,8 +256,16 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 			}
 			// The running HAProxy's state is what serves traffic, and what
 			// a plan must change: it differs from haproxy.cfg while a
-			// server is gated, or after a change through the socket.
-			out.Servers[i].State = r.State
+			// server is gated, or after a change through the socket. But
+			// where haproxy.cfg holds a server more in traffic than the
+			// running HAProxy does (taken out through the socket, and the
+			// transaction that was to persist it failed; or loaded parked
+			// by a reload after it was written in service), haproxy.cfg's
+			// state is reported: a reload would load it so, and the plan
+			// must write it out again (and gate it, if it is to serve).
+			if cfg := out.Servers[i].State; cfg.Rank() <= r.State.Rank() {
+				out.Servers[i].State = r.State
+			}
 			out.Servers[i].Runtime, out.Servers[i].Up = r.Runtime, r.Up
 		}
 	}
@@ -394,6 +402,12 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		if structural, err = c.addAtRuntime(ctx, p.Backend, structural, &out, &failed); err != nil {
 			return out, err
 		}
+	}
+	// Burst servers the transaction writes in service must still run a
+	// passed check: else it would write them in service for a reload to
+	// load UP.
+	if err := c.stillChecked(ctx, p.Backend, r.afterCommit); err != nil {
+		return out, err
 	}
 	if len(structural) > 0 || p.Settings != nil {
 		tx, err := c.transaction(ctx, version, p, structural, serverPath)
@@ -559,7 +573,7 @@ func (c *Client) addThenGate(ctx context.Context, backend string, ch plan.Change
 		// it "disabled", which pauses its check for as long as it is in
 		// maintenance, so it is added again through the socket, in
 		// maintenance, its check started (gating would put it in drain).
-		return version, c.checkWhileParked(ctx, backend, srv)
+		return version, c.checkWhileParked(ctx, backend, srv, out)
 	}
 	if err := c.runtime.Gate(ctx, backend, srv.Name); err != nil {
 		return version, fmt.Errorf("gate: %w", err)
@@ -611,7 +625,7 @@ func (c *Client) stillChecked(ctx context.Context, backend string, changes []pla
 // checkWhileParked adds srv, which the API just added in maintenance, again
 // through the socket with its id, in maintenance with its check running
 // (plan.Change.Renew). A server it cannot find is left as the API added it.
-func (c *Client) checkWhileParked(ctx context.Context, backend string, srv model.Server) error {
+func (c *Client) checkWhileParked(ctx context.Context, backend string, srv model.Server, out *plan.Applied) error {
 	running, err := c.runtime.ReadRuntime(ctx, backend)
 	if err != nil {
 		return fmt.Errorf("read runtime state of %s: %w", backend, err)
@@ -620,7 +634,8 @@ func (c *Client) checkWhileParked(ctx context.Context, backend string, srv model
 		if old := &running[i]; old.Name == srv.Name && old.Runtime != nil && old.State == model.Maint {
 			parked := srv
 			rp := plan.Plan{Backend: backend, Changes: []plan.Change{{Action: plan.Update, Name: srv.Name, Old: old, New: &parked, Renew: true}}}
-			_, err := c.runtime.Apply(ctx, rp)
+			applied, err := c.runtime.Apply(ctx, rp)
+			out.Add(applied)
 			return err
 		}
 	}
@@ -652,7 +667,7 @@ func (c *Client) gate(ctx context.Context, backend string, ch plan.Change, versi
 		}
 		version = r.nextVersion(version)
 	}
-	if renewable(ch) {
+	if renewable(ch) && !c.addsReload() {
 		// Deleted and added again through the socket, with its id and the
 		// keywords haproxy.cfg holds: its first check comes at once, where
 		// leaving maintenance keeps it on the steady inter (1.5 s shipped).
@@ -660,7 +675,11 @@ func (c *Client) gate(ctx context.Context, backend string, ch plan.Change, versi
 		rp := plan.Plan{Backend: backend, Changes: []plan.Change{{Action: ch.Action, Name: ch.Name, Old: ch.Old, New: &held, Gate: true, Renew: true}}}
 		applied, err := c.runtime.Apply(ctx, rp)
 		out.Add(applied)
-		return version, err
+		if !errors.As(err, new(plan.ServerErrors)) {
+			return version, err
+		}
+		// Refused (HAProxy 3.3+ keeps a server with idle connections):
+		// gated where it is, as any other returning server.
 	}
 	if err := c.runtime.Gate(ctx, backend, ch.Name); err != nil {
 		return version, err

@@ -434,10 +434,23 @@ type healthLog struct {
 // what the socket did is forgotten.
 func (h *healthLog) reload() {
 	h.loaded = map[string]bool{}
+	h.running, h.calls = map[string]runningServer{}, nil
+	at := len(h.api.Requests())
 	for _, s := range h.api.Servers("be") {
 		h.loaded[s.Name] = true
+		h.running[s.Name] = runningServer{model.Server{Name: s.Name, State: cfgState(s)}, at}
 	}
-	h.running, h.calls = nil, nil
+}
+
+// cfgState is the state haproxy.cfg holds s in.
+func cfgState(s models.Server) model.State {
+	switch {
+	case s.Maintenance == "enabled":
+		return model.Maint
+	case s.Weight != nil && *s.Weight == 0:
+		return model.Drain
+	}
+	return model.Ready
 }
 
 type runningServer struct {
@@ -491,13 +504,7 @@ func (h *healthLog) ReadRuntime(_ context.Context, backend string) ([]model.Serv
 			continue // not loaded yet
 		}
 		inCfg[s.Name] = true
-		st := model.Ready
-		switch {
-		case s.Maintenance == "enabled":
-			st = model.Maint
-		case s.Weight != nil && *s.Weight == 0:
-			st = model.Drain
-		}
+		st := cfgState(s)
 		if r, ok := h.running[s.Name]; ok && !slices.ContainsFunc(reqs[r.at:], func(q dataplanetest.Request) bool {
 			return q.Method == http.MethodPut && strings.HasSuffix(q.Path, "/servers/"+s.Name) && strings.Contains(q.Query, "version=")
 		}) {
@@ -868,6 +875,67 @@ func TestReloadBetweenTheBurstsCommits(t *testing.T) {
 	}
 	if len(hl.applied) != applied {
 		t.Errorf("put in service on the socket after the reload: %+v", hl.applied[applied:])
+	}
+	// The retry gates them where the reload loaded them, and writes them
+	// parked again before the reload the commit asked for.
+	api.Intercept(nil)
+	if p, _ := syncOnce(t, c, w); len(p.Waiting) != len(w.Servers) {
+		t.Errorf("retry: waiting %v, want all gated again", p.Waiting)
+	}
+	if in, _ := persisted(api); in != 0 {
+		t.Errorf("after the retry haproxy.cfg holds %d in service", in)
+	}
+
+	// A reload between the read and the apply: the transaction is not
+	// even started, so haproxy.cfg never holds them in service.
+	hl.passed = true
+	cur, err = c.Read(context.Background(), "be")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = plan.CalculateWith(cur, w, c.Policy())
+	hl.reload()
+	hl.passed = false
+	before := len(api.Requests())
+	if _, err := c.Apply(context.Background(), p); failure.Of(err) != failure.Temporary {
+		t.Fatalf("apply after a reload: %v, want a conflict", err)
+	}
+	for _, r := range api.Requests()[before:] {
+		if r.Method != http.MethodGet {
+			t.Errorf("%s %s: a write after the reload", r.Method, r.Path)
+		}
+	}
+}
+
+// TestLeavingServersWhoseTransactionFailed: the socket took 27 servers
+// out of traffic, then the transaction that was to persist them failed. The
+// retry finds haproxy.cfg holding them in service while the running HAProxy
+// does not, and writes them out again: a reload must not bring them back.
+func TestLeavingServersWhoseTransactionFailed(t *testing.T) {
+	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	hl := &healthLog{api: api, passed: true}
+	u, _ := url.Parse(api.URL)
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl), dataplane.WithDeleteBatch(100))
+	all := burst(30)
+	syncOnce(t, c, all)
+	syncOnce(t, c, all)
+	w := want(all.Servers[:3]...)
+	cur, err := c.Read(context.Background(), "be")
+	if err != nil {
+		t.Fatal(err)
+	}
+	api.InjectFault(dataplanetest.Fault{PathPrefix: "/v3/services/haproxy/transactions/", Writes: true, Status: http.StatusInternalServerError, Times: 1})
+	if _, err := c.Apply(context.Background(), plan.CalculateWith(cur, w, c.Policy())); failure.Of(err) != failure.Temporary {
+		t.Fatalf("apply: %v, want the conflict", err)
+	}
+	if in, _ := persisted(api); in != 30 {
+		t.Fatalf("set-up: haproxy.cfg holds %d in service, want all 30 (the transaction failed)", in)
+	}
+	if p, _ := syncOnce(t, c, w); len(p.Names(plan.Maint)) != 27 {
+		t.Errorf("retry: %v, want the 27 written out again", p.Names(plan.Maint))
+	}
+	if in, n := persisted(api); in != 3 || n != 30 {
+		t.Errorf("after the retry haproxy.cfg holds %d of %d in service, want 3", in, n)
 	}
 }
 

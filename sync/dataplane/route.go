@@ -118,6 +118,18 @@ func route(p plan.Plan, socket, addsReload bool) routes {
 			}
 		}
 		r.onSocket = stay
+		// Servers leaving by a PUT each would leave before the entries:
+		// they follow them onto the socket, and the transaction writes them.
+		var puts []plan.Change
+		for _, ch := range r.puts {
+			if leaves(ch) {
+				r.afterCommit = append(r.afterCommit, ch)
+				r.structural = append(r.structural, ch)
+			} else {
+				puts = append(puts, ch)
+			}
+		}
+		r.puts = puts
 	} else {
 		r.puts = append(entries, r.puts...)
 	}

@@ -129,6 +129,7 @@ func TestRoute(t *testing.T) {
 		{"many burst servers checked: the transaction, then the socket", entries(MaxRuntimeAdds + 1), true, "structural:21 afterCommit:21"},
 		{"servers checked and others leaving: the entries first", append(entries(2), leavingChanges(MaxRuntimeAdds+1)...), true, "puts:in-0,in-1 onSocket:21 structural:21"},
 		{"many checked and others leaving: the leaving follow the entries after the commit", append(entries(MaxRuntimeAdds+1), plan.Change{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Ready)}), true, "structural:22 afterCommit:22"},
+		{"many checked and a few leaving by PUT: those follow the entries too", append(entries(MaxRuntimeAdds+1), leavingChanges(3)...), true, "structural:24 afterCommit:24"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := route(plan.Plan{Backend: "be", Changes: tt.changes}, tt.socket, false).summary(); got != tt.want {

@@ -103,7 +103,7 @@ type Plan struct {
 	// server is (make-before-break: see keepUntilReplaced), sorted.
 	HandingOver []string
 
-	current []model.Server // the whole backend it was computed from, others' servers too (keepUntilReplaced)
+	current []model.Server // the backend it was computed from, as given (keepUntilReplaced)
 }
 
 // Pending reports whether a later reconcile has work that this one could

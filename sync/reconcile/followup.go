@@ -68,6 +68,7 @@ type FollowUp struct {
 	since    time.Time                     // when servers began to wait; zero when none
 	drains   time.Time                     // when servers began to wait for their sessions
 	starting time.Time                     // when gated pods began to wait for their containers
+	handover time.Time                     // when servers began to be kept until their replacement serves
 	failures int                           // consecutive failed reconciles
 	stopped  bool
 }
@@ -138,8 +139,17 @@ func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
 		d := f.paced(&f.drains, f.dur(f.Drain, time.Second))
 		f.stops = append(f.stops, f.after(d, func() { f.fire("servers wait for their sessions to end") }))
 	}
+	if !res.handingOver() {
+		f.handover = time.Time{}
+	}
 	if !res.draining() && (res.guardParked() || res.handingOver()) {
-		f.stops = append(f.stops, f.after(f.dur(f.Drain, time.Second), func() { f.fire("guarded servers wait for a confirming read") }))
+		// Kept until a replacement serves, which may take long (a check
+		// that never passes): every Drain, every Slow past Patience.
+		d := f.dur(f.Drain, time.Second)
+		if res.handingOver() {
+			d = f.paced(&f.handover, d)
+		}
+		f.stops = append(f.stops, f.after(d, func() { f.fire("guarded servers wait for a confirming read") }))
 	}
 }
 

@@ -262,6 +262,26 @@ func TestFollowUpConfirmsWhatTheGuardParked(t *testing.T) {
 	}
 }
 
+// TestFollowUpHandOverSlowsDown: servers kept until their replacement
+// serves (make-before-break) are looked at every second, then every Slow
+// once that has gone on past Patience (a replacement whose check never
+// passes would cost a full reconcile a second for good).
+func TestFollowUpHandOverSlowsDown(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)}
+	f := newFollowUp(clock, nil)
+	var p pokes
+	kept := Result{Targets: []TargetResult{{Target: "a", Backend: "be", HandingOver: []string{"old"}}}}
+	f.Observe(kept, nil, p.poke)
+	if got := clock.pending(); !reflect.DeepEqual(got, []time.Duration{time.Second}) {
+		t.Fatalf("timers %v, want one of 1s", got)
+	}
+	clock.advance(3 * time.Minute)
+	f.Observe(kept, nil, p.poke)
+	if got := clock.pending(); !reflect.DeepEqual(got, []time.Duration{10 * time.Second}) {
+		t.Fatalf("past patience: timers %v, want one of 10s", got)
+	}
+}
+
 func TestFollowUpNewerResultReplacesOlder(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)}
 	a := &checks{passed: map[string]bool{"n1": false}}

@@ -609,9 +609,10 @@ type Record struct {
 // wakes it: enable/disable health, addr, check-port, agent all tried on
 // 2.6.12), so its first check would come up to inter later (1.5 s shipped),
 // while a new server's comes downinter after "enable health" (200 ms). Only
-// a server this driver added (an id it gives, from idBase), out of traffic
-// with no sessions: one from haproxy.cfg, even with an "id", may carry
-// keywords an add would lose, and
+// a server this driver added (an id it gives, from idBase), or one the
+// caller vouches for (plan.Change.Renew), out of traffic with no sessions:
+// one from haproxy.cfg, even with an "id", may carry keywords an add would
+// lose, and
 // deleting a server with streams can crash HAProxy before 2.6.17.
 func reAdds(ch plan.Change) bool {
 	if ch.Action == plan.Add || ch.Old == nil || ch.Old.State != model.Maint || ch.Old.Runtime == nil || ch.Old.Runtime.Sessions != 0 {
