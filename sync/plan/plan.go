@@ -435,16 +435,21 @@ func (p *Plan) keepUntilReplaced(desired model.Backend) {
 	p.Guarded, p.Draining = drop(p.Guarded), drop(p.Draining)
 }
 
-// serving reports whether current server s takes traffic with a passing
-// check (entering: once a change puts it in service, its state aside).
+// serving reports whether current server s takes traffic: in service and
+// UP as HAProxy sees it (one failed check of a steady server leaves it UP
+// until fall of them: it still serves). Entering: whether a change that
+// puts it in service puts it there with a passed check.
 func serving(s *model.Server, entering bool) bool {
-	if s == nil || !entering && s.State != model.Ready {
+	switch {
+	case s == nil:
 		return false
-	}
-	if s.Runtime == nil {
+	case !entering:
+		return s.State == model.Ready && s.Up
+	case s.Runtime == nil:
 		return s.Up
+	default:
+		return s.Runtime.CheckRunning && s.Runtime.CheckPassed && !s.Runtime.CheckStale
 	}
-	return s.Runtime.CheckRunning && s.Runtime.CheckPassed && !s.Runtime.CheckStale
 }
 
 // load plans desired ready server d, which haproxy.cfg holds and the
