@@ -613,7 +613,11 @@ func TestMakeBeforeBreak(t *testing.T) {
 			pol:  Policy{GateChecks: true},
 			want: map[Action][]string{Add: {"new"}, Delete: {"old"}}},
 		{name: "a leaving server UP whose last check failed (one of fall) still serves: kept",
-			current: be(func() model.Server { s := rt(srv("old", "10.0.0.1", 80, model.Ready), true, false, 0, 0); s.Up = true; return s }()), desired: be(newReady),
+			current: be(func() model.Server {
+				s := rt(srv("old", "10.0.0.1", 80, model.Ready), true, false, 0, 0)
+				s.Up = true
+				return s
+			}()), desired: be(newReady),
 			pol:  Policy{GateChecks: true},
 			want: map[Action][]string{Add: {"new"}}, handover: []string{"old"}},
 		{name: "no ready endpoint in Kubernetes: nothing to make before the break",
