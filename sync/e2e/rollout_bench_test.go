@@ -241,7 +241,7 @@ func rolloutUnderLoad(b *testing.B, mode desired.Mode, dataplane, abrupt, httpMo
 	ask := haproxytest.Ask
 	if httpMode {
 		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 3 * time.Second}
-		ask = func(addr string) (string, error) { return askHTTP(client, addr) }
+		ask = func(addr string) (string, error) { return haproxytest.AskHTTP(client, addr) }
 		expectHTTPTraffic(b, ask, fe, names(serving)...)
 	} else {
 		w.expectTraffic("be", names(serving)...)
@@ -469,28 +469,6 @@ func serveName(t testing.TB, name, addr string) func() {
 	stop := sync.OnceFunc(func() { _ = srv.Close(); <-done })
 	t.Cleanup(stop)
 	return stop
-}
-
-// askHTTP sends a GET through a frontend and returns the name the server
-// answered; a status other than 200 or an empty body is an error.
-func askHTTP(client *http.Client, addr string) (string, error) {
-	resp, err := client.Get("http://" + addr + "/")
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s through %s", resp.Status, addr)
-	}
-	name := strings.TrimSpace(string(body))
-	if name == "" {
-		return "", fmt.Errorf("no answer through %s", addr)
-	}
-	return name, nil
 }
 
 // expectHTTPTraffic is world.expectTraffic through ask: requests until

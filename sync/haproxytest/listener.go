@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -133,4 +134,27 @@ func StatField(stat, server, field string) string {
 		}
 	}
 	return ""
+}
+
+// AskHTTP sends a GET through the frontend at addr with c and returns the
+// name the server answered (its body, trimmed); a status other than 200 or
+// an empty body is an error.
+func AskHTTP(c *http.Client, addr string) (string, error) {
+	resp, err := c.Get("http://" + addr + "/")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s through %s: %.200s", resp.Status, addr, body)
+	}
+	name := strings.TrimSpace(string(body))
+	if name == "" {
+		return "", fmt.Errorf("no answer through %s", addr)
+	}
+	return name, nil
 }

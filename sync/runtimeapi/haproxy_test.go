@@ -779,7 +779,7 @@ func TestDeleteWithIdleConnections(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			name, err := httpGet(tr, h.Frontends["be"])
+			name, err := haproxytest.AskHTTP(&http.Client{Transport: tr, Timeout: 3 * time.Second}, h.Frontends["be"])
 			if err != nil {
 				t.Error(err)
 			}
@@ -826,7 +826,7 @@ func TestDeleteWithIdleConnections(t *testing.T) {
 	}
 	hits = map[string]int{}
 	for range 6 {
-		name, err := httpGet(tr, h.Frontends["be"])
+		name, err := haproxytest.AskHTTP(&http.Client{Transport: tr, Timeout: 3 * time.Second}, h.Frontends["be"])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -872,23 +872,4 @@ func serveHTTP(t *testing.T, name, host string) model.Server {
 	go func() { _ = s.Serve(ln) }()
 	t.Cleanup(func() { _ = s.Close() })
 	return srv(name, host, ln.Addr().(*net.TCPAddr).Port, model.Ready)
-}
-
-// httpGet sends one request through frontend and returns the body: the
-// name of the server that answered.
-func httpGet(tr *http.Transport, frontend string) (string, error) {
-	cl := &http.Client{Transport: tr, Timeout: 3 * time.Second}
-	resp, err := cl.Get("http://" + frontend + "/")
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("status %s: %s", resp.Status, body)
-	}
-	return string(body), nil
 }
