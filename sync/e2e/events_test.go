@@ -84,7 +84,9 @@ func TestServiceEvents(t *testing.T) {
 	reconcile()
 	w.expectTraffic("be", a)
 	target := w.rec.Targets[0].Name()
-	evs := eventually("added, then in service", func(evs []corev1.Event) bool { return len(evs) == 2 })
+	// The recorder counts a write once the API server has answered it: an
+	// Event can be listed a moment before it is counted.
+	evs := eventually("added, then in service", func(evs []corev1.Event) bool { return len(evs) == 2 && writes.Load() == 2 })
 	if evs[0].Reason != events.ReasonAdded || evs[0].Type != corev1.EventTypeNormal ||
 		evs[0].Message != fmt.Sprintf("%s be: added 1 (%s)", target, a) || evs[1].Reason != events.ReasonUpdated {
 		t.Errorf("events %s", show(evs))
