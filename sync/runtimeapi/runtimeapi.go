@@ -423,19 +423,24 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			stepped = append(stepped, ch)
 		}
 	}
-	// Servers entering service first: a plan that puts a replacement in
-	// service and takes the servers it replaces out (make-before-break)
-	// must not leave the backend with none between the two.
-	slices.SortStableFunc(stepped, func(a, b plan.Change) int { return boolRank(enters(b)) - boolRank(enters(a)) })
-	for start := 0; start < len(stepped); start += sequenceChunk {
-		chunk := stepped[start:min(start+sequenceChunk, len(stepped))]
-		errs, err := c.sequences(ctx, &a, chunk)
-		if err != nil {
-			return out, fmt.Errorf("changes to %s: %w", p.Backend, err)
-		}
-		for i, ch := range chunk {
-			if err := refusedOne(ch, errs[i]); err != nil {
-				return out, err
+	// Servers entering service go first, every step of theirs before any
+	// other change's: a plan that puts a replacement in service and takes
+	// the servers it replaces out (make-before-break) must not leave the
+	// backend with none between the two (in one round of steps, an entry's
+	// "state ready" may come after another's "state maint").
+	entering := slices.DeleteFunc(slices.Clone(stepped), func(ch plan.Change) bool { return !enters(ch) })
+	rest := slices.DeleteFunc(stepped, enters)
+	for _, group := range [][]plan.Change{entering, rest} {
+		for start := 0; start < len(group); start += sequenceChunk {
+			chunk := group[start:min(start+sequenceChunk, len(group))]
+			errs, err := c.sequences(ctx, &a, chunk)
+			if err != nil {
+				return out, fmt.Errorf("changes to %s: %w", p.Backend, err)
+			}
+			for i, ch := range chunk {
+				if err := refusedOne(ch, errs[i]); err != nil {
+					return out, err
+				}
 			}
 		}
 	}
@@ -769,11 +774,4 @@ func stateWord(s model.State) string {
 // enters reports whether ch puts a server in service without gating it.
 func enters(ch plan.Change) bool {
 	return !ch.Gate && ch.New != nil && ch.New.State == model.Ready && (ch.Old == nil || ch.Old.State != model.Ready)
-}
-
-func boolRank(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

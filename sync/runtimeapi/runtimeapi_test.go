@@ -243,6 +243,39 @@ func TestApplyCommandsAndReplies(t *testing.T) {
 	}
 }
 
+// TestEntriesGoFirst: a plan that puts a server in service (with a new
+// weight: two steps) and takes another out sends every step of the entry
+// before the other's: in one round the entry's "state ready" would come
+// after the leaving server's "state maint", an empty backend meanwhile.
+func TestEntriesGoFirst(t *testing.T) {
+	sc, u := serveScript(t, map[string]string{
+		"set server be/b weight 3":    "\n",
+		"set server be/b state ready": "\n",
+		"set server be/a state maint": "\n",
+	})
+	c, err := New(u, model.Settings{}, chk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := model.Server{Name: "a", Address: "127.0.0.1", Port: 80, Weight: 1, State: model.Ready, Check: chk}
+	parked := a
+	parked.State = model.Maint
+	b := model.Server{Name: "b", Address: "127.0.0.2", Port: 80, Weight: 1, State: model.Drain, Check: chk}
+	entering := b
+	entering.State, entering.Weight = model.Ready, 3
+	p := plan.Plan{Backend: "be", Changes: []plan.Change{
+		{Action: plan.Maint, Name: "a", Old: &a, New: &parked},
+		{Action: plan.Update, Name: "b", Old: &b, New: &entering},
+	}}
+	if _, err := c.Apply(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"set server be/b weight 3", "set server be/b state ready", "set server be/a state maint"}
+	if got := sc.commands(); !reflect.DeepEqual(got, want) {
+		t.Errorf("commands %v, want %v", got, want)
+	}
+}
+
 // TestDeleteBefore30ParksFirst: before 3.0 a server is never deleted in the
 // reconcile that parks it ("del server" racing a stream can crash 2.6.12),
 // and a parked one is deleted without "wait", which those versions lack.
