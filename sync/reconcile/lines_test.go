@@ -9,6 +9,7 @@ import (
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile/reconciletest"
 )
 
@@ -58,5 +59,37 @@ func TestMissingBackendLinesAreWarnedOnce(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"backend":"be"`) || !strings.Contains(logs.String(), `"missing":["option redispatch 1","retry-on conn-failure empty-response"]`) {
 		t.Errorf("the warning names neither the backend nor the lines:\n%s", logs.String())
+	}
+}
+
+// reloadingDriver reports, on every apply, writes its API reloaded for where
+// it applies them at runtime.
+type reloadingDriver struct{ *reconciletest.Driver }
+
+func (d reloadingDriver) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
+	a, err := d.Driver.Apply(ctx, p)
+	a.UnexpectedReloads, a.UnexpectedReason = 1, "a default-server line"
+	return a, err
+}
+
+// TestUnexpectedReloadsAreWarnedOnce: writes the API reloaded for are in
+// every result that had some, and the cause is logged once per target.
+func TestUnexpectedReloadsAreWarnedOnce(t *testing.T) {
+	src := &desiredtest.Source{In: cluster("10.244.0.1")}
+	r := reconciler(src, reloadingDriver{&reconciletest.Driver{}})
+	var logs strings.Builder
+	r.Log = slog.New(slog.NewJSONHandler(&logs, nil))
+	for i, in := range []string{"10.244.0.1", "10.244.0.2", "10.244.0.3"} {
+		src.In = cluster(in)
+		res, err := r.Reconcile(context.Background(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Targets[0].UnexpectedReloads != 1 {
+			t.Errorf("reconcile %d: %d unexpected reloads, want 1", i, res.Targets[0].UnexpectedReloads)
+		}
+	}
+	if n := strings.Count(logs.String(), `"msg":"unexpected reload"`); n != 1 || !strings.Contains(logs.String(), `"why":"a default-server line"`) {
+		t.Errorf("%d warnings, want one naming the cause:\n%s", n, logs.String())
 	}
 }
