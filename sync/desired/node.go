@@ -34,7 +34,7 @@ const (
 // Reasons a server has its state (model.Server.Reason).
 const (
 	ReasonEndpoints  = "endpoints"
-	ReasonAnnotation = "annotation"
+	ReasonAnnotation = model.ReasonAnnotation
 	ReasonTaint      = "taint"
 	ReasonCordon     = "cordon"
 	ReasonLabel      = "label"

@@ -275,35 +275,25 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
-// reloadingDriver is a driver whose API answers every apply with writes
-// it reloaded for where it applies them at runtime.
-type reloadingDriver struct{ *reconciletest.Driver }
-
-func (d reloadingDriver) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
-	a, err := d.Driver.Apply(ctx, p)
-	a.UnexpectedReloads, a.UnexpectedReason = 2, "a default-server line"
-	return a, err
-}
-
 // TestUnexpectedReloadsAreCounted: each write the API reloaded for where it
 // applies it at runtime counts in haproxy_unexpected_reloads_total, by
 // target, and the result carries the count.
 func TestUnexpectedReloadsAreCounted(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, "v-test", "unknown")
-	d := reloadingDriver{&reconciletest.Driver{ID: "a"}}
+	d := &reconciletest.Driver{ID: "a", Unexpected: "a default-server line"}
 	rec := reconciletest.Reconciler(&desiredtest.Source{In: cluster("10.244.0.1")}, m.WrapDriver(d))
 	res, err := m.WrapReconciler(rec).Reconcile(context.Background(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Targets[0].UnexpectedReloads != 2 {
-		t.Errorf("result: %d unexpected reloads, want 2", res.Targets[0].UnexpectedReloads)
+	if res.Targets[0].UnexpectedReloads != 1 {
+		t.Errorf("result: %d unexpected reloads, want 1", res.Targets[0].UnexpectedReloads)
 	}
 	const want = `
 # HELP haproxy_k8s_sync_haproxy_unexpected_reloads_total Writes the Data Plane API answered with a reload where it applies them at runtime (a server add, a weight, address or maintenance change), by target; the log says why once.
 # TYPE haproxy_k8s_sync_haproxy_unexpected_reloads_total counter
-haproxy_k8s_sync_haproxy_unexpected_reloads_total{target="a"} 2
+haproxy_k8s_sync_haproxy_unexpected_reloads_total{target="a"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "haproxy_k8s_sync_haproxy_unexpected_reloads_total"); err != nil {
 		t.Error(err)

@@ -8,6 +8,11 @@ import (
 	"time"
 )
 
+// ReasonAnnotation is the Reason of a desired server whose state an
+// operator pinned with the Node's annotation (package desired): the planner
+// takes it as an order, never to be second-guessed.
+const ReasonAnnotation = "annotation"
+
 // State is the administrative state a server should have in HAProxy.
 type State string
 

@@ -387,9 +387,10 @@ func (p *Plan) gate(old *model.Server, d *model.Server) {
 // traffic that serve now with a passing check keep their traffic, listed
 // in HandingOver, until a replacement is in service; the plan that puts
 // one in service takes them out as usual (parked, or drained when their
-// endpoints terminate). A server whose own check fails is out already
-// (HAProxy's doing) and is not kept; nor is one that moves (it must earn
-// its traffic at its new address). Before, such a change emptied the
+// endpoints terminate). A server HAProxy holds DOWN is out already and is
+// not kept; nor is one that moves (it must earn its traffic at its new
+// address), nor one pinned out by the Node's annotation. Before, such a
+// change emptied the
 // backend for about a check (~0.1-0.4 s: "backend has no server
 // available!").
 func (p *Plan) keepUntilReplaced(desired model.Backend) {
@@ -414,10 +415,10 @@ func (p *Plan) keepUntilReplaced(desired model.Backend) {
 	kept := map[string]bool{}
 	changes := p.Changes[:0]
 	for _, ch := range p.Changes {
-		// Not a server an operator pinned out (the Node's annotation,
-		// desired.ReasonAnnotation): that is an order, not a change.
+		// Not a server an operator pinned out (the Node's annotation):
+		// that is an order, not a change.
 		leaving := ch.Old != nil && !ch.Gate && (ch.Action == Delete || ch.Action == Maint || ch.Action == Drain) &&
-			(ch.New == nil || ch.New.Address == ch.Old.Address && ch.New.Port == ch.Old.Port && ch.New.Reason != "annotation")
+			(ch.New == nil || ch.New.Address == ch.Old.Address && ch.New.Port == ch.Old.Port && ch.New.Reason != model.ReasonAnnotation)
 		if leaving && serving(ch.Old, false) {
 			kept[ch.Name] = true
 			continue

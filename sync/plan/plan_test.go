@@ -629,7 +629,11 @@ func TestMakeBeforeBreak(t *testing.T) {
 			pol:  Policy{GateChecks: true},
 			want: map[Action][]string{Drain: {"old"}}},
 		{name: "a server an operator pinned in maintenance (the Node's annotation) is not kept",
-			current: be(serving("old", "10.0.0.1")), desired: be(func() model.Server { s := srv("old", "10.0.0.1", 80, model.Maint); s.Reason = "annotation"; return s }(), newReady),
+			current: be(serving("old", "10.0.0.1")), desired: be(func() model.Server {
+				s := srv("old", "10.0.0.1", 80, model.Maint)
+				s.Reason = model.ReasonAnnotation
+				return s
+			}(), newReady),
 			pol:  Policy{GateChecks: true},
 			want: map[Action][]string{Add: {"new"}, Maint: {"old"}}},
 		{name: "a driver that cannot gate: no waiting, nothing kept",

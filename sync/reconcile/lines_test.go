@@ -9,7 +9,6 @@ import (
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile/reconciletest"
 )
 
@@ -62,21 +61,11 @@ func TestMissingBackendLinesAreWarnedOnce(t *testing.T) {
 	}
 }
 
-// reloadingDriver reports, on every apply, writes its API reloaded for where
-// it applies them at runtime.
-type reloadingDriver struct{ *reconciletest.Driver }
-
-func (d reloadingDriver) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
-	a, err := d.Driver.Apply(ctx, p)
-	a.UnexpectedReloads, a.UnexpectedReason = 1, "a default-server line"
-	return a, err
-}
-
 // TestUnexpectedReloadsAreWarnedOnce: writes the API reloaded for are in
 // every result that had some, and the cause is logged once per target.
 func TestUnexpectedReloadsAreWarnedOnce(t *testing.T) {
 	src := &desiredtest.Source{In: cluster("10.244.0.1")}
-	r := reconciler(src, reloadingDriver{&reconciletest.Driver{}})
+	r := reconciler(src, &reconciletest.Driver{Unexpected: "a default-server line"})
 	var logs strings.Builder
 	r.Log = slog.New(slog.NewJSONHandler(&logs, nil))
 	for i, in := range []string{"10.244.0.1", "10.244.0.2", "10.244.0.3"} {

@@ -48,6 +48,10 @@ type Driver struct {
 	// that commits a transaction does.
 	Kind   plan.WriteKind
 	Reload bool
+	// Unexpected, when set, is the cause every Apply that wrote reports
+	// for one write its API reloaded for where it applies it at runtime
+	// (plan.Applied.UnexpectedReloads).
+	Unexpected string
 	// ReadErr, ApplyErr fail every Read, Apply.
 	ReadErr, ApplyErr error
 	// Retry is what Read says of the backend's retry lines (nil: it cannot
@@ -116,6 +120,9 @@ func (d *Driver) Apply(_ context.Context, p plan.Plan) (plan.Applied, error) {
 		d.writes++
 		out.Count(cmp.Or(d.Kind, plan.RuntimeWrite))
 		out.Reload = out.Reload || d.Reload
+		if d.Unexpected != "" && out.UnexpectedReloads == 0 {
+			out.UnexpectedReloads, out.UnexpectedReason = 1, d.Unexpected
+		}
 		if d.FailFirst > 0 && i == 0 {
 			d.FailFirst--
 			return out, fmt.Errorf("after %s: %w", ch.Name, &failure.NetworkError{Err: errors.New("connection reset")})
