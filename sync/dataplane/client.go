@@ -244,7 +244,9 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 		for _, r := range rs {
 			seen[r.Name] = r
 		}
+		inCfg := make(map[string]bool, len(out.Servers))
 		for i := range out.Servers {
+			inCfg[out.Servers[i].Name] = true
 			r, ok := seen[out.Servers[i].Name]
 			if !ok {
 				// Written and not running: the API applied its write by a
@@ -263,13 +265,44 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 			// by a reload after it was written in service), haproxy.cfg's
 			// state is reported: a reload would load it so, and the plan
 			// must write it out again (and gate it, if it is to serve).
-			if cfg := out.Servers[i].State; cfg.Rank() <= r.State.Rank() {
+			cfg := out.Servers[i].State
+			if cfg.Rank() <= r.State.Rank() {
 				out.Servers[i].State = r.State
+			}
+			if r.Runtime != nil && r.State == model.Ready && cfg != model.Ready {
+				// In service through the socket, and the write that was
+				// to follow failed: the plan writes it again.
+				rt := *r.Runtime
+				rt.Unwritten = true
+				r.Runtime = &rt
 			}
 			out.Servers[i].Runtime, out.Servers[i].Up = r.Runtime, r.Up
 		}
+		// Servers the running HAProxy holds and haproxy.cfg does not: a
+		// burst added through the socket, written once each enters
+		// service (model.Runtime.Unpersisted).
+		for _, r := range rs {
+			if inCfg[r.Name] {
+				continue
+			}
+			rt := model.Runtime{}
+			if r.Runtime != nil {
+				rt = *r.Runtime
+			}
+			rt.Unpersisted = true
+			rt.Unwritten = r.State == model.Ready
+			r.Runtime = &rt
+			out.Servers = append(out.Servers, r)
+		}
 	}
 	return out, nil
+}
+
+// unpersisted reports whether the running HAProxy holds s and haproxy.cfg
+// does not (model.Runtime.Unpersisted): only the socket can change it, and
+// only a write of the whole server (a POST) persists it.
+func unpersisted(s *model.Server) bool {
+	return s != nil && s.Runtime != nil && s.Runtime.Unpersisted
 }
 
 // readRetry reads the lines that retry a failed connection as HAProxy runs
@@ -379,8 +412,8 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	for i, ch := range r.addGated {
 		if c.addsReload() {
 			// The API reloads for adds: the rest go through the socket,
-			// persisted parked by the transaction (one reload for all).
-			r.structural, r.burst = append(r.structural, r.addGated[i:]...), true
+			// written to haproxy.cfg as each enters service.
+			r.burst = append(r.burst, r.addGated[i:]...)
 			break
 		}
 		if err := each("add", []plan.Change{ch}, addThenGate); err != nil {
@@ -397,17 +430,34 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		return out, err
 	}
 	structural := r.structural
-	if r.burst {
-		var err error
-		if structural, err = c.addAtRuntime(ctx, p.Backend, structural, &out, &failed); err != nil {
+	if len(r.burst) > 0 {
+		refused, err := c.addAtRuntime(ctx, p.Backend, r.burst, &out, &failed)
+		if err != nil {
 			return out, err
 		}
+		structural = slices.DeleteFunc(slices.Clone(structural), func(ch plan.Change) bool { return refused[ch.Name] })
 	}
-	// Burst servers the transaction writes in service must still run a
-	// passed check: else it would write them in service for a reload to
-	// load UP.
-	if err := c.stillChecked(ctx, p.Backend, r.afterCommit); err != nil {
-		return out, err
+	if len(r.first) > 0 {
+		// Entries must still run a passed check: a reload since the read
+		// (the API's reload_delay after an earlier commit) loaded them
+		// parked, or dropped those haproxy.cfg lacks, and "state ready"
+		// would put them UP with no check run.
+		if err := c.stillChecked(ctx, p.Backend, r.first); err != nil {
+			return out, err
+		}
+		before := len(failed)
+		if err := c.onRuntime(ctx, plan.Plan{Backend: p.Backend, Changes: r.first}, &out, &failed); err != nil {
+			return out, err
+		}
+		if len(failed) > before {
+			// Written only as the running HAProxy took them: a server it
+			// refused to put in service is not written in service.
+			refused := map[string]bool{}
+			for _, f := range failed[before:] {
+				refused[f.Server] = true
+			}
+			structural = slices.DeleteFunc(slices.Clone(structural), func(ch plan.Change) bool { return refused[ch.Name] })
+		}
 	}
 	if len(structural) > 0 || p.Settings != nil {
 		tx, err := c.transaction(ctx, version, p, structural, serverPath)
@@ -415,12 +465,6 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		if err != nil {
 			return out, err
 		}
-	}
-	if err := c.stillChecked(ctx, p.Backend, r.afterCommit); err != nil {
-		return out, err
-	}
-	if err := c.onRuntime(ctx, plan.Plan{Backend: p.Backend, Changes: r.afterCommit}, &out, &failed); err != nil {
-		return out, err
 	}
 	if len(failed) > 0 {
 		return out, failed
@@ -447,14 +491,13 @@ func (c *Client) onRuntime(ctx context.Context, p plan.Plan, out *plan.Applied, 
 	return nil
 }
 
-// addAtRuntime adds the burst of new servers among changes through the
-// runtime socket, pipelined and gated, before the transaction persists them:
-// through the API each would be a versioned write checking the whole
-// configuration. It returns changes without the servers the socket refused
-// (reported in failed). A server the running HAProxy has already (added by an
-// attempt whose transaction then failed) is not added again, only moved
-// (gated) if its address differs, and is persisted like the others.
-func (c *Client) addAtRuntime(ctx context.Context, backend string, changes []plan.Change, out *plan.Applied, failed *plan.ServerErrors) ([]plan.Change, error) {
+// addAtRuntime adds a burst of new servers through the runtime socket,
+// pipelined and gated (through the API each would be a versioned write
+// checking the whole configuration); haproxy.cfg gets each once it enters
+// service. It returns the servers the socket refused (also recorded in
+// failed). A server the running HAProxy has already (added since the read)
+// is not added again, only moved (gated) if its address differs.
+func (c *Client) addAtRuntime(ctx context.Context, backend string, changes []plan.Change, out *plan.Applied, failed *plan.ServerErrors) (map[string]bool, error) {
 	running, err := c.runtime.ReadRuntime(ctx, backend)
 	if err != nil {
 		return nil, fmt.Errorf("read runtime state of %s: %w", backend, err)
@@ -467,7 +510,6 @@ func (c *Client) addAtRuntime(ctx context.Context, backend string, changes []pla
 	for _, ch := range changes {
 		old, ok := there[ch.Name]
 		switch {
-		case ch.Action != plan.Add:
 		case !ok:
 			rp.Changes = append(rp.Changes, ch)
 		case old.Address != ch.New.Address || old.Port != ch.New.Port:
@@ -484,7 +526,7 @@ func (c *Client) addAtRuntime(ctx context.Context, backend string, changes []pla
 	for _, f := range (*failed)[before:] {
 		refused[f.Server] = true
 	}
-	return slices.DeleteFunc(changes, func(ch plan.Change) bool { return refused[ch.Name] }), nil
+	return refused, nil
 }
 
 // refusedOne records err as one server's refused change when the API
@@ -594,16 +636,17 @@ func (c *Client) addThenGate(ctx context.Context, backend string, ch plan.Change
 	return r.nextVersion(version), nil
 }
 
-// stillChecked makes sure that the servers changes put in service still
-// run a passed check in the running HAProxy: the API's reload may have run
-// since the plan was read (reload_delay after an earlier commit) and loaded
-// them parked, with no check run in the new process, where "state ready"
-// would put them UP at once. Then it is a conflict: the retry reads again
-// and gates them there.
+// stillChecked makes sure that the servers changes put in service are
+// still there with a passed check running in the running HAProxy: the API's
+// reload may have run since the plan was read (reload_delay after an
+// earlier commit) and loaded them parked, with no check run in the new
+// process, where "state ready" would put them UP at once; or dropped those
+// haproxy.cfg did not hold yet. Then it is a conflict: the retry reads
+// again and gates them there.
 func (c *Client) stillChecked(ctx context.Context, backend string, changes []plan.Change) error {
 	entries := map[string]bool{}
 	for _, ch := range changes {
-		if ch.New != nil && ch.New.State == model.Ready {
+		if enters(ch) {
 			entries[ch.Name] = true
 		}
 	}
@@ -615,9 +658,16 @@ func (c *Client) stillChecked(ctx context.Context, backend string, changes []pla
 		return fmt.Errorf("read runtime state of %s: %w", backend, err)
 	}
 	for _, s := range running {
-		if entries[s.Name] && (s.Runtime == nil || !s.Runtime.CheckRunning || !s.Runtime.CheckPassed) {
+		if !entries[s.Name] {
+			continue
+		}
+		if s.Runtime == nil || !s.Runtime.CheckRunning || !s.Runtime.CheckPassed {
 			return &failure.ConflictError{Msg: fmt.Sprintf("server %s/%s no longer runs a passed check (HAProxy reloaded since the read): not put in service", backend, s.Name)}
 		}
+		delete(entries, s.Name)
+	}
+	for name := range entries {
+		return &failure.ConflictError{Msg: fmt.Sprintf("server %s/%s is no longer in the running HAProxy (reloaded since the read): not put in service", backend, name)}
 	}
 	return nil
 }
@@ -773,11 +823,9 @@ func (c *Client) transaction(ctx context.Context, version int64, p plan.Plan, ch
 			var body *models.Server
 			loaded := *ch.New
 			if ch.Gate {
-				// Added and gated through the socket (addAtRuntime): written
-				// in maintenance, so that the reload this commit asks for
-				// never loads a server no check passed for (HAProxy loads
-				// every other server UP). Once its check passed, a later
-				// reconcile writes it in service (persistsEntry).
+				// Held until its check passes: written in maintenance, so
+				// that the reload this commit asks for never loads a server
+				// no check passed for (HAProxy loads every other server UP).
 				loaded.State, loaded.Reason = model.Maint, ""
 			}
 			if body, err = serverModel(loaded, nil); err == nil {

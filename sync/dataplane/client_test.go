@@ -419,7 +419,9 @@ type healthLog struct {
 	dead    map[string]bool // servers whose check never passes
 	fail    int             // Gate calls to fail first
 	applied []plan.Plan
-	running map[string]runningServer // set through the socket
+	// appliedAt: the number of API requests seen at each Apply
+	appliedAt []int
+	running   map[string]runningServer // set through the socket
 	// lazy: like a real HAProxy whose API reloads later (reload_delay),
 	// the running HAProxy has a configured server only once reload ran
 	// (loaded), or once the socket added it.
@@ -438,7 +440,7 @@ func (h *healthLog) reload() {
 	at := len(h.api.Requests())
 	for _, s := range h.api.Servers("be") {
 		h.loaded[s.Name] = true
-		h.running[s.Name] = runningServer{model.Server{Name: s.Name, State: cfgState(s)}, at}
+		h.running[s.Name] = runningServer{model.Server{Name: s.Name, Address: s.Address, State: cfgState(s)}, at}
 	}
 }
 
@@ -478,11 +480,16 @@ func (h *healthLog) set(s model.Server) {
 
 // Apply applies adds and state changes as the runtime API driver would.
 func (h *healthLog) Apply(_ context.Context, p plan.Plan) (plan.Applied, error) {
-	h.applied = append(h.applied, p)
+	h.applied, h.appliedAt = append(h.applied, p), append(h.appliedAt, len(h.api.Requests()))
 	var out plan.Applied
 	for _, ch := range p.Changes {
 		if ch.Renew && !ch.Gate {
 			h.started = append(h.started, p.Backend+"/"+ch.Name)
+		}
+		if ch.Action == plan.Delete {
+			delete(h.running, ch.Name)
+			out.Count(plan.RuntimeWrite)
+			continue
 		}
 		s := *ch.New
 		if ch.Gate {
@@ -523,7 +530,9 @@ func (h *healthLog) ReadRuntime(_ context.Context, backend string) ([]model.Serv
 func (h *healthLog) server(backend, name, addr string, st model.State) model.Server {
 	passed := h.passed && !h.dead[name]
 	running := slices.Contains(h.calls, backend+"/"+name) || slices.Contains(h.started, backend+"/"+name) || h.loaded[name] && st != model.Maint
-	return model.Server{Name: name, Address: addr, Port: 30080, State: st, Up: passed,
+	// The check and weight the runtime API driver reads for a server
+	// haproxy.cfg does not hold: those it adds servers with.
+	return model.Server{Name: name, Address: addr, Port: 30080, Weight: 1, Check: chk, State: st, Up: passed,
 		Runtime: &model.Runtime{CheckRunning: running, CheckPassed: passed}}
 }
 
@@ -651,8 +660,9 @@ func TestStaticAlgorithmIsRefused(t *testing.T) {
 // read HAProxy 3.2+'s version), which runs later (reload_delay). The first
 // add's 202 is reported, the server is added gated through the socket at
 // once instead of waiting for the reload, and the other adds of the plan,
-// and of the next, go through the socket too, persisted parked by one
-// transaction. Once their checks passed they are written in service.
+// and of the next, go through the socket alone. Once their checks passed
+// they are put in service through the socket and written in service by one
+// transaction.
 func TestAddsThatReloadGoThroughTheSocket(t *testing.T) {
 	api, _ := setup(t, dataplanetest.Options{DefaultsDefaultServer: true}, dataplane.Auth{})
 	hl := &healthLog{api: api, lazy: true}
@@ -676,8 +686,8 @@ func TestAddsThatReloadGoThroughTheSocket(t *testing.T) {
 	if !reflect.DeepEqual(p.Waiting, []string{"node-a", "node-b"}) || api.ReloadsRun() != 1 {
 		t.Errorf("waiting %v, reloads run %d", p.Waiting, api.ReloadsRun())
 	}
-	if in, all := persisted(api); in != 0 || all != 2 {
-		t.Errorf("haproxy.cfg: %d servers, %d in service; want both, parked", all, in)
+	if in, all := persisted(api); in != 0 || all != 1 {
+		t.Errorf("haproxy.cfg: %d servers, %d in service; want node-a, parked (node-b is written once checked)", all, in)
 	}
 	if p, a := syncOnce(t, c, w); p.HasChanges() || a.Writes != 0 || len(p.Loading) != 0 {
 		t.Errorf("sync before the checks passed: %+v", p)
@@ -743,15 +753,15 @@ func TestServerNotRunningYetWaitsParked(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-// TestBigBurstIsPersistedInServiceOnlyOnceChecked: more than MaxRuntimeAdds
-// new servers are added through the socket in one plan, gated, and written
-// to haproxy.cfg in maintenance by one transaction: the reload it asks for
-// must not load a server no check passed for (HAProxy loads every other
-// server UP; before, they were written in service and a server on a dead
-// node took traffic after the reload). Once their checks pass, one more
-// transaction writes those in service, the API runs both reloads as one,
-// and the socket puts them in service; the dead one stays parked.
-func TestBigBurstIsPersistedInServiceOnlyOnceChecked(t *testing.T) {
+// TestBigBurstIsWrittenOnlyOnceChecked: more than MaxRuntimeAdds new
+// servers are added through the socket in one plan, gated, and nothing is
+// written: no versioned write or transaction per server on the way in (on
+// the real API a transaction costs ~7 ms a server: 200 took 1.8 s before
+// the next reconcile could put any in service), and a reload before they
+// are written never loads a server no check passed for. Once their checks
+// pass, the socket puts them in service, then one transaction writes them
+// (one reload); the dead one stays out of haproxy.cfg, gated.
+func TestBigBurstIsWrittenOnlyOnceChecked(t *testing.T) {
 	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
 	hl := &healthLog{api: api, dead: map[string]bool{"node-03": true}}
 	u, _ := url.Parse(api.URL)
@@ -760,35 +770,39 @@ func TestBigBurstIsPersistedInServiceOnlyOnceChecked(t *testing.T) {
 	n := len(w.Servers)
 
 	p, a := syncOnce(t, c, w)
-	if api.Reloads() != 1 || !a.Reload || len(hl.applied) != 1 || len(hl.applied[0].Names(plan.Add)) != n {
-		t.Fatalf("%d adds: %d reloads, runtime plans %+v; want all added at runtime, one transaction", n, api.Reloads(), hl.applied)
+	if api.Reloads() != 0 || a.Reload || len(hl.applied) != 1 || len(hl.applied[0].Names(plan.Add)) != n {
+		t.Fatalf("%d adds: %d reloads, runtime plans %d; want all added at runtime, no reload", n, api.Reloads(), len(hl.applied))
+	}
+	for _, r := range api.Requests() {
+		if r.Method != http.MethodGet {
+			t.Fatalf("%s %s: a write before any check passed", r.Method, r.Path)
+		}
 	}
 	if len(p.Waiting) != n || len(hl.calls) != n {
 		t.Errorf("waiting %v, gated %v", p.Waiting, hl.calls)
 	}
-	if in, all := persisted(api); in != 0 || all != n {
-		t.Errorf("haproxy.cfg: %d servers, %d in service; want %d, none in service before a check passed", all, in, n)
-	}
-	if p, a := syncOnce(t, c, w); p.HasChanges() || a.Writes != 0 {
+	if p, a := syncOnce(t, c, w); p.HasChanges() || a.Writes != 0 || len(p.Waiting) != n {
 		t.Errorf("sync before the checks passed: %+v", p)
 	}
 	hl.passed = true
 	before := len(api.Requests())
 	p, _ = syncOnce(t, c, w)
-	for _, r := range api.Requests()[before:] {
-		if strings.Contains(r.Path, "/servers/") && strings.Contains(r.Query, "version=") {
-			t.Errorf("%s %s?%s: one versioned write per server, not one transaction", r.Method, r.Path, r.Query)
-			break
-		}
-	}
 	if len(p.Names(plan.Update)) != n-1 || len(hl.applied) != 2 || len(hl.applied[1].Changes) != n-1 {
 		t.Fatalf("after the checks passed: plan %+v, runtime plans %d", p, len(hl.applied))
 	}
-	if api.Reloads() != 2 || api.ReloadsRun() != 1 {
-		t.Errorf("persisting the checked servers: %d reloads asked, %d run; want one more transaction, run with the first", api.Reloads(), api.ReloadsRun())
+	for i, r := range api.Requests()[before:] {
+		if strings.Contains(r.Path, "/servers") && strings.Contains(r.Query, "version=") {
+			t.Errorf("%s %s?%s: one versioned write per server, not one transaction", r.Method, r.Path, r.Query)
+		}
+		if r.Method != http.MethodGet && before+i < hl.appliedAt[1] {
+			t.Errorf("%s %s before the socket put them in service: traffic waited for the write", r.Method, r.Path)
+		}
 	}
-	if in, all := persisted(api); in != n-1 || all != n {
-		t.Errorf("haproxy.cfg: %d servers, %d in service; want all but the dead one", all, in)
+	if api.Reloads() != 1 {
+		t.Errorf("writing the checked servers: %d reloads, want one transaction", api.Reloads())
+	}
+	if in, all := persisted(api); in != n-1 || all != n-1 {
+		t.Errorf("haproxy.cfg: %d servers, %d in service; want all but the dead one, in service", all, in)
 	}
 	if p, a := syncOnce(t, c, w); p.HasChanges() || a.Writes != 0 || !reflect.DeepEqual(p.Waiting, []string{"node-03"}) {
 		t.Errorf("last sync: %+v", p)
@@ -840,70 +854,99 @@ func TestManyServersLeaveThroughTheSocket(t *testing.T) {
 	}
 }
 
-// TestReloadBetweenTheBurstsCommits: more than MaxRuntimeAdds burst
-// servers passed their checks; the transaction writes them in service, and
-// the socket is to put them in service after the commit. The API's reload
-// of the first commit runs just before that one (reload_delay): the new
-// process loaded them parked, no check run there. "state ready" would put
-// them UP at once, so nothing is put in service and the error is a
-// conflict: the retry reads again and gates them.
-func TestReloadBetweenTheBurstsCommits(t *testing.T) {
+// TestReloadBeforeTheBurstIsWritten: more than MaxRuntimeAdds burst
+// servers, added through the socket and not written yet, passed their
+// checks; the plan puts them in service and takes out the three servers
+// they replace. A reload between the read and the apply (the API's
+// reload_delay after an earlier commit) dropped them: nothing is put in
+// service or written, the error is a conflict, and the retry adds them
+// again, gated, while the old servers keep their traffic. A reload after
+// the socket put them in service and before the commit loads haproxy.cfg
+// as it was: the old servers are back in service with it, and stay there
+// until the new ones are checked again in the reloaded HAProxy: the backend
+// is never without a server in service.
+func TestReloadBeforeTheBurstIsWritten(t *testing.T) {
 	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
-	hl := &healthLog{api: api}
+	hl := &healthLog{api: api, passed: true}
 	u, _ := url.Parse(api.URL)
 	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+	old := want(srv("old-0", "127.0.2.1", model.Ready), srv("old-1", "127.0.2.2", model.Ready), srv("old-2", "127.0.2.3", model.Ready))
+	syncOnce(t, c, old)
+	syncOnce(t, c, old)
 	w := burst(dataplane.MaxRuntimeAdds + 5)
-	syncOnce(t, c, w)
-	hl.passed = true
-	cur, err := c.Read(context.Background(), "be")
-	if err != nil {
-		t.Fatal(err)
+	hl.dead = map[string]bool{}
+	for _, s := range w.Servers {
+		hl.dead[s.Name] = true
 	}
-	p := plan.CalculateWith(cur, w, c.Policy())
-	api.Intercept(func(_ http.ResponseWriter, r *http.Request) bool {
-		if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/transactions/") {
-			hl.lazy = true
-			hl.reload() // what haproxy.cfg held before this commit: all parked
-			hl.passed = false
+	if p, _ := syncOnce(t, c, w); len(p.Waiting) != len(w.Servers) || len(p.HandingOver) != 3 {
+		t.Fatalf("set-up: %+v", p)
+	}
+	inService := func() (names []string) {
+		rs, _ := hl.ReadRuntime(context.Background(), "be")
+		for _, s := range rs {
+			if s.State == model.Ready && s.Up {
+				names = append(names, s.Name)
+			}
 		}
-		return false
-	})
-	applied := len(hl.applied)
-	_, err = c.Apply(context.Background(), p)
-	if failure.Of(err) != failure.Temporary || !strings.Contains(err.Error(), "no longer runs a passed check") {
-		t.Fatalf("apply: %v, want a conflict", err)
+		return names
 	}
-	if len(hl.applied) != applied {
-		t.Errorf("put in service on the socket after the reload: %+v", hl.applied[applied:])
-	}
-	// The retry gates them where the reload loaded them, and writes them
-	// parked again before the reload the commit asked for.
-	api.Intercept(nil)
-	if p, _ := syncOnce(t, c, w); len(p.Waiting) != len(w.Servers) {
-		t.Errorf("retry: waiting %v, want all gated again", p.Waiting)
-	}
-	if in, _ := persisted(api); in != 0 {
-		t.Errorf("after the retry haproxy.cfg holds %d in service", in)
+	hl.dead = nil
+	plan1 := func() plan.Plan {
+		cur, err := c.Read(context.Background(), "be")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return plan.CalculateWith(cur, w, c.Policy())
 	}
 
-	// A reload between the read and the apply: the transaction is not
-	// even started, so haproxy.cfg never holds them in service.
-	hl.passed = true
-	cur, err = c.Read(context.Background(), "be")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p = plan.CalculateWith(cur, w, c.Policy())
-	hl.reload()
-	hl.passed = false
+	p := plan1()
+	hl.reload() // what haproxy.cfg holds: the old servers alone
 	before := len(api.Requests())
-	if _, err := c.Apply(context.Background(), p); failure.Of(err) != failure.Temporary {
+	if _, err := c.Apply(context.Background(), p); failure.Of(err) != failure.Temporary || !strings.Contains(err.Error(), "no longer in the running HAProxy") {
 		t.Fatalf("apply after a reload: %v, want a conflict", err)
 	}
 	for _, r := range api.Requests()[before:] {
 		if r.Method != http.MethodGet {
 			t.Errorf("%s %s: a write after the reload", r.Method, r.Path)
 		}
+	}
+	if p, _ := syncOnce(t, c, w); len(p.Waiting) != len(w.Servers) || len(p.Names(plan.Add)) != len(w.Servers) {
+		t.Errorf("retry: waiting %v, adds %v; want all added again, gated", p.Waiting, p.Names(plan.Add))
+	}
+	if got := inService(); len(got) != 3 {
+		t.Fatalf("in service after the retry: %v, want the old servers", got)
+	}
+
+	// From here the running HAProxy loads haproxy.cfg only at a reload.
+	hl.lazy = true
+	p = plan1()
+	api.Intercept(func(_ http.ResponseWriter, r *http.Request) bool {
+		if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/transactions/") {
+			hl.reload()
+		}
+		return false
+	})
+	if _, err := c.Apply(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	api.Intercept(nil)
+	if got := inService(); len(got) != 3 {
+		t.Fatalf("in service after the reload: %v, want the old servers back", got)
+	}
+	for i := 0; i < 6 && len(inService()) != len(w.Servers); i++ {
+		p, _ := syncOnce(t, c, w)
+		if got := inService(); len(got) == 0 {
+			t.Fatalf("sync %d emptied the backend: %+v", i, p)
+		}
+		if len(p.Loading) > 0 {
+			hl.reload() // the one the commit asked for, which loads them parked
+		}
+	}
+	if got := inService(); len(got) != len(w.Servers) || slices.ContainsFunc(got, func(n string) bool { return strings.HasPrefix(n, "old-") }) {
+		t.Errorf("in the end in service: %v, want the burst alone", got)
+	}
+	if in, all := persisted(api); in != len(w.Servers) || all != len(w.Servers) {
+		t.Errorf("haproxy.cfg: %d servers, %d in service; want the burst, in service", all, in)
 	}
 }
 
@@ -939,29 +982,76 @@ func TestLeavingServersWhoseTransactionFailed(t *testing.T) {
 	}
 }
 
-// TestBurstWhoseCommitFailed: the servers were added at runtime, then the
-// commit failed. The retry finds them running, does not add them again, and
-// persists them.
-func TestBurstWhoseCommitFailed(t *testing.T) {
-	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
-	hl := &healthLog{api: api}
-	u, _ := url.Parse(api.URL)
-	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
-	w := burst(dataplane.MaxRuntimeAdds + 5)
-	api.InjectFault(dataplanetest.Fault{PathPrefix: "/v3/services/haproxy/transactions/", Writes: true, Status: http.StatusInternalServerError, Times: 1})
-	cur, err := c.Read(context.Background(), "be")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Apply(context.Background(), plan.CalculateWith(cur, w, c.Policy())); err == nil || len(api.Servers("be")) != 0 {
-		t.Fatalf("failed commit: err %v, %d servers in haproxy.cfg", err, len(api.Servers("be")))
-	}
-	syncOnce(t, c, w)
-	if len(hl.applied) != 1 {
-		t.Errorf("the retry sent %+v to the socket; the servers run already", hl.applied[1:])
-	}
-	if in, all := persisted(api); in != 0 || all != len(w.Servers) {
-		t.Errorf("haproxy.cfg: %d servers, %d in service; want %d parked until checked", all, in, len(w.Servers))
+// TestEntriesWhoseCommitFailed: the socket put more than MaxRuntimeAdds
+// servers in service, then the transaction that was to write them failed:
+// haproxy.cfg lacks them (a burst) or parks them (servers back from
+// maintenance), and a reload would take them out. The retry finds them in
+// service and not written (model.Runtime.Unwritten), sends nothing to the
+// socket again, and writes them in service.
+func TestEntriesWhoseCommitFailed(t *testing.T) {
+	txFault := dataplanetest.Fault{PathPrefix: "/v3/services/haproxy/transactions/", Writes: true, Status: http.StatusInternalServerError, Times: 1}
+	for _, tt := range []struct {
+		name  string
+		setUp func(*testing.T, *dataplane.Client, *healthLog, model.Backend)
+	}{
+		{"a burst", func(t *testing.T, c *dataplane.Client, hl *healthLog, w model.Backend) {
+			syncOnce(t, c, w)
+		}},
+		{"back from maintenance", func(t *testing.T, c *dataplane.Client, hl *healthLog, w model.Backend) {
+			hl.passed = true
+			syncOnce(t, c, w)
+			syncOnce(t, c, w)
+			parked := want()
+			for _, s := range w.Servers {
+				s.State = model.Maint
+				parked.Servers = append(parked.Servers, s)
+			}
+			syncOnce(t, c, parked)
+			hl.passed = false
+			syncOnce(t, c, w)
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+			hl := &healthLog{api: api}
+			u, _ := url.Parse(api.URL)
+			c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+			w := burst(dataplane.MaxRuntimeAdds + 5)
+			tt.setUp(t, c, hl, w)
+			if in, _ := persisted(api); in != 0 {
+				t.Fatalf("set-up: haproxy.cfg holds %d in service", in)
+			}
+			hl.passed = true
+			api.InjectFault(txFault)
+			cur, err := c.Read(context.Background(), "be")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Apply(context.Background(), plan.CalculateWith(cur, w, c.Policy())); err == nil {
+				t.Fatal("the failed commit was not reported")
+			}
+			if in, _ := persisted(api); in != 0 {
+				t.Fatalf("haproxy.cfg holds %d in service after the failed commit", in)
+			}
+			socket := len(hl.applied)
+			p, _ := syncOnce(t, c, w)
+			if len(p.Names(plan.Update)) != len(w.Servers) {
+				t.Errorf("retry: %+v, want every server written again", p)
+			}
+			for _, rp := range hl.applied[socket:] {
+				for _, ch := range rp.Changes {
+					if ch.Action == plan.Add || ch.Gate {
+						t.Errorf("retry sent %s gate=%v %s to the socket; it serves already", ch.Action, ch.Gate, ch.Name)
+					}
+				}
+			}
+			if in, all := persisted(api); in != len(w.Servers) || all != len(w.Servers) {
+				t.Errorf("haproxy.cfg: %d servers, %d in service; want all, in service", all, in)
+			}
+			if p, a := syncOnce(t, c, w); p.HasChanges() || a.Writes != 0 {
+				t.Errorf("last sync: %+v", p)
+			}
+		})
 	}
 }
 

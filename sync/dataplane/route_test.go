@@ -61,19 +61,27 @@ func leavingChanges(n int) []plan.Change {
 	return out
 }
 
+// socketOnly is a server the running HAProxy holds and haproxy.cfg does
+// not (a burst's), in state st.
+func socketOnly(name string, st model.State) *model.Server {
+	s := server(name, st, "")
+	s.Runtime = &model.Runtime{Unpersisted: true, CheckRunning: true, CheckPassed: true}
+	return s
+}
+
 func loadingServer(name string) *model.Server {
 	s := server(name, model.Ready, model.Ready)
 	s.Runtime = &model.Runtime{Loading: true}
 	return s
 }
 
-// summary names each route's changes: "puts:a,b gated:c burst".
+// summary names each route's changes: "puts:a,b gated:c".
 func (r routes) summary() string {
 	var parts []string
 	for _, l := range []struct {
 		name string
 		chs  []plan.Change
-	}{{"addGated", r.addGated}, {"gated", r.gated}, {"puts", r.puts}, {"onSocket", r.onSocket}, {"structural", r.structural}, {"afterCommit", r.afterCommit}} {
+	}{{"addGated", r.addGated}, {"gated", r.gated}, {"puts", r.puts}, {"onSocket", r.onSocket}, {"burst", r.burst}, {"first", r.first}, {"structural", r.structural}} {
 		if len(l.chs) == 0 {
 			continue
 		}
@@ -85,9 +93,6 @@ func (r routes) summary() string {
 			names = []string{fmt.Sprint(len(names))}
 		}
 		parts = append(parts, l.name+":"+strings.Join(names, ","))
-	}
-	if r.burst {
-		parts = append(parts, "burst")
 	}
 	return strings.Join(parts, " ")
 }
@@ -108,7 +113,8 @@ func TestRoute(t *testing.T) {
 	}{
 		{"few new servers, socket: added in maintenance, then gated", adds(2), true, "addGated:new-0,new-1"},
 		{"few new servers, no socket: the transaction", adds(2), false, "structural:new-0,new-1"},
-		{"a burst, socket: through the socket, then the transaction", adds(MaxRuntimeAdds + 1), true, "structural:21 burst"},
+		{"a burst, socket: through the socket alone", adds(MaxRuntimeAdds + 1), true, "burst:21"},
+		{"a burst, no socket: the transaction", adds(MaxRuntimeAdds + 1), false, "structural:21"},
 		{"a weight change haproxy.cfg does not hold: a versioned PUT", []plan.Change{{Action: plan.Update, Name: "w",
 			Old: server("w", model.Ready, model.Ready), New: func() *model.Server { s := server("w", model.Ready, ""); s.Weight = 3; return s }()}}, true, "puts:w"},
 		{"drain that haproxy.cfg holds already: the socket alone", []plan.Change{{Action: plan.Drain, Name: "d",
@@ -126,10 +132,20 @@ func TestRoute(t *testing.T) {
 		{"a delete haproxy.cfg parks already: parked on the socket", []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Maint)}}, true, "onSocket:x structural:x"},
 		{"a parked delete: the transaction alone", []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Maint, model.Maint)}}, true, "structural:x"},
 		{"a few burst servers checked: a PUT each", entries(2), true, "puts:in-0,in-1"},
-		{"many burst servers checked: the transaction, then the socket", entries(MaxRuntimeAdds + 1), true, "structural:21 afterCommit:21"},
+		{"many parked servers checked: the socket, then the transaction", entries(MaxRuntimeAdds + 1), true, "first:21 structural:21"},
+		{"a burst server checked: the socket, then the transaction adds it", []plan.Change{{Action: plan.Update, Name: "b",
+			Old: socketOnly("b", model.Drain), New: server("b", model.Ready, "")}}, true, "first:b structural:b"},
+		{"a burst server gated again, deleted, parked: the socket alone", []plan.Change{
+			{Action: plan.Drain, Name: "g", Old: socketOnly("g", model.Drain), New: server("g", model.Drain, ""), Gate: true},
+			{Action: plan.Delete, Name: "x", Old: socketOnly("x", model.Maint)},
+			{Action: plan.Maint, Name: "y", Old: socketOnly("y", model.Drain), New: server("y", model.Maint, "")}}, true, "onSocket:g,x,y"},
+		{"a burst server checked and one leaving: the leaving one follows it", []plan.Change{
+			{Action: plan.Update, Name: "b", Old: socketOnly("b", model.Drain), New: server("b", model.Ready, "")},
+			{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Ready)},
+			{Action: plan.Maint, Name: "y", Old: server("y", model.Ready, model.Ready), New: server("y", model.Maint, "")}}, true, "first:b,x,y structural:x,b,y"},
 		{"servers checked and others leaving: the entries first", append(entries(2), leavingChanges(MaxRuntimeAdds+1)...), true, "puts:in-0,in-1 onSocket:21 structural:21"},
-		{"many checked and others leaving: the leaving follow the entries after the commit", append(entries(MaxRuntimeAdds+1), plan.Change{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Ready)}), true, "structural:22 afterCommit:22"},
-		{"many checked and a few leaving by PUT: those follow the entries too", append(entries(MaxRuntimeAdds+1), leavingChanges(3)...), true, "structural:24 afterCommit:24"},
+		{"many checked and others leaving: the leaving follow the entries after the commit", append(entries(MaxRuntimeAdds+1), plan.Change{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Ready)}), true, "first:22 structural:22"},
+		{"many checked and a few leaving by PUT: those follow the entries too", append(entries(MaxRuntimeAdds+1), leavingChanges(3)...), true, "first:24 structural:24"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := route(plan.Plan{Backend: "be", Changes: tt.changes}, tt.socket, false).summary(); got != tt.want {
@@ -140,6 +156,13 @@ func TestRoute(t *testing.T) {
 	r := route(plan.Plan{Changes: []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Maint)}}}, true, false)
 	if r.onSocket[0].Action != plan.Maint || r.onSocket[0].New.State != model.Maint {
 		t.Errorf("a delete on the socket is %s to %s, want parked only", r.onSocket[0].Action, r.onSocket[0].New.State)
+	}
+	r = route(plan.Plan{Changes: []plan.Change{{Action: plan.Update, Name: "b", Old: socketOnly("b", model.Drain), New: server("b", model.Ready, "")}}}, true, false)
+	if tx := r.structural[0]; tx.Action != plan.Add || tx.Gate || tx.New.State != model.Ready {
+		t.Errorf("a burst server checked is written as %s gate=%v %s, want added in service", tx.Action, tx.Gate, tx.New.State)
+	}
+	if r.first[0].Action != plan.Update {
+		t.Errorf("on the socket it is %s, want the plan's update", r.first[0].Action)
 	}
 }
 

@@ -147,6 +147,16 @@ type Runtime struct {
 	// is under way): no check of it has run. It is out of service and must
 	// be loaded parked; the runtime view comes once the reload ran.
 	Loading bool
+	// Unpersisted: the running HAProxy holds the server and haproxy.cfg
+	// does not (the Data Plane API driver adds a burst through the socket
+	// and writes each server once it enters service; or someone added it
+	// by hand at runtime). A reload drops it.
+	Unpersisted bool
+	// Unwritten: the running HAProxy has the server in service and
+	// haproxy.cfg does not (it parks or lacks it): put in service through
+	// the socket, and the write that was to follow failed. A reload would
+	// take it out; the plan writes it again.
+	Unwritten bool
 	// CheckL4: the last check was a bare TCP connect that succeeded
 	// (HAProxy's L4OK): nothing was asked of the server, so a health port
 	// that answers 503 still passes.

@@ -209,7 +209,7 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 		switch {
 		case !ok:
 			p.Changes = append(p.Changes, Change{Action: Add, Name: d.Name, New: d})
-		case old.SameTraffic(*d):
+		case old.SameTraffic(*d) && (old.Runtime == nil || !old.Runtime.Unwritten):
 		case d.State == model.Drain && old.State != model.Drain:
 			p.Changes = append(p.Changes, Change{Action: Drain, Name: d.Name, Old: old, New: d})
 		case d.State == model.Maint && old.State != model.Maint:
@@ -421,6 +421,13 @@ func (p *Plan) keepUntilReplaced(desired model.Backend) {
 			(ch.New == nil || ch.New.Address == ch.Old.Address && ch.New.Port == ch.Old.Port && ch.New.Reason != model.ReasonAnnotation)
 		if leaving && serving(ch.Old, false) {
 			kept[ch.Name] = true
+			if ch.Old.Runtime != nil && ch.Old.Runtime.Unwritten {
+				// haproxy.cfg lacks or parks it (a reload came between
+				// the socket and the write that took it out): written as
+				// it serves, or the next reload takes it out all the same.
+				same := *ch.Old
+				changes = append(changes, Change{Action: Update, Name: ch.Name, Old: ch.Old, New: &same})
+			}
 			continue
 		}
 		changes = append(changes, ch)

@@ -640,10 +640,19 @@ func TestMakeBeforeBreak(t *testing.T) {
 			current: be(up(srv("old", "10.0.0.1", 80, model.Ready))), desired: be(newReady),
 			pol:  Policy{},
 			want: map[Action][]string{Add: {"new"}, Delete: {"old"}}},
+		{name: "a kept server haproxy.cfg no longer holds in service (a reload came before its write): written as it serves",
+			current: be(unwritten(serving("old", "10.0.0.1"))), desired: be(newReady),
+			pol:  Policy{GateChecks: true},
+			want: map[Action][]string{Add: {"new"}, Update: {"old"}}, handover: []string{"old"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := CalculateWith(tt.current, tt.desired, tt.pol)
+			for _, ch := range p.Changes {
+				if ch.Action == Update && slices.Contains(tt.handover, ch.Name) && !ch.New.SameTraffic(*ch.Old) {
+					t.Errorf("kept server %s written as %s, want as it serves (%s)", ch.Name, ch.New.State, ch.Old.State)
+				}
+			}
 			if got := summary(p); !equalSummary(got, tt.want) {
 				t.Errorf("plan = %v, want %v", got, tt.want)
 			}
@@ -652,6 +661,39 @@ func TestMakeBeforeBreak(t *testing.T) {
 			}
 			if len(tt.handover) > 0 && (len(p.Guarded) > 0 || len(p.Draining) > 0 || !p.Pending()) {
 				t.Errorf("guarded %v, draining %v, pending %v: a kept server is neither, and a later reconcile is due", p.Guarded, p.Draining, p.Pending())
+			}
+		})
+	}
+}
+
+func unwritten(s model.Server) model.Server {
+	r := *s.Runtime
+	r.Unwritten = true
+	s.Runtime = &r
+	return s
+}
+
+// TestUnwrittenServersAreWritten: a server HAProxy runs in service whose
+// haproxy.cfg entry parks or lacks it (model.Runtime.Unwritten: the write
+// after the socket failed) is written again while it is wanted in service;
+// one wanted out leaves as any other.
+func TestUnwrittenServersAreWritten(t *testing.T) {
+	ready := srv("a", "10.0.0.1", 80, model.Ready)
+	for _, tt := range []struct {
+		name    string
+		current model.Server
+		desired model.Server
+		want    map[Action][]string
+	}{
+		{"wanted in service: written as it is", unwritten(rt(ready, true, true, 0, 0)), ready, map[Action][]string{Update: {"a"}}},
+		{"written already: nothing", rt(ready, true, true, 0, 0), ready, map[Action][]string{}},
+		{"wanted parked: parked", unwritten(rt(ready, true, true, 0, 0)), srv("a", "10.0.0.1", 80, model.Maint), map[Action][]string{Maint: {"a"}}},
+		{"its check no longer runs: gated", unwritten(rt(ready, false, true, 0, 0)), ready, map[Action][]string{Drain: {"a"}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := CalculateWith(be(tt.current), be(tt.desired), Policy{GateChecks: true})
+			if got := summary(p); !equalSummary(got, tt.want) {
+				t.Errorf("plan = %v, want %v", got, tt.want)
 			}
 		})
 	}

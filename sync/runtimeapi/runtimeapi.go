@@ -187,20 +187,22 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 	if err != nil {
 		return model.Backend{}, err
 	}
-	for i := range servers {
-		port := servers[i].Check.Port // the one check field the socket shows
-		servers[i].Check = c.check
-		servers[i].Check.Port = port
-	}
 	return model.Backend{Name: backend, Settings: c.settings, Servers: servers}, nil
 }
 
 // ReadRuntime returns the backend's servers as the runtime API shows them,
-// each with its model.Runtime (checks judged against the configured rise).
+// each with its model.Runtime (checks judged against the configured rise),
+// and the check this driver adds servers with: the socket shows only its
+// port.
 func (c *Client) ReadRuntime(ctx context.Context, backend string) ([]model.Server, error) {
 	servers, err := c.serversState(ctx, backend)
 	if err != nil || len(servers) == 0 {
 		return servers, err
+	}
+	for i := range servers {
+		port := servers[i].Check.Port
+		servers[i].Check = c.check
+		servers[i].Check.Port = port
 	}
 	cmd := "show stat " + backend + " 4 -1"
 	reply, err := c.sock.Command(ctx, cmd)
