@@ -138,12 +138,11 @@ func BenchmarkWatchNoPost(b *testing.B) {
 // server does not replay, plus the real HAProxy's; reloads-asked: the
 // commits that asked for one).
 //
-// With the Data Plane API, the burst goes in through the socket and one
-// transaction writes it to haproxy.cfg in maintenance; once the servers
-// passed their checks a second one writes them in service, and the API runs
-// both reloads as one (reload_delay, 5 s). The benchmark checks that
-// haproxy.cfg holds the 200 servers in service, so that the reload loads
-// what converged.
+// With the Data Plane API, the burst goes in through the socket alone;
+// once the servers passed their checks the socket puts them in service and
+// one transaction writes them to haproxy.cfg in service (one reload). The
+// benchmark checks that haproxy.cfg holds the 200 servers in service, so
+// that the reload loads what converged.
 func BenchmarkWatchScaleUp200(b *testing.B) {
 	for _, driver := range []string{"runtime", "dataplane"} {
 		b.Run(driver, func(b *testing.B) { scaleUp(b, 200, driver == "dataplane") })

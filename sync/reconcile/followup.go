@@ -223,14 +223,25 @@ func (f *FollowUp) unwatch(target string) {
 // newer result, Stop) ends the polls: a tick still pending returns at once.
 func (f *FollowUp) pollChecks(ctx context.Context, target string, cr CheckReader, backends map[string]waits, poll time.Duration) {
 	var tick func()
+	waited := false
 	tick = func() {
 		if ctx.Err() != nil {
 			return
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		passed := passedOne(rctx, cr, backends)
+		due, of := dueCount(rctx, cr, backends)
 		cancel()
-		if passed {
+		switch {
+		case due == 0:
+		case due < of && !waited:
+			// Part of a burst is due: the rest, added with it, passes
+			// within a poll or so. One more poll lets one reconcile put
+			// them all in service, where a second would wait for the
+			// first one's write (on the real Data Plane API a transaction
+			// costs ~7 ms a server: 150 of 200 made the other 50 wait
+			// 0.7 s more).
+			waited = true
+		default:
 			f.enter(ctx, target)
 			return
 		}
@@ -445,13 +456,13 @@ func (errStillWaiting) Error() string {
 	return "servers still wait for their first passed health check"
 }
 
-// passedOne reports whether, on cr, a server of backends (its waiting
-// servers) is due (its check passed, or none runs: CheckReader), or is
-// gone, or, when a reload was to load it (Loading), is there now: a
-// reconcile has work in each case. A backend that cannot be read says
-// nothing.
-func passedOne(ctx context.Context, cr CheckReader, backends map[string]waits) bool {
+// dueCount counts, on cr, the servers of backends (their waiting servers)
+// that a reconcile has work for, of all those waiting: due (its check
+// passed, or none runs: CheckReader), or gone, or, when a reload was to
+// load it (Loading), there now. A backend that cannot be read says nothing.
+func dueCount(ctx context.Context, cr CheckReader, backends map[string]waits) (due, of int) {
 	for backend, w := range backends {
+		of += len(w.waiting)
 		got, err := cr.ReadChecks(ctx, backend)
 		if err != nil {
 			continue
@@ -459,9 +470,9 @@ func passedOne(ctx context.Context, cr CheckReader, backends map[string]waits) b
 		for _, n := range w.waiting {
 			ok, there := got[n]
 			if w.loading[n] && there || !w.loading[n] && (ok || !there) {
-				return true
+				due++
 			}
 		}
 	}
-	return false
+	return due, of
 }

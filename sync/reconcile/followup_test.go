@@ -184,6 +184,46 @@ func TestFollowUpPokesWhenALoadingServerIsLoaded(t *testing.T) {
 	}
 }
 
+// TestFollowUpWaitsOnePollForTheRestOfABurst: when some waiting servers
+// passed and others are still checking (a burst whose checks pass a few ms
+// apart), the follow-up looks once more before it pokes, so that one
+// reconcile puts them all in service; a dead one among them delays the
+// others by that one poll only. All due: no wait.
+func TestFollowUpWaitsOnePollForTheRestOfABurst(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		at1, at2  map[string]bool // checks passed at the first and the second poll
+		wantPolls int             // polls until the poke
+	}{
+		{"all due at once", map[string]bool{"n1": true, "n2": true, "n3": true}, nil, 1},
+		{"the rest passes a poll later", map[string]bool{"n1": true}, map[string]bool{"n1": true, "n2": true, "n3": true}, 2},
+		{"one never passes", map[string]bool{"n1": true, "n2": true}, map[string]bool{"n1": true, "n2": true}, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := &fakeClock{now: time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)}
+			a := &checks{passed: map[string]bool{}}
+			for _, n := range []string{"n1", "n2", "n3"} {
+				a.set(n, tt.at1[n])
+			}
+			f := newFollowUp(clock, map[string]CheckReader{"a": a})
+			var p pokes
+			f.Observe(Result{Targets: []TargetResult{waiting("a", "n1", "n2", "n3")}}, nil, p.poke)
+			polls := 0
+			for ; polls < 5 && len(p.got()) == 0; polls++ {
+				if polls == 1 {
+					for n, ok := range tt.at2 {
+						a.set(n, ok)
+					}
+				}
+				clock.advance(50 * time.Millisecond)
+			}
+			if len(p.got()) != 1 || polls != tt.wantPolls {
+				t.Errorf("pokes %v after %d polls, want one after %d", p.got(), polls, tt.wantPolls)
+			}
+		})
+	}
+}
+
 // TestFollowUpTargetsAreIndependent: a target whose socket cannot be read
 // does not hold back the poke the other target's passed check asks for.
 func TestFollowUpTargetsAreIndependent(t *testing.T) {
