@@ -253,7 +253,7 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 				// reload that has not run yet (reload_delay), and no check
 				// of it ran. Not a server whose checks cannot be seen:
 				// that would put it in service before the reload loads it.
-				out.Servers[i].Runtime = &model.Runtime{Loading: true}
+				out.Servers[i].Runtime = &model.Runtime{Loading: true, Addable: onlyWritten(out.Servers[i].Source)}
 				continue
 			}
 			// The running HAProxy's state is what serves traffic, and what
@@ -717,6 +717,17 @@ func (c *Client) gate(ctx context.Context, backend string, ch plan.Change, versi
 		}
 		version = r.nextVersion(version)
 	}
+	if loading(ch.Old) {
+		// haproxy.cfg holds it (parked now) and the running HAProxy does
+		// not: added there through the socket, gated, rather than left
+		// to a reload that may never come. The reload, when it comes,
+		// loads it parked, and a later reconcile gates it again.
+		held := *ch.New
+		rp := plan.Plan{Backend: backend, Changes: []plan.Change{{Action: plan.Add, Name: ch.Name, New: &held, Gate: true}}}
+		applied, err := c.runtime.Apply(ctx, rp)
+		out.Add(applied)
+		return version, err
+	}
 	if renewable(ch) && !c.addsReload() {
 		// Deleted and added again through the socket, with its id and the
 		// keywords haproxy.cfg holds: its first check comes at once, where
@@ -748,7 +759,14 @@ func renewable(ch plan.Change) bool {
 	if o == nil || o.State != model.Maint || o.Runtime == nil || o.Runtime.Loading || o.Runtime.Sessions != 0 || o.Runtime.ID <= 0 {
 		return false
 	}
-	raw, ok := o.Source.(rawServer)
+	return onlyWritten(o.Source)
+}
+
+// onlyWritten reports whether haproxy.cfg's entry of a server, as read
+// (source), holds nothing but what this service writes: an add through the
+// socket renders it whole (runtimeapi's add line).
+func onlyWritten(source any) bool {
+	raw, ok := source.(rawServer)
 	if !ok {
 		return false
 	}

@@ -715,39 +715,63 @@ func TestAddsThatReloadGoThroughTheSocket(t *testing.T) {
 
 // TestServerNotRunningYetWaitsParked: haproxy.cfg holds a server (written in
 // service) that the running HAProxy does not show: the API's reload that
-// loads it has not run. Before, such a server read as one whose checks
-// cannot be seen and was left, or written, in service, so the reload loaded
-// it UP with no check run. Now it is written parked and waits (loading)
-// with nothing sent to the socket; once the reload loaded it, it is gated,
-// and it enters service once its check passed.
+// loads it has not run, or failed. Before, such a server read as one whose
+// checks cannot be seen and was left, or written, in service, so the reload
+// loaded it UP with no check run. Now it is written parked (loading); when
+// haproxy.cfg holds nothing for it but what this service writes, it is
+// added through the socket at once, gated, and enters service once its
+// check passed, reload or not. One with another keyword (here maxconn, which
+// an add through the socket would lose) waits with nothing sent to the
+// socket until the reload loaded it; then it is gated.
 func TestServerNotRunningYetWaitsParked(t *testing.T) {
-	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
-	hl := &healthLog{api: api, lazy: true}
-	u, _ := url.Parse(api.URL)
-	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
-	port, weight := int64(30080), int64(1)
-	api.AddBackend(api.Backend("be"), models.Server{Name: "node-a", Address: "127.0.1.1", Port: &port,
-		ServerParams: models.ServerParams{Weight: &weight, Check: "enabled", Inter: ptr(int64(2000)), Rise: ptr(int64(2)), Fall: ptr(int64(3)), Maintenance: "disabled"}})
-	w := want(srv("node-a", "127.0.1.1", model.Ready))
+	for _, tt := range []struct {
+		name    string
+		maxconn *int64
+	}{{"only what the service writes", nil}, {"another keyword", ptr(int64(100))}} {
+		t.Run(tt.name, func(t *testing.T) {
+			api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+			hl := &healthLog{api: api, lazy: true}
+			u, _ := url.Parse(api.URL)
+			c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+			port, weight := int64(30080), int64(1)
+			api.AddBackend(api.Backend("be"), models.Server{Name: "node-a", Address: "127.0.1.1", Port: &port,
+				ServerParams: models.ServerParams{Weight: &weight, Check: "enabled", Inter: ptr(int64(2000)), Rise: ptr(int64(2)), Fall: ptr(int64(3)), Maintenance: "disabled", Maxconn: tt.maxconn}})
+			w := want(srv("node-a", "127.0.1.1", model.Ready))
 
-	p, _ := syncOnce(t, c, w)
-	if !reflect.DeepEqual(p.Loading, []string{"node-a"}) || !reflect.DeepEqual(p.Waiting, []string{"node-a"}) ||
-		!reflect.DeepEqual(p.Names(plan.Maint), []string{"node-a"}) {
-		t.Fatalf("plan %+v: want node-a parked, waiting for the reload", p)
-	}
-	if in, all := persisted(api); in != 0 || all != 1 || len(hl.calls) != 0 || len(hl.applied) != 0 {
-		t.Errorf("haproxy.cfg %d/%d in service, socket calls %v %d; want it parked, nothing on the socket", in, all, hl.calls, len(hl.applied))
-	}
-	if p, a := syncOnce(t, c, w); p.HasChanges() || a.Writes != 0 || len(p.Loading) != 1 {
-		t.Errorf("before the reload: %+v", p)
-	}
-	hl.reload()
-	if p, _ := syncOnce(t, c, w); len(p.Loading) != 0 || fmt.Sprint(hl.calls) != "[be/node-a]" || !reflect.DeepEqual(p.Waiting, []string{"node-a"}) {
-		t.Errorf("after the reload: %+v, gated %v; want it gated", p, hl.calls)
-	}
-	hl.passed = true
-	if p, _ := syncOnce(t, c, w); !reflect.DeepEqual(p.Names(plan.Update), []string{"node-a"}) || p.Pending() {
-		t.Errorf("after its check passed: %+v", p)
+			p, _ := syncOnce(t, c, w)
+			if !reflect.DeepEqual(p.Loading, []string{"node-a"}) || !reflect.DeepEqual(p.Waiting, []string{"node-a"}) {
+				t.Fatalf("plan %+v: want node-a waiting, loading", p)
+			}
+			if in, all := persisted(api); in != 0 || all != 1 {
+				t.Errorf("haproxy.cfg %d/%d in service, want it parked", in, all)
+			}
+			if tt.maxconn == nil {
+				if fmt.Sprint(hl.calls) != "[be/node-a]" || len(hl.applied) != 1 || hl.applied[0].Changes[0].Action != plan.Add {
+					t.Fatalf("socket: gated %v, plans %+v; want it added there, gated", hl.calls, hl.applied)
+				}
+			} else {
+				if len(hl.calls) != 0 || len(hl.applied) != 0 {
+					t.Errorf("socket calls %v %d; want nothing on the socket", hl.calls, len(hl.applied))
+				}
+				if p, a := syncOnce(t, c, w); p.HasChanges() || a.Writes != 0 || len(p.Loading) != 1 {
+					t.Errorf("before the reload: %+v", p)
+				}
+				hl.reload()
+				if p, _ := syncOnce(t, c, w); len(p.Loading) != 0 || fmt.Sprint(hl.calls) != "[be/node-a]" || !reflect.DeepEqual(p.Waiting, []string{"node-a"}) {
+					t.Errorf("after the reload: %+v, gated %v; want it gated", p, hl.calls)
+				}
+			}
+			if p, a := syncOnce(t, c, w); p.HasChanges() || a.Writes != 0 || len(p.Loading) != 0 || len(p.Waiting) != 1 {
+				t.Errorf("gated, before its check passed: %+v", p)
+			}
+			hl.passed = true
+			if p, _ := syncOnce(t, c, w); !reflect.DeepEqual(p.Names(plan.Update), []string{"node-a"}) || p.Pending() {
+				t.Errorf("after its check passed: %+v", p)
+			}
+			if in, _ := persisted(api); in != 1 {
+				t.Errorf("haproxy.cfg holds %d in service, want node-a", in)
+			}
+		})
 	}
 }
 

@@ -147,6 +147,11 @@ type Runtime struct {
 	// is under way): no check of it has run. It is out of service and must
 	// be loaded parked; the runtime view comes once the reload ran.
 	Loading bool
+	// Addable, with Loading: the socket can add the server as haproxy.cfg
+	// holds it (it holds nothing but what this service writes), so its
+	// check need not wait for a reload that may never come (the API's
+	// reload failed; a renew's add did not pass).
+	Addable bool
 	// Unpersisted: the running HAProxy holds the server and haproxy.cfg
 	// does not (the Data Plane API driver adds a burst through the socket
 	// and writes each server once it enters service; or someone added it

@@ -461,7 +461,8 @@ func serving(s *model.Server, entering bool) bool {
 }
 
 // load plans desired ready server d, which haproxy.cfg holds and the
-// running HAProxy does not show yet (model.Runtime.Loading), to wait for
+// running HAProxy does not show yet (model.Runtime.Loading), to be gated
+// where the driver can add it (model.Runtime.Addable), else to wait for
 // the reload that loads it: no check of it has run, and HAProxy loads a
 // configured server UP unless it is in maintenance, so it is written
 // parked if it is not; once loaded, a later reconcile gates it. Before,
@@ -470,6 +471,14 @@ func serving(s *model.Server, entering bool) bool {
 func (p *Plan) load(old, d *model.Server) {
 	p.Waiting = append(p.Waiting, d.Name)
 	p.Loading = append(p.Loading, d.Name)
+	if old.Runtime.Addable {
+		// Gated where the driver can add it to the running HAProxy: held
+		// parked in haproxy.cfg, its check started now.
+		held := *d
+		held.State, held.Reason = model.Drain, "check"
+		p.Changes = append(p.Changes, Change{Action: Drain, Name: d.Name, Old: old, New: &held, Gate: true})
+		return
+	}
 	parked := *d
 	parked.State, parked.Reason = model.Maint, "check"
 	switch {

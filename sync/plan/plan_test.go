@@ -309,6 +309,8 @@ func stale(s model.Server) model.Server { s.Runtime.CheckStale = true; return s 
 
 func loading(s model.Server) model.Server { s.Runtime = &model.Runtime{Loading: true}; return s }
 
+func addable(s model.Server) model.Server { s.Runtime.Addable = true; return s }
+
 func withCheck(s model.Server, c model.Check) model.Server { s.Check = c; return s }
 
 func TestCalculateGatesEntryOnChecks(t *testing.T) {
@@ -368,6 +370,12 @@ func TestCalculateGatesEntryOnChecks(t *testing.T) {
 		{name: "a parked server the running HAProxy lacks, moving, is written parked at its new address",
 			current: be(loading(srv("a", "10.0.0.9", 80, model.Maint))),
 			want:    []change{{Update, model.Maint, false}}, waiting: true},
+		{name: "a server the running HAProxy lacks and the driver can add there is gated at once",
+			current: be(addable(loading(srv("a", "10.0.0.1", 80, model.Ready)))),
+			want:    []change{{Drain, model.Drain, true}}, waiting: true},
+		{name: "the same, parked already",
+			current: be(addable(loading(srv("a", "10.0.0.1", 80, model.Maint)))),
+			want:    []change{{Drain, model.Drain, true}}, waiting: true},
 		{name: "a driver that cannot see checks puts servers in service as before",
 			current: be(srv("a", "10.0.0.1", 80, model.Maint)),
 			want:    []change{{Update, model.Ready, false}}},
