@@ -94,7 +94,7 @@ const (
 	whyAddReloads = "the Data Plane API reloaded HAProxy to add a server instead of adding it at runtime: " +
 		"haproxy.cfg has a default-server line in the backend or its defaults section, or the API cannot read " +
 		"this HAProxy's version (client-native before v6.3.7, in dataplaneapi before 3.3.5, fails on some, and on those with '~'); " +
-		"with the runtime socket, servers are added through it and persisted parked, so each reload costs no gate"
+		"with the runtime socket, servers are added through it and written to haproxy.cfg once checked, so each reload costs no gate"
 	whyChangeReloads = "the Data Plane API reloaded HAProxy for a server change it applies at runtime (weight, address, " +
 		"maintenance): its runtime command failed; with the runtime socket, the change is applied through it too"
 )
@@ -280,9 +280,11 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 		}
 		// Servers the running HAProxy holds and haproxy.cfg does not: a
 		// burst added through the socket, written once each enters
-		// service (model.Runtime.Unpersisted).
+		// service (model.Runtime.Unpersisted). Only those this service
+		// added: a server-template's slots (the API lists them apart) and
+		// servers added by hand are not its to change.
 		for _, r := range rs {
-			if inCfg[r.Name] {
+			if inCfg[r.Name] || r.Runtime == nil || !r.Runtime.Ours {
 				continue
 			}
 			rt := model.Runtime{}
@@ -378,6 +380,12 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	each := func(verb string, chs []plan.Change, write func(plan.Change, int64) (int64, error)) error {
 		for _, ch := range chs {
 			v, err := write(ch, version)
+			var refused plan.ServerErrors
+			if errors.As(err, &refused) { // the socket refused it (a gate's add)
+				failed = append(failed, refused...)
+				version = v
+				continue
+			}
 			if refusedOne(err, ch.Name, &failed) {
 				continue
 			}
@@ -431,33 +439,42 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	}
 	structural := r.structural
 	if len(r.burst) > 0 {
-		refused, err := c.addAtRuntime(ctx, p.Backend, r.burst, &out, &failed)
-		if err != nil {
+		before := len(failed)
+		if err := c.addAtRuntime(ctx, p.Backend, r.burst, &out, &failed); err != nil {
 			return out, err
 		}
-		structural = slices.DeleteFunc(slices.Clone(structural), func(ch plan.Change) bool { return refused[ch.Name] })
+		structural = without(structural, refusedNames(failed[before:]))
 	}
 	if len(r.first) > 0 {
-		// Entries must still run a passed check: a reload since the read
-		// (the API's reload_delay after an earlier commit) loaded them
-		// parked, or dropped those haproxy.cfg lacks, and "state ready"
-		// would put them UP with no check run.
+		// Entries must still be there, and run a passed check if not in
+		// service yet: a reload since the read (the API's reload_delay
+		// after an earlier commit) loaded them parked, or dropped those
+		// haproxy.cfg lacks, and "state ready" would put them UP with no
+		// check run.
 		if err := c.stillChecked(ctx, p.Backend, r.first); err != nil {
 			return out, err
 		}
+		entering := slices.DeleteFunc(slices.Clone(r.first), func(ch plan.Change) bool { return !putsInService(ch) })
+		leaving := slices.DeleteFunc(slices.Clone(r.first), putsInService)
 		before := len(failed)
-		if err := c.onRuntime(ctx, plan.Plan{Backend: p.Backend, Changes: r.first}, &out, &failed); err != nil {
+		if err := c.onRuntime(ctx, plan.Plan{Backend: p.Backend, Changes: entering}, &out, &failed); err != nil {
 			return out, err
 		}
-		if len(failed) > before {
-			// Written only as the running HAProxy took them: a server it
-			// refused to put in service is not written in service.
-			refused := map[string]bool{}
-			for _, f := range failed[before:] {
-				refused[f.Server] = true
+		if len(entering) > 0 && len(failed)-before == len(entering) {
+			// None entered (the running HAProxy refused them all: a reload
+			// came between): the servers they replace stay as they are.
+			kept := map[string]bool{}
+			for _, ch := range leaving {
+				kept[ch.Name] = true
 			}
-			structural = slices.DeleteFunc(slices.Clone(structural), func(ch plan.Change) bool { return refused[ch.Name] })
+			structural, leaving = without(structural, kept), nil
 		}
+		if err := c.onRuntime(ctx, plan.Plan{Backend: p.Backend, Changes: leaving}, &out, &failed); err != nil {
+			return out, err
+		}
+		// Written only as the running HAProxy took them: a server it
+		// refused to put in service is not written in service.
+		structural = without(structural, refusedNames(failed[before:]))
 	}
 	if len(structural) > 0 || p.Settings != nil {
 		tx, err := c.transaction(ctx, version, p, structural, serverPath)
@@ -491,16 +508,33 @@ func (c *Client) onRuntime(ctx context.Context, p plan.Plan, out *plan.Applied, 
 	return nil
 }
 
+// without returns changes without those of the servers in names.
+func without(changes []plan.Change, names map[string]bool) []plan.Change {
+	if len(names) == 0 {
+		return changes
+	}
+	return slices.DeleteFunc(slices.Clone(changes), func(ch plan.Change) bool { return names[ch.Name] })
+}
+
+// refusedNames names the servers of refused.
+func refusedNames(refused plan.ServerErrors) map[string]bool {
+	names := map[string]bool{}
+	for _, f := range refused {
+		names[f.Server] = true
+	}
+	return names
+}
+
 // addAtRuntime adds a burst of new servers through the runtime socket,
 // pipelined and gated (through the API each would be a versioned write
 // checking the whole configuration); haproxy.cfg gets each once it enters
-// service. It returns the servers the socket refused (also recorded in
-// failed). A server the running HAProxy has already (added since the read)
-// is not added again, only moved (gated) if its address differs.
-func (c *Client) addAtRuntime(ctx context.Context, backend string, changes []plan.Change, out *plan.Applied, failed *plan.ServerErrors) (map[string]bool, error) {
+// service. The servers the socket refused are recorded in failed. A server
+// the running HAProxy has already (added since the read) is not added
+// again, only moved (gated) if its address differs.
+func (c *Client) addAtRuntime(ctx context.Context, backend string, changes []plan.Change, out *plan.Applied, failed *plan.ServerErrors) error {
 	running, err := c.runtime.ReadRuntime(ctx, backend)
 	if err != nil {
-		return nil, fmt.Errorf("read runtime state of %s: %w", backend, err)
+		return fmt.Errorf("read runtime state of %s: %w", backend, err)
 	}
 	there := make(map[string]*model.Server, len(running))
 	for i := range running {
@@ -518,15 +552,7 @@ func (c *Client) addAtRuntime(ctx context.Context, backend string, changes []pla
 			rp.Changes = append(rp.Changes, plan.Change{Action: plan.Drain, Name: ch.Name, Old: old, New: &held, Gate: true})
 		}
 	}
-	before := len(*failed)
-	if err := c.onRuntime(ctx, rp, out, failed); err != nil {
-		return nil, err
-	}
-	refused := map[string]bool{}
-	for _, f := range (*failed)[before:] {
-		refused[f.Server] = true
-	}
-	return refused, nil
+	return c.onRuntime(ctx, rp, out, failed)
 }
 
 // refusedOne records err as one server's refused change when the API
@@ -637,7 +663,8 @@ func (c *Client) addThenGate(ctx context.Context, backend string, ch plan.Change
 }
 
 // stillChecked makes sure that the servers changes put in service are
-// still there with a passed check running in the running HAProxy: the API's
+// still there, and those not in service yet with a passed check running,
+// in the running HAProxy: the API's
 // reload may have run since the plan was read (reload_delay after an
 // earlier commit) and loaded them parked, with no check run in the new
 // process, where "state ready" would put them UP at once; or dropped those
@@ -646,7 +673,7 @@ func (c *Client) addThenGate(ctx context.Context, backend string, ch plan.Change
 func (c *Client) stillChecked(ctx context.Context, backend string, changes []plan.Change) error {
 	entries := map[string]bool{}
 	for _, ch := range changes {
-		if enters(ch) {
+		if putsInService(ch) {
 			entries[ch.Name] = true
 		}
 	}
@@ -661,7 +688,9 @@ func (c *Client) stillChecked(ctx context.Context, backend string, changes []pla
 		if !entries[s.Name] {
 			continue
 		}
-		if s.Runtime == nil || !s.Runtime.CheckRunning || !s.Runtime.CheckPassed {
+		// In service already (the write that was to follow failed): its
+		// running check rules it, passed or not; it need only be there.
+		if s.State != model.Ready && (s.Runtime == nil || !s.Runtime.CheckRunning || !s.Runtime.CheckPassed) {
 			return &failure.ConflictError{Msg: fmt.Sprintf("server %s/%s no longer runs a passed check (HAProxy reloaded since the read): not put in service", backend, s.Name)}
 		}
 		delete(entries, s.Name)
@@ -721,7 +750,8 @@ func (c *Client) gate(ctx context.Context, backend string, ch plan.Change, versi
 		// haproxy.cfg holds it (parked now) and the running HAProxy does
 		// not: added there through the socket, gated, rather than left
 		// to a reload that may never come. The reload, when it comes,
-		// loads it parked, and a later reconcile gates it again.
+		// loads it parked, with haproxy.cfg's id and check, and a later
+		// reconcile gates it again.
 		held := *ch.New
 		rp := plan.Plan{Backend: backend, Changes: []plan.Change{{Action: plan.Add, Name: ch.Name, New: &held, Gate: true}}}
 		applied, err := c.runtime.Apply(ctx, rp)

@@ -429,13 +429,18 @@ type healthLog struct {
 	loaded map[string]bool
 	// started: servers whose check StartCheck started (left in maintenance)
 	started []string
+	// added: servers its Apply added (model.Runtime.Ours), until a reload
+	added map[string]bool
+	// refuse: servers whose changes its Apply refuses, as HAProxy refuses
+	// one server's command
+	refuse map[string]bool
 }
 
 // reload loads haproxy.cfg as the running HAProxy: every configured server,
 // in its configured state, with its check running unless it is parked;
 // what the socket did is forgotten.
 func (h *healthLog) reload() {
-	h.loaded = map[string]bool{}
+	h.loaded, h.added = map[string]bool{}, nil
 	h.running, h.calls = map[string]runningServer{}, nil
 	at := len(h.api.Requests())
 	for _, s := range h.api.Servers("be") {
@@ -482,7 +487,12 @@ func (h *healthLog) set(s model.Server) {
 func (h *healthLog) Apply(_ context.Context, p plan.Plan) (plan.Applied, error) {
 	h.applied, h.appliedAt = append(h.applied, p), append(h.appliedAt, len(h.api.Requests()))
 	var out plan.Applied
+	var refused plan.ServerErrors
 	for _, ch := range p.Changes {
+		if h.refuse[ch.Name] {
+			refused = append(refused, plan.ServerError{Server: ch.Name, Error: "refused"})
+			continue
+		}
 		if ch.Renew && !ch.Gate {
 			h.started = append(h.started, p.Backend+"/"+ch.Name)
 		}
@@ -491,6 +501,12 @@ func (h *healthLog) Apply(_ context.Context, p plan.Plan) (plan.Applied, error) 
 			out.Count(plan.RuntimeWrite)
 			continue
 		}
+		if ch.Action == plan.Add {
+			if h.added == nil {
+				h.added = map[string]bool{}
+			}
+			h.added[ch.Name] = true
+		}
 		s := *ch.New
 		if ch.Gate {
 			h.calls = append(h.calls, p.Backend+"/"+ch.Name)
@@ -498,6 +514,9 @@ func (h *healthLog) Apply(_ context.Context, p plan.Plan) (plan.Applied, error) 
 		}
 		h.set(s)
 		out.Count(plan.RuntimeWrite)
+	}
+	if len(refused) > 0 {
+		return out, refused
 	}
 	return out, nil
 }
@@ -521,7 +540,9 @@ func (h *healthLog) ReadRuntime(_ context.Context, backend string) ([]model.Serv
 	}
 	for name, r := range h.running {
 		if !inCfg[name] && r.Address != "" {
-			out = append(out, h.server(backend, name, r.Address, r.State))
+			s := h.server(backend, name, r.Address, r.State)
+			s.Runtime.Ours = h.added[name]
+			out = append(out, s)
 		}
 	}
 	return out, nil
@@ -893,7 +914,10 @@ func TestReloadBeforeTheBurstIsWritten(t *testing.T) {
 	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
 	hl := &healthLog{api: api, passed: true}
 	u, _ := url.Parse(api.URL)
-	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+	// Deletions batched, as shipped (HAPROXY_DELETE_BATCH=10): the old
+	// servers are parked in haproxy.cfg, which the reload loads in
+	// service again; in service and parked there, they are written back.
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl), dataplane.WithDeleteBatch(10))
 	old := want(srv("old-0", "127.0.2.1", model.Ready), srv("old-1", "127.0.2.2", model.Ready), srv("old-2", "127.0.2.3", model.Ready))
 	syncOnce(t, c, old)
 	syncOnce(t, c, old)
@@ -969,8 +993,86 @@ func TestReloadBeforeTheBurstIsWritten(t *testing.T) {
 	if got := inService(); len(got) != len(w.Servers) || slices.ContainsFunc(got, func(n string) bool { return strings.HasPrefix(n, "old-") }) {
 		t.Errorf("in the end in service: %v, want the burst alone", got)
 	}
-	if in, all := persisted(api); in != len(w.Servers) || all != len(w.Servers) {
-		t.Errorf("haproxy.cfg: %d servers, %d in service; want the burst, in service", all, in)
+	if in, all := persisted(api); in != len(w.Servers) || all != len(w.Servers)+3 {
+		t.Errorf("haproxy.cfg: %d servers, %d in service; want the burst in service, the old ones parked (deleted with a batch)", all, in)
+	}
+}
+
+// TestLeavingServersWaitForAnEntry: a plan puts 25 checked burst servers
+// in service and takes out the three old ones they replace; the running
+// HAProxy refuses every entry (a reload came between: their names are
+// gone). The old servers are then neither taken out nor written out: the
+// backend keeps them in service, and the next reconcile starts again.
+func TestLeavingServersWaitForAnEntry(t *testing.T) {
+	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	hl := &healthLog{api: api, passed: true}
+	u, _ := url.Parse(api.URL)
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl), dataplane.WithDeleteBatch(10))
+	old := want(srv("old-0", "127.0.2.1", model.Ready), srv("old-1", "127.0.2.2", model.Ready), srv("old-2", "127.0.2.3", model.Ready))
+	syncOnce(t, c, old)
+	syncOnce(t, c, old)
+	w := burst(dataplane.MaxRuntimeAdds + 5)
+	hl.dead = map[string]bool{}
+	for _, s := range w.Servers {
+		hl.dead[s.Name] = true
+	}
+	syncOnce(t, c, w)
+	hl.dead, hl.refuse = nil, map[string]bool{}
+	for _, s := range w.Servers {
+		hl.refuse[s.Name] = true
+	}
+	cur, err := c.Read(context.Background(), "be")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := plan.CalculateWith(cur, w, c.Policy())
+	if len(p.Names(plan.Maint)) != 3 {
+		t.Fatalf("plan %+v: want the old servers parked", p)
+	}
+	_, err = c.Apply(context.Background(), p)
+	var refused plan.ServerErrors
+	if !errors.As(err, &refused) || len(refused) != len(w.Servers) {
+		t.Fatalf("apply: %v, want the entries refused", err)
+	}
+	rs, _ := hl.ReadRuntime(context.Background(), "be")
+	for _, s := range rs {
+		if strings.HasPrefix(s.Name, "old-") && s.State != model.Ready {
+			t.Errorf("%s taken out (%s) though no server entered", s.Name, s.State)
+		}
+	}
+	if in, all := persisted(api); in != 3 || all != 3 {
+		t.Errorf("haproxy.cfg: %d servers, %d in service; want the old ones alone, in service", all, in)
+	}
+}
+
+// TestServersOthersAddedAreLeftAlone: the running HAProxy holds a server
+// haproxy.cfg lacks that this service did not add (a server-template's
+// slot, which the API lists apart, or one added by hand): Read does not
+// list it, and no plan touches it.
+func TestServersOthersAddedAreLeftAlone(t *testing.T) {
+	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	hl := &healthLog{api: api, passed: true}
+	hl.set(model.Server{Name: "srv1", Address: "127.0.3.1", State: model.Ready})
+	u, _ := url.Parse(api.URL)
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+	w := want(srv("node-a", "127.0.1.1", model.Ready))
+	for range 3 {
+		p, _ := syncOnce(t, c, w)
+		for _, ch := range p.Changes {
+			if ch.Name == "srv1" {
+				t.Errorf("a plan changes srv1: %s", ch.Action)
+			}
+		}
+	}
+	cur, err := c.Read(context.Background(), "be")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cur.Servers) != 1 || cur.Servers[0].Name != "node-a" {
+		t.Errorf("read %+v, want node-a alone", cur.Servers)
+	}
+	if r := hl.running["srv1"]; r.State != model.Ready {
+		t.Errorf("srv1 is %s, want left in service", r.State)
 	}
 }
 
@@ -1017,10 +1119,16 @@ func TestEntriesWhoseCommitFailed(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		setUp func(*testing.T, *dataplane.Client, *healthLog, model.Backend)
+		// failing: a server whose check fails once the socket put it in
+		// service: its running check rules it, and it holds up no write
+		failing string
 	}{
 		{"a burst", func(t *testing.T, c *dataplane.Client, hl *healthLog, w model.Backend) {
 			syncOnce(t, c, w)
-		}},
+		}, ""},
+		{"a burst, one of them failing its check since", func(t *testing.T, c *dataplane.Client, hl *healthLog, w model.Backend) {
+			syncOnce(t, c, w)
+		}, "node-00"},
 		{"back from maintenance", func(t *testing.T, c *dataplane.Client, hl *healthLog, w model.Backend) {
 			hl.passed = true
 			syncOnce(t, c, w)
@@ -1033,7 +1141,7 @@ func TestEntriesWhoseCommitFailed(t *testing.T) {
 			syncOnce(t, c, parked)
 			hl.passed = false
 			syncOnce(t, c, w)
-		}},
+		}, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
@@ -1056,6 +1164,9 @@ func TestEntriesWhoseCommitFailed(t *testing.T) {
 			}
 			if in, _ := persisted(api); in != 0 {
 				t.Fatalf("haproxy.cfg holds %d in service after the failed commit", in)
+			}
+			if tt.failing != "" {
+				hl.dead = map[string]bool{tt.failing: true}
 			}
 			socket := len(hl.applied)
 			p, _ := syncOnce(t, c, w)

@@ -65,7 +65,7 @@ func route(p plan.Plan, socket, addsReload bool) routes {
 	unwritten := false        // an entry haproxy.cfg lacks: only a transaction writes it
 	for _, ch := range p.Changes {
 		if socket && unpersisted(ch.Old) {
-			if enters(ch) {
+			if putsInService(ch) {
 				entries, unwritten = append(entries, ch), true
 			} else {
 				r.onSocket = append(r.onSocket, ch)
@@ -83,9 +83,6 @@ func route(p plan.Plan, socket, addsReload bool) routes {
 			}
 		case ch.Action == plan.Add && burst:
 			r.burst = append(r.burst, ch)
-			if enters(ch) { // not gated: written as it is added
-				r.structural = append(r.structural, ch)
-			}
 		case ch.Action == plan.Add && socket:
 			r.addGated = append(r.addGated, ch)
 		case ch.Gate && ch.Action != plan.Add && socket:
@@ -158,8 +155,11 @@ func route(p plan.Plan, socket, addsReload bool) routes {
 	return r
 }
 
-// enters reports whether ch puts its server in service (ready, not gated).
-func enters(ch plan.Change) bool {
+// putsInService reports whether ch leaves its server in service (ready,
+// not gated), whether or not it is in service now: unlike runtimeapi's
+// enters, a server in service that haproxy.cfg parks or lacks
+// (model.Runtime.Unwritten) is one too, as the transaction writes it.
+func putsInService(ch plan.Change) bool {
 	return ch.Action != plan.Delete && ch.New != nil && ch.New.State == model.Ready && !ch.Gate
 }
 
@@ -172,8 +172,8 @@ func leaves(ch plan.Change) bool {
 }
 
 // persistsEntry reports whether writing srv puts in service a server
-// haproxy.cfg, as read (source), holds in maintenance: a burst's server
-// whose check passed.
+// haproxy.cfg, as read (source), holds in maintenance: one added parked
+// (or parked before) and gated, whose check passed.
 func persistsEntry(source any, srv model.Server) bool {
 	raw, ok := source.(rawServer)
 	if !ok || srv.State == model.Maint {

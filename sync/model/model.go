@@ -173,6 +173,12 @@ type Runtime struct {
 	Since time.Duration
 	// ID is the server's id in the running HAProxy (0: unknown).
 	ID int
+	// Ours: the runtime API driver added the server (it gives every add
+	// an id from 2^24, which haproxy.cfg's servers stay below): of the
+	// servers haproxy.cfg lacks, the only ones the Data Plane API driver
+	// lists (a server-template's slots, and servers someone else added
+	// by hand, stay out of its sight).
+	Ours bool
 }
 
 // Settings are the backend-level options this service manages. A desired

@@ -188,7 +188,7 @@ func TestFollowUpPokesWhenALoadingServerIsLoaded(t *testing.T) {
 // passed and others are still checking (a burst whose checks pass a few ms
 // apart), the follow-up looks once more before it pokes, so that one
 // reconcile puts them all in service; a dead one among them delays the
-// others by that one poll only. All due: no wait.
+// others by that one poll only. All due, or a single one: no wait.
 func TestFollowUpWaitsOnePollForTheRestOfABurst(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
@@ -196,8 +196,9 @@ func TestFollowUpWaitsOnePollForTheRestOfABurst(t *testing.T) {
 		wantPolls int             // polls until the poke
 	}{
 		{"all due at once", map[string]bool{"n1": true, "n2": true, "n3": true}, nil, 1},
-		{"the rest passes a poll later", map[string]bool{"n1": true}, map[string]bool{"n1": true, "n2": true, "n3": true}, 2},
+		{"the rest passes a poll later", map[string]bool{"n1": true, "n2": true}, map[string]bool{"n1": true, "n2": true, "n3": true}, 2},
 		{"one never passes", map[string]bool{"n1": true, "n2": true}, map[string]bool{"n1": true, "n2": true}, 2},
+		{"a single one due (a rollout's step) goes at once", map[string]bool{"n1": true}, nil, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := &fakeClock{now: time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)}

@@ -342,7 +342,7 @@ func ParseServersState(reply, backend string, rise, fall int) ([]model.Server, e
 		// (srv_f_forced_id): this driver names one on every add.
 		if id, err := strconv.Atoi(f[2]); err == nil {
 			s.Source = Record{ID: id, ForcedID: f[16] == "1"}
-			rt.ID = id
+			rt.ID, rt.Ours = id, f[16] == "1" && id >= idBase
 		}
 		// Field 21, srv_check_port: 0 unless set; equal to the server's
 		// port means the same as unset.

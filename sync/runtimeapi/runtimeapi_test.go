@@ -53,6 +53,14 @@ func TestParseServersState(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
 	}
+	// Field 16 says whether the id was given: from idBase, by this driver.
+	ours, err := ParseServersState(header+
+		"3 be 16777216 added 127.0.0.1 2 0 1 1 2 6 3 4 6 0 0 1 - 8080 - 0 0 - - 0\n"+
+		"3 be 16777217 notforced 127.0.0.1 2 0 1 1 2 6 3 4 6 0 0 0 - 8080 - 0 0 - - 0\n"+
+		"3 be 7 given 127.0.0.1 2 0 1 1 2 6 3 4 6 0 0 1 - 8080 - 0 0 - - 0\n", "be", 2, 2)
+	if err != nil || len(ours) != 3 || !ours[0].Runtime.Ours || ours[1].Runtime.Ours || ours[2].Runtime.Ours {
+		t.Errorf("ours: %v %+v, want only the first (a given id from 2^24)", err, ours)
+	}
 	for _, bad := range []string{"Can't find backend.\n", "", "1\n3 be 1 short\n", header + "3 be 1 s x 2 x 1 1 2 6 3 4 6 0 0 0 - 80 - 0 0 - - 0\n"} {
 		if _, err := ParseServersState(bad, "be", 2, 2); err == nil {
 			t.Errorf("no error for %q", bad)
