@@ -796,6 +796,42 @@ func TestServerNotRunningYetWaitsParked(t *testing.T) {
 	}
 }
 
+// TestLoadingServerRefusedBySocket: the socket refuses to add a loading
+// server (a reload loaded it between the read and the add: "already
+// exists"). That is the one server's failure: the plan's other changes go.
+func TestLoadingServerRefusedBySocket(t *testing.T) {
+	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	hl := &healthLog{api: api, lazy: true, refuse: map[string]bool{"node-a": true}}
+	u, _ := url.Parse(api.URL)
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+	port, weight := int64(30080), int64(1)
+	params := models.ServerParams{Weight: &weight, Check: "enabled", Inter: ptr(int64(2000)), Rise: ptr(int64(2)), Fall: ptr(int64(3)), Maintenance: "disabled"}
+	nodeC := models.Server{Name: "node-c", Address: "127.0.1.3", Port: &port, ServerParams: params}
+	api.AddBackend(api.Backend("be"), nodeC)
+	hl.reload() // node-c runs, in service
+	params.Maintenance = "enabled"
+	api.AddBackend(api.Backend("be"), nodeC, models.Server{Name: "node-a", Address: "127.0.1.1", Port: &port, ServerParams: params})
+	heavier := srv("node-c", "127.0.1.3", model.Ready)
+	heavier.Weight = 2
+	w := want(srv("node-a", "127.0.1.1", model.Ready), heavier)
+	cur, err := c.Read(context.Background(), "be")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Apply(context.Background(), plan.CalculateWith(cur, w, c.Policy()))
+	var refused plan.ServerErrors
+	if !errors.As(err, &refused) || len(refused) != 1 || refused[0].Server != "node-a" {
+		t.Fatalf("apply: %v, want node-a's refusal alone", err)
+	}
+	var weight2 bool
+	for _, s := range api.Servers("be") {
+		weight2 = weight2 || s.Name == "node-c" && s.Weight != nil && *s.Weight == 2
+	}
+	if !weight2 {
+		t.Errorf("node-c's weight change did not go after node-a's refusal: %+v", api.Servers("be"))
+	}
+}
+
 func ptr[T any](v T) *T { return &v }
 
 // TestBigBurstIsWrittenOnlyOnceChecked: more than MaxRuntimeAdds new
