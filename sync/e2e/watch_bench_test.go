@@ -192,8 +192,13 @@ func scaleUp(b *testing.B, n int, dataplane bool) {
 	if api != nil {
 		reloads += api.ReloadsRun()
 		asked = api.Reloads()
-		if in, _ := persistedInService(api, "be"); in != n {
-			b.Errorf("haproxy.cfg holds %d servers in service, want %d", in, n)
+		// The transaction that writes them follows the socket's entry.
+		in, _ := persistedInService(api, "be")
+		for end := time.Now().Add(10 * time.Second); in != n && time.Now().Before(end); in, _ = persistedInService(api, "be") {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if in != n {
+			b.Errorf("haproxy.cfg holds %d servers in service 10 s on, want %d", in, n)
 		}
 	}
 	if reloads > 1 {
