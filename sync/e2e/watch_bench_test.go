@@ -188,10 +188,7 @@ func scaleUp(b *testing.B, n int, dataplane bool) {
 	took := time.Since(start)
 	b.StopTimer()
 	w.expectTraffic("be", names...)
-	reloads, asked := w.h.Reloads(b), 0
 	if api != nil {
-		reloads += api.ReloadsRun()
-		asked = api.Reloads()
 		// The transaction that writes them follows the socket's entry.
 		in, _ := persistedInService(api, "be")
 		for end := time.Now().Add(10 * time.Second); in != n && time.Now().Before(end); in, _ = persistedInService(api, "be") {
@@ -200,6 +197,11 @@ func scaleUp(b *testing.B, n int, dataplane bool) {
 		if in != n {
 			b.Errorf("haproxy.cfg holds %d servers in service 10 s on, want %d", in, n)
 		}
+	}
+	reloads, asked := w.h.Reloads(b), 0
+	if api != nil {
+		reloads += api.ReloadsRun()
+		asked = api.Reloads()
 	}
 	if reloads > 1 {
 		b.Errorf("%d reloads, want at most 1", reloads)
