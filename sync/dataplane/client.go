@@ -482,6 +482,9 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		if err != nil {
 			return out, err
 		}
+		out.Deferred = append(out.Deferred, slices.DeleteFunc(slices.Clone(r.deferred), func(n string) bool {
+			return !slices.ContainsFunc(structural, func(ch plan.Change) bool { return ch.Name == n })
+		})...)
 	}
 	if len(failed) > 0 {
 		return out, failed

@@ -947,13 +947,20 @@ func TestManyServersLeaveThroughTheSocket(t *testing.T) {
 // until the new ones are checked again in the reloaded HAProxy: the backend
 // is never without a server in service.
 func TestReloadBeforeTheBurstIsWritten(t *testing.T) {
+	// Deletions batched as shipped (HAPROXY_DELETE_BATCH=10), or not: the
+	// old servers are parked in haproxy.cfg either way (a deletion beside
+	// entries is deferred), the reload loads them in service again, and in
+	// service and parked there, they are written back.
+	for _, batch := range []int{10, 0} {
+		t.Run(fmt.Sprint("delete batch ", batch), func(t *testing.T) { reloadBeforeTheBurstIsWritten(t, batch) })
+	}
+}
+
+func reloadBeforeTheBurstIsWritten(t *testing.T, batch int) {
 	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
 	hl := &healthLog{api: api, passed: true}
 	u, _ := url.Parse(api.URL)
-	// Deletions batched, as shipped (HAPROXY_DELETE_BATCH=10): the old
-	// servers are parked in haproxy.cfg, which the reload loads in
-	// service again; in service and parked there, they are written back.
-	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl), dataplane.WithDeleteBatch(10))
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl), dataplane.WithDeleteBatch(batch))
 	old := want(srv("old-0", "127.0.2.1", model.Ready), srv("old-1", "127.0.2.2", model.Ready), srv("old-2", "127.0.2.3", model.Ready))
 	syncOnce(t, c, old)
 	syncOnce(t, c, old)
@@ -1029,8 +1036,13 @@ func TestReloadBeforeTheBurstIsWritten(t *testing.T) {
 	if got := inService(); len(got) != len(w.Servers) || slices.ContainsFunc(got, func(n string) bool { return strings.HasPrefix(n, "old-") }) {
 		t.Errorf("in the end in service: %v, want the burst alone", got)
 	}
-	if in, all := persisted(api); in != len(w.Servers) || all != len(w.Servers)+3 {
-		t.Errorf("haproxy.cfg: %d servers, %d in service; want the burst in service, the old ones parked (deleted with a batch)", all, in)
+	wantAll := len(w.Servers) + 3 // the old ones parked, deleted with a batch
+	if batch == 0 {
+		syncOnce(t, c, w) // what the follow-up does for the deferred deletions
+		wantAll = len(w.Servers)
+	}
+	if in, all := persisted(api); in != len(w.Servers) || all != wantAll {
+		t.Errorf("haproxy.cfg: %d servers, %d in service; want %d, the burst in service", all, in, wantAll)
 	}
 }
 

@@ -41,6 +41,12 @@ type routes struct {
 	first []plan.Change
 	// structural go into one transaction: one commit, one reload.
 	structural []plan.Change
+	// deferred are servers in service the plan deletes beside entries:
+	// the transaction writes them parked, and a later reconcile deletes
+	// them (plan.Applied.Deferred). A reload before the commit loads them
+	// in service again, and only a server haproxy.cfg holds is read back
+	// and kept until an entry is in service (make-before-break).
+	deferred []string
 }
 
 // route decides how each change of p reaches HAProxy; socket says whether
@@ -127,6 +133,14 @@ func route(p plan.Plan, socket, addsReload bool) routes {
 	// leaves the backend with none: the servers leaving through the socket
 	// or by a PUT follow them there, and the transaction writes them all.
 	r.first = entries
+	for i, ch := range r.structural {
+		if ch.Action == plan.Delete && ch.Old.State != model.Maint && !loading(ch.Old) {
+			parked := *ch.Old
+			parked.State = model.Maint
+			r.structural[i] = plan.Change{Action: plan.Maint, Name: ch.Name, Old: ch.Old, New: &parked}
+			r.deferred = append(r.deferred, ch.Name)
+		}
+	}
 	for _, ch := range entries {
 		if unpersisted(ch.Old) {
 			ch = plan.Change{Action: plan.Add, Name: ch.Name, New: ch.New}
