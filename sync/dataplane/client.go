@@ -287,10 +287,7 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 			if inCfg[r.Name] || r.Runtime == nil || !r.Runtime.Ours {
 				continue
 			}
-			rt := model.Runtime{}
-			if r.Runtime != nil {
-				rt = *r.Runtime
-			}
+			rt := *r.Runtime
 			rt.Unpersisted = true
 			rt.Unwritten = r.State == model.Ready
 			r.Runtime = &rt
@@ -466,6 +463,9 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			kept := map[string]bool{}
 			for _, ch := range leaving {
 				kept[ch.Name] = true
+				// Reported as not done, so that the result does not list
+				// it as changed; the retry plans it again.
+				failed = append(failed, plan.ServerError{Server: ch.Name, Error: "kept as it was: the running HAProxy refused every server that was to enter service beside it"})
 			}
 			structural, leaving = without(structural, kept), nil
 		}

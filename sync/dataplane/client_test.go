@@ -809,7 +809,8 @@ func TestLoadingServerRefusedBySocket(t *testing.T) {
 	nodeC := models.Server{Name: "node-c", Address: "127.0.1.3", Port: &port, ServerParams: params}
 	api.AddBackend(api.Backend("be"), nodeC)
 	hl.reload() // node-c runs, in service
-	params.Maintenance = "enabled"
+	// node-a is written in service and not running: parked by a versioned
+	// PUT before the socket is asked to add it.
 	api.AddBackend(api.Backend("be"), nodeC, models.Server{Name: "node-a", Address: "127.0.1.1", Port: &port, ServerParams: params})
 	heavier := srv("node-c", "127.0.1.3", model.Ready)
 	heavier.Weight = 2
@@ -829,6 +830,9 @@ func TestLoadingServerRefusedBySocket(t *testing.T) {
 	}
 	if !weight2 {
 		t.Errorf("node-c's weight change did not go after node-a's refusal: %+v", api.Servers("be"))
+	}
+	if in, _ := persisted(api); in != 1 {
+		t.Errorf("haproxy.cfg holds %d in service, want node-c alone (node-a parked)", in)
 	}
 }
 
@@ -1017,10 +1021,14 @@ func reloadBeforeTheBurstIsWritten(t *testing.T, batch int) {
 		}
 		return false
 	})
-	if _, err := c.Apply(context.Background(), p); err != nil {
+	applied, err := c.Apply(context.Background(), p)
+	if err != nil {
 		t.Fatal(err)
 	}
 	api.Intercept(nil)
+	if want := map[int]string{0: "[old-0 old-1 old-2]", 10: "[]"}[batch]; fmt.Sprint(applied.Deferred) != want {
+		t.Errorf("deferred %v, want %s: deleted beside entries, written parked", applied.Deferred, want)
+	}
 	if got := inService(); len(got) != 3 {
 		t.Fatalf("in service after the reload: %v, want the old servers back", got)
 	}
@@ -1049,13 +1057,21 @@ func reloadBeforeTheBurstIsWritten(t *testing.T, batch int) {
 // TestLeavingServersWaitForAnEntry: a plan puts 25 checked burst servers
 // in service and takes out the three old ones they replace; the running
 // HAProxy refuses every entry (a reload came between: their names are
-// gone). The old servers are then neither taken out nor written out: the
-// backend keeps them in service, and the next reconcile starts again.
+// gone). The old servers are then neither taken out nor written out, and
+// are reported as not done (parked or deleted: the result must not list
+// them): the backend keeps them in service, and the next reconcile starts
+// again.
 func TestLeavingServersWaitForAnEntry(t *testing.T) {
+	for _, batch := range []int{10, 0} {
+		t.Run(fmt.Sprint("delete batch ", batch), func(t *testing.T) { leavingServersWaitForAnEntry(t, batch) })
+	}
+}
+
+func leavingServersWaitForAnEntry(t *testing.T, batch int) {
 	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
 	hl := &healthLog{api: api, passed: true}
 	u, _ := url.Parse(api.URL)
-	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl), dataplane.WithDeleteBatch(10))
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl), dataplane.WithDeleteBatch(batch))
 	old := want(srv("old-0", "127.0.2.1", model.Ready), srv("old-1", "127.0.2.2", model.Ready), srv("old-2", "127.0.2.3", model.Ready))
 	syncOnce(t, c, old)
 	syncOnce(t, c, old)
@@ -1074,13 +1090,18 @@ func TestLeavingServersWaitForAnEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := plan.CalculateWith(cur, w, c.Policy())
-	if len(p.Names(plan.Maint)) != 3 {
-		t.Fatalf("plan %+v: want the old servers parked", p)
+	if len(p.Names(plan.Maint))+len(p.Names(plan.Delete)) != 3 {
+		t.Fatalf("plan %+v: want the old servers parked or deleted", p)
 	}
-	_, err = c.Apply(context.Background(), p)
+	applied, err := c.Apply(context.Background(), p)
 	var refused plan.ServerErrors
-	if !errors.As(err, &refused) || len(refused) != len(w.Servers) {
-		t.Fatalf("apply: %v, want the entries refused", err)
+	if !errors.As(err, &refused) || len(refused) != len(w.Servers)+3 || len(applied.Deferred) != 0 {
+		t.Fatalf("apply: %v, deferred %v; want the entries refused and the old servers reported not done", err, applied.Deferred)
+	}
+	for _, f := range refused {
+		if strings.HasPrefix(f.Server, "old-") && !strings.Contains(f.Error, "kept as it was") {
+			t.Errorf("%s: %s", f.Server, f.Error)
+		}
 	}
 	rs, _ := hl.ReadRuntime(context.Background(), "be")
 	for _, s := range rs {

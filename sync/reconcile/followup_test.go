@@ -188,27 +188,29 @@ func TestFollowUpPokesWhenALoadingServerIsLoaded(t *testing.T) {
 // passed and others are still checking (a burst whose checks pass a few ms
 // apart), the follow-up looks once more before it pokes, so that one
 // reconcile puts them all in service; a dead one among them delays the
-// others by that one poll only. All due, or a single one: no wait.
+// others by that one poll only. All due, or a rollout's step: no wait.
 func TestFollowUpWaitsOnePollForTheRestOfABurst(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
+		waiting   []string
 		at1, at2  map[string]bool // checks passed at the first and the second poll
 		wantPolls int             // polls until the poke
 	}{
-		{"all due at once", map[string]bool{"n1": true, "n2": true, "n3": true}, nil, 1},
-		{"the rest passes a poll later", map[string]bool{"n1": true, "n2": true}, map[string]bool{"n1": true, "n2": true, "n3": true}, 2},
-		{"one never passes", map[string]bool{"n1": true, "n2": true}, map[string]bool{"n1": true, "n2": true}, 2},
-		{"a single one due (a rollout's step) goes at once", map[string]bool{"n1": true}, nil, 1},
+		{"all due at once", []string{"n1", "n2", "n3"}, map[string]bool{"n1": true, "n2": true, "n3": true}, nil, 1},
+		{"the rest passes a poll later", []string{"n1", "n2", "n3"}, map[string]bool{"n1": true}, map[string]bool{"n1": true, "n2": true, "n3": true}, 2},
+		{"one never passes", []string{"n1", "n2", "n3"}, map[string]bool{"n1": true, "n2": true}, map[string]bool{"n1": true, "n2": true}, 2},
+		{"a rollout's step beside a dead one goes at once", []string{"n1", "n2"}, map[string]bool{"n1": true}, nil, 1},
+		{"a rollout's step alone goes at once", []string{"n1"}, map[string]bool{"n1": true}, nil, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := &fakeClock{now: time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)}
 			a := &checks{passed: map[string]bool{}}
-			for _, n := range []string{"n1", "n2", "n3"} {
+			for _, n := range tt.waiting {
 				a.set(n, tt.at1[n])
 			}
 			f := newFollowUp(clock, map[string]CheckReader{"a": a})
 			var p pokes
-			f.Observe(Result{Targets: []TargetResult{waiting("a", "n1", "n2", "n3")}}, nil, p.poke)
+			f.Observe(Result{Targets: []TargetResult{waiting("a", tt.waiting...)}}, nil, p.poke)
 			polls := 0
 			for ; polls < 5 && len(p.got()) == 0; polls++ {
 				if polls == 1 {
