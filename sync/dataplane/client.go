@@ -531,9 +531,10 @@ func refusedNames(refused plan.ServerErrors) map[string]bool {
 // addAtRuntime adds a burst of new servers through the runtime socket,
 // pipelined and gated (through the API each would be a versioned write
 // checking the whole configuration); haproxy.cfg gets each once it enters
-// service. The servers the socket refused are recorded in failed. A server
-// the running HAProxy has already (added since the read) is not added
-// again, only moved (gated) if its address differs.
+// service. The servers the socket refused are recorded in failed, and so is
+// a server of the same name that someone else added. One this service
+// added since the read is not added again, only moved (gated) if its
+// address differs.
 func (c *Client) addAtRuntime(ctx context.Context, backend string, changes []plan.Change, out *plan.Applied, failed *plan.ServerErrors) error {
 	running, err := c.runtime.ReadRuntime(ctx, backend)
 	if err != nil {
@@ -549,6 +550,10 @@ func (c *Client) addAtRuntime(ctx context.Context, backend string, changes []pla
 		switch {
 		case !ok:
 			rp.Changes = append(rp.Changes, ch)
+		case old.Runtime == nil || !old.Runtime.Ours:
+			// A server of that name runs that haproxy.cfg lacks and this
+			// service did not add (Read leaves it out): not its to change.
+			*failed = append(*failed, plan.ServerError{Server: ch.Name, Error: "a server of this name runs in HAProxy, not in haproxy.cfg, added by someone else: left as it is"})
 		case old.Address != ch.New.Address || old.Port != ch.New.Port:
 			held := *ch.New
 			held.State = model.Drain

@@ -1143,6 +1143,21 @@ func TestServersOthersAddedAreLeftAlone(t *testing.T) {
 	if r := hl.running["srv1"]; r.State != model.Ready {
 		t.Errorf("srv1 is %s, want left in service", r.State)
 	}
+	// Wanted under that name in a burst: refused, named, not changed.
+	w = burst(dataplane.MaxRuntimeAdds + 5)
+	hl.set(model.Server{Name: "node-05", Address: "127.0.3.5", State: model.Ready})
+	cur, err = c.Read(context.Background(), "be")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Apply(context.Background(), plan.CalculateWith(cur, w, c.Policy()))
+	var refused plan.ServerErrors
+	if !errors.As(err, &refused) || len(refused) != 1 || refused[0].Server != "node-05" {
+		t.Errorf("apply: %v, want node-05 named as someone else's", err)
+	}
+	if r := hl.running["node-05"]; r.Address != "127.0.3.5" || r.State != model.Ready {
+		t.Errorf("node-05 runs %+v, want left as it was", r.Server)
+	}
 }
 
 // TestLeavingServersWhoseTransactionFailed: the socket took 27 servers
