@@ -960,7 +960,12 @@ func TestReloadBeforeTheBurstIsWritten(t *testing.T) {
 	}
 }
 
-func reloadBeforeTheBurstIsWritten(t *testing.T, batch int) {
+// replacingBurst sets up three old servers in service and a burst of
+// more than MaxRuntimeAdds that replaces them, added through the socket
+// and waiting for checks that have not passed yet (the old ones kept:
+// make-before-break).
+func replacingBurst(t *testing.T, batch int) (*dataplanetest.Server, *healthLog, *dataplane.Client, model.Backend) {
+	t.Helper()
 	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
 	hl := &healthLog{api: api, passed: true}
 	u, _ := url.Parse(api.URL)
@@ -976,6 +981,11 @@ func reloadBeforeTheBurstIsWritten(t *testing.T, batch int) {
 	if p, _ := syncOnce(t, c, w); len(p.Waiting) != len(w.Servers) || len(p.HandingOver) != 3 {
 		t.Fatalf("set-up: %+v", p)
 	}
+	return api, hl, c, w
+}
+
+func reloadBeforeTheBurstIsWritten(t *testing.T, batch int) {
+	api, hl, c, w := replacingBurst(t, batch)
 	inService := func() (names []string) {
 		rs, _ := hl.ReadRuntime(context.Background(), "be")
 		for _, s := range rs {
@@ -1068,19 +1078,7 @@ func TestLeavingServersWaitForAnEntry(t *testing.T) {
 }
 
 func leavingServersWaitForAnEntry(t *testing.T, batch int) {
-	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
-	hl := &healthLog{api: api, passed: true}
-	u, _ := url.Parse(api.URL)
-	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl), dataplane.WithDeleteBatch(batch))
-	old := want(srv("old-0", "127.0.2.1", model.Ready), srv("old-1", "127.0.2.2", model.Ready), srv("old-2", "127.0.2.3", model.Ready))
-	syncOnce(t, c, old)
-	syncOnce(t, c, old)
-	w := burst(dataplane.MaxRuntimeAdds + 5)
-	hl.dead = map[string]bool{}
-	for _, s := range w.Servers {
-		hl.dead[s.Name] = true
-	}
-	syncOnce(t, c, w)
+	api, hl, c, w := replacingBurst(t, batch)
 	hl.dead, hl.refuse = nil, map[string]bool{}
 	for _, s := range w.Servers {
 		hl.refuse[s.Name] = true
