@@ -482,9 +482,15 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		if err != nil {
 			return out, err
 		}
-		out.Deferred = append(out.Deferred, slices.DeleteFunc(slices.Clone(r.deferred), func(n string) bool {
-			return !slices.ContainsFunc(structural, func(ch plan.Change) bool { return ch.Name == n })
-		})...)
+		written := make(map[string]bool, len(structural))
+		for _, ch := range structural {
+			written[ch.Name] = true
+		}
+		for _, n := range r.deferred {
+			if written[n] { // not held back, nor refused
+				out.Deferred = append(out.Deferred, n)
+			}
+		}
 	}
 	if len(failed) > 0 {
 		return out, failed

@@ -341,7 +341,6 @@ func ParseServersState(reply, backend string, rise, fall int) ([]model.Server, e
 		// Fields 2 and 16: the server's id, and whether it was given
 		// (srv_f_forced_id): this driver names one on every add.
 		if id, err := strconv.Atoi(f[2]); err == nil {
-			s.Source = Record{ID: id, ForcedID: f[16] == "1"}
 			rt.ID, rt.Ours = id, f[16] == "1" && id >= idBase
 		}
 		// Field 21, srv_check_port: 0 unless set; equal to the server's
@@ -602,14 +601,6 @@ func (a *applier) addStepsWithID(srv string, ch plan.Change, id int) []Step {
 // server at or above it is one this driver added (reAdds).
 const idBase = 1 << 24
 
-// Record is what Read keeps of a server in model.Server.Source: its id,
-// and whether the id was given (as this driver does on every add) rather
-// than picked by HAProxy (a server of haproxy.cfg, most often).
-type Record struct {
-	ID       int
-	ForcedID bool
-}
-
 // reAdds reports whether gated change ch comes back from maintenance by
 // being deleted and added again rather than by leaving maintenance: HAProxy
 // keeps a parked server's check timer on its steady inter (no CLI command
@@ -631,17 +622,11 @@ func reAdds(ch plan.Change) bool {
 	if !ch.Gate {
 		return false
 	}
-	rec, ok := ch.Old.Source.(Record)
-	return ok && rec.ForcedID && rec.ID >= idBase
+	return ch.Old.Runtime.Ours
 }
 
 // reAddID is the id a server added again keeps.
-func reAddID(ch plan.Change) int {
-	if rec, ok := ch.Old.Source.(Record); ok {
-		return rec.ID
-	}
-	return ch.Old.Runtime.ID
-}
+func reAddID(ch plan.Change) int { return ch.Old.Runtime.ID }
 
 // reAddSteps delete a parked server and add it again, gated, with its id
 // (see reAdds). Should the add not follow, the server is absent and the next

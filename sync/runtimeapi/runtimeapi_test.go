@@ -36,10 +36,10 @@ func TestParseServersState(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range got {
-		if want := (Record{ID: i + 1}); got[i].Source != want {
-			t.Errorf("%s: record %+v, want %+v", got[i].Name, got[i].Source, want)
+		if got[i].Runtime.ID != i+1 {
+			t.Errorf("%s: id %d, want %d", got[i].Name, got[i].Runtime.ID, i+1)
 		}
-		got[i].Runtime, got[i].Source = nil, nil // checked in TestParseServersStateChecks
+		got[i].Runtime = nil // checked in TestParseServersStateChecks
 	}
 	want := []model.Server{
 		{Name: "ready", Address: "127.0.0.1", Port: 8080, Weight: 1, State: model.Ready, Up: true},
