@@ -71,6 +71,12 @@ type Options struct {
 	// AllowViolations keeps spec violations from failing the test, for tests
 	// that send bad requests on purpose.
 	AllowViolations bool
+	// Reload, when set, is called for every reload HAProxy goes through
+	// (ReloadsRun), when the real API runs it: a forced one before the
+	// answer, a scheduled one ReloadDelay after it was first asked for. A
+	// test that mirrors a real HAProxy reloads it there with ServerLines, so
+	// what the API wrote is what HAProxy loads, as with the real API.
+	Reload func()
 }
 
 // Request is one request the server received.
@@ -99,6 +105,7 @@ type Server struct {
 	reloads    int
 	reloadsRun int
 	reloadAt   time.Time // when the scheduled reload runs; zero if none
+	forced     int       // forced reloads asked by the request being handled
 	writes     int
 	requests   []Request
 	violations []string
@@ -290,7 +297,20 @@ func (s *Server) askReload(force bool) {
 		// joins the scheduled reload
 	default:
 		s.reloadsRun++
-		s.reloadAt = now.Add(cmp.Or(s.opts.ReloadDelay, 5*time.Second))
+		delay := cmp.Or(s.opts.ReloadDelay, 5*time.Second)
+		s.reloadAt = now.Add(delay)
+		if s.opts.Reload != nil {
+			time.AfterFunc(delay, func() {
+				select {
+				case <-s.closing:
+				default:
+					s.opts.Reload()
+				}
+			})
+		}
+	}
+	if force {
+		s.forced++
 	}
 }
 
@@ -387,7 +407,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		rep.header = http.Header{}
 	}
 	rep.header.Set("Configuration-Version", strconv.FormatInt(s.version, 10))
+	forced := s.forced
+	s.forced = 0
 	s.mu.Unlock()
+	if forced > 0 && s.opts.Reload != nil {
+		s.opts.Reload()
+	}
 	s.write(w, func(status int, h http.Header, b []byte) {
 		key := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%s\x00%s", in.Route.Operation.OperationID, status, h.Get("Content-Type"), b)))
 		if v, ok := s.validated.Load(key); ok {

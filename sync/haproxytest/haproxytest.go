@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -45,6 +46,7 @@ type HAProxy struct {
 	exited    chan struct{} // closed once cmd has exited
 	logs      *os.File
 	backends  []Backend
+	mu        sync.Mutex          // guards servers and the writes of haproxy.cfg
 	servers   map[string][]string // server lines written by SetServers
 }
 
@@ -322,33 +324,55 @@ func (h *HAProxy) writeConfig() error {
 // writes before it reloads.
 func (h *HAProxy) SetServers(t testing.TB, backend string, lines []string) {
 	t.Helper()
+	if err := h.TrySetServers(backend, lines); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TrySetServers is SetServers for a goroutine that cannot fail a test.
+func (h *HAProxy) TrySetServers(backend string, lines []string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.servers == nil {
 		h.servers = map[string][]string{}
 	}
 	h.servers[backend] = lines
-	if err := h.writeConfig(); err != nil {
-		t.Fatal(err)
-	}
+	return h.writeConfig()
 }
 
 // Reload reloads HAProxy (SIGUSR2 to the master, which every version takes)
 // and waits until the new worker answers on the admin socket.
 func (h *HAProxy) Reload(t testing.TB) {
 	t.Helper()
-	before := h.Reloads(t)
-	if err := h.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+	if err := h.TryReload(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TryReload is Reload for a goroutine that cannot fail a test: what went
+// wrong is its error.
+func (h *HAProxy) TryReload() error {
+	reply, err := h.masterCommand("show proc")
+	if err != nil {
+		return fmt.Errorf("master socket: %w", err)
+	}
+	before, ok := reloadCount(reply)
+	if !ok {
+		return fmt.Errorf("show proc: no master line with a reload count in %q", reply)
+	}
+	if err := h.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		return err
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		// The master socket may drop a connection while it reloads.
-		reply, err := runtimeapi.Socket{Network: "unix", Address: h.MasterSocket}.Command(context.Background(), "show proc")
+		reply, err := h.masterCommand("show proc")
 		n, ok := reloadCount(reply)
 		if _, info := h.Command("show info"); err == nil && ok && n > before && info == nil {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("haproxy did not answer after its reload: %s", h.Logs())
+			return fmt.Errorf("haproxy did not answer after its reload: %s", h.Logs())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

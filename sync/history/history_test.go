@@ -1,0 +1,116 @@
+package history
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// The environment of make soak and make replay.
+const (
+	soakEnv   = "HKS_SOAK"           // a duration: run histories until it is spent
+	seedEnv   = "HKS_HISTORY_SEED"   // replay this seed
+	driverEnv = "HKS_HISTORY_DRIVER" // with this driver (default runtime)
+	stepsEnv  = "HKS_HISTORY_STEPS"  // steps of a history (default: shortShape's)
+)
+
+// shortShape is a history of make test's short budget: about 20 s.
+var shortShape = Shape{Start: 4, Steps: 30, MaxPods: 12, MaxWait: 1200 * time.Millisecond, Grace: time.Second}
+
+// soakShape is a soak's history: longer, so waits and timers that build up
+// over minutes have a chance to.
+var soakShape = Shape{Start: 5, Steps: 120, MaxPods: 16, MaxWait: 1500 * time.Millisecond, Grace: time.Second}
+
+// fixedSeeds are the histories make test runs on every submission, each
+// with both drivers: a budget of a few minutes.
+var fixedSeeds = []uint64{1, 2}
+
+func TestHistories(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real HAProxy histories")
+	}
+	if os.Getenv(soakEnv) != "" || os.Getenv(seedEnv) != "" {
+		t.Skip("make soak / make replay run TestSoak / TestReplay")
+	}
+	for _, seed := range fixedSeeds {
+		for _, d := range []Driver{Runtime, Dataplane} {
+			t.Run(fmt.Sprintf("%s-%d", d, seed), func(t *testing.T) {
+				expectNone(t, Run(t, SetupOf(seed, d), shortShape))
+			})
+		}
+	}
+}
+
+// TestReplay runs the history of HKS_HISTORY_SEED again (make replay).
+func TestReplay(t *testing.T) {
+	raw := os.Getenv(seedEnv)
+	if raw == "" {
+		t.Skip("set " + seedEnv)
+	}
+	seed, err := strconv.ParseUint(raw, 10, 64)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", seedEnv, raw, err)
+	}
+	shape := soakShape
+	if raw := os.Getenv(stepsEnv); raw != "" {
+		if shape.Steps, err = strconv.Atoi(raw); err != nil {
+			t.Fatalf("%s=%q: %v", stepsEnv, raw, err)
+		}
+	}
+	d := Driver(os.Getenv(driverEnv))
+	if d == "" {
+		d = Runtime
+	}
+	expectNone(t, Run(t, SetupOf(seed, d), shape))
+}
+
+// TestSoak runs histories with both drivers for HKS_SOAK, from a seed drawn
+// from the clock, and ends with one line: histories, steps, requests and
+// violations.
+func TestSoak(t *testing.T) {
+	raw := os.Getenv(soakEnv)
+	if raw == "" {
+		t.Skip("set " + soakEnv + " (make soak)")
+	}
+	d, err := time.ParseDuration(raw)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", soakEnv, raw, err)
+	}
+	end := time.Now().Add(d)
+	seed := uint64(time.Now().UnixNano() % 1_000_000_000)
+	histories, steps, requests, violations := 0, 0, 0, 0
+	for i := 0; time.Now().Before(end); i++ {
+		drv := []Driver{Runtime, Dataplane}[i%2]
+		s := SetupOf(seed+uint64(i/2), drv)
+		t.Run(fmt.Sprintf("%s-%d", drv, s.Seed), func(t *testing.T) {
+			r := Run(t, s, soakShape)
+			histories++
+			steps += len(r.Steps)
+			requests += r.Requests
+			violations += len(r.Violations)
+			expectNone(t, r)
+		})
+	}
+	fmt.Printf("histories: %d histories, %d steps, %d requests, %d violations\n", histories, steps, requests, violations)
+}
+
+// expectNone fails t with the report's violations, its seed, the command
+// that replays it and its steps up to the first violation.
+func expectNone(t *testing.T, r Report) {
+	t.Helper()
+	t.Logf("seed %d %s static=%v: %d steps, %d requests, %d failed", r.Setup.Seed, r.Setup.Driver, r.Setup.Static, len(r.Steps), r.Requests, r.Failed)
+	if len(r.Violations) == 0 {
+		return
+	}
+	msg := fmt.Sprintf("seed %d (%s, static=%v): %d violations; replay: %s\n", r.Setup.Seed, r.Setup.Driver, r.Setup.Static, len(r.Violations), r.Replay())
+	for i, v := range r.Violations {
+		if i == 10 {
+			msg += fmt.Sprintf("  ... %d more\n", len(r.Violations)-10)
+			break
+		}
+		msg += "  " + v.String() + "\n"
+	}
+	t.Errorf("%ssteps:\n%s", msg, r.Shortened())
+}

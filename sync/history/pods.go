@@ -1,0 +1,102 @@
+package history
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+)
+
+// checkLines are the backend's check: a line sent, a line expected, so that
+// every check that reaches a pod is seen by it.
+var checkLines = []string{"option tcp-check", "tcp-check connect", `tcp-check send hc\n`, "tcp-check expect string ok"}
+
+// podAddr is pod n's address: its own loopback address, never reused within
+// a history, so what reaches it is its alone.
+func podAddr(n int) string { return fmt.Sprintf("127.0.%d.%d", 1+n/250, 1+n%250) }
+
+// podName is pod n's name, and its server's name in pod mode.
+func podName(n int) string { return fmt.Sprintf("p-%d", n) }
+
+// pod is a pod's process: a TCP server that tells a health check from a
+// client by the line each sends first. HAProxy's check sends "hc" and
+// expects "ok" (checkLines): a bare connect would be invisible, as Go's
+// Accept skips a connection HAProxy reset before it was accepted. A client
+// sends "q" and reads the pod's name back. Each connection is recorded with
+// the time it was accepted.
+type pod struct {
+	n    int
+	addr string
+	rec  *recorder
+
+	mu sync.Mutex
+	ln net.Listener
+	wg sync.WaitGroup
+}
+
+// start makes the pod listen; a stopped pod can start again.
+func (p *pod) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return fmt.Errorf("pod %s: %w", p.addr, err)
+	}
+	p.ln = ln
+	p.rec.add(obs{kind: obsListen, pod: p.n})
+	p.wg.Add(1)
+	go p.serve(ln)
+	return nil
+}
+
+// stop closes the listener: connections and checks to the pod are refused
+// from now on (a process that died, or exited at the end of its grace).
+func (p *pod) stop() {
+	p.mu.Lock()
+	ln := p.ln
+	p.ln = nil
+	p.mu.Unlock()
+	if ln == nil {
+		return
+	}
+	_ = ln.Close()
+	p.wg.Wait()
+	p.rec.add(obs{kind: obsStop, pod: p.n})
+}
+
+func (p *pod) serve(ln net.Listener) {
+	defer p.wg.Done()
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		at := time.Now()
+		conns.Add(1)
+		go func() {
+			defer conns.Done()
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			line, err := bufio.NewReader(io.LimitReader(c, 64)).ReadString('\n')
+			if err != nil {
+				return // a connection dropped before it said what it is
+			}
+			switch strings.TrimSpace(line) {
+			case "hc":
+				p.rec.add(obs{at: at, kind: obsCheck, pod: p.n})
+				_, _ = io.WriteString(c, "ok\n")
+			case "q":
+				p.rec.add(obs{at: at, kind: obsClient, pod: p.n})
+				_, _ = io.WriteString(c, podName(p.n)+"\n")
+			}
+		}()
+	}
+}

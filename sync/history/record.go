@@ -1,0 +1,117 @@
+package history
+
+import (
+	"context"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// obsKind is what an observation saw.
+type obsKind int
+
+const (
+	obsListen      obsKind = iota // a pod began to listen
+	obsStop                       // a pod stopped listening
+	obsCheck                      // a health check reached a pod
+	obsClient                     // a client connection reached a pod
+	obsRequest                    // a client's request ended: answered by pod, or failed
+	obsStep                       // a step was applied (step is its index)
+	obsReload                     // HAProxy finished a reload nobody told the service of
+	obsK8s                        // Kubernetes changed a pod's endpoint (state)
+	obsViolation                  // a monitor saw a violation as it happened (inv, err)
+	obsReloadStart                // a reload by others begins
+)
+
+// obs is one observation, as the history's recorder keeps it.
+type obs struct {
+	at    time.Time
+	kind  obsKind
+	pod   int      // the pod concerned; for obsRequest, the pod that answered (0: failed)
+	step  int      // obsStep: the step's index
+	state podState // obsK8s: the endpoint's new state (absent: removed)
+	err   string
+	inv   Invariant // obsViolation
+}
+
+// recorder keeps every observation of a history, in the order they came.
+type recorder struct {
+	mu  sync.Mutex
+	all []obs
+}
+
+func (r *recorder) add(o obs) {
+	if o.at.IsZero() {
+		o.at = time.Now()
+	}
+	r.mu.Lock()
+	r.all = append(r.all, o)
+	r.mu.Unlock()
+}
+
+func (r *recorder) snapshot() []obs {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]obs(nil), r.all...)
+}
+
+// clients send requests through the frontend at addr until ctx ends, each
+// every interval, and record how each ended.
+func clients(ctx context.Context, addr string, n int, interval time.Duration, rec *recorder) (wait func()) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			t := time.NewTicker(interval)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				at := time.Now()
+				pod, err := ask(addr)
+				o := obs{at: at, kind: obsRequest, pod: pod}
+				if err != nil {
+					o.err = err.Error()
+				}
+				rec.add(o)
+			}
+		})
+	}
+	return wg.Wait
+}
+
+// ask sends one request through the frontend and returns the number of the
+// pod that answered.
+func ask(addr string) (int, error) {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(4 * time.Second))
+	if _, err := io.WriteString(c, "q\n"); err != nil {
+		return 0, err
+	}
+	b, err := io.ReadAll(c)
+	if err != nil {
+		return 0, err
+	}
+	name := strings.TrimSpace(string(b))
+	n, err := strconv.Atoi(strings.TrimPrefix(name, "p-"))
+	if err != nil || !strings.HasPrefix(name, "p-") {
+		if name == "" {
+			return 0, io.ErrUnexpectedEOF
+		}
+		return 0, &unexpectedAnswer{name}
+	}
+	return n, nil
+}
+
+type unexpectedAnswer struct{ got string }
+
+func (e *unexpectedAnswer) Error() string { return "unexpected answer " + strconv.Quote(e.got) }

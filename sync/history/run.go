@@ -1,0 +1,228 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
+)
+
+// Report is what one history did and found.
+type Report struct {
+	Setup      Setup
+	Steps      []Step
+	Requests   int
+	Failed     int
+	Violations []Violation
+}
+
+// Run runs one history: shape's steps drawn from the setup's seed, with
+// clients sending requests through HAProxy's frontend from the first step
+// to the end, then waits for HAProxy to converge, reloads it once more the
+// way others do, and waits again.
+func Run(t testing.TB, s Setup, shape Shape) Report {
+	t.Helper()
+	steps := Generate(s.Seed, shape)
+	b := BoundsOf(config.ShippedCheck())
+	w := newWorld(t, s)
+	w.startPods(shape.Start)
+	if why := w.waitConverged(b.Converge); why != "" {
+		t.Fatalf("seed %d: the first %d pods did not converge: %s", s.Seed, shape.Start, why)
+	}
+
+	ctx, stop := context.WithCancel(context.Background())
+	waitClients := clients(ctx, w.front, 4, 8*time.Millisecond, w.rec)
+	waitMonitor := w.monitor(ctx)
+	for i, st := range steps {
+		time.Sleep(st.Wait)
+		if err := w.apply(st, i); err != nil {
+			stop()
+			waitClients()
+			waitMonitor()
+			t.Fatalf("seed %d step %d (%s): %v", s.Seed, i, st, err)
+		}
+	}
+	last := len(steps)
+	w.rec.add(obs{kind: obsStep, step: last})
+	if why := w.waitConverged(b.Converge); why != "" {
+		w.rec.add(obs{kind: obsViolation, inv: Converges, err: fmt.Sprintf("not within %v of the last step: %s", b.Converge, why)})
+	} else {
+		// Once more: a reload by others must cost nothing lasting.
+		w.rec.add(obs{kind: obsStep, step: last + 1})
+		if err := w.apply(Step{Kind: Reload}, last+1); err != nil {
+			t.Fatalf("seed %d: final reload: %v", s.Seed, err)
+		}
+		if why := w.waitConverged(b.Converge); why != "" {
+			w.rec.add(obs{kind: obsViolation, inv: Converges, err: fmt.Sprintf("not within %v of a reload by others: %s", b.Converge, why)})
+		}
+		time.Sleep(b.Reload + 500*time.Millisecond) // the clients see the end of it too
+	}
+	stop()
+	waitClients()
+	waitMonitor()
+	w.stopAll()
+
+	all := w.rec.snapshot()
+	rep := Report{Setup: s, Steps: steps, Violations: evaluate(all, b, s.Driver == Runtime)}
+	for _, o := range all {
+		if o.kind == obsRequest {
+			rep.Requests++
+			if o.err != "" {
+				rep.Failed++
+			}
+		}
+	}
+	return rep
+}
+
+// monitor reads HAProxy's servers every 100ms until ctx ends and records a
+// violation when a server the service does not own changed.
+func (w *world) monitor(ctx context.Context) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		reported := false
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if !w.setup.Static || reported {
+				continue
+			}
+			reply, err := w.h.Command("show servers state " + backend)
+			if err != nil {
+				continue // a reload under way
+			}
+			st, ok := haproxytest.ParseServers(reply, backend)["static"]
+			switch {
+			case !ok:
+				w.rec.add(obs{kind: obsViolation, inv: OthersUntouched, err: "the static server is gone"})
+			case st.Maint() || st.Drain() || st.Weight != 1 || st.Address != podAddr(staticPod):
+				w.rec.add(obs{kind: obsViolation, inv: OthersUntouched, err: fmt.Sprintf("the static server changed: %+v", st)})
+			default:
+				continue
+			}
+			reported = true
+		}
+	}()
+	return func() { <-done }
+}
+
+// waitConverged waits until HAProxy runs what Kubernetes says (converged),
+// at most d, and returns why it did not.
+func (w *world) waitConverged(d time.Duration) string {
+	deadline := time.Now().Add(d)
+	for {
+		why := w.converged()
+		if why == "" || time.Now().After(deadline) {
+			return why
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// converged says how HAProxy differs from what Kubernetes holds: every ready
+// pod that answers in service and UP, every not-ready one in maintenance,
+// every terminating one draining, none for a pod that is gone; the static
+// server as configured; with the Data Plane driver, haproxy.cfg as running.
+// Empty: no difference.
+func (w *world) converged() string {
+	reply, err := w.h.Command("show servers state " + backend)
+	if err != nil {
+		return "show servers state: " + err.Error()
+	}
+	running := haproxytest.ParseServers(reply, backend)
+	byAddr := map[string]haproxytest.Server{}
+	for _, s := range running {
+		byAddr[s.Address] = s
+	}
+	w.mu.Lock()
+	k8s := map[int]podState{}
+	for n, s := range w.k8s {
+		k8s[n] = s
+	}
+	alive := map[int]bool{}
+	for n, p := range w.pods {
+		p.mu.Lock()
+		alive[n] = p.ln != nil
+		p.mu.Unlock()
+	}
+	w.mu.Unlock()
+	var diffs []string
+	for n, st := range k8s {
+		s, ok := byAddr[podAddr(n)]
+		switch {
+		case !ok:
+			diffs = append(diffs, podName(n)+": no server")
+		case st == live && alive[n] && (s.Maint() || s.Drain() || !s.Up()):
+			diffs = append(diffs, fmt.Sprintf("%s: ready and answering, server maint=%v drain=%v up=%v", podName(n), s.Maint(), s.Drain(), s.Up()))
+		case (st == notReady || st == noticed) && !s.Maint():
+			diffs = append(diffs, podName(n)+": not ready, server not in maintenance")
+		case st == terminating && (s.Maint() || !s.Drain() && s.Weight != 0):
+			diffs = append(diffs, fmt.Sprintf("%s: terminating, server maint=%v drain=%v", podName(n), s.Maint(), s.Drain()))
+		}
+		delete(byAddr, podAddr(n))
+	}
+	if w.setup.Static {
+		if s, ok := byAddr[podAddr(staticPod)]; !ok || s.Name != "static" || s.Maint() || s.Drain() {
+			diffs = append(diffs, "the static server is not as configured")
+		}
+		delete(byAddr, podAddr(staticPod))
+	}
+	for addr, s := range byAddr {
+		// The Data Plane driver deletes in batches (a reload each): a
+		// server of a pod that is gone waits in maintenance for its batch.
+		if w.api == nil || !s.Maint() {
+			diffs = append(diffs, fmt.Sprintf("server %s (%s) runs for no pod (maint=%v drain=%v)", s.Name, addr, s.Maint(), s.Drain()))
+		}
+	}
+	if w.api != nil {
+		// In traffic or out of it: a server drained at runtime and written
+		// in maintenance (a gated server that never served) loses nothing
+		// to a reload.
+		persisted := w.api.States(backend)
+		for _, s := range running {
+			st := "ready"
+			if s.Maint() || s.Drain() || s.Weight == 0 { // a written drain is weight 0
+				st = "out"
+			}
+			switch p, ok := persisted[s.Address]; {
+			case !ok:
+				diffs = append(diffs, fmt.Sprintf("server %s (%s) runs, haproxy.cfg lacks it", s.Name, s.Address))
+			case (p == "ready") != (st == "ready"):
+				diffs = append(diffs, fmt.Sprintf("server %s (%s) runs %s, haproxy.cfg has it %s", s.Name, s.Address, st, p))
+			}
+			delete(persisted, s.Address)
+		}
+		for addr := range persisted {
+			diffs = append(diffs, fmt.Sprintf("haproxy.cfg holds %s, HAProxy does not run it", addr))
+		}
+	}
+	return strings.Join(diffs, "; ")
+}
+
+// Replay is the command that runs a history again.
+func (r Report) Replay() string {
+	return fmt.Sprintf("make replay SEED=%d DRIVER=%s", r.Setup.Seed, r.Setup.Driver)
+}
+
+// Shortened lists the steps up to the one after the first violation.
+func (r Report) Shortened() string {
+	last := len(r.Steps) - 1
+	if len(r.Violations) > 0 {
+		last = min(last, r.Violations[0].Step+1)
+	}
+	var b strings.Builder
+	for i := 0; i <= last && i < len(r.Steps); i++ {
+		fmt.Fprintf(&b, "  %3d %s\n", i, r.Steps[i])
+	}
+	return b.String()
+}

@@ -1,0 +1,216 @@
+// Package history is the history checker: from a seed it generates a random
+// history of what the field does to a backend — pods that come, go, flap
+// and die, HAProxy reloads nobody asked for — runs it against a real HAProxy
+// and the service's own reconcile loop (reconciler, coalescer, follow-up)
+// with clients sending traffic through HAProxy's frontend the whole time, and
+// checks the guarantees of docs/guarantees.md as invariants, from outside:
+// what the clients and the pods saw, and what HAProxy runs.
+//
+// A history is a list of Steps, a pure function of its seed (Generate), so a
+// failed one replays from its seed alone. The invariants are in check.go;
+// docs/guarantees.md names which guarantee each one checks.
+package history
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// Kind is what a step does.
+type Kind string
+
+const (
+	// Add starts new pods: each one's process listens, then its endpoint
+	// is ready (what a scale-up or a rollout's new pod does).
+	Add Kind = "add"
+	// Terminate makes a pod's endpoint serving and terminating (a graceful
+	// removal: the pod keeps answering until Gone).
+	Terminate Kind = "terminate"
+	// Gone removes a pod's endpoint and stops its process.
+	Gone Kind = "gone"
+	// Kill stops a pod's process at once; its endpoint stays ready until
+	// Notice (a node that dies: Kubernetes notices it late).
+	Kill Kind = "kill"
+	// Notice makes a killed pod's endpoint not ready.
+	Notice Kind = "notice"
+	// Revive starts a noticed pod's process again and makes it ready.
+	Revive Kind = "revive"
+	// NotReady makes a live pod's endpoint not ready (its process keeps
+	// answering): a readiness probe that fails for a while.
+	NotReady Kind = "not-ready"
+	// Ready makes a not-ready live pod ready again.
+	Ready Kind = "ready"
+	// Reload reloads HAProxy the way others do (a certificate renewal,
+	// config management): nobody tells the service.
+	Reload Kind = "reload"
+)
+
+// Step is one thing that happens, after Wait.
+type Step struct {
+	Wait time.Duration
+	Kind Kind
+	// Pods are the pods it concerns, by number (pod N is named "p-N" and
+	// listens on 127.0.1.N, see podAddr).
+	Pods []int
+}
+
+func (s Step) String() string {
+	var ps []string
+	for _, p := range s.Pods {
+		ps = append(ps, fmt.Sprintf("p-%d", p))
+	}
+	return fmt.Sprintf("+%v %s %s", s.Wait.Round(time.Millisecond), s.Kind, strings.Join(ps, ","))
+}
+
+// Shape bounds what Generate makes.
+type Shape struct {
+	// Start is the number of pods before the first step.
+	Start int
+	// Steps is the number of steps.
+	Steps int
+	// MaxPods bounds the live pods at any time.
+	MaxPods int
+	// MaxWait bounds the wait before a step.
+	MaxWait time.Duration
+	// Grace is the least time a terminating pod keeps answering before
+	// Gone: its termination grace period, as the history sees it.
+	Grace time.Duration
+}
+
+// podState is a pod as the generator tracks it.
+type podState int
+
+const (
+	live        podState = iota // listening, endpoint ready
+	notReady                    // listening, endpoint not ready
+	terminating                 // listening, endpoint serving and terminating
+	dead                        // not listening, endpoint still ready
+	noticed                     // not listening, endpoint not ready
+	absent                      // no endpoint (the history's observations only)
+)
+
+// Generate returns the history of seed, the pods that exist before its first
+// step (numbered 1..shape.Start), and is a pure function of both arguments.
+func Generate(seed uint64, shape Shape) []Step {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	pods := map[int]podState{}
+	termAt := map[int]time.Duration{} // when a pod began terminating
+	next := 1
+	for ; next <= shape.Start; next++ {
+		pods[next] = live
+	}
+	var now time.Duration
+	var steps []Step
+	in := func(states ...podState) []int {
+		var out []int
+		for n := 1; n < next; n++ {
+			st, ok := pods[n]
+			if !ok {
+				continue
+			}
+			for _, want := range states {
+				if st == want {
+					out = append(out, n)
+				}
+			}
+		}
+		return out
+	}
+	pick := func(from []int) int { return from[r.IntN(len(from))] }
+	for len(steps) < shape.Steps {
+		wait := time.Duration(r.Int64N(int64(shape.MaxWait))) + 20*time.Millisecond
+		// Short waits most of the time: changes that overlap are where the
+		// service's reconciles and HAProxy's checks race.
+		if r.IntN(3) > 0 {
+			wait /= 4
+		}
+		now += wait
+		var st Step
+		switch roll := r.IntN(100); {
+		case roll < 22 && len(pods) < shape.MaxPods:
+			n := 1
+			if r.IntN(8) == 0 {
+				n = 2 + r.IntN(min(8, shape.MaxPods-len(pods)+1))
+			}
+			n = min(n, shape.MaxPods-len(pods))
+			if n < 1 {
+				continue
+			}
+			st = Step{Kind: Add}
+			for range n {
+				pods[next] = live
+				st.Pods = append(st.Pods, next)
+				next++
+			}
+		case roll < 38:
+			c := in(live)
+			if len(c) == 0 {
+				continue
+			}
+			p := pick(c)
+			pods[p], termAt[p] = terminating, now
+			st = Step{Kind: Terminate, Pods: []int{p}}
+		case roll < 52:
+			var c []int
+			for _, p := range in(terminating) {
+				if now-termAt[p] >= shape.Grace {
+					c = append(c, p)
+				}
+			}
+			c = append(c, in(noticed)...)
+			if len(c) == 0 {
+				continue
+			}
+			p := pick(c)
+			delete(pods, p)
+			st = Step{Kind: Gone, Pods: []int{p}}
+		case roll < 58:
+			c := in(live)
+			if len(c) == 0 {
+				continue
+			}
+			p := pick(c)
+			pods[p] = dead
+			st = Step{Kind: Kill, Pods: []int{p}}
+		case roll < 66:
+			c := in(dead)
+			if len(c) == 0 {
+				continue
+			}
+			p := pick(c)
+			pods[p] = noticed
+			st = Step{Kind: Notice, Pods: []int{p}}
+		case roll < 71:
+			c := in(noticed)
+			if len(c) == 0 {
+				continue
+			}
+			p := pick(c)
+			pods[p] = live
+			st = Step{Kind: Revive, Pods: []int{p}}
+		case roll < 80:
+			c := in(live)
+			if len(c) == 0 {
+				continue
+			}
+			p := pick(c)
+			pods[p] = notReady
+			st = Step{Kind: NotReady, Pods: []int{p}}
+		case roll < 90:
+			c := in(notReady)
+			if len(c) == 0 {
+				continue
+			}
+			p := pick(c)
+			pods[p] = live
+			st = Step{Kind: Ready, Pods: []int{p}}
+		default:
+			st = Step{Kind: Reload}
+		}
+		st.Wait = wait
+		steps = append(steps, st)
+	}
+	return steps
+}

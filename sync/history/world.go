@@ -1,0 +1,347 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/haproxytech/client-native/v6/models"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
+)
+
+// Driver names the HAProxy driver a history runs with.
+type Driver string
+
+const (
+	// Runtime is the runtime API driver alone (HAPROXY_RUNTIME_URL).
+	Runtime Driver = "runtime"
+	// Dataplane is the Data Plane API driver with the same HAProxy's
+	// socket (both URLs), against the test API, which reloads the real
+	// HAProxy with what it wrote whenever the real API would.
+	Dataplane Driver = "dataplane"
+)
+
+const (
+	backend   = "be"
+	namespace = "hist"
+	service   = "web"
+	// cluster is CLUSTER_NAME in histories with a static server: the
+	// static server is someone else's, the pods' servers this instance's.
+	cluster = "east"
+	// staticPod is the number of the static server's pod.
+	staticPod = 0
+)
+
+// Setup is what a history runs against, beside its steps.
+type Setup struct {
+	Seed   uint64
+	Driver Driver
+	// Static adds a server of haproxy.cfg that is not the service's
+	// (another CLUSTER_NAME's, or the operator's): it must never change.
+	Static bool
+	// ReloadDelay is the Data Plane API's reload_delay.
+	ReloadDelay time.Duration
+}
+
+// SetupOf draws a history's setup from its seed, for driver.
+func SetupOf(seed uint64, driver Driver) Setup {
+	return Setup{Seed: seed, Driver: driver, Static: seed%2 == 1, ReloadDelay: time.Duration(1+seed%2) * time.Second}
+}
+
+// world is one history's HAProxy, pods, Kubernetes and service.
+type world struct {
+	t     testing.TB
+	setup Setup
+	h     *haproxytest.HAProxy
+	api   *dataplanetest.Server // Dataplane only
+	port  int
+	rec   *recorder
+	front string
+
+	reloadMu sync.Mutex // one reload at a time: the API's and the history's
+
+	mu    sync.Mutex
+	pods  map[int]*pod
+	k8s   map[int]podState // the endpoints Kubernetes holds, by pod
+	live  *desiredtest.Live
+	poke  func()
+	close func()
+}
+
+// newWorld starts HAProxy, the Data Plane test API when the driver needs
+// it, and the service's reconcile loop as serve wires it, configured from
+// the environment as a shipped install is (config.Load), with pod mode on
+// loopback addresses.
+func newWorld(t testing.TB, s Setup) *world {
+	t.Helper()
+	w := &world{t: t, setup: s, rec: &recorder{}, pods: map[int]*pod{}, k8s: map[int]podState{}}
+	w.port = haproxytest.FreePort(t, "127.0.1.1")
+	lines := append([]string{"balance roundrobin"}, checkLines...)
+	w.h = haproxytest.Start(t, haproxytest.Backend{Name: backend, Lines: lines})
+	w.front = w.h.Frontends[backend]
+	if s.Static {
+		st := w.newPod(staticPod)
+		if err := st.start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.stop)
+		w.pods[staticPod] = st
+	}
+	env := map[string]string{
+		"TARGET_ADDRESS": "pod", "INGRESS_NAMESPACE": namespace, "INGRESS_SERVICE_NAME": service,
+		"HAPROXY_BACKEND_NAME": backend, "ALLOWED_SERVER_CIDRS": "127.0.0.0/8",
+		"HAPROXY_RUNTIME_URL": w.h.RuntimeURL(),
+	}
+	if s.Static {
+		env["CLUSTER_NAME"] = cluster
+	}
+	if s.Driver == Dataplane {
+		w.api = dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: w.h.AdminSocket, ReloadDelay: s.ReloadDelay, Reload: w.apiReload})
+		rr, on, one, three := "roundrobin", "enabled", int64(1), int64(3)
+		w.api.AddDefaults(models.Defaults{DefaultsBase: models.DefaultsBase{Name: "base", Mode: "tcp",
+			Redispatch: &models.Redispatch{Enabled: &on, Interval: &one}, Retries: &three}})
+		var servers []models.Server
+		if s.Static {
+			port := int64(w.port)
+			servers = append(servers, models.Server{Name: "static", Address: podAddr(staticPod), Port: &port,
+				ServerParams: models.ServerParams{Check: "enabled"}})
+		}
+		w.api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: backend, Mode: "tcp", From: "base", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}}, servers...)
+		w.h.SetServers(t, backend, w.api.ServerLines(backend))
+		w.h.Reload(t)
+		env["HAPROXY_DATAPLANE_URL"] = w.api.URL
+	} else if s.Static {
+		w.h.SetServers(t, backend, []string{fmt.Sprintf("server static %s:%d check", podAddr(staticPod), w.port)})
+		w.h.Reload(t)
+	}
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	cfg, err := config.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.live = desiredtest.NewLive(w.input())
+	w.poke, w.close = startService(t, cfg, w.live)
+	t.Cleanup(w.close)
+	return w
+}
+
+func (w *world) newPod(n int) *pod {
+	return &pod{n: n, addr: net.JoinHostPort(podAddr(n), strconv.Itoa(w.port)), rec: w.rec}
+}
+
+// apiReload is the test API's reload: HAProxy loads what the API wrote.
+func (w *world) apiReload() {
+	w.reloadMu.Lock()
+	defer w.reloadMu.Unlock()
+	if err := w.h.TrySetServers(backend, w.api.ServerLines(backend)); err != nil {
+		w.rec.add(obs{kind: obsReload, err: err.Error()})
+		return
+	}
+	if err := w.h.TryReload(); err != nil {
+		w.rec.add(obs{kind: obsReload, err: err.Error()})
+	}
+}
+
+// reloadByOthers reloads HAProxy with haproxy.cfg as it is: what the API
+// wrote (Dataplane), or the static lines alone (Runtime).
+func (w *world) reloadByOthers() error {
+	w.reloadMu.Lock()
+	defer w.reloadMu.Unlock()
+	if w.api != nil {
+		if err := w.h.TrySetServers(backend, w.api.ServerLines(backend)); err != nil {
+			return err
+		}
+	}
+	return w.h.TryReload()
+}
+
+// startService wires the reconcile loop the way serve does (a Reconciler from
+// cfg, a Coalescer with the follow-up) and returns its poke, what the watch
+// calls on a Kubernetes change, and what stops it.
+func startService(t testing.TB, cfg config.Config, src reconcile.Source) (poke func(), stop func()) {
+	opts := cfg.Options()
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	rt, err := runtimeapi.New(cfg.RuntimeURLs[0], opts.Settings, opts.Check)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drv reconcile.Driver = rt
+	checks := map[string]reconcile.CheckReader{}
+	if len(cfg.Dataplanes) > 0 {
+		hc := &http.Client{Timeout: min(10*time.Second, cfg.ReconcileTimeout/3)}
+		dp := dataplane.New(cfg.Dataplanes[0], dataplane.Auth{}, hc, dataplane.WithDeleteBatch(cfg.DeleteBatch), dataplane.WithRuntime(rt))
+		drv = dp
+	}
+	checks[drv.Name()] = rt
+	rec := &reconcile.Reconciler{
+		Source: src, Options: opts, Targets: []reconcile.Driver{drv},
+		Timeout: cfg.ReconcileTimeout, GuardPercent: cfg.DeleteGuard, MaxServers: cfg.MaxServers,
+		DrainTimeout: cfg.DrainTimeout, Log: log, Cluster: cfg.ClusterName,
+	}
+	follow := &reconcile.FollowUp{Checks: checks}
+	co := reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) { return rec.Reconcile(ctx, false) })
+	co.Follow(follow, nil)
+	return func() { co.Poke() }, func() {
+		follow.Stop()
+		select {
+		case <-co.Idle():
+		case <-time.After(cfg.ReconcileTimeout + 5*time.Second):
+		}
+	}
+}
+
+// input is what Kubernetes holds now: the Service and its EndpointSlices, ten
+// endpoints a slice, as the EndpointSlice controller splits them.
+func (w *world) input() desired.Input {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	name, port := "tcp", int32(w.port)
+	var ns []int
+	for n := range w.k8s {
+		ns = append(ns, n)
+	}
+	sort.Ints(ns)
+	bySlice := map[int]*discoveryv1.EndpointSlice{}
+	var slices []discoveryv1.EndpointSlice
+	var order []int
+	for _, n := range ns {
+		i := n / 10
+		sl := bySlice[i]
+		if sl == nil {
+			sl = &discoveryv1.EndpointSlice{
+				ObjectMeta:  metav1.ObjectMeta{Namespace: namespace, Name: service + "-" + strconv.Itoa(i), Labels: map[string]string{discoveryv1.LabelServiceName: service}},
+				AddressType: discoveryv1.AddressTypeIPv4,
+				Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
+			}
+			bySlice[i] = sl
+			order = append(order, i)
+		}
+		ready, serving, term := true, true, false
+		switch w.k8s[n] {
+		case notReady, noticed:
+			ready, serving = false, false
+		case terminating:
+			ready, term = false, true
+		}
+		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{
+			Addresses:  []string{podAddr(n)},
+			Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &term},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: namespace, Name: podName(n)},
+		})
+	}
+	for _, i := range order {
+		slices = append(slices, *bySlice[i])
+	}
+	return desired.Input{
+		Service: &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: service, UID: "hist-web"},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: name, Port: 80, TargetPort: intstr.FromInt32(port)}}},
+		},
+		Slices: slices,
+	}
+}
+
+// setPods starts pods 1..n, ready, and tells the service.
+func (w *world) startPods(n int) {
+	for i := 1; i <= n; i++ {
+		w.apply(Step{Kind: Add, Pods: []int{i}}, -1)
+	}
+}
+
+// apply carries out one step: the pods' processes first when they start,
+// Kubernetes' view, the watch's poke, the processes last when they stop.
+func (w *world) apply(st Step, index int) error {
+	w.rec.add(obs{kind: obsStep, step: index})
+	changed := false
+	for _, n := range st.Pods {
+		w.mu.Lock()
+		p := w.pods[n]
+		if p == nil {
+			p = w.newPod(n)
+			w.pods[n] = p
+		}
+		w.mu.Unlock()
+		set := func(s podState) {
+			w.mu.Lock()
+			if s == absent {
+				delete(w.k8s, n)
+			} else {
+				w.k8s[n] = s
+			}
+			w.mu.Unlock()
+			w.rec.add(obs{kind: obsK8s, pod: n, state: s})
+			changed = true
+		}
+		switch st.Kind {
+		case Add, Revive:
+			if err := p.start(); err != nil {
+				return err
+			}
+			set(live)
+		case Terminate:
+			set(terminating)
+		case Gone:
+			set(absent)
+		case Kill:
+			p.stop()
+		case Notice:
+			set(noticed)
+		case NotReady:
+			set(notReady)
+		case Ready:
+			set(live)
+		}
+	}
+	if changed {
+		w.live.Set(w.input())
+		w.poke()
+	}
+	if st.Kind == Gone {
+		for _, n := range st.Pods {
+			w.pods[n].stop()
+		}
+	}
+	if st.Kind == Reload {
+		w.rec.add(obs{kind: obsReloadStart})
+		if err := w.reloadByOthers(); err != nil {
+			return fmt.Errorf("reload: %w", err)
+		}
+		w.rec.add(obs{kind: obsReload})
+	}
+	return nil
+}
+
+// stopAll stops every pod's process.
+func (w *world) stopAll() {
+	w.mu.Lock()
+	pods := make([]*pod, 0, len(w.pods))
+	for _, p := range w.pods {
+		pods = append(pods, p)
+	}
+	w.mu.Unlock()
+	for _, p := range pods {
+		p.stop()
+	}
+}
