@@ -52,9 +52,16 @@ type CheckReader interface {
 // left by the last result that fires meanwhile) nor, when it ends at last,
 // replaces them by its older word on that target. A target whose reconcile
 // failed (other than HAProxy refusing single servers) is not polled: the
-// retry after a failure covers it, with its backoff. Waits longer than
-// Patience (servers waiting for their check, or for their sessions to end)
-// look every Slow.
+// retry after a failure covers it, with its backoff.
+//
+// Patience is each server's, counted from the first result that listed it
+// waiting: a target's checks are polled every Poll while any of its waiting
+// servers has waited Patience or less, and only once all have waited longer
+// does it get a reconcile every Slow instead, so a server whose check never
+// passes does not slow down one that begins to wait after it. Servers
+// waiting for their sessions to end likewise: every Drain while any of them
+// is within its patience, then every Slow. Gated pods and hand-overs look
+// every Slow once they have gone on past Patience.
 type FollowUp struct {
 	// Checks are the targets' check readers, by Driver.Name.
 	Checks map[string]CheckReader
@@ -76,12 +83,14 @@ type FollowUp struct {
 	// observed: the targets whose own result (ObserveTarget) came since
 	// the last whole one; that whole one's word on them is older.
 	observed map[string]bool
-	since    time.Time // when servers began to wait; zero when none
-	drains   time.Time // when servers began to wait for their sessions
-	starting time.Time // when gated pods began to wait for their containers
-	handover time.Time // when servers began to be kept until their replacement serves
-	failures int       // consecutive failed reconciles
-	stopped  bool
+	// The patience is each server's (see next): when each began to wait
+	// for its check, and for its sessions to end.
+	waitingSince  map[serverKey]time.Time
+	drainingSince map[serverKey]time.Time
+	starting      time.Time // when gated pods began to wait for their containers
+	handover      time.Time // when servers began to be kept until their replacement serves
+	failures      int       // consecutive failed reconciles
+	stopped       bool
 }
 
 func (f *FollowUp) dur(d, def time.Duration) time.Duration {
@@ -116,6 +125,7 @@ func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
 		return
 	}
 	f.poke = poke
+	now := f.now()
 	if err != nil {
 		f.failures++
 	} else {
@@ -145,14 +155,9 @@ func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
 			f.unwatch(target)
 		}
 	}
+	f.waitingSince = since(f.waitingSince, now, res.Targets, waitingOf, func(target string) bool { return f.observed[target] })
 	f.observed = nil
-	waiting := waitingByTarget(Result{Targets: fresh})
-	if len(waiting) == 0 {
-		f.since = time.Time{}
-	} else if f.since.IsZero() {
-		f.since = f.now()
-	}
-	for target, backends := range waiting {
+	for target, backends := range waitingByTarget(Result{Targets: fresh}) {
 		f.watch(target, backends)
 	}
 	if !res.podsStarting {
@@ -161,11 +166,11 @@ func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
 		d := f.paced(&f.starting, f.dur(f.Starting, time.Second))
 		f.stops = append(f.stops, f.after(d, func() { f.fire("pods wait for their containers (readiness gate)") }))
 	}
-	if !res.draining() {
-		f.drains = time.Time{}
-	} else {
-		// A long-lived session: no need to ask every second for its life.
-		d := f.paced(&f.drains, f.dur(f.Drain, time.Second))
+	f.drainingSince = since(f.drainingSince, now, res.Targets, drainingOf, nil)
+	if res.draining() {
+		// A long-lived session: no need to ask every second for its life;
+		// a server removed since is asked about every Drain all the same.
+		d := f.pace(sinceOf(f.drainingSince, now, listed(res.Targets, drainingOf)), f.dur(f.Drain, time.Second))
 		f.stops = append(f.stops, f.after(d, func() { f.fire("servers wait for their sessions to end") }))
 	}
 	if !res.handingOver() {
@@ -183,16 +188,19 @@ func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
 }
 
 // paced returns how long to wait before looking again at a wait that has
-// gone on since *since (now, when it is zero): d, or Slow past Patience.
+// gone on since *at (now, when it is zero): d, or Slow past Patience.
 // f.mu is held.
-func (f *FollowUp) paced(since *time.Time, d time.Duration) time.Duration {
-	if since.IsZero() {
-		*since = f.now()
+func (f *FollowUp) paced(at *time.Time, d time.Duration) time.Duration {
+	if at.IsZero() {
+		*at = f.now()
 	}
-	if f.now().Sub(*since) > f.dur(f.Patience, 2*time.Minute) {
-		return f.dur(f.Slow, 10*time.Second)
-	}
-	return d
+	return f.pace([]time.Time{*at}, d)
+}
+
+// pace is next on f's clock, with its Slow and Patience: step while any of
+// the waits that began at the times given is within its patience.
+func (f *FollowUp) pace(began []time.Time, step time.Duration) time.Duration {
+	return next(f.now(), began, step, f.dur(f.Slow, 10*time.Second), f.dur(f.Patience, 2*time.Minute))
 }
 
 // ObserveTarget is told the result of a reconcile of target alone (Enter),
@@ -218,30 +226,42 @@ func (f *FollowUp) ObserveTarget(target string, res Result, err error) {
 		// A pod's gate needs every target's view: a whole reconcile sets it.
 		f.stops = append(f.stops, f.after(0, func() { f.fire("the readiness gate needs every target") }))
 	}
-	if backends := waitingByTarget(res)[target]; len(backends) > 0 {
-		if f.since.IsZero() {
-			f.since = f.now()
+	var own []TargetResult
+	for _, t := range res.Targets {
+		if t.Target == target {
+			own = append(own, t)
 		}
+	}
+	f.waitingSince = since(f.waitingSince, f.now(), own, waitingOf, func(t string) bool { return t != target })
+	if backends := waitingByTarget(Result{Targets: own})[target]; len(backends) > 0 {
 		f.watch(target, backends)
 	}
 }
 
 // watch starts what brings target's waiting servers (backend → names) into
-// service: polls of its checks, or past the patience (or with no check
-// reader) a reconcile every Slow. f.mu is held.
+// service: polls of its checks every Poll while any of them is within its
+// patience, or once all are past it (or with no check reader) a reconcile
+// after Slow. f.mu is held.
 func (f *FollowUp) watch(target string, backends map[string]waits) {
 	if f.watches == nil {
 		f.watches = map[string]func(){}
 	}
+	var servers []serverKey
+	for backend, w := range backends {
+		for _, n := range w.waiting {
+			servers = append(servers, serverKey{target, backend, n})
+		}
+	}
+	poll := f.dur(f.Poll, 50*time.Millisecond)
 	cr := f.Checks[target]
-	if cr == nil || f.now().Sub(f.since) > f.dur(f.Patience, 2*time.Minute) {
+	if cr == nil || f.pace(sinceOf(f.waitingSince, f.now(), servers), poll) != poll {
 		stop := f.after(f.dur(f.Slow, 10*time.Second), func() { f.fire("servers wait for their check") })
 		f.watches[target] = func() { stop() }
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.watches[target] = cancel
-	f.pollChecks(ctx, target, cr, backends, f.dur(f.Poll, 50*time.Millisecond))
+	f.pollChecks(ctx, target, cr, backends, poll)
 }
 
 // unwatch stops what watches target's waiting servers; f.mu is held.
