@@ -40,13 +40,28 @@ type CheckReader interface {
 // Each target is watched by itself: a dead or slow target does not delay
 // the poke another target's passed check asks for, and with Enter set, the
 // reconcile that puts the server in service is that target's alone, so a
-// target that hangs does not hold it back either. A newer result replaces
-// whatever an older one started; a target's own result (ObserveTarget)
-// replaces what was started for that target. A target whose reconcile failed
-// (other than HAProxy refusing single servers) is not polled: the retry
-// after a failure covers it, with its backoff. Waits longer than Patience
-// (servers waiting for their check, or for their sessions to end) look
-// every Slow.
+// target that hangs does not hold it back either. A newer whole result
+// replaces the timers an older one started; a timer that fires asks for a
+// whole reconcile and stops only the other timers of its result. What
+// watches a target's waiting servers (its check polls, or a timer) is
+// replaced only by a newer word on that target: its own result
+// (ObserveTarget, told by a whole reconcile too as soon as that target is
+// done), or a whole result when none of its own came since the last whole
+// one. So a whole reconcile that hangs on one target until its timeout
+// neither stops another target's polls (a retry, drain or hand-over timer
+// left by the last result that fires meanwhile) nor, when it ends at last,
+// replaces them by its older word on that target. A target whose reconcile
+// failed (other than HAProxy refusing single servers) is not polled: the
+// retry after a failure covers it, with its backoff.
+//
+// Patience is each server's, counted from the first result that listed it
+// waiting: a target's checks are polled every Poll while any of its waiting
+// servers has waited Patience or less, and only once all have waited longer
+// does it get a reconcile every Slow instead, so a server whose check never
+// passes does not slow down one that begins to wait after it. Servers
+// waiting for their sessions to end likewise: every Drain while any of them
+// is within its patience, then every Slow. Gated pods and hand-overs look
+// every Slow once they have gone on past Patience.
 type FollowUp struct {
 	// Checks are the targets' check readers, by Driver.Name.
 	Checks map[string]CheckReader
@@ -61,16 +76,21 @@ type FollowUp struct {
 	AfterFunc func(time.Duration, func()) (stop func() bool)
 	Now       func() time.Time
 
-	mu       sync.Mutex
-	poke     func(reason string)
-	stops    []func() bool                 // what the latest result started
-	polls    map[string]context.CancelFunc // check polls, by target
-	since    time.Time                     // when servers began to wait; zero when none
-	drains   time.Time                     // when servers began to wait for their sessions
-	starting time.Time                     // when gated pods began to wait for their containers
-	handover time.Time                     // when servers began to be kept until their replacement serves
-	failures int                           // consecutive failed reconciles
-	stopped  bool
+	mu      sync.Mutex
+	poke    func(reason string)
+	stops   []func() bool     // the timers the latest whole result started
+	watches map[string]func() // what watches a target's waiting servers: its check polls, or a timer
+	// observed: the targets whose own result (ObserveTarget) came since
+	// the last whole one; that whole one's word on them is older.
+	observed map[string]bool
+	// The patience is each server's (see next): when each began to wait
+	// for its check, and for its sessions to end.
+	waitingSince  map[serverKey]time.Time
+	drainingSince map[serverKey]time.Time
+	starting      time.Time // when gated pods began to wait for their containers
+	handover      time.Time // when servers began to be kept until their replacement serves
+	failures      int       // consecutive failed reconciles
+	stopped       bool
 }
 
 func (f *FollowUp) dur(d, def time.Duration) time.Duration {
@@ -94,8 +114,9 @@ func (f *FollowUp) after(d time.Duration, fn func()) func() bool {
 	return time.AfterFunc(d, fn).Stop
 }
 
-// Observe is told every reconcile's result; it replaces what the previous
-// result started. poke asks for a reconcile.
+// Observe is told every whole reconcile's result; it replaces the timers
+// the previous one started, and what watches the targets whose own result
+// (ObserveTarget) did not come since that one. poke asks for a reconcile.
 func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -104,6 +125,7 @@ func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
 		return
 	}
 	f.poke = poke
+	now := f.now()
 	if err != nil {
 		f.failures++
 	} else {
@@ -117,13 +139,25 @@ func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
 		d = min(d, f.dur(f.MaxRetry, 30*time.Second))
 		f.stops = append(f.stops, f.after(d, func() { f.fire("retry after a failure") }))
 	}
-	waiting := waitingByTarget(res)
-	if len(waiting) == 0 {
-		f.since = time.Time{}
-	} else if f.since.IsZero() {
-		f.since = f.now()
+	// A target's own result that came during this reconcile (as soon as
+	// that target was done) or after it (a reconcile of that target alone)
+	// is as new as this one's word on it, or newer: this reconcile may
+	// have hung on another target until its timeout meanwhile. Such a
+	// target's watch stays as its own result set it.
+	var fresh []TargetResult
+	for _, t := range res.Targets {
+		if !f.observed[t.Target] {
+			fresh = append(fresh, t)
+		}
 	}
-	for target, backends := range waiting {
+	for target := range f.watches {
+		if !f.observed[target] {
+			f.unwatch(target)
+		}
+	}
+	f.waitingSince = since(f.waitingSince, now, res.Targets, waitingOf, func(target string) bool { return f.observed[target] })
+	f.observed = nil
+	for target, backends := range waitingByTarget(Result{Targets: fresh}) {
 		f.watch(target, backends)
 	}
 	if !res.podsStarting {
@@ -132,11 +166,11 @@ func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
 		d := f.paced(&f.starting, f.dur(f.Starting, time.Second))
 		f.stops = append(f.stops, f.after(d, func() { f.fire("pods wait for their containers (readiness gate)") }))
 	}
-	if !res.draining() {
-		f.drains = time.Time{}
-	} else {
-		// A long-lived session: no need to ask every second for its life.
-		d := f.paced(&f.drains, f.dur(f.Drain, time.Second))
+	f.drainingSince = since(f.drainingSince, now, res.Targets, drainingOf, nil)
+	if res.draining() {
+		// A long-lived session: no need to ask every second for its life;
+		// a server removed since is asked about every Drain all the same.
+		d := f.pace(sinceOf(f.drainingSince, now, listed(res.Targets, drainingOf)), f.dur(f.Drain, time.Second))
 		f.stops = append(f.stops, f.after(d, func() { f.fire("servers wait for their sessions to end") }))
 	}
 	if !res.handingOver() {
@@ -154,20 +188,25 @@ func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
 }
 
 // paced returns how long to wait before looking again at a wait that has
-// gone on since *since (now, when it is zero): d, or Slow past Patience.
+// gone on since *at (now, when it is zero): d, or Slow past Patience.
 // f.mu is held.
-func (f *FollowUp) paced(since *time.Time, d time.Duration) time.Duration {
-	if since.IsZero() {
-		*since = f.now()
+func (f *FollowUp) paced(at *time.Time, d time.Duration) time.Duration {
+	if at.IsZero() {
+		*at = f.now()
 	}
-	if f.now().Sub(*since) > f.dur(f.Patience, 2*time.Minute) {
-		return f.dur(f.Slow, 10*time.Second)
-	}
-	return d
+	return f.pace([]time.Time{*at}, d)
 }
 
-// ObserveTarget is told the result of a reconcile of target alone (Enter);
-// it replaces what was started for that target. A failure there asks for a
+// pace is next on f's clock, with its Slow and Patience: step while any of
+// the waits that began at the times given is within its patience.
+func (f *FollowUp) pace(began []time.Time, step time.Duration) time.Duration {
+	return next(f.now(), began, step, f.dur(f.Slow, 10*time.Second), f.dur(f.Patience, 2*time.Minute))
+}
+
+// ObserveTarget is told the result of a reconcile of target alone (Enter),
+// or target's part of a whole reconcile as soon as target is done
+// (WithTargetDone); it replaces what watches target's waiting servers, and
+// the next whole result leaves that as it is. A failure there asks for a
 // whole reconcile after Retry.
 func (f *FollowUp) ObserveTarget(target string, res Result, err error) {
 	f.mu.Lock()
@@ -176,6 +215,10 @@ func (f *FollowUp) ObserveTarget(target string, res Result, err error) {
 		return
 	}
 	f.unwatch(target)
+	if f.observed == nil {
+		f.observed = map[string]bool{}
+	}
+	f.observed[target] = true
 	switch {
 	case err != nil:
 		f.stops = append(f.stops, f.after(f.dur(f.Retry, time.Second), func() { f.fire("retry after a failure") }))
@@ -183,36 +226,49 @@ func (f *FollowUp) ObserveTarget(target string, res Result, err error) {
 		// A pod's gate needs every target's view: a whole reconcile sets it.
 		f.stops = append(f.stops, f.after(0, func() { f.fire("the readiness gate needs every target") }))
 	}
-	if backends := waitingByTarget(res)[target]; len(backends) > 0 {
-		if f.since.IsZero() {
-			f.since = f.now()
+	var own []TargetResult
+	for _, t := range res.Targets {
+		if t.Target == target {
+			own = append(own, t)
 		}
+	}
+	f.waitingSince = since(f.waitingSince, f.now(), own, waitingOf, func(t string) bool { return t != target })
+	if backends := waitingByTarget(Result{Targets: own})[target]; len(backends) > 0 {
 		f.watch(target, backends)
 	}
 }
 
 // watch starts what brings target's waiting servers (backend → names) into
-// service: polls of its checks, or past the patience (or with no check
-// reader) a reconcile every Slow. f.mu is held.
+// service: polls of its checks every Poll while any of them is within its
+// patience, or once all are past it (or with no check reader) a reconcile
+// after Slow. f.mu is held.
 func (f *FollowUp) watch(target string, backends map[string]waits) {
+	if f.watches == nil {
+		f.watches = map[string]func(){}
+	}
+	var servers []serverKey
+	for backend, w := range backends {
+		for _, n := range w.waiting {
+			servers = append(servers, serverKey{target, backend, n})
+		}
+	}
+	poll := f.dur(f.Poll, 50*time.Millisecond)
 	cr := f.Checks[target]
-	if cr == nil || f.now().Sub(f.since) > f.dur(f.Patience, 2*time.Minute) {
-		f.stops = append(f.stops, f.after(f.dur(f.Slow, 10*time.Second), func() { f.fire("servers wait for their check") }))
+	if cr == nil || f.pace(sinceOf(f.waitingSince, f.now(), servers), poll) != poll {
+		stop := f.after(f.dur(f.Slow, 10*time.Second), func() { f.fire("servers wait for their check") })
+		f.watches[target] = func() { stop() }
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if f.polls == nil {
-		f.polls = map[string]context.CancelFunc{}
-	}
-	f.polls[target] = cancel
-	f.pollChecks(ctx, target, cr, backends, f.dur(f.Poll, 50*time.Millisecond))
+	f.watches[target] = cancel
+	f.pollChecks(ctx, target, cr, backends, poll)
 }
 
-// unwatch stops target's check polls; f.mu is held.
+// unwatch stops what watches target's waiting servers; f.mu is held.
 func (f *FollowUp) unwatch(target string) {
-	if cancel := f.polls[target]; cancel != nil {
-		cancel()
-		delete(f.polls, target)
+	if stop := f.watches[target]; stop != nil {
+		stop()
+		delete(f.watches, target)
 	}
 }
 
@@ -271,7 +327,9 @@ func (f *FollowUp) enter(ctx context.Context, target string) {
 }
 
 // fire pokes, unless a newer result or Stop came first (then what was
-// started is gone already).
+// started is gone already). The targets' check polls go on: the whole
+// reconcile asked for may wait behind one that hangs on a target, and
+// another target's passed check must still ask for its entry meanwhile.
 func (f *FollowUp) fire(reason string) {
 	f.mu.Lock()
 	poke := f.poke
@@ -284,15 +342,13 @@ func (f *FollowUp) fire(reason string) {
 	poke(reason)
 }
 
-// reset stops what the latest result started; f.mu is held.
+// reset stops the timers the latest whole result started, not the
+// targets' watches (see fire); f.mu is held.
 func (f *FollowUp) reset() {
 	for _, stop := range f.stops {
 		stop()
 	}
 	f.stops = nil
-	for target := range f.polls {
-		f.unwatch(target)
-	}
 }
 
 // Stop ends every follow-up, for good.
@@ -301,6 +357,9 @@ func (f *FollowUp) Stop() {
 	defer f.mu.Unlock()
 	f.stopped = true
 	f.reset()
+	for target := range f.watches {
+		f.unwatch(target)
+	}
 }
 
 // waits are a backend's servers waiting for their check (TargetResult's
