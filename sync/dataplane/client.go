@@ -25,7 +25,8 @@
 //     PUT that changes nothing is not applied;
 //   - everything else (new servers without a socket, deletions, check
 //     parameters, backend settings) goes into one transaction: one commit,
-//     one reload.
+//     one reload; with the socket, a server deleted past the drain timeout
+//     (plan.Change.Kill) has its sessions shut through it first (toShut).
 //
 // Every write carries the version the plan was computed from; a conflict is
 // returned as a failure.Temporary error so the caller re-reads and re-plans. A
@@ -131,6 +132,10 @@ type Runtime interface {
 	// driver): a burst of adds, pipelined and gated, and changes haproxy.cfg
 	// already holds.
 	Apply(ctx context.Context, p plan.Plan) (plan.Applied, error)
+	// ShutdownSessions shuts every session of a server, before the
+	// transaction deletes it past the drain timeout (shutExpired). A
+	// refusal for that server is a plan.ServerErrors.
+	ShutdownSessions(ctx context.Context, backend, server string) error
 }
 
 // MaxRuntimeAdds is the most servers one reconcile adds through the API one
@@ -475,6 +480,10 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		// Written only as the running HAProxy took them: a server it
 		// refused to put in service is not written in service.
 		structural = without(structural, refusedNames(failed[before:]))
+	}
+	structural, err := c.shutExpired(ctx, p.Backend, structural, &out, &failed)
+	if err != nil {
+		return out, err
 	}
 	if len(structural) > 0 || p.Settings != nil {
 		tx, err := c.transaction(ctx, version, p, structural, serverPath)

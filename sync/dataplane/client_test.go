@@ -431,9 +431,16 @@ type healthLog struct {
 	started []string
 	// added: servers its Apply added (model.Runtime.Ours), until a reload
 	added map[string]bool
-	// refuse: servers whose changes its Apply refuses, as HAProxy refuses
-	// one server's command
+	// refuse: servers whose changes its Apply (and ShutdownSessions)
+	// refuses, as HAProxy refuses one server's command
 	refuse map[string]bool
+	// sessions and since: what the socket shows of each server's sessions
+	// and of the time since its last state change; shut and shutAt record
+	// ShutdownSessions calls (drain_api_test.go)
+	sessions map[string]int
+	since    time.Duration
+	shut     []string
+	shutAt   []int
 }
 
 // reload loads haproxy.cfg as the running HAProxy: every configured server,
@@ -554,7 +561,7 @@ func (h *healthLog) server(backend, name, addr string, st model.State) model.Ser
 	// The check and weight the runtime API driver reads for a server
 	// haproxy.cfg does not hold: those it adds servers with.
 	return model.Server{Name: name, Address: addr, Port: 30080, Weight: 1, Check: chk, State: st, Up: passed,
-		Runtime: &model.Runtime{CheckRunning: running, CheckPassed: passed}}
+		Runtime: &model.Runtime{CheckRunning: running, CheckPassed: passed, Sessions: h.sessions[name], Since: h.since}}
 }
 
 func TestAddWithoutReloadGatedOnChecks(t *testing.T) {

@@ -10,7 +10,8 @@
 // endpoints, or every endpoint skipped) nothing is deleted; every current server
 // is put in maintenance instead, so an empty read can never wipe a backend.
 // Under a Policy with DeleteBatch > 1, unwanted servers are parked in
-// maintenance and deleted together once the batch is full. Under a Policy
+// maintenance and deleted together once the batch is full, or once one of
+// them has been parked past Policy.DrainTimeout (removals). Under a Policy
 // with GuardPercent, a plan that would remove that share of the backend's
 // servers or more only parks them, until a later reconcile finds them
 // parked and every replacement UP (the mass-deletion guard). Under a Policy
@@ -134,7 +135,9 @@ type Policy struct {
 	// maintenance (out of traffic at once, no reload) and deletes them all
 	// together once DeleteBatch of them are parked, so that deletions, which
 	// reload HAProxy through the Data Plane API, cost one reload per batch.
-	// At most DeleteBatch-1 servers stay parked. 0 or 1 deletes at once.
+	// At most DeleteBatch-1 servers stay parked. A server parked past
+	// DrainTimeout makes the batch due: it goes at once, and the other
+	// parked servers with it (removals). 0 or 1 deletes at once.
 	DeleteBatch int
 	// GuardPercent, when above 0, is the mass-deletion guard: when the
 	// servers no endpoint asks for are this percentage of the backend's
@@ -162,7 +165,8 @@ type Policy struct {
 	// runtime API): they are left as configured, never planned.
 	FixedSettings bool
 	// DrainTimeout, when above 0, is how long an unwanted server with
-	// sessions stays parked before it is deleted anyway (Change.Kill); 0
+	// sessions stays parked before it is deleted anyway, its sessions shut
+	// first (Change.Kill), whether or not the delete batch is full; 0
 	// waits for its sessions to end.
 	DrainTimeout time.Duration
 	// Owner, when set, is the name prefix of this instance's servers
@@ -225,21 +229,13 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 			p.HandingOver = append(p.HandingOver, name)
 		}
 	}
-	type unwantedServer struct {
-		*model.Server
-		free, kill bool // see sessionsEnded
-	}
-	var unwanted []unwantedServer
-	deletable := 0
+	var leaving []*model.Server
 	for i := range current.Servers {
 		if u := &current.Servers[i]; !want[u.Name] && !handover[u.Name] {
-			free, kill := sessionsEnded(u, pol.DrainTimeout)
-			unwanted = append(unwanted, unwantedServer{u, free, kill})
-			if free {
-				deletable++
-			}
+			leaving = append(leaving, u)
 		}
 	}
+	unwanted := removals(leaving, pol.DeleteBatch, pol.DrainTimeout)
 	// The guard's share counts the unwanted servers against those that
 	// serve or will once UP: a replacement that is not UP yet does not
 	// count, so the guard keeps holding on the next reconcile too, until
@@ -273,8 +269,8 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 	}
 	needRoom := pol.MaxServers > 0 && adds > 0 && len(current.Servers)+adds > pol.MaxServers
 	// Delete when allowed (some server is desired, the guard does not hold)
-	// and the batch is full.
-	deleteNow := len(desired.Servers) > 0 && !guarded && deletable >= max(pol.DeleteBatch, 1)
+	// and the batch is due (removals).
+	deleteNow := len(desired.Servers) > 0 && !guarded
 	for _, old := range unwanted {
 		makeRoom := needRoom && old.free && old.State == model.Maint
 		if guarded && len(desired.Servers) > 0 && !makeRoom {
@@ -284,7 +280,7 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 			p.Draining = append(p.Draining, old.Name)
 		}
 		switch {
-		case (deleteNow || makeRoom) && old.free:
+		case (deleteNow && old.due || makeRoom) && old.free:
 			p.Changes = append(p.Changes, Change{Action: Delete, Name: old.Name, Old: old.Server, Kill: old.kill})
 		case old.State != model.Maint:
 			parked := *old.Server
@@ -507,21 +503,6 @@ func (p Plan) Deferring(deferred []string) Plan {
 	p.Changes = changes
 	p.Draining = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(p.Draining), deferred...))))
 	return p
-}
-
-// sessionsEnded reports whether unwanted server u may be deleted now: it has
-// no sessions (or the driver cannot tell), or it has been parked for
-// timeout, in which case kill says its sessions must be shut first.
-func sessionsEnded(u *model.Server, timeout time.Duration) (free, kill bool) {
-	rt := u.Runtime
-	switch {
-	case rt == nil || rt.Sessions == 0:
-		return true, false
-	case timeout > 0 && u.State == model.Maint && rt.Since >= timeout:
-		return true, true
-	default:
-		return false, false
-	}
 }
 
 // capAdds drops the adds that would take the backend past limit servers.

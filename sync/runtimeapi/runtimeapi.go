@@ -89,6 +89,24 @@ func (c *Client) Gate(ctx context.Context, backend, server string) error {
 	return stopped(steps, got[0])
 }
 
+// ShutdownSessions shuts every session of a server ("shutdown sessions
+// server"), as Apply does before it deletes a server parked past the drain
+// timeout (plan.Change.Kill): for the Data Plane API driver, whose
+// transaction deletes that server. A refusal (no such server) is the
+// server's: a plan.ServerErrors.
+func (c *Client) ShutdownSessions(ctx context.Context, backend, server string) error {
+	cmd := "shutdown sessions server " + backend + "/" + server
+	reply, err := c.sock.Command(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	if !empty(reply) {
+		ce := &CommandError{Command: cmd, Reply: reply}
+		return plan.ServerErrors{{Server: server, Error: ce.Error(), Err: ce}}
+	}
+	return nil
+}
+
 // gateSteps start srv's check, then, only once that worked, put it in drain
 // and force its health down. Stopping after any step is harmless: a check
 // that runs, a server drained.

@@ -1,0 +1,73 @@
+package plan
+
+import (
+	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+)
+
+// removal is where one unwanted server stands on its way out, as far as
+// its sessions and the delete batch go (the guard, the zero-endpoints rule
+// and MaxServers are CalculateWith's).
+type removal struct {
+	*model.Server
+	// free: it may be deleted: no sessions (or the driver cannot tell), or
+	// parked past Policy.DrainTimeout.
+	free bool
+	// kill: free only because the drain timeout passed: its sessions must
+	// be shut first (Change.Kill).
+	kill bool
+	// due: free, and the batch is due: deleted by this plan.
+	due bool
+}
+
+// removals decides, for each unwanted server, whether it may go and whether
+// it goes now. The free servers go together, in one reload through the
+// Data Plane API, once the batch is due:
+//
+//	free servers \ one past the drain timeout   no            yes
+//	fewer than batch                            kept parked   all deleted
+//	batch or more                               all deleted   all deleted
+//
+// A server past the drain timeout makes the batch due: it has waited as
+// long as it may, and a batch that never fills (with the shipped batch of
+// 10, one server removed alone) would keep it, and its sessions, for good;
+// no later reconcile would come for it either, as it is no longer listed in
+// Draining. Its deletion costs the reload a full batch costs, so the other
+// free servers go with it. A server with sessions before its timeout is
+// not free and waits, whatever the batch.
+func removals(unwanted []*model.Server, batch int, timeout time.Duration) []removal {
+	out := make([]removal, len(unwanted))
+	free, expired := 0, 0
+	for i, u := range unwanted {
+		r := removal{Server: u}
+		r.free, r.kill = sessionsEnded(u, timeout)
+		if r.free {
+			free++
+		}
+		if r.kill {
+			expired++
+		}
+		out[i] = r
+	}
+	due := free >= max(batch, 1) || expired > 0
+	for i := range out {
+		out[i].due = due && out[i].free
+	}
+	return out
+}
+
+// sessionsEnded reports whether unwanted server u may be deleted now: it has
+// no sessions (or the driver cannot tell), or it has been parked for
+// timeout, in which case kill says its sessions must be shut first.
+func sessionsEnded(u *model.Server, timeout time.Duration) (free, kill bool) {
+	rt := u.Runtime
+	switch {
+	case rt == nil || rt.Sessions == 0:
+		return true, false
+	case timeout > 0 && u.State == model.Maint && rt.Since >= timeout:
+		return true, true
+	default:
+		return false, false
+	}
+}
