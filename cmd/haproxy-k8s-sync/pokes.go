@@ -18,12 +18,13 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/metrics"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reloads"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/watch"
 )
 
 // pokes is everything that asks serve's coalescer for a reconcile besides
-// the HTTP callers: the watch, the first reconcile, the resync tick and the
-// follow-up. Each poke is counted and logged by its source.
+// the HTTP callers: the watch, the first reconcile, the resync tick, the
+// follow-up, and a reload of HAProxy that the service did not cause. Each poke is counted and logged by its source.
 type pokes struct {
 	shared *reconcile.Coalescer
 	// runs is the context every reconcile of shared runs in: endRuns
@@ -32,8 +33,9 @@ type pokes struct {
 	endRuns    context.CancelFunc
 	closing    atomic.Bool
 	follow     *reconcile.FollowUp
-	watcher    *watch.Watcher // nil without WATCH or a Kubernetes client
-	reconciled atomic.Bool    // a poked reconcile has run, whatever its result
+	watcher    *watch.Watcher   // nil without WATCH or a Kubernetes client
+	reloads    *reloads.Watcher // nil without a runtime socket
+	reconciled atomic.Bool      // a poked reconcile has run, whatever its result
 	log        *slog.Logger
 	m          *metrics.Metrics
 }
@@ -52,6 +54,9 @@ func newPokes(cfg config.Config, r reconcile.Runner, checks map[string]reconcile
 		}
 		l.Info("reconcile", "status", res.Status, "desired", res.Desired, "durationMs", res.DurationMs, "targets", res.Targets)
 	})
+	if rw := reloadWatcher(checks, log, func(target string) { p.poke("reload", "HAProxy reloaded: "+target) }); rw != nil {
+		p.reloads = rw
+	}
 	if cfg.Watch && kc != nil {
 		p.watcher = &watch.Watcher{
 			Client: kc, Namespace: cfg.Namespace, Service: cfg.Service, Nodes: nodeMode,
@@ -124,8 +129,26 @@ func (p *pokes) start(ctx context.Context, resync time.Duration) (stop func()) {
 		wg.Go(func() { p.watcher.Run(ctx) })
 		p.poke("start", "start")
 	}
+	if p.reloads != nil {
+		wg.Go(func() { p.reloads.Run(ctx) })
+	}
 	if resync > 0 {
 		wg.Go(func() { reconcile.Resync(ctx, resync, nil, func() { p.poke("resync", "resync") }) })
 	}
 	return func() { cancel(); wg.Wait(); p.follow.Stop() }
+}
+
+// reloadWatcher watches the targets' runtime sockets for reloads (package
+// reloads); nil when no target has one.
+func reloadWatcher(checks map[string]reconcile.CheckReader, log *slog.Logger, poke func(target string)) *reloads.Watcher {
+	targets := map[string]reloads.Process{}
+	for name, cr := range checks {
+		if p, ok := cr.(reloads.Process); ok {
+			targets[name] = p
+		}
+	}
+	if len(targets) == 0 {
+		return nil
+	}
+	return &reloads.Watcher{Targets: targets, Poke: poke, Log: log}
 }

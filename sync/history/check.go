@@ -66,6 +66,23 @@ func BoundsOf(c model.Check) Bounds {
 	}
 }
 
+// Why a failed request breaks no invariant.
+const (
+	ExcuseDeath      = "a pod died"         // within Bounds.Abrupt of a ready pod's death
+	ExcuseNoReadyPod = "no ready pod"       // no pod ready and answering for Bounds.Entry
+	ExcuseReload     = "a reload by others" // runtime driver, within Bounds.Reload of one
+)
+
+// Evaluation is what the invariants found in one history.
+type Evaluation struct {
+	Violations []Violation
+	// Excused counts the failed requests by the excuse that allowed them.
+	Excused map[string]int
+	// ReloadCost is the longest a reload by others made requests fail,
+	// from its start to the last failed request it excused.
+	ReloadCost time.Duration
+}
+
 // podTrack is one pod as the evaluation walks through the observations.
 type podTrack struct {
 	state    podState
@@ -84,7 +101,8 @@ func (p *podTrack) available() bool { return p.inK8s && p.state == live && p.ali
 // runtimeOnly says the servers live in the running HAProxy alone (runtime
 // driver): a reload by others empties the backend until the service adds
 // them again, and Bounds.Reload allows for it.
-func evaluate(all []obs, b Bounds, runtimeOnly bool) []Violation {
+func evaluate(all []obs, b Bounds, runtimeOnly bool) Evaluation {
+	ev := Evaluation{Excused: map[string]int{}}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].at.Before(all[j].at) })
 	pods := map[int]*podTrack{}
 	track := func(n int) *podTrack {
@@ -93,14 +111,13 @@ func evaluate(all []obs, b Bounds, runtimeOnly bool) []Violation {
 		}
 		return pods[n]
 	}
-	var out []Violation
 	step := -1
 	var deaths []time.Time
 	var reloads [][2]time.Time // start and end of each reload by others
 	reloadStart := time.Time{}
 	answered := 0
 	add := func(inv Invariant, at time.Time, format string, args ...any) {
-		out = append(out, Violation{Invariant: inv, At: at, Step: step, What: fmt.Sprintf(format, args...)})
+		ev.Violations = append(ev.Violations, Violation{Invariant: inv, At: at, Step: step, What: fmt.Sprintf(format, args...)})
 	}
 	becomes := func(p *podTrack, at time.Time, was bool) {
 		now := p.available()
@@ -111,28 +128,28 @@ func evaluate(all []obs, b Bounds, runtimeOnly bool) []Violation {
 			p.since = time.Time{}
 		}
 	}
-	excused := func(at time.Time) bool {
+	// excuse says why a failed request at at breaks no invariant; empty
+	// when nothing does.
+	excuse := func(at time.Time) string {
 		for _, d := range deaths {
 			if !at.Before(d) && at.Sub(d) <= b.Abrupt {
-				return true
+				return ExcuseDeath
 			}
 		}
 		if runtimeOnly {
-			for _, r := range reloads {
-				if !at.Before(r[0]) && at.Sub(r[1]) <= b.Reload {
-					return true
-				}
-			}
 			if !reloadStart.IsZero() {
-				return true // a reload by others is under way
+				return ExcuseReload // a reload by others is under way
+			}
+			if n := len(reloads); n > 0 && at.Sub(reloads[n-1][1]) <= b.Reload {
+				return ExcuseReload
 			}
 		}
 		for _, p := range pods {
 			if p.available() && at.Sub(p.since) >= b.Entry {
-				return false
+				return ""
 			}
 		}
-		return true
+		return ExcuseNoReadyPod
 	}
 	lastReloadEnd := func() time.Time {
 		if len(reloads) == 0 {
@@ -184,8 +201,18 @@ func evaluate(all []obs, b Bounds, runtimeOnly bool) []Violation {
 			}
 		case obsRequest:
 			if o.err != "" {
-				if !excused(o.at) {
+				why := excuse(o.at)
+				if why == "" {
 					add(NoFailedRequest, o.at, "a request failed (%s) while a ready pod answered", o.err)
+					continue
+				}
+				ev.Excused[why]++
+				if why == ExcuseReload {
+					start := reloadStart
+					if start.IsZero() {
+						start = reloads[len(reloads)-1][0]
+					}
+					ev.ReloadCost = max(ev.ReloadCost, o.at.Sub(start))
 				}
 				continue
 			}
@@ -225,5 +252,5 @@ func evaluate(all []obs, b Bounds, runtimeOnly bool) []Violation {
 			add(o.inv, o.at, "%s", o.err)
 		}
 	}
-	return out
+	return ev
 }

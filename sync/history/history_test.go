@@ -100,7 +100,7 @@ func TestSoak(t *testing.T) {
 // that replays it and its steps up to the first violation.
 func expectNone(t *testing.T, r Report) {
 	t.Helper()
-	t.Logf("seed %d %s static=%v: %d steps, %d requests, %d failed", r.Setup.Seed, r.Setup.Driver, r.Setup.Static, len(r.Steps), r.Requests, r.Failed)
+	t.Logf("seed %d %s static=%v: %d steps, %d requests, %d failed %v, a reload by others cost %v", r.Setup.Seed, r.Setup.Driver, r.Setup.Static, len(r.Steps), r.Requests, r.Failed, r.Excused, r.ReloadCost)
 	if len(r.Violations) == 0 {
 		return
 	}

@@ -13,11 +13,11 @@ import (
 
 // Report is what one history did and found.
 type Report struct {
-	Setup      Setup
-	Steps      []Step
-	Requests   int
-	Failed     int
-	Violations []Violation
+	Setup    Setup
+	Steps    []Step
+	Requests int
+	Failed   int
+	Evaluation
 }
 
 // Run runs one history: shape's steps drawn from the setup's seed, with
@@ -67,7 +67,7 @@ func Run(t testing.TB, s Setup, shape Shape) Report {
 	w.stopAll()
 
 	all := w.rec.snapshot()
-	rep := Report{Setup: s, Steps: steps, Violations: evaluate(all, b, s.Driver == Runtime)}
+	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, b, s.Driver == Runtime)}
 	for _, o := range all {
 		if o.kind == obsRequest {
 			rep.Requests++

@@ -26,6 +26,7 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reloads"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
 )
 
@@ -178,7 +179,7 @@ func (w *world) reloadByOthers() error {
 }
 
 // startService wires the reconcile loop the way serve does (a Reconciler from
-// cfg, a Coalescer with the follow-up) and returns its poke, what the watch
+// cfg, a Coalescer with the follow-up, the reload watcher) and returns its poke, what the watch
 // calls on a Kubernetes change, and what stops it.
 func startService(t testing.TB, cfg config.Config, src reconcile.Source) (poke func(), stop func()) {
 	opts := cfg.Options()
@@ -203,7 +204,13 @@ func startService(t testing.TB, cfg config.Config, src reconcile.Source) (poke f
 	follow := &reconcile.FollowUp{Checks: checks}
 	co := reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) { return rec.Reconcile(ctx, false) })
 	co.Follow(follow, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	rw := &reloads.Watcher{Targets: map[string]reloads.Process{drv.Name(): rt}, Poke: func(string) { co.Poke() }}
+	watching := make(chan struct{})
+	go func() { rw.Run(ctx); close(watching) }()
 	return func() { co.Poke() }, func() {
+		cancel()
+		<-watching
 		follow.Stop()
 		select {
 		case <-co.Idle():

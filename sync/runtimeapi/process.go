@@ -1,0 +1,48 @@
+package runtimeapi
+
+import (
+	"context"
+	"strings"
+)
+
+// Process identifies the HAProxy worker that answers the socket: its process
+// id and start time from "show info" (Pid, and Start_time_sec where the
+// version gives it). A reload starts a new worker, so the identity changes
+// with every reload, whoever asked for it, on every version from 2.6 on; a
+// restart changes it too.
+func (c *Client) Process(ctx context.Context) (string, error) {
+	reply, err := c.sock.Command(ctx, "show info")
+	if err != nil {
+		return "", err
+	}
+	id, ok := processOf(reply)
+	if !ok {
+		return "", &CommandError{Command: "show info", Reply: "no Pid line"}
+	}
+	return id, nil
+}
+
+// processOf reads a worker's identity from a "show info" reply: its Pid,
+// with its Start_time_sec when there is one (a pid can be reused).
+func processOf(reply string) (string, bool) {
+	var pid, start string
+	for _, line := range strings.Split(reply, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "Pid":
+			pid = strings.TrimSpace(v)
+		case "Start_time_sec":
+			start = strings.TrimSpace(v)
+		}
+	}
+	if pid == "" {
+		return "", false
+	}
+	if start != "" {
+		return pid + "@" + start, true
+	}
+	return pid, true
+}
