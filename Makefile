@@ -3,7 +3,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build demo test deps matrix vet fmt-check unit bench fuzz clean
+.PHONY: all build demo test deps matrix vet fmt-check unit history soak replay bench fuzz clean
 
 all: build
 
@@ -17,7 +17,7 @@ demo: build
 ## test: everything CI checks, from a fresh machine with only Go installed:
 ## installs HAProxy and etcd (apt) and builds kube-apiserver and HAProxy 3.0
 ## when missing.
-test: deps fmt-check vet unit matrix fuzz
+test: deps fmt-check vet unit history matrix fuzz
 
 ## deps: HAProxy, etcd, iproute2 from Debian; kube-apiserver, kubectl, helm
 ## and HAProxy 3.0 LTS built into bin/ (cached in ~/.cache/haproxy-k8s-sync).
@@ -31,7 +31,7 @@ deps:
 ## hack/build-haproxy.sh /path/to/tree).
 HAPROXY ?= $(CURDIR)/bin/haproxy-3.0
 matrix:
-	HKS_HAPROXY=$(HAPROXY) $(GO) test -race -count=1 -timeout 25m ./sync/runtimeapi ./sync/dataplanetest ./sync/e2e
+	HKS_HAPROXY=$(HAPROXY) $(GO) test -race -count=1 -timeout 25m ./sync/runtimeapi ./sync/dataplanetest ./sync/e2e ./sync/history
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -44,7 +44,27 @@ vet:
 # passing their own checks) in the same build. The e2e tests re-execute
 # themselves in a private network namespace (root).
 unit:
-	$(GO) test -race -count=1 -timeout 25m -bench . -benchtime 1x ./...
+	$(GO) test -race -count=1 -timeout 25m -bench . -benchtime 1x $$($(GO) list ./... | grep -v /sync/history)
+
+## history: the history checker's short fixed budget (a few minutes) on
+## Debian's HAProxy, alone: its invariants time what clients see, so it runs
+## beside no other test package.
+history:
+	$(GO) test -race -count=1 -timeout 15m ./sync/history
+
+## soak: the history checker for SOAK (a duration) on HAPROXY, both drivers,
+## random seeds; ends with "histories: N histories, S steps, R requests, V
+## violations". A failed history prints its seed and how to replay it.
+SOAK ?= 30m
+soak:
+	@mkdir -p bin; echo "soak: $(SOAK) on $(HAPROXY), log in bin/soak.log"
+	@HKS_SOAK=$(SOAK) HKS_HAPROXY=$(HAPROXY) $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v ./sync/history > bin/soak.log 2>&1; rc=$$?; \
+	grep -E -- '^ *(--- FAIL|[a-z-]+ after step|seed [0-9]+ \()' bin/soak.log | head -60; \
+	grep -E '^histories:' bin/soak.log || { tail -20 bin/soak.log; echo "histories: none finished"; }; exit $$rc
+
+## replay: one history again, from its seed: make replay SEED=N DRIVER=runtime|dataplane SHAPE=short|soak
+replay:
+	HKS_HISTORY_SEED=$(SEED) HKS_HISTORY_DRIVER=$(DRIVER) HKS_HISTORY_SHAPE=$(SHAPE) HKS_HAPROXY=$(HAPROXY) $(GO) test -count=1 -timeout 0 -run '^TestReplay$$' -v ./sync/history
 
 ## fuzz: a short run of each fuzz test; seeds are testdata/events and the tests' f.Add.
 ## Counted in executions (~20 s each here), not time: a time limit that ends

@@ -40,10 +40,17 @@ type Violation struct {
 	// Step is the index of the last step applied before At (-1: none).
 	Step int
 	What string
+	// Count is how many more like it followed, each within a second of
+	// the one before (a burst of failed requests).
+	Count int
 }
 
 func (v Violation) String() string {
-	return fmt.Sprintf("%s after step %d at %s: %s", v.Invariant, v.Step, v.At.Format("15:04:05.000"), v.What)
+	more := ""
+	if v.Count > 0 {
+		more = fmt.Sprintf(" (and %d more within a second of each other)", v.Count)
+	}
+	return fmt.Sprintf("%s after step %d at %s: %s%s", v.Invariant, v.Step, v.At.Format("15:04:05.000"), v.What, more)
 }
 
 // Bounds are the times the invariants allow, from the shipped check settings.
@@ -112,6 +119,7 @@ func evaluate(all []obs, b Bounds, runtimeOnly bool) Evaluation {
 		return pods[n]
 	}
 	step := -1
+	var lastFail time.Time
 	var deaths []time.Time
 	var reloads [][2]time.Time // start and end of each reload by others
 	reloadStart := time.Time{}
@@ -203,7 +211,13 @@ func evaluate(all []obs, b Bounds, runtimeOnly bool) Evaluation {
 			if o.err != "" {
 				why := excuse(o.at)
 				if why == "" {
-					add(NoFailedRequest, o.at, "a request failed (%s) while a ready pod answered", o.err)
+					// One violation per burst of failures.
+					if n := len(ev.Violations); n > 0 && ev.Violations[n-1].Invariant == NoFailedRequest && o.at.Sub(lastFail) < time.Second {
+						ev.Violations[n-1].Count++
+					} else {
+						add(NoFailedRequest, o.at, "a request failed (%s) while a ready pod answered", o.err)
+					}
+					lastFail = o.at
 					continue
 				}
 				ev.Excused[why]++

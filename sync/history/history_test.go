@@ -13,15 +13,15 @@ const (
 	soakEnv   = "HKS_SOAK"           // a duration: run histories until it is spent
 	seedEnv   = "HKS_HISTORY_SEED"   // replay this seed
 	driverEnv = "HKS_HISTORY_DRIVER" // with this driver (default runtime)
-	stepsEnv  = "HKS_HISTORY_STEPS"  // steps of a history (default: shortShape's)
+	shapeEnv  = "HKS_HISTORY_SHAPE"  // short or soak (default)
 )
 
 // shortShape is a history of make test's short budget: about 20 s.
-var shortShape = Shape{Start: 4, Steps: 30, MaxPods: 12, MaxWait: 1200 * time.Millisecond, Grace: time.Second}
+var shortShape = Shape{Name: "short", Start: 4, Steps: 30, MaxPods: 12, MaxWait: 1200 * time.Millisecond, Grace: time.Second}
 
 // soakShape is a soak's history: longer, so waits and timers that build up
 // over minutes have a chance to.
-var soakShape = Shape{Start: 5, Steps: 120, MaxPods: 16, MaxWait: 1500 * time.Millisecond, Grace: time.Second}
+var soakShape = Shape{Name: "soak", Start: 5, Steps: 120, MaxPods: 16, MaxWait: 1500 * time.Millisecond, Grace: time.Second}
 
 // fixedSeeds are the histories make test runs on every submission, each
 // with both drivers: a budget of a few minutes.
@@ -54,10 +54,12 @@ func TestReplay(t *testing.T) {
 		t.Fatalf("%s=%q: %v", seedEnv, raw, err)
 	}
 	shape := soakShape
-	if raw := os.Getenv(stepsEnv); raw != "" {
-		if shape.Steps, err = strconv.Atoi(raw); err != nil {
-			t.Fatalf("%s=%q: %v", stepsEnv, raw, err)
-		}
+	switch raw := os.Getenv(shapeEnv); raw {
+	case "", soakShape.Name:
+	case shortShape.Name:
+		shape = shortShape
+	default:
+		t.Fatalf("%s=%q: want %s or %s", shapeEnv, raw, shortShape.Name, soakShape.Name)
 	}
 	d := Driver(os.Getenv(driverEnv))
 	if d == "" {

@@ -13,7 +13,10 @@ import (
 
 // Report is what one history did and found.
 type Report struct {
-	Setup    Setup
+	Setup Setup
+	// Shape names the shape its steps were drawn with; empty for steps
+	// someone wrote (a named test).
+	Shape    string
 	Steps    []Step
 	Requests int
 	Failed   int
@@ -26,12 +29,20 @@ type Report struct {
 // way others do, and waits again.
 func Run(t testing.TB, s Setup, shape Shape) Report {
 	t.Helper()
-	steps := Generate(s.Seed, shape)
+	r := RunSteps(t, s, shape.Start, Generate(s.Seed, shape))
+	r.Shape = shape.Name
+	return r
+}
+
+// RunSteps is Run with the given steps, after pods 1..start are in
+// service: a history someone wrote, a named regression test's.
+func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
+	t.Helper()
 	b := BoundsOf(config.ShippedCheck())
 	w := newWorld(t, s)
-	w.startPods(shape.Start)
+	w.startPods(start)
 	if why := w.waitConverged(b.Converge); why != "" {
-		t.Fatalf("seed %d: the first %d pods did not converge: %s", s.Seed, shape.Start, why)
+		t.Fatalf("seed %d: the first %d pods did not converge: %s", s.Seed, start, why)
 	}
 
 	ctx, stop := context.WithCancel(context.Background())
@@ -211,7 +222,10 @@ func (w *world) converged() string {
 
 // Replay is the command that runs a history again.
 func (r Report) Replay() string {
-	return fmt.Sprintf("make replay SEED=%d DRIVER=%s", r.Setup.Seed, r.Setup.Driver)
+	if r.Shape == "" {
+		return "its named test, by go test -run"
+	}
+	return fmt.Sprintf("make replay SEED=%d DRIVER=%s SHAPE=%s", r.Setup.Seed, r.Setup.Driver, r.Shape)
 }
 
 // Shortened lists the steps up to the one after the first violation.

@@ -66,6 +66,8 @@ func (s Step) String() string {
 
 // Shape bounds what Generate makes.
 type Shape struct {
+	// Name names the shape for make replay (SHAPE=).
+	Name string
 	// Start is the number of pods before the first step.
 	Start int
 	// Steps is the number of steps.

@@ -5,7 +5,7 @@ import "testing"
 func TestProcessOf(t *testing.T) {
 	for _, tc := range []struct {
 		name, reply, want string
-		ok               bool
+		ok                bool
 	}{
 		{"2.6 (no start time)", "Name: HAProxy\nVersion: 2.6.12-1+deb12u4\nPid: 4242\nUptime_sec: 12\n", "4242", true},
 		{"3.x with the start time", "Name: HAProxy\nVersion: 3.0.11\nPid: 77\nStart_time_sec: 1764160000\n", "77@1764160000", true},

@@ -1,0 +1,35 @@
+package history
+
+import (
+	"testing"
+	"time"
+)
+
+// The histories below are what the checker found, kept as named tests; each
+// also stays replayable from its seed (make replay SEED=... DRIVER=...).
+
+// TestReloadByOthersIsNoticed (issue 43, defect 1; found by seed 1, runtime):
+// a reload that nobody told the service of drops every server the runtime
+// driver added. Nobody pokes afterwards: the service must notice the new
+// worker itself and put the servers back within Bounds.Reload, and they must
+// take traffic again. Without the reload watcher they stayed away until the
+// next Kubernetes change (Converges and InService fail).
+func TestReloadByOthersIsNoticed(t *testing.T) {
+	for _, static := range []bool{false, true} {
+		name := "alone"
+		if static {
+			name = "beside a static server"
+		}
+		t.Run(name, func(t *testing.T) {
+			r := RunSteps(t, Setup{Seed: 1, Driver: Runtime, Static: static}, 3, []Step{
+				{Wait: 500 * time.Millisecond, Kind: Reload},
+				{Wait: 3 * time.Second, Kind: Reload},
+				{Wait: 3 * time.Second, Kind: NotReady, Pods: []int{1}},
+			})
+			expectNone(t, r)
+			if !static && r.Failed == 0 {
+				t.Errorf("no request failed across two reloads of a backend that only the socket fills: the reloads did not happen")
+			}
+		})
+	}
+}
