@@ -55,7 +55,7 @@ func (v Violation) String() string {
 
 // Bounds are the times the invariants allow, from the shipped check settings.
 type Bounds struct {
-	Entry, Abrupt, Reload, Converge time.Duration
+	Entry, Move, Abrupt, Reload, Converge time.Duration
 }
 
 // BoundsOf returns the bounds for check c. A server enters service after
@@ -66,7 +66,12 @@ type Bounds struct {
 func BoundsOf(c model.Check) Bounds {
 	entry := c.DownInter + time.Duration(c.Rise-1)*c.FastInter + time.Second
 	return Bounds{
-		Entry:    entry,
+		Entry: entry,
+		// A server that moves was UP: HAProxy's next check of it is the
+		// one already scheduled, up to inter away, whatever the gate does
+		// (seen on 2.6.12: disable and enable health do not bring it
+		// forward).
+		Move:     c.Inter + time.Duration(c.Rise-1)*c.FastInter + time.Second,
 		Abrupt:   c.Inter + time.Duration(c.Fall)*c.FastInter + 300*time.Millisecond,
 		Reload:   entry,
 		Converge: 10 * time.Second,
@@ -100,6 +105,15 @@ type podTrack struct {
 	lastHit  time.Time
 	hitCount int  // answered requests in all when it was last hit (or became available)
 	reported bool // an InService violation was reported for this availability
+	moved    bool // its server moved to it (Bounds.Move applies)
+}
+
+// entry is how long p may take to enter service.
+func (p *podTrack) entry(b Bounds) time.Duration {
+	if p.moved {
+		return b.Move
+	}
+	return b.Entry
 }
 
 func (p *podTrack) available() bool { return p.inK8s && p.state == live && p.alive }
@@ -139,11 +153,6 @@ func evaluate(all []obs, b Bounds, runtimeOnly bool) Evaluation {
 	// excuse says why a failed request at at breaks no invariant; empty
 	// when nothing does.
 	excuse := func(at time.Time) string {
-		for _, d := range deaths {
-			if !at.Before(d) && at.Sub(d) <= b.Abrupt {
-				return ExcuseDeath
-			}
-		}
 		if runtimeOnly {
 			if !reloadStart.IsZero() {
 				return ExcuseReload // a reload by others is under way
@@ -152,8 +161,13 @@ func evaluate(all []obs, b Bounds, runtimeOnly bool) Evaluation {
 				return ExcuseReload
 			}
 		}
+		for _, d := range deaths {
+			if !at.Before(d) && at.Sub(d) <= b.Abrupt {
+				return ExcuseDeath
+			}
+		}
 		for _, p := range pods {
-			if p.available() && at.Sub(p.since) >= b.Entry {
+			if p.available() && at.Sub(p.since) >= p.entry(b) {
 				return ""
 			}
 		}
@@ -188,7 +202,7 @@ func evaluate(all []obs, b Bounds, runtimeOnly bool) Evaluation {
 		case obsK8s:
 			p := track(o.pod)
 			was := p.available()
-			p.state, p.inK8s = o.state, o.state != absent
+			p.state, p.inK8s, p.moved = o.state, o.state != absent, o.moved
 			becomes(p, o.at, was)
 		case obsCheck:
 			track(o.pod).checked = true
@@ -248,7 +262,7 @@ func evaluate(all []obs, b Bounds, runtimeOnly bool) Evaluation {
 				if !q.available() || q.reported {
 					continue
 				}
-				due := q.since.Add(b.Entry)
+				due := q.since.Add(q.entry(b))
 				if runtimeOnly {
 					if r := lastReloadEnd(); r.Add(b.Reload).After(due) {
 						due = r.Add(b.Reload)

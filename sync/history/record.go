@@ -33,6 +33,7 @@ type obs struct {
 	pod   int      // the pod concerned; for obsRequest, the pod that answered (0: failed)
 	step  int      // obsStep: the step's index
 	state podState // obsK8s: the endpoint's new state (absent: removed)
+	moved bool     // obsK8s: the pod took over a gone pod's name (its server moves)
 	err   string
 	inv   Invariant // obsViolation
 }

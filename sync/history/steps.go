@@ -45,6 +45,14 @@ const (
 	// Reload reloads HAProxy the way others do (a certificate renewal,
 	// config management): nobody tells the service.
 	Reload Kind = "reload"
+	// AddDead adds a pod whose endpoint is ready and whose address never
+	// answers (a new endpoint on a node that is dead): its server waits
+	// for a check that never passes, for as long as the history lasts.
+	AddDead Kind = "add-dead"
+	// Recreate replaces a terminating pod by a new one with the same name
+	// at a new address, in one EndpointSlice update (a StatefulSet's pod
+	// recreated): in pod mode, the same server moves.
+	Recreate Kind = "recreate"
 )
 
 // Step is one thing that happens, after Wait.
@@ -52,7 +60,8 @@ type Step struct {
 	Wait time.Duration
 	Kind Kind
 	// Pods are the pods it concerns, by number (pod N is named "p-N" and
-	// listens on 127.0.1.N, see podAddr).
+	// listens on its own address, see podAddr). Recreate: the pod that
+	// goes, then the one that takes its name.
 	Pods []int
 }
 
@@ -208,8 +217,29 @@ func Generate(seed uint64, shape Shape) []Step {
 			p := pick(c)
 			pods[p] = live
 			st = Step{Kind: Ready, Pods: []int{p}}
-		default:
+		case roll < 95:
 			st = Step{Kind: Reload}
+		case roll < 97 && len(pods) < shape.MaxPods:
+			pods[next] = dead
+			st = Step{Kind: AddDead, Pods: []int{next}}
+			next++
+		case roll >= 97 && len(pods) < shape.MaxPods:
+			var c []int
+			for _, p := range in(terminating) {
+				if now-termAt[p] >= shape.Grace {
+					c = append(c, p)
+				}
+			}
+			if len(c) == 0 {
+				continue
+			}
+			p := pick(c)
+			delete(pods, p)
+			pods[next] = live
+			st = Step{Kind: Recreate, Pods: []int{p, next}}
+			next++
+		default:
+			continue
 		}
 		st.Wait = wait
 		steps = append(steps, st)

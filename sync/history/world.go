@@ -1,6 +1,7 @@
 package history
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -84,6 +85,7 @@ type world struct {
 	mu    sync.Mutex
 	pods  map[int]*pod
 	k8s   map[int]podState // the endpoints Kubernetes holds, by pod
+	names map[int]string   // a pod's name where it is not podName (Recreate)
 	live  *desiredtest.Live
 	poke  func()
 	close func()
@@ -95,7 +97,7 @@ type world struct {
 // loopback addresses.
 func newWorld(t testing.TB, s Setup) *world {
 	t.Helper()
-	w := &world{t: t, setup: s, rec: &recorder{}, pods: map[int]*pod{}, k8s: map[int]podState{}}
+	w := &world{t: t, setup: s, rec: &recorder{}, pods: map[int]*pod{}, k8s: map[int]podState{}, names: map[int]string{}}
 	w.port = haproxytest.FreePort(t, "127.0.1.1")
 	lines := append([]string{"balance roundrobin"}, checkLines...)
 	w.h = haproxytest.Start(t, haproxytest.Backend{Name: backend, Lines: lines})
@@ -255,7 +257,7 @@ func (w *world) input() desired.Input {
 		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{
 			Addresses:  []string{podAddr(n)},
 			Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &term},
-			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: namespace, Name: podName(n)},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: namespace, Name: cmp.Or(w.names[n], podName(n))},
 		})
 	}
 	for _, i := range order {
@@ -282,6 +284,9 @@ func (w *world) startPods(n int) {
 func (w *world) apply(st Step, index int) error {
 	w.rec.add(obs{kind: obsStep, step: index})
 	changed := false
+	if st.Kind == Recreate {
+		return w.recreate(st, index)
+	}
 	for _, n := range st.Pods {
 		w.mu.Lock()
 		p := w.pods[n]
@@ -307,6 +312,8 @@ func (w *world) apply(st Step, index int) error {
 				return err
 			}
 			set(live)
+		case AddDead:
+			set(live) // ready, and nothing listens
 		case Terminate:
 			set(terminating)
 		case Gone:
@@ -337,6 +344,34 @@ func (w *world) apply(st Step, index int) error {
 		}
 		w.rec.add(obs{kind: obsReload})
 	}
+	return nil
+}
+
+// recreate carries out a Recreate: the new pod listens, then one update
+// takes the old pod's endpoint away and gives its name to the new one at its
+// own address; the old pod's process stops last.
+func (w *world) recreate(st Step, index int) error {
+	old, n := st.Pods[0], st.Pods[1]
+	p := w.newPod(n)
+	w.mu.Lock()
+	w.pods[n] = p
+	w.mu.Unlock()
+	if err := p.start(); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	delete(w.k8s, old)
+	w.k8s[n] = live
+	w.names[n] = cmp.Or(w.names[old], podName(old))
+	w.mu.Unlock()
+	w.rec.add(obs{kind: obsK8s, pod: old, state: absent})
+	w.rec.add(obs{kind: obsK8s, pod: n, state: live, moved: true})
+	w.live.Set(w.input())
+	w.poke()
+	w.mu.Lock()
+	gone := w.pods[old]
+	w.mu.Unlock()
+	gone.stop()
 	return nil
 }
 
