@@ -776,6 +776,7 @@ func (c *Client) gate(ctx context.Context, backend string, ch plan.Change, versi
 		// loads it parked, with haproxy.cfg's id and check, and a later
 		// reconcile gates it again.
 		held := *ch.New
+		held.Backup = ch.Old.Backup // as haproxy.cfg holds it (serverModel kept it)
 		rp := plan.Plan{Backend: backend, Changes: []plan.Change{{Action: plan.Add, Name: ch.Name, New: &held, Gate: true}}}
 		applied, err := c.runtime.Apply(ctx, rp)
 		out.Add(applied)
@@ -786,6 +787,7 @@ func (c *Client) gate(ctx context.Context, backend string, ch plan.Change, versi
 		// keywords haproxy.cfg holds: its first check comes at once, where
 		// leaving maintenance keeps it on the steady inter (1.5 s shipped).
 		held := *ch.New
+		held.Backup = ch.Old.Backup
 		rp := plan.Plan{Backend: backend, Changes: []plan.Change{{Action: ch.Action, Name: ch.Name, Old: ch.Old, New: &held, Gate: true, Renew: true}}}
 		applied, err := c.runtime.Apply(ctx, rp)
 		out.Add(applied)

@@ -64,6 +64,7 @@ type managedFields struct {
 	OnError     string `json:"on-error"`
 	SendProxyV2 string `json:"send-proxy-v2"`
 	CheckPort   *int64 `json:"health_check_port"`
+	Backup      string `json:"backup"`
 }
 
 // rawServer is a server's JSON as the API returned it: the Source of a
@@ -81,7 +82,7 @@ func serverOf(raw json.RawMessage) (model.Server, error) {
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return model.Server{}, err
 	}
-	out := model.Server{Name: s.Name, Address: s.Address, Weight: 1, State: model.Ready, Source: rawServer(raw)}
+	out := model.Server{Name: s.Name, Address: s.Address, Weight: 1, State: model.Ready, Backup: s.Backup == enabled, Source: rawServer(raw)}
 	if s.Port != nil {
 		out.Port = int(*s.Port)
 	}
@@ -116,17 +117,25 @@ func serverOf(raw json.RawMessage) (model.Server, error) {
 
 // serverModel writes srv over a copy of the server as read (source may be nil,
 // raw JSON from Read, or a model), so fields this service does not manage are kept.
+//
+// backup is written on a new server (no source) only, from srv.Backup. On one
+// that exists it is kept as read, whatever srv says: HAProxy cannot change
+// it at runtime, so the API applies a change of it only by a reload (and a
+// write that drops it reloads HAProxy with the server active). A server's
+// role is in its name, and a new role is a new server (package desired).
 func serverModel(srv model.Server, source any) (*models.Server, error) {
 	m := &models.Server{}
+	read := false
 	switch old := source.(type) {
 	case rawServer:
 		if err := m.UnmarshalJSON(old); err != nil {
 			return nil, fmt.Errorf("decode server %s as read: %w", srv.Name, err)
 		}
+		read = true
 	case *models.Server:
 		if old != nil {
 			cp := *old
-			m = &cp
+			m, read = &cp, true
 		}
 	}
 	m.Name = srv.Name
@@ -163,14 +172,11 @@ func serverModel(srv model.Server, source any) (*models.Server, error) {
 	if srv.Check.OnError != "" {
 		m.Observe, m.ErrorLimit, m.OnError = "layer4", 1, srv.Check.OnError
 	}
-	// backup is written on a new server; changing it on one that exists
-	// is not a runtime change for the API (it reloads), so a server's role
-	// is in its name and a new role is a new server (package desired).
-	switch {
-	case srv.Backup:
-		m.Backup = enabled
-	case m.Backup == enabled:
-		m.Backup = "disabled"
+	if !read {
+		m.Backup = ""
+		if srv.Backup {
+			m.Backup = enabled
+		}
 	}
 	if srv.Check.SendProxyV2 {
 		m.SendProxyV2 = enabled

@@ -34,7 +34,8 @@ func (m *mirror) add(backend string, s models.Server) error {
 
 // serverKeywords renders a server's address and the keywords the real API
 // writes for the fields this service manages, as both haproxy.cfg and "add
-// server" take them (maintenance apart: each says it its own way).
+// server" take them (maintenance apart: each says it its own way), backup
+// included.
 func serverKeywords(s models.Server) string {
 	var b strings.Builder
 	b.WriteString(s.Address)
@@ -66,6 +67,15 @@ func serverKeywords(s models.Server) string {
 	}
 	if s.CheckSendProxy == "enabled" {
 		b.WriteString(" check-send-proxy")
+	}
+	// As client-native v6.3.0 serializes it (configuration/server.go).
+	// HAProxy takes backup only here, when a server is added: changing it
+	// on one that exists is a reload (configOp).
+	switch s.Backup {
+	case "enabled":
+		b.WriteString(" backup")
+	case "disabled":
+		b.WriteString(" no-backup")
 	}
 	return b.String()
 }

@@ -7,7 +7,8 @@
 //   - a write with ?version is an implicit transaction: version + 1;
 //   - a server PUT that changes only weight, address, port, maintenance,
 //     agent-check/addr/send or health_check_port is applied at runtime: 200,
-//     no reload; any other change answers 202 and reloads;
+//     no reload; any other change answers 202 and reloads (backup among
+//     them: HAProxy takes it only when a server is added);
 //   - a server POST is added at runtime (201, no reload) only when neither the
 //     backend nor the defaults section has a default_server; else 202, reload;
 //   - a server DELETE and a backend PUT always reload (202);
@@ -234,7 +235,7 @@ func (s *Server) Servers(backend string) []models.Server {
 // ServerLines renders backend's servers as haproxy.cfg lines, as the real
 // API writes them, for a test that reloads a real HAProxy with them: the
 // fields that decide traffic and checks (address, port, weight,
-// maintenance as "disabled", check timing, observe, on-error, PROXY).
+// maintenance as "disabled", check timing, observe, on-error, PROXY, backup).
 func (s *Server) ServerLines(backend string) []string {
 	var out []string
 	for _, m := range s.Servers(backend) {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -218,5 +219,35 @@ func TestReloadsAskedTogetherRunOnce(t *testing.T) {
 	s.mu.Unlock()
 	if s.ReloadsRun() != 3 {
 		t.Errorf("ran %d; want 3 (one after the delay, one forced)", s.ReloadsRun())
+	}
+}
+
+// TestBackupIsAddedOnlyAndRendered: like the real API, a PUT that changes a
+// server's backup keyword answers 202 and reloads (HAProxy takes it only
+// when a server is added), one that keeps it with a runtime-safe change
+// does not; haproxy.cfg's lines carry it.
+func TestBackupIsAddedOnlyAndRendered(t *testing.T) {
+	s := newServer(t, false)
+	do(t, s, call{"POST", servers + "?version=1", `{"name":"s2_bk","address":"127.0.0.2","port":80,"check":"enabled","backup":"enabled"}`, 201})
+	do(t, s, call{"PUT", servers + "/s2_bk?version=2", `{"name":"s2_bk","address":"127.0.0.2","port":80,"check":"enabled","backup":"enabled","maintenance":"enabled"}`, 200})
+	if s.Reloads() != 0 {
+		t.Fatalf("parking a backup server, backup kept: %d reloads", s.Reloads())
+	}
+	want := []string{"server s1 127.0.0.1:80 check", "server s2_bk 127.0.0.2:80 check backup disabled"}
+	if got := s.ServerLines("be"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("server lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for _, body := range []string{
+		`{"name":"s2_bk","address":"127.0.0.2","port":80,"check":"enabled","maintenance":"enabled"}`,                     // backup dropped
+		`{"name":"s2_bk","address":"127.0.0.2","port":80,"check":"enabled","backup":"disabled","maintenance":"enabled"}`, // no-backup
+	} {
+		reloads := s.Reloads()
+		do(t, s, call{"PUT", servers + "/s2_bk?version=" + strconv.FormatInt(s.Version(), 10), body, 202})
+		if s.Reloads() != reloads+1 {
+			t.Errorf("PUT %s: no reload", body)
+		}
+	}
+	if got := s.ServerLines("be")[1]; got != "server s2_bk 127.0.0.2:80 check no-backup disabled" {
+		t.Errorf("server line %q", got)
 	}
 }

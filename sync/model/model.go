@@ -100,11 +100,15 @@ type Server struct {
 	// (pod mode), as Kubernetes gives it; empty when unknown, and for
 	// current servers.
 	Zone string
-	// Backup marks a desired server HAProxy uses only while no active
-	// server of the backend is UP (HAPROXY_LOCAL_ZONE: a server outside the
-	// local zone). HAProxy takes "backup" only when a server is added, so a
+	// Backup marks a server HAProxy uses only while no active server of
+	// the backend is UP (HAPROXY_LOCAL_ZONE: a server outside the local
+	// zone). HAProxy takes "backup" only when a server is added, so a
 	// server's role is part of its name (see package desired) and a role
-	// change is a new server that replaces the old one (Replaces).
+	// change is a new server that replaces the old one (Replaces). A
+	// current server has it as read where the driver can read it (the Data
+	// Plane API: haproxy.cfg's "backup"); the runtime socket does not show
+	// it, and a server read there is false. Drivers never change it on a
+	// server that exists.
 	Backup bool
 	// Replaces names the servers a desired one takes over from: the same
 	// server under its other role's name, or under the name it had before

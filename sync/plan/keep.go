@@ -1,0 +1,123 @@
+package plan
+
+import (
+	"slices"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+)
+
+// keepUntilReplaced is make-before-break: when the plan would leave the
+// backend with no server in service while Kubernetes has a ready endpoint
+// whose server waits for its check (every server replaced at once: old
+// nodes gone, new ones not checked yet), the servers it takes out of
+// traffic that serve now with a passing check keep their traffic, listed
+// in HandingOver, until a replacement is in service; the plan that puts
+// one in service takes them out as usual (parked, or drained when their
+// endpoints terminate). A server HAProxy holds DOWN is out already and is
+// not kept; nor is one that moves (it must earn its traffic at its new
+// address), nor one pinned out by the Node's annotation. Before, such a
+// change emptied the backend for about a check (~0.1-0.4 s: "backend has
+// no server available!").
+//
+// With backup servers (HAPROXY_LOCAL_ZONE, model.Server.Backup) it counts
+// as HAProxy chooses: a backup takes traffic only while no active server
+// is UP, so it is not in service beside active ones. When the plan would
+// leave no active server in service while an active replacement waits for
+// its check, the active servers it takes out that serve now keep their
+// traffic, whatever backups stay: else replacing every local-zone server
+// at once sends the traffic to the other zones for a check. When no active
+// replacement waits (the local zone loses its servers for good), or none
+// of the leaving active servers serves (the backups serve already), the
+// backups take over, which is what they are for. When no server at all
+// would serve, every serving server that leaves is kept, whatever its role.
+func (p *Plan) keepUntilReplaced(desired model.Backend) {
+	if len(p.Waiting) == 0 || !slices.ContainsFunc(desired.Servers, func(s model.Server) bool { return s.State == model.Ready }) {
+		return
+	}
+	backup := roles(p.current, desired)
+	changed := make(map[string]*Change, len(p.Changes))
+	for i := range p.Changes {
+		changed[p.Changes[i].Name] = &p.Changes[i]
+	}
+	anyAfter, activeAfter := false, false // in service after this plan
+	for _, s := range p.current {
+		after := serving(&s, false) // in service, and this plan leaves it so
+		if ch, ok := changed[s.Name]; ok {
+			// (back) in service after this plan
+			after = ch.New != nil && ch.New.State == model.Ready && !ch.Gate && serving(ch.Old, true)
+		}
+		if after {
+			anyAfter = true
+			activeAfter = activeAfter || !backup[s.Name]
+		}
+	}
+	keeps := func(string) bool { return true }
+	switch {
+	case !anyAfter:
+	case !activeAfter && slices.ContainsFunc(p.Waiting, func(n string) bool { return !backup[n] }):
+		keeps = func(name string) bool { return !backup[name] }
+	default:
+		return
+	}
+	kept := map[string]bool{}
+	changes := p.Changes[:0]
+	for _, ch := range p.Changes {
+		// Not a server an operator pinned out (the Node's annotation):
+		// that is an order, not a change.
+		leaving := ch.Old != nil && !ch.Gate && (ch.Action == Delete || ch.Action == Maint || ch.Action == Drain) &&
+			(ch.New == nil || ch.New.Address == ch.Old.Address && ch.New.Port == ch.Old.Port && ch.New.Reason != model.ReasonAnnotation)
+		if leaving && serving(ch.Old, false) && keeps(ch.Name) {
+			kept[ch.Name] = true
+			if ch.Old.Runtime != nil && ch.Old.Runtime.Unwritten {
+				// haproxy.cfg lacks or parks it (a reload came between
+				// the socket and the write that took it out): written as
+				// it serves, or the next reload takes it out all the same.
+				same := *ch.Old
+				changes = append(changes, Change{Action: Update, Name: ch.Name, Old: ch.Old, New: &same})
+			}
+			continue
+		}
+		changes = append(changes, ch)
+	}
+	if len(kept) == 0 {
+		return
+	}
+	p.Changes = changes
+	for name := range kept {
+		p.HandingOver = append(p.HandingOver, name)
+	}
+	drop := func(l []string) []string { return slices.DeleteFunc(l, func(n string) bool { return kept[n] }) }
+	p.Guarded, p.Draining = drop(p.Guarded), drop(p.Draining)
+}
+
+// roles names the backup servers among current and desired ones: a desired
+// server has the role it is written with (its name says it); a current one
+// that is not desired has its role as read (model.Server.Backup), active
+// where the driver cannot read it (the runtime socket).
+func roles(current []model.Server, desired model.Backend) map[string]bool {
+	out := make(map[string]bool, len(current)+len(desired.Servers))
+	for _, s := range current {
+		out[s.Name] = s.Backup
+	}
+	for _, d := range desired.Servers {
+		out[d.Name] = d.Backup
+	}
+	return out
+}
+
+// serving reports whether current server s takes traffic: in service and
+// UP as HAProxy sees it (one failed check of a steady server leaves it UP
+// until fall of them: it still serves). Entering: whether a change that
+// puts it in service puts it there with a passed check.
+func serving(s *model.Server, entering bool) bool {
+	switch {
+	case s == nil:
+		return false
+	case !entering:
+		return s.State == model.Ready && s.Up
+	case s.Runtime == nil:
+		return s.Up
+	default:
+		return s.Runtime.CheckRunning && s.Runtime.CheckPassed && !s.Runtime.CheckStale
+	}
+}

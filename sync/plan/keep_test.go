@@ -1,0 +1,127 @@
+package plan
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+)
+
+// backup returns s with the backup role (HAPROXY_LOCAL_ZONE: another zone's).
+func backup(s model.Server) model.Server { s.Backup = true; return s }
+
+// TestMakeBeforeBreakWithBackups: a backup server serves only while no
+// active one is UP, so for make-before-break it is not in service beside a
+// local-zone server: replacing every local server at once keeps the leaving
+// ones in service until a local replacement is, rather than send the
+// traffic to the other zones' backups for a check. Where the local zone has
+// no replacement waiting, or no server serving, the backups take over as
+// they should. A current server's role is the desired one's of its name,
+// else as read (the Data Plane API reads it; the runtime socket cannot).
+func TestMakeBeforeBreakWithBackups(t *testing.T) {
+	serving := func(name, addr string) model.Server {
+		return rt(srv(name, addr, 80, model.Ready), true, true, 0, 0)
+	}
+	other := backup(srv("c_bk", "10.0.9.1", 80, model.Ready))
+	otherServing := serving("c_bk", "10.0.9.1") // its role read only from desired (the runtime socket)
+	newReady := srv("new", "10.0.1.1", 80, model.Ready)
+	tests := []struct {
+		name     string
+		current  model.Backend
+		desired  model.Backend
+		want     map[Action][]string
+		handover []string
+	}{
+		{name: "every local server replaced, another zone's backup UP: the local one keeps its traffic",
+			current: be(serving("old", "10.0.0.1"), otherServing), desired: be(newReady, other),
+			want: map[Action][]string{Add: {"new"}}, handover: []string{"old"}},
+		{name: "the same with the backup's role as read (the Data Plane API)",
+			current: be(serving("old", "10.0.0.1"), backup(otherServing)), desired: be(newReady, other),
+			want: map[Action][]string{Add: {"new"}}, handover: []string{"old"}},
+		{name: "two local servers replaced by one: both kept",
+			current: be(serving("old", "10.0.0.1"), serving("old2", "10.0.0.2"), otherServing), desired: be(newReady, other),
+			want: map[Action][]string{Add: {"new"}}, handover: []string{"old", "old2"}},
+		{name: "a local replacement passed its check: in service, the old one parked in the same plan",
+			current: be(serving("old", "10.0.0.1"), rt(srv("new", "10.0.1.1", 80, model.Drain), true, true, 0, 0), otherServing),
+			desired: be(newReady, other),
+			want:    map[Action][]string{Update: {"new"}, Delete: {"old"}}},
+		{name: "another local server stays in service: the leaving one goes",
+			current: be(serving("old", "10.0.0.1"), serving("stay", "10.0.0.2"), otherServing),
+			desired: be(srv("stay", "10.0.0.2", 80, model.Ready), newReady, other),
+			want:    map[Action][]string{Add: {"new"}, Delete: {"old"}}},
+		{name: "a leaving backup (role as read) is not kept while other backups stay; the local one is",
+			current: be(serving("old", "10.0.0.1"), backup(serving("x_bk", "10.0.9.2")), otherServing),
+			desired: be(newReady, other),
+			want:    map[Action][]string{Add: {"new"}, Delete: {"x_bk"}}, handover: []string{"old"}},
+		{name: "the local zone's server leaves for good, only a backup waits: the backups serve, nothing kept",
+			current: be(serving("old", "10.0.0.1"), otherServing),
+			desired: be(other, backup(srv("d_bk", "10.0.9.3", 80, model.Ready))),
+			want:    map[Action][]string{Add: {"d_bk"}, Delete: {"old"}}},
+		{name: "the local zone's server is DOWN already (the backups serve): not kept",
+			current: be(rt(srv("old", "10.0.0.1", 80, model.Ready), true, false, 0, 0), otherServing),
+			desired: be(newReady, other),
+			want:    map[Action][]string{Add: {"new"}, Delete: {"old"}}},
+		{name: "every server replaced, backups too: all kept, as without zones",
+			current: be(serving("old", "10.0.0.1"), otherServing),
+			desired: be(newReady, backup(srv("d_bk", "10.0.9.3", 80, model.Ready))),
+			want:    map[Action][]string{Add: {"d_bk", "new"}}, handover: []string{"c_bk", "old"}},
+		{name: "only backups serve and are all replaced: kept until a replacement serves",
+			current: be(backup(serving("c_bk", "10.0.9.1"))),
+			desired: be(backup(srv("d_bk", "10.0.9.3", 80, model.Ready))),
+			want:    map[Action][]string{Add: {"d_bk"}}, handover: []string{"c_bk"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := CalculateWith(tt.current, tt.desired, Policy{GateChecks: true})
+			if got := summary(p); !equalSummary(got, tt.want) {
+				t.Errorf("plan = %v, want %v", got, tt.want)
+			}
+			if !slices.Equal(p.HandingOver, tt.handover) {
+				t.Errorf("handing over %v, want %v", p.HandingOver, tt.handover)
+			}
+		})
+	}
+}
+
+// TestReplacingEveryLocalServerKeepsTheLocalZone: three local servers all
+// replaced beside a serving backup of another zone, the replacements'
+// checks passing only from the third reconcile on: after every reconcile
+// an active server is in service (HAProxy never falls back to the backup),
+// and in the end the new ones alone with the backup.
+func TestReplacingEveryLocalServerKeepsTheLocalZone(t *testing.T) {
+	c := backup(rt(up(srv("c_bk", "10.0.9.1", 80, model.Ready)), true, true, 0, 0))
+	current, desired := be(c), be(backup(srv("c_bk", "10.0.9.1", 80, model.Ready)))
+	for i := range 3 {
+		current.Servers = append(current.Servers, rt(up(srv(fmt.Sprintf("old%d", i), fmt.Sprintf("10.0.0.%d", i+1), 80, model.Ready)), true, true, 0, 0))
+		desired.Servers = append(desired.Servers, srv(fmt.Sprintf("new%d", i), fmt.Sprintf("10.0.1.%d", i+1), 80, model.Ready))
+	}
+	pol := Policy{GateChecks: true, GuardPercent: 50, DeleteBatch: 1}
+	for round := range 6 {
+		p := CalculateWith(current, desired, pol)
+		next := simulate(current, p)
+		if round < 2 { // the new servers' checks have not passed yet
+			for i, s := range next.Servers {
+				if strings.HasPrefix(s.Name, "new") {
+					next.Servers[i].Runtime.CheckPassed, next.Servers[i].Up = false, false
+				}
+			}
+		}
+		active := 0
+		for _, s := range next.Servers {
+			if !s.Backup && s.State == model.Ready && s.Runtime.CheckPassed {
+				active++
+			}
+		}
+		if active == 0 {
+			t.Fatalf("round %d: no active server in service after plan %v: the other zone's backup takes the traffic", round, summary(p))
+		}
+		current = next
+	}
+	for _, s := range current.Servers {
+		if s.Name != "c_bk" && (!strings.HasPrefix(s.Name, "new") || s.State != model.Ready) {
+			t.Errorf("in the end: %s %s", s.Name, s.State)
+		}
+	}
+}
