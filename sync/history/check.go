@@ -83,6 +83,7 @@ const (
 	ExcuseDeath      = "a pod died"         // within Bounds.Abrupt of a ready pod's death
 	ExcuseNoReadyPod = "no ready pod"       // no pod ready and answering for Bounds.Entry
 	ExcuseReload     = "a reload by others" // runtime driver, within Bounds.Reload of one
+	ExcuseHung       = "its target hung"    // the target hangs, or did within HungAfter
 )
 
 // Evaluation is what the invariants found in one history.
@@ -95,18 +96,17 @@ type Evaluation struct {
 	ReloadCost time.Duration
 }
 
-// podTrack is one pod as the evaluation walks through the observations.
+// podTrack is one pod as the evaluation walks through the observations:
+// what Kubernetes and its process say, the same for every target.
 type podTrack struct {
-	state    podState
-	inK8s    bool
-	alive    bool
-	checked  bool      // a check reached it since it began to listen
-	since    time.Time // when it became ready and alive; zero when not
-	lastHit  time.Time
-	hitCount int  // answered requests in all when it was last hit (or became available)
-	reported bool // an InService violation was reported for this availability
-	moved    bool // its server moved to it (Bounds.Move applies)
+	state podState
+	inK8s bool
+	alive bool
+	since time.Time // when it became ready and alive; zero when not
+	moved bool      // its server moved to it (Bounds.Move applies)
 }
+
+func (p *podTrack) available() bool { return p.inK8s && p.state == live && p.alive }
 
 // entry is how long p may take to enter service.
 func (p *podTrack) entry(b Bounds) time.Duration {
@@ -116,13 +116,41 @@ func (p *podTrack) entry(b Bounds) time.Duration {
 	return b.Entry
 }
 
-func (p *podTrack) available() bool { return p.inK8s && p.state == live && p.alive }
+// seen is one pod as one target's traffic reached it.
+type seen struct {
+	checked  bool      // a check of this target reached it since it began to listen
+	lastHit  time.Time // its last client connection through this target
+	hitCount int       // the target's answered requests when it was last hit, or became available
+	reported bool      // an InService violation was reported for this availability
+}
+
+// targetTrack is one target as the evaluation walks.
+type targetTrack struct {
+	pods        map[int]*seen
+	answered    int
+	reloads     [][2]time.Time // start and end of each reload by others
+	reloadStart time.Time
+	hungSince   time.Time // zero when not hung
+	unhungAt    time.Time
+	lastFail    time.Time
+}
+
+func (tt *targetTrack) pod(n int) *seen {
+	if tt.pods[n] == nil {
+		tt.pods[n] = &seen{}
+	}
+	return tt.pods[n]
+}
+
+// HungAfter is how long after a target stopped hanging it may still lag:
+// the retry after failed reconciles (1 s, then 2 s) and one reconcile.
+const HungAfter = 10 * time.Second
 
 // evaluate checks the observations of a history against the invariants.
 // runtimeOnly says the servers live in the running HAProxy alone (runtime
 // driver): a reload by others empties the backend until the service adds
 // them again, and Bounds.Reload allows for it.
-func evaluate(all []obs, b Bounds, runtimeOnly bool) Evaluation {
+func evaluate(all []obs, b Bounds, runtimeOnly bool, targets int) Evaluation {
 	ev := Evaluation{Excused: map[string]int{}}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].at.Before(all[j].at) })
 	pods := map[int]*podTrack{}
@@ -132,34 +160,54 @@ func evaluate(all []obs, b Bounds, runtimeOnly bool) Evaluation {
 		}
 		return pods[n]
 	}
-	step := -1
-	var lastFail time.Time
-	var deaths []time.Time
-	var reloads [][2]time.Time // start and end of each reload by others
-	reloadStart := time.Time{}
-	answered := 0
-	add := func(inv Invariant, at time.Time, format string, args ...any) {
-		ev.Violations = append(ev.Violations, Violation{Invariant: inv, At: at, Step: step, What: fmt.Sprintf(format, args...)})
+	tts := make([]*targetTrack, max(targets, 1))
+	for i := range tts {
+		tts[i] = &targetTrack{pods: map[int]*seen{}}
 	}
-	becomes := func(p *podTrack, at time.Time, was bool) {
+	step := -1
+	var deaths []time.Time
+	add := func(inv Invariant, target int, at time.Time, format string, args ...any) {
+		what := fmt.Sprintf(format, args...)
+		if targets > 1 {
+			what = fmt.Sprintf("target %d: %s", target, what)
+		}
+		ev.Violations = append(ev.Violations, Violation{Invariant: inv, At: at, Step: step, What: what})
+	}
+	becomes := func(n int, p *podTrack, at time.Time, was bool) {
 		now := p.available()
 		switch {
 		case now && !was:
-			p.since, p.hitCount, p.reported = at, answered, false
+			p.since = at
+			for _, tt := range tts {
+				sn := tt.pod(n)
+				sn.hitCount, sn.reported = tt.answered, false
+			}
 		case !now:
 			p.since = time.Time{}
 		}
 	}
-	// excuse says why a failed request at at breaks no invariant; empty
-	// when nothing does.
-	excuse := func(at time.Time) string {
+	// lagging says whether target tt may lag behind at at, and why: it
+	// hangs (or just stopped), or (runtime driver) a reload by others
+	// dropped its servers.
+	lagging := func(tt *targetTrack, at time.Time) string {
+		if !tt.hungSince.IsZero() || !tt.unhungAt.IsZero() && at.Sub(tt.unhungAt) <= HungAfter {
+			return ExcuseHung
+		}
 		if runtimeOnly {
-			if !reloadStart.IsZero() {
+			if !tt.reloadStart.IsZero() {
 				return ExcuseReload // a reload by others is under way
 			}
-			if n := len(reloads); n > 0 && at.Sub(reloads[n-1][1]) <= b.Reload {
+			if n := len(tt.reloads); n > 0 && at.Sub(tt.reloads[n-1][1]) <= b.Reload {
 				return ExcuseReload
 			}
+		}
+		return ""
+	}
+	// excuse says why a failed request through tt at at breaks no
+	// invariant; empty when nothing does.
+	excuse := func(tt *targetTrack, at time.Time) string {
+		if why := lagging(tt, at); why != "" {
+			return why
 		}
 		for _, d := range deaths {
 			if !at.Before(d) && at.Sub(d) <= b.Abrupt {
@@ -173,24 +221,22 @@ func evaluate(all []obs, b Bounds, runtimeOnly bool) Evaluation {
 		}
 		return ExcuseNoReadyPod
 	}
-	lastReloadEnd := func() time.Time {
-		if len(reloads) == 0 {
-			return time.Time{}
-		}
-		return reloads[len(reloads)-1][1]
-	}
 	for _, o := range all {
+		tt := tts[min(o.target, len(tts)-1)]
 		switch o.kind {
 		case obsStep:
 			step = o.step
 		case obsListen:
 			p := track(o.pod)
 			was := p.available()
-			p.alive, p.checked = true, false
+			p.alive = true
+			for _, t := range tts {
+				t.pod(o.pod).checked = false
+			}
 			if o.pod == staticPod {
 				p.inK8s, p.state = true, live
 			}
-			becomes(p, o.at, was)
+			becomes(o.pod, p, o.at, was)
 		case obsStop:
 			p := track(o.pod)
 			was := p.available()
@@ -198,60 +244,72 @@ func evaluate(all []obs, b Bounds, runtimeOnly bool) Evaluation {
 				deaths = append(deaths, o.at) // the pod was ready: clients may still be sent there
 			}
 			p.alive = false
-			becomes(p, o.at, was)
+			becomes(o.pod, p, o.at, was)
 		case obsK8s:
 			p := track(o.pod)
 			was := p.available()
 			p.state, p.inK8s, p.moved = o.state, o.state != absent, o.moved
-			becomes(p, o.at, was)
+			becomes(o.pod, p, o.at, was)
 		case obsCheck:
-			track(o.pod).checked = true
+			tt.pod(o.pod).checked = true
 		case obsClient:
-			p := track(o.pod)
-			if !p.checked {
-				add(CheckedFirst, o.at, "a client connection reached %s before any health check since it began to listen", podName(o.pod))
-				p.checked = true // once per listening period
+			sn := tt.pod(o.pod)
+			if !sn.checked {
+				add(CheckedFirst, o.target, o.at, "a client connection reached %s before any health check since it began to listen", podName(o.pod))
+				sn.checked = true // once per listening period
 			}
+		case obsReloadStart:
+			tt.reloadStart = o.at
 		case obsReload:
 			if o.err != "" {
-				add(Converges, o.at, "HAProxy reload failed: %s", o.err)
+				add(Converges, o.target, o.at, "HAProxy reload failed: %s", o.err)
 				continue
 			}
-			if !reloadStart.IsZero() {
-				reloads = append(reloads, [2]time.Time{reloadStart, o.at})
-				reloadStart = time.Time{}
+			if !tt.reloadStart.IsZero() {
+				tt.reloads = append(tt.reloads, [2]time.Time{tt.reloadStart, o.at})
+				tt.reloadStart = time.Time{}
+			}
+		case obsHang:
+			if o.hung {
+				tt.hungSince = o.at
+			} else {
+				tt.hungSince, tt.unhungAt = time.Time{}, o.at
 			}
 		case obsRequest:
 			if o.err != "" {
-				why := excuse(o.at)
+				why := excuse(tt, o.at)
 				if why == "" {
 					// One violation per burst of failures.
-					if n := len(ev.Violations); n > 0 && ev.Violations[n-1].Invariant == NoFailedRequest && o.at.Sub(lastFail) < time.Second {
+					if n := len(ev.Violations); n > 0 && ev.Violations[n-1].Invariant == NoFailedRequest && o.at.Sub(tt.lastFail) < time.Second {
 						ev.Violations[n-1].Count++
 					} else {
-						add(NoFailedRequest, o.at, "a request failed (%s) while a ready pod answered", o.err)
+						add(NoFailedRequest, o.target, o.at, "a request failed (%s) while a ready pod answered", o.err)
 					}
-					lastFail = o.at
+					tt.lastFail = o.at
 					continue
 				}
 				ev.Excused[why]++
 				if why == ExcuseReload {
-					start := reloadStart
+					start := tt.reloadStart
 					if start.IsZero() {
-						start = reloads[len(reloads)-1][0]
+						start = tt.reloads[len(tt.reloads)-1][0]
 					}
 					ev.ReloadCost = max(ev.ReloadCost, o.at.Sub(start))
 				}
 				continue
 			}
-			answered++
-			p := track(o.pod)
-			if p.available() {
-				p.lastHit, p.hitCount = o.at, answered
+			tt.answered++
+			if p := track(o.pod); p.available() {
+				sn := tt.pod(o.pod)
+				sn.lastHit, sn.hitCount = o.at, tt.answered
 			}
-			// Every pod that has been ready and answering for Entry, and
-			// took none of the requests answered since (each pod's share
-			// three times over), is not in service.
+			if lagging(tt, o.at) != "" {
+				continue
+			}
+			// Every pod that has been ready and answering for its entry
+			// bound, and took none of the requests this target answered
+			// since (each pod's share three times over), is not in service
+			// there.
 			avail := 0
 			for _, q := range pods {
 				if q.available() {
@@ -259,25 +317,27 @@ func evaluate(all []obs, b Bounds, runtimeOnly bool) Evaluation {
 				}
 			}
 			for n, q := range pods {
-				if !q.available() || q.reported {
+				sn := tt.pod(n)
+				if !q.available() || sn.reported {
 					continue
 				}
 				due := q.since.Add(q.entry(b))
 				if runtimeOnly {
-					if r := lastReloadEnd(); r.Add(b.Reload).After(due) {
-						due = r.Add(b.Reload)
+					if k := len(tt.reloads); k > 0 && tt.reloads[k-1][1].Add(b.Reload).After(due) {
+						due = tt.reloads[k-1][1].Add(b.Reload)
 					}
 				}
-				if o.at.After(due) && answered-q.hitCount > 3*avail+10 && q.lastHit.Before(due) {
-					add(InService, o.at, "%s has been ready and answering since %s; %d requests answered since, none by it",
-						podName(n), q.since.Format("15:04:05.000"), answered-q.hitCount)
-					q.reported = true
+				if !tt.unhungAt.IsZero() && tt.unhungAt.Add(HungAfter).After(due) {
+					due = tt.unhungAt.Add(HungAfter)
+				}
+				if o.at.After(due) && tt.answered-sn.hitCount > 3*avail+10 && sn.lastHit.Before(due) {
+					add(InService, o.target, o.at, "%s has been ready and answering since %s; %d requests answered since, none by it",
+						podName(n), q.since.Format("15:04:05.000"), tt.answered-sn.hitCount)
+					sn.reported = true
 				}
 			}
-		case obsReloadStart:
-			reloadStart = o.at
 		case obsViolation:
-			add(o.inv, o.at, "%s", o.err)
+			add(o.inv, o.target, o.at, "%s", o.err)
 		}
 	}
 	return ev

@@ -89,12 +89,20 @@ func (p *pod) serve(ln net.Listener) {
 			if err != nil {
 				return // a connection dropped before it said what it is
 			}
+			from := 0
+			if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+				for i, src := range sources {
+					if a.IP.String() == src {
+						from = i
+					}
+				}
+			}
 			switch strings.TrimSpace(line) {
 			case "hc":
-				p.rec.add(obs{at: at, kind: obsCheck, pod: p.n})
+				p.rec.add(obs{at: at, kind: obsCheck, pod: p.n, target: from})
 				_, _ = io.WriteString(c, "ok\n")
 			case "q":
-				p.rec.add(obs{at: at, kind: obsClient, pod: p.n})
+				p.rec.add(obs{at: at, kind: obsClient, pod: p.n, target: from})
 				_, _ = io.WriteString(c, podName(p.n)+"\n")
 			}
 		}()

@@ -24,6 +24,7 @@ const (
 	obsK8s                        // Kubernetes changed a pod's endpoint (state)
 	obsViolation                  // a monitor saw a violation as it happened (inv, err)
 	obsReloadStart                // a reload by others begins
+	obsHang                       // a target began (hung) or stopped hanging
 )
 
 // obs is one observation, as the history's recorder keeps it.
@@ -36,6 +37,10 @@ type obs struct {
 	moved bool     // obsK8s: the pod took over a gone pod's name (its server moves)
 	err   string
 	inv   Invariant // obsViolation
+	// target is the HAProxy target concerned: the one a request went
+	// through, whose check or client reached a pod, that reloaded or hung.
+	target int
+	hung   bool // obsHang
 }
 
 // recorder keeps every observation of a history, in the order they came.
@@ -61,7 +66,7 @@ func (r *recorder) snapshot() []obs {
 
 // clients send requests through the frontend at addr until ctx ends, each
 // every interval, and record how each ended.
-func clients(ctx context.Context, addr string, n int, interval time.Duration, rec *recorder) (wait func()) {
+func clients(ctx context.Context, target int, addr string, n int, interval time.Duration, rec *recorder) (wait func()) {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
@@ -75,7 +80,7 @@ func clients(ctx context.Context, addr string, n int, interval time.Duration, re
 				}
 				at := time.Now()
 				pod, err := ask(addr)
-				o := obs{at: at, kind: obsRequest, pod: pod}
+				o := obs{at: at, kind: obsRequest, pod: pod, target: target}
 				if err != nil {
 					o.err = err.Error()
 				}

@@ -11,6 +11,11 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
 )
 
+// HangFor is the least a target hangs: longer than the shipped
+// RECONCILE_TIMEOUT (30 s), so that a reconcile fails on it and leaves
+// its timers while the next one waits behind it.
+const HangFor = 40 * time.Second
+
 // Report is what one history did and found.
 type Report struct {
 	Setup Setup
@@ -29,6 +34,7 @@ type Report struct {
 // way others do, and waits again.
 func Run(t testing.TB, s Setup, shape Shape) Report {
 	t.Helper()
+	shape.Targets, shape.HangFor = max(s.Targets, 1), HangFor
 	r := RunSteps(t, s, shape.Start, Generate(s.Seed, shape))
 	r.Shape = shape.Name
 	return r
@@ -46,8 +52,20 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 	}
 
 	ctx, stop := context.WithCancel(context.Background())
-	waitClients := clients(ctx, w.front, 4, 8*time.Millisecond, w.rec)
-	waitMonitor := w.monitor(ctx)
+	var waits []func()
+	for _, tg := range w.targets {
+		n := 4
+		if tg.i > 0 {
+			n = 2
+		}
+		waits = append(waits, clients(ctx, tg.i, tg.front, n, 8*time.Millisecond, w.rec), w.monitor(ctx, tg))
+	}
+	waitClients := func() {
+		for _, f := range waits {
+			f()
+		}
+	}
+	waitMonitor := func() {}
 	for i, st := range steps {
 		time.Sleep(st.Wait)
 		if err := w.apply(st, i); err != nil {
@@ -63,9 +81,10 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 		w.rec.add(obs{kind: obsViolation, inv: Converges, err: fmt.Sprintf("not within %v of the last step: %s", b.Converge, why)})
 	} else {
 		// Once more: a reload by others must cost nothing lasting.
-		w.rec.add(obs{kind: obsStep, step: last + 1})
-		if err := w.apply(Step{Kind: Reload}, last+1); err != nil {
-			t.Fatalf("seed %d: final reload: %v", s.Seed, err)
+		for _, tg := range w.targets {
+			if err := w.apply(Step{Kind: Reload, Target: tg.i}, last+1); err != nil {
+				t.Fatalf("seed %d: final reload: %v", s.Seed, err)
+			}
 		}
 		if why := w.waitConverged(b.Converge); why != "" {
 			w.rec.add(obs{kind: obsViolation, inv: Converges, err: fmt.Sprintf("not within %v of a reload by others: %s", b.Converge, why)})
@@ -78,7 +97,7 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 	w.stopAll()
 
 	all := w.rec.snapshot()
-	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, b, s.Driver == Runtime)}
+	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, b, s.Driver == Runtime, len(w.targets))}
 	for _, o := range all {
 		if o.kind == obsRequest {
 			rep.Requests++
@@ -92,7 +111,7 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 
 // monitor reads HAProxy's servers every 100ms until ctx ends and records a
 // violation when a server the service does not own changed.
-func (w *world) monitor(ctx context.Context) (wait func()) {
+func (w *world) monitor(ctx context.Context, tg *target) (wait func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -108,16 +127,16 @@ func (w *world) monitor(ctx context.Context) (wait func()) {
 			if !w.setup.Static || reported {
 				continue
 			}
-			reply, err := w.h.Command("show servers state " + backend)
+			reply, err := tg.h.Command("show servers state " + backend)
 			if err != nil {
 				continue // a reload under way
 			}
 			st, ok := haproxytest.ParseServers(reply, backend)["static"]
 			switch {
 			case !ok:
-				w.rec.add(obs{kind: obsViolation, inv: OthersUntouched, err: "the static server is gone"})
+				w.rec.add(obs{kind: obsViolation, target: tg.i, inv: OthersUntouched, err: "the static server is gone"})
 			case st.Maint() || st.Drain() || st.Weight != 1 || st.Address != podAddr(staticPod):
-				w.rec.add(obs{kind: obsViolation, inv: OthersUntouched, err: fmt.Sprintf("the static server changed: %+v", st)})
+				w.rec.add(obs{kind: obsViolation, target: tg.i, inv: OthersUntouched, err: fmt.Sprintf("the static server changed: %+v", st)})
 			default:
 				continue
 			}
@@ -146,9 +165,19 @@ func (w *world) waitConverged(d time.Duration) string {
 // server as configured; with the Data Plane driver, haproxy.cfg as running.
 // Empty: no difference.
 func (w *world) converged() string {
-	reply, err := w.h.Command("show servers state " + backend)
+	var diffs []string
+	for _, tg := range w.targets {
+		for _, d := range w.convergedOn(tg) {
+			diffs = append(diffs, fmt.Sprintf("target %d: %s", tg.i, d))
+		}
+	}
+	return strings.Join(diffs, "; ")
+}
+
+func (w *world) convergedOn(tg *target) []string {
+	reply, err := tg.h.Command("show servers state " + backend)
 	if err != nil {
-		return "show servers state: " + err.Error()
+		return []string{"show servers state: " + err.Error()}
 	}
 	running := haproxytest.ParseServers(reply, backend)
 	byAddr := map[string]haproxytest.Server{}
@@ -191,15 +220,15 @@ func (w *world) converged() string {
 	for addr, s := range byAddr {
 		// The Data Plane driver deletes in batches (a reload each): a
 		// server of a pod that is gone waits in maintenance for its batch.
-		if w.api == nil || !s.Maint() {
+		if tg.api == nil || !s.Maint() {
 			diffs = append(diffs, fmt.Sprintf("server %s (%s) runs for no pod (maint=%v drain=%v)", s.Name, addr, s.Maint(), s.Drain()))
 		}
 	}
-	if w.api != nil {
+	if tg.api != nil {
 		// In traffic or out of it: a server drained at runtime and written
 		// in maintenance (a gated server that never served) loses nothing
 		// to a reload.
-		persisted := w.api.States(backend)
+		persisted := tg.api.States(backend)
 		for _, s := range running {
 			st := "ready"
 			if s.Maint() || s.Drain() || s.Weight == 0 { // a written drain is weight 0
@@ -217,7 +246,7 @@ func (w *world) converged() string {
 			diffs = append(diffs, fmt.Sprintf("haproxy.cfg holds %s, HAProxy does not run it", addr))
 		}
 	}
-	return strings.Join(diffs, "; ")
+	return diffs
 }
 
 // Replay is the command that runs a history again.

@@ -53,6 +53,10 @@ const (
 	// at a new address, in one EndpointSlice update (a StatefulSet's pod
 	// recreated): in pod mode, the same server moves.
 	Recreate Kind = "recreate"
+	// Hang makes the second target's admin socket and API accept and never
+	// answer (an HAProxy that hangs); Unhang ends it.
+	Hang   Kind = "hang"
+	Unhang Kind = "unhang"
 )
 
 // Step is one thing that happens, after Wait.
@@ -63,12 +67,18 @@ type Step struct {
 	// listens on its own address, see podAddr). Recreate: the pod that
 	// goes, then the one that takes its name.
 	Pods []int
+	// Target is the target a Reload, Hang or Unhang concerns.
+	Target int
 }
 
 func (s Step) String() string {
 	var ps []string
 	for _, p := range s.Pods {
 		ps = append(ps, fmt.Sprintf("p-%d", p))
+	}
+	switch s.Kind {
+	case Reload, Hang, Unhang:
+		ps = append(ps, fmt.Sprintf("target %d", s.Target))
 	}
 	return fmt.Sprintf("+%v %s %s", s.Wait.Round(time.Millisecond), s.Kind, strings.Join(ps, ","))
 }
@@ -88,6 +98,10 @@ type Shape struct {
 	// Grace is the least time a terminating pod keeps answering before
 	// Gone: its termination grace period, as the history sees it.
 	Grace time.Duration
+	// Targets is the number of HAProxy targets (1 or 2); with 2 the
+	// second may hang, for HangFor at least.
+	Targets int
+	HangFor time.Duration
 }
 
 // podState is a pod as the generator tracks it.
@@ -114,6 +128,7 @@ func Generate(seed uint64, shape Shape) []Step {
 	}
 	var now time.Duration
 	var steps []Step
+	hungAt := time.Duration(-1) // when the second target began to hang; -1: it does not
 	in := func(states ...podState) []int {
 		var out []int
 		for n := 1; n < next; n++ {
@@ -139,6 +154,23 @@ func Generate(seed uint64, shape Shape) []Step {
 		}
 		now += wait
 		var st Step
+		if shape.Targets > 1 {
+			// The second target hangs now and then, for HangFor at least:
+			// longer than RECONCILE_TIMEOUT, so that a reconcile fails on
+			// it while another waits behind it. Meanwhile nothing is
+			// removed: a removal waits for the whole reconcile, which
+			// waits for the hung target (only entries go alone).
+			switch {
+			case hungAt < 0 && r.IntN(60) == 0:
+				hungAt = now
+				steps = append(steps, Step{Wait: wait, Kind: Hang, Target: 1})
+				continue
+			case hungAt >= 0 && now-hungAt >= shape.HangFor:
+				hungAt = -1
+				steps = append(steps, Step{Wait: wait, Kind: Unhang, Target: 1})
+				continue
+			}
+		}
 		switch roll := r.IntN(100); {
 		case roll < 22 && len(pods) < shape.MaxPods:
 			n := 1
@@ -156,6 +188,9 @@ func Generate(seed uint64, shape Shape) []Step {
 				next++
 			}
 		case roll < 38:
+			if hungAt >= 0 {
+				continue
+			}
 			c := in(live)
 			if len(c) == 0 {
 				continue
@@ -164,6 +199,9 @@ func Generate(seed uint64, shape Shape) []Step {
 			pods[p], termAt[p] = terminating, now
 			st = Step{Kind: Terminate, Pods: []int{p}}
 		case roll < 52:
+			if hungAt >= 0 {
+				continue
+			}
 			var c []int
 			for _, p := range in(terminating) {
 				if now-termAt[p] >= shape.Grace {
@@ -219,11 +257,17 @@ func Generate(seed uint64, shape Shape) []Step {
 			st = Step{Kind: Ready, Pods: []int{p}}
 		case roll < 95:
 			st = Step{Kind: Reload}
+			if shape.Targets > 1 {
+				st.Target = r.IntN(shape.Targets)
+			}
 		case roll < 97 && len(pods) < shape.MaxPods:
 			pods[next] = dead
 			st = Step{Kind: AddDead, Pods: []int{next}}
 			next++
 		case roll >= 97 && len(pods) < shape.MaxPods:
+			if hungAt >= 0 {
+				continue
+			}
 			var c []int
 			for _, p := range in(terminating) {
 				if now-termAt[p] >= shape.Grace {
@@ -243,6 +287,9 @@ func Generate(seed uint64, shape Shape) []Step {
 		}
 		st.Wait = wait
 		steps = append(steps, st)
+	}
+	if hungAt >= 0 {
+		steps = append(steps, Step{Wait: 20 * time.Millisecond, Kind: Unhang, Target: 1})
 	}
 	return steps
 }

@@ -10,11 +10,11 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/haproxytech/client-native/v6/models"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,7 +22,6 @@ import (
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
@@ -63,24 +62,23 @@ type Setup struct {
 	Static bool
 	// ReloadDelay is the Data Plane API's reload_delay.
 	ReloadDelay time.Duration
+	// Targets is the number of HAProxy instances (an HA pair: 2); the
+	// second one's socket and API may hang.
+	Targets int
 }
 
 // SetupOf draws a history's setup from its seed, for driver.
 func SetupOf(seed uint64, driver Driver) Setup {
-	return Setup{Seed: seed, Driver: driver, Static: seed%2 == 1, ReloadDelay: time.Duration(1+seed%2) * time.Second}
+	return Setup{Seed: seed, Driver: driver, Static: seed%2 == 1, ReloadDelay: time.Duration(1+seed%2) * time.Second, Targets: 1 + int(seed/2%2)}
 }
 
-// world is one history's HAProxy, pods, Kubernetes and service.
+// world is one history's HAProxy targets, pods, Kubernetes and service.
 type world struct {
-	t     testing.TB
-	setup Setup
-	h     *haproxytest.HAProxy
-	api   *dataplanetest.Server // Dataplane only
-	port  int
-	rec   *recorder
-	front string
-
-	reloadMu sync.Mutex // one reload at a time: the API's and the history's
+	t       testing.TB
+	setup   Setup
+	targets []*target
+	port    int
+	rec     *recorder
 
 	mu    sync.Mutex
 	pods  map[int]*pod
@@ -91,17 +89,14 @@ type world struct {
 	close func()
 }
 
-// newWorld starts HAProxy, the Data Plane test API when the driver needs
-// it, and the service's reconcile loop as serve wires it, configured from
-// the environment as a shipped install is (config.Load), with pod mode on
-// loopback addresses.
+// newWorld starts the HAProxy targets (and their Data Plane test APIs when
+// the driver needs them), and the service's reconcile loop as serve wires
+// it, configured from the environment as a shipped install is
+// (config.Load), with pod mode on loopback addresses.
 func newWorld(t testing.TB, s Setup) *world {
 	t.Helper()
 	w := &world{t: t, setup: s, rec: &recorder{}, pods: map[int]*pod{}, k8s: map[int]podState{}, names: map[int]string{}}
 	w.port = haproxytest.FreePort(t, "127.0.1.1")
-	lines := append([]string{"balance roundrobin"}, checkLines...)
-	w.h = haproxytest.Start(t, haproxytest.Backend{Name: backend, Lines: lines})
-	w.front = w.h.Frontends[backend]
 	if s.Static {
 		st := w.newPod(staticPod)
 		if err := st.start(); err != nil {
@@ -110,32 +105,23 @@ func newWorld(t testing.TB, s Setup) *world {
 		t.Cleanup(st.stop)
 		w.pods[staticPod] = st
 	}
+	var runtimes, apis []string
+	for i := range max(s.Targets, 1) {
+		tg := startTarget(t, i, s, w.port, w.rec)
+		w.targets = append(w.targets, tg)
+		runtimes = append(runtimes, tg.runtimeURL)
+		if tg.api != nil {
+			apis = append(apis, tg.api.URL)
+		}
+	}
 	env := map[string]string{
 		"TARGET_ADDRESS": "pod", "INGRESS_NAMESPACE": namespace, "INGRESS_SERVICE_NAME": service,
 		"HAPROXY_BACKEND_NAME": backend, "ALLOWED_SERVER_CIDRS": "127.0.0.0/8",
-		"HAPROXY_RUNTIME_URL": w.h.RuntimeURL(),
+		"HAPROXY_RUNTIME_URL": strings.Join(runtimes, ","), "HAPROXY_DATAPLANE_URL": strings.Join(apis, ","),
+		"CLUSTER_NAME": "",
 	}
 	if s.Static {
 		env["CLUSTER_NAME"] = cluster
-	}
-	if s.Driver == Dataplane {
-		w.api = dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: w.h.AdminSocket, ReloadDelay: s.ReloadDelay, Reload: w.apiReload})
-		rr, on, one, three := "roundrobin", "enabled", int64(1), int64(3)
-		w.api.AddDefaults(models.Defaults{DefaultsBase: models.DefaultsBase{Name: "base", Mode: "tcp",
-			Redispatch: &models.Redispatch{Enabled: &on, Interval: &one}, Retries: &three}})
-		var servers []models.Server
-		if s.Static {
-			port := int64(w.port)
-			servers = append(servers, models.Server{Name: "static", Address: podAddr(staticPod), Port: &port,
-				ServerParams: models.ServerParams{Check: "enabled"}})
-		}
-		w.api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: backend, Mode: "tcp", From: "base", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}}, servers...)
-		w.h.SetServers(t, backend, w.api.ServerLines(backend))
-		w.h.Reload(t)
-		env["HAPROXY_DATAPLANE_URL"] = w.api.URL
-	} else if s.Static {
-		w.h.SetServers(t, backend, []string{fmt.Sprintf("server static %s:%d check", podAddr(staticPod), w.port)})
-		w.h.Reload(t)
 	}
 	for k, v := range env {
 		t.Setenv(k, v)
@@ -154,52 +140,31 @@ func (w *world) newPod(n int) *pod {
 	return &pod{n: n, addr: net.JoinHostPort(podAddr(n), strconv.Itoa(w.port)), rec: w.rec}
 }
 
-// apiReload is the test API's reload: HAProxy loads what the API wrote.
-func (w *world) apiReload() {
-	w.reloadMu.Lock()
-	defer w.reloadMu.Unlock()
-	if err := w.h.TrySetServers(backend, w.api.ServerLines(backend)); err != nil {
-		w.rec.add(obs{kind: obsReload, err: err.Error()})
-		return
-	}
-	if err := w.h.TryReload(); err != nil {
-		w.rec.add(obs{kind: obsReload, err: err.Error()})
-	}
-}
-
-// reloadByOthers reloads HAProxy with haproxy.cfg as it is: what the API
-// wrote (Dataplane), or the static lines alone (Runtime).
-func (w *world) reloadByOthers() error {
-	w.reloadMu.Lock()
-	defer w.reloadMu.Unlock()
-	if w.api != nil {
-		if err := w.h.TrySetServers(backend, w.api.ServerLines(backend)); err != nil {
-			return err
-		}
-	}
-	return w.h.TryReload()
-}
-
 // startService wires the reconcile loop the way serve does (a Reconciler from
 // cfg, a Coalescer with the follow-up, the reload watcher) and returns its poke, what the watch
 // calls on a Kubernetes change, and what stops it.
 func startService(t testing.TB, cfg config.Config, src reconcile.Source) (poke func(), stop func()) {
 	opts := cfg.Options()
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	rt, err := runtimeapi.New(cfg.RuntimeURLs[0], opts.Settings, opts.Check)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var drv reconcile.Driver = rt
+	var drivers []reconcile.Driver
 	checks := map[string]reconcile.CheckReader{}
-	if len(cfg.Dataplanes) > 0 {
-		hc := &http.Client{Timeout: min(10*time.Second, cfg.ReconcileTimeout/3)}
-		dp := dataplane.New(cfg.Dataplanes[0], dataplane.Auth{}, hc, dataplane.WithDeleteBatch(cfg.DeleteBatch), dataplane.WithRuntime(rt))
-		drv = dp
+	watched := map[string]reloads.Process{}
+	hc := &http.Client{Timeout: min(10*time.Second, cfg.ReconcileTimeout/3)}
+	for i, raw := range cfg.RuntimeURLs {
+		rt, err := runtimeapi.New(raw, opts.Settings, opts.Check)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var drv reconcile.Driver = rt
+		if len(cfg.Dataplanes) > 0 {
+			drv = dataplane.New(cfg.Dataplanes[i], dataplane.Auth{}, hc, dataplane.WithDeleteBatch(cfg.DeleteBatch), dataplane.WithRuntime(rt))
+		}
+		drivers = append(drivers, drv)
+		checks[drv.Name()] = rt
+		watched[drv.Name()] = rt
 	}
-	checks[drv.Name()] = rt
 	rec := &reconcile.Reconciler{
-		Source: src, Options: opts, Targets: []reconcile.Driver{drv},
+		Source: src, Options: opts, Targets: drivers,
 		Timeout: cfg.ReconcileTimeout, GuardPercent: cfg.DeleteGuard, MaxServers: cfg.MaxServers,
 		DrainTimeout: cfg.DrainTimeout, Log: log, Cluster: cfg.ClusterName,
 	}
@@ -207,7 +172,7 @@ func startService(t testing.TB, cfg config.Config, src reconcile.Source) (poke f
 	co := reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) { return rec.Reconcile(ctx, false) })
 	co.Follow(follow, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	rw := &reloads.Watcher{Targets: map[string]reloads.Process{drv.Name(): rt}, Poke: func(string) { co.Poke() }}
+	rw := &reloads.Watcher{Targets: watched, Poke: func(string) { co.Poke() }}
 	watching := make(chan struct{})
 	go func() { rw.Run(ctx); close(watching) }()
 	return func() { co.Poke() }, func() {
@@ -337,12 +302,18 @@ func (w *world) apply(st Step, index int) error {
 			w.pods[n].stop()
 		}
 	}
-	if st.Kind == Reload {
-		w.rec.add(obs{kind: obsReloadStart})
-		if err := w.reloadByOthers(); err != nil {
+	switch st.Kind {
+	case Reload:
+		tg := w.targets[st.Target%len(w.targets)]
+		w.rec.add(obs{kind: obsReloadStart, target: tg.i})
+		if err := tg.reloadByOthers(); err != nil {
 			return fmt.Errorf("reload: %w", err)
 		}
-		w.rec.add(obs{kind: obsReload})
+		w.rec.add(obs{kind: obsReload, target: tg.i})
+	case Hang, Unhang:
+		tg := w.targets[st.Target%len(w.targets)]
+		w.rec.add(obs{kind: obsHang, target: tg.i, hung: st.Kind == Hang})
+		tg.hang(st.Kind == Hang)
 	}
 	return nil
 }

@@ -1,0 +1,183 @@
+package history
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/haproxytech/client-native/v6/models"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
+)
+
+// sources are the addresses each target's HAProxy connects from (its
+// backend's "source" line), so that a pod tells whose check or client
+// connection it took.
+var sources = []string{"127.0.0.1", "127.0.0.2"}
+
+// target is one HAProxy instance the service keeps in sync: an HA pair's
+// member. The second one's admin socket and Data Plane API can be made to
+// hang (a second HAProxy that hangs).
+type target struct {
+	i     int
+	h     *haproxytest.HAProxy
+	api   *dataplanetest.Server // Dataplane only
+	front string
+	// runtimeURL is what the service is given: the unix socket, or for a
+	// target that can hang, a TCP relay to it.
+	runtimeURL string
+	relay      *relay
+
+	reloadMu sync.Mutex // one reload at a time: the API's and the history's
+	rec      *recorder
+}
+
+// startTarget starts target i's HAProxy and, for the Data Plane driver, its
+// test API, which reloads that HAProxy with what it wrote.
+func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder) *target {
+	t.Helper()
+	lines := append([]string{"balance roundrobin", "source " + sources[i]}, checkLines...)
+	tg := &target{i: i, rec: rec}
+	tg.h = haproxytest.Start(t, haproxytest.Backend{Name: backend, Lines: lines})
+	tg.front = tg.h.Frontends[backend]
+	tg.runtimeURL = tg.h.RuntimeURL()
+	if i > 0 {
+		tg.relay = startRelay(t, tg.h.AdminSocket)
+		tg.runtimeURL = "tcp://" + tg.relay.addr
+	}
+	static := fmt.Sprintf("server static %s:%d check", podAddr(staticPod), port)
+	if s.Driver == Dataplane {
+		tg.api = dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: tg.h.AdminSocket, ReloadDelay: s.ReloadDelay, Reload: tg.apiReload})
+		rr, on, one, three := "roundrobin", "enabled", int64(1), int64(3)
+		tg.api.AddDefaults(models.Defaults{DefaultsBase: models.DefaultsBase{Name: "base", Mode: "tcp",
+			Redispatch: &models.Redispatch{Enabled: &on, Interval: &one}, Retries: &three}})
+		var servers []models.Server
+		if s.Static {
+			p := int64(port)
+			servers = append(servers, models.Server{Name: "static", Address: podAddr(staticPod), Port: &p,
+				ServerParams: models.ServerParams{Check: "enabled"}})
+		}
+		tg.api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: backend, Mode: "tcp", From: "base", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}}, servers...)
+		tg.h.SetServers(t, backend, tg.api.ServerLines(backend))
+		tg.h.Reload(t)
+	} else if s.Static {
+		tg.h.SetServers(t, backend, []string{static})
+		tg.h.Reload(t)
+	}
+	return tg
+}
+
+// apiReload is the test API's reload: HAProxy loads what the API wrote.
+func (tg *target) apiReload() {
+	tg.reloadMu.Lock()
+	defer tg.reloadMu.Unlock()
+	if err := tg.h.TrySetServers(backend, tg.api.ServerLines(backend)); err != nil {
+		tg.rec.add(obs{kind: obsReload, target: tg.i, err: err.Error()})
+		return
+	}
+	if err := tg.h.TryReload(); err != nil {
+		tg.rec.add(obs{kind: obsReload, target: tg.i, err: err.Error()})
+	}
+}
+
+// reloadByOthers reloads HAProxy with haproxy.cfg as it is: what the API
+// wrote (Dataplane), or the static lines alone (Runtime).
+func (tg *target) reloadByOthers() error {
+	tg.reloadMu.Lock()
+	defer tg.reloadMu.Unlock()
+	if tg.api != nil {
+		if err := tg.h.TrySetServers(backend, tg.api.ServerLines(backend)); err != nil {
+			return err
+		}
+	}
+	return tg.h.TryReload()
+}
+
+// hang makes the target's socket and API accept and never answer, or
+// answer again.
+func (tg *target) hang(on bool) {
+	tg.relay.hang(on)
+	if tg.api == nil {
+		return
+	}
+	if on {
+		tg.api.InjectFault(dataplanetest.Fault{Hang: true})
+	} else {
+		tg.api.ClearFault()
+	}
+}
+
+// relay is a TCP port in front of an admin socket that can hang: while it
+// does, it accepts connections and holds them without a byte either way;
+// when it stops, the held connections are closed (the hung process went
+// away) and new ones go through again.
+type relay struct {
+	addr string
+	to   string
+	ln   net.Listener
+
+	mu      sync.Mutex
+	hanging bool
+	held    []net.Conn
+	wg      sync.WaitGroup
+}
+
+func startRelay(t testing.TB, socket string) *relay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{addr: ln.Addr().String(), to: socket, ln: ln}
+	r.wg.Add(1)
+	go r.serve()
+	t.Cleanup(func() { _ = ln.Close(); r.hang(false); r.wg.Wait() })
+	return r
+}
+
+func (r *relay) serve() {
+	defer r.wg.Done()
+	for {
+		c, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		r.mu.Lock()
+		if r.hanging {
+			r.held = append(r.held, c)
+			r.mu.Unlock()
+			continue
+		}
+		r.mu.Unlock()
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer c.Close()
+			up, err := net.Dial("unix", r.to)
+			if err != nil {
+				return
+			}
+			defer up.Close()
+			done := make(chan struct{})
+			go func() { _, _ = io.Copy(up, c); _ = up.(*net.UnixConn).CloseWrite(); close(done) }()
+			_, _ = io.Copy(c, up)
+			_ = c.(*net.TCPConn).CloseWrite()
+			<-done
+		}()
+	}
+}
+
+func (r *relay) hang(on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hanging = on
+	if !on {
+		for _, c := range r.held {
+			c.Close()
+		}
+		r.held = nil
+	}
+}
