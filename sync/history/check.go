@@ -24,6 +24,10 @@ const (
 	// Bounds.Entry of becoming so (and of a reload by others), and keeps
 	// taking its share while requests flow.
 	InService Invariant = "ready-pod-in-service"
+	// LocalFirst: with HAPROXY_LOCAL_ZONE, a pod of another zone (a
+	// backup server) takes no client while a pod of the local zone has been
+	// ready and answering for its entry bound.
+	LocalFirst Invariant = "local-zone-first"
 	// OthersUntouched (d): a server the service does not own (static,
 	// another CLUSTER_NAME's) is never changed.
 	OthersUntouched Invariant = "others-untouched"
@@ -133,6 +137,7 @@ type targetTrack struct {
 	hungSince   time.Time // zero when not hung
 	unhungAt    time.Time
 	lastFail    time.Time
+	lastBackup  time.Time // the last LocalFirst violation
 }
 
 func (tt *targetTrack) pod(n int) *seen {
@@ -146,11 +151,22 @@ func (tt *targetTrack) pod(n int) *seen {
 // the retry after failed reconciles (1 s, then 2 s) and one reconcile.
 const HungAfter = 10 * time.Second
 
+// evalOptions is what evaluate needs to know of the history's setup.
+type evalOptions struct {
+	Bounds Bounds
+	// RuntimeOnly: the servers live in the running HAProxy alone (runtime
+	// driver): a reload by others empties the backend until the service
+	// adds them again, and Bounds.Reload allows for it.
+	RuntimeOnly bool
+	Targets     int
+	// Zones: pods outside the local zone are backups (zoneOf).
+	Zones bool
+}
+
 // evaluate checks the observations of a history against the invariants.
-// runtimeOnly says the servers live in the running HAProxy alone (runtime
-// driver): a reload by others empties the backend until the service adds
-// them again, and Bounds.Reload allows for it.
-func evaluate(all []obs, b Bounds, runtimeOnly bool, targets int) Evaluation {
+func evaluate(all []obs, opt evalOptions) Evaluation {
+	b, runtimeOnly, targets := opt.Bounds, opt.RuntimeOnly, opt.Targets
+	backup := func(n int) bool { return opt.Zones && zoneOf(n) != localZone }
 	ev := Evaluation{Excused: map[string]int{}}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].at.Before(all[j].at) })
 	pods := map[int]*podTrack{}
@@ -306,6 +322,22 @@ func evaluate(all []obs, b Bounds, runtimeOnly bool, targets int) Evaluation {
 			if lagging(tt, o.at) != "" {
 				continue
 			}
+			if backup(o.pod) {
+				// A backup serves only while no server of the local zone
+				// can: none has been ready and answering for its entry.
+				for n, q := range pods {
+					if !backup(n) && q.available() && o.at.Sub(q.since) >= q.entry(b) {
+						if k := len(ev.Violations); k > 0 && ev.Violations[k-1].Invariant == LocalFirst && o.at.Sub(tt.lastBackup) < time.Second {
+							ev.Violations[k-1].Count++
+						} else {
+							add(LocalFirst, o.target, o.at, "%s (another zone) took a client while %s (the local zone) was ready and answering since %s",
+								podName(o.pod), podName(n), q.since.Format("15:04:05.000"))
+						}
+						tt.lastBackup = o.at
+						break
+					}
+				}
+			}
 			// Every pod that has been ready and answering for its entry
 			// bound, and took none of the requests this target answered
 			// since (each pod's share three times over), is not in service
@@ -318,7 +350,7 @@ func evaluate(all []obs, b Bounds, runtimeOnly bool, targets int) Evaluation {
 			}
 			for n, q := range pods {
 				sn := tt.pod(n)
-				if !q.available() || sn.reported {
+				if !q.available() || sn.reported || backup(n) {
 					continue
 				}
 				due := q.since.Add(q.entry(b))

@@ -97,7 +97,7 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 	w.stopAll()
 
 	all := w.rec.snapshot()
-	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, b, s.Driver == Runtime, len(w.targets))}
+	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, evalOptions{Bounds: b, RuntimeOnly: s.Driver == Runtime, Targets: len(w.targets), Zones: s.Zones})}
 	for _, o := range all {
 		if o.kind == obsRequest {
 			rep.Requests++

@@ -53,6 +53,10 @@ const (
 	// at a new address, in one EndpointSlice update (a StatefulSet's pod
 	// recreated): in pod mode, the same server moves.
 	Recreate Kind = "recreate"
+	// Rollout replaces every live pod at once (a rolling update with a
+	// surge of 100%): new pods listen, then one update makes them ready
+	// and the old ones terminating. Pods: the old ones, then as many new.
+	Rollout Kind = "rollout"
 	// Hang makes the second target's admin socket and API accept and never
 	// answer (an HAProxy that hangs); Unhang ends it.
 	Hang   Kind = "hang"
@@ -264,7 +268,21 @@ func Generate(seed uint64, shape Shape) []Step {
 			pods[next] = dead
 			st = Step{Kind: AddDead, Pods: []int{next}}
 			next++
-		case roll >= 97 && len(pods) < shape.MaxPods:
+		case roll == 97:
+			old := in(live)
+			if hungAt >= 0 || len(old) == 0 || len(pods)+len(old) > shape.MaxPods {
+				continue
+			}
+			st = Step{Kind: Rollout, Pods: old}
+			for _, p := range old {
+				pods[p], termAt[p] = terminating, now
+			}
+			for range old {
+				pods[next] = live
+				st.Pods = append(st.Pods, next)
+				next++
+			}
+		case roll >= 98 && len(pods) < shape.MaxPods:
 			if hungAt >= 0 {
 				continue
 			}

@@ -65,11 +65,26 @@ type Setup struct {
 	// Targets is the number of HAProxy instances (an HA pair: 2); the
 	// second one's socket and API may hang.
 	Targets int
+	// Zones puts every third pod in another zone than HAProxy's
+	// (HAPROXY_LOCAL_ZONE): their servers are backups.
+	Zones bool
+}
+
+// localZone is HAPROXY_LOCAL_ZONE in histories with zones.
+const localZone = "zone-a"
+
+// zoneOf is pod n's zone in histories with zones.
+func zoneOf(n int) string {
+	if n%3 == 0 && n != staticPod {
+		return "zone-b"
+	}
+	return localZone
 }
 
 // SetupOf draws a history's setup from its seed, for driver.
 func SetupOf(seed uint64, driver Driver) Setup {
-	return Setup{Seed: seed, Driver: driver, Static: seed%2 == 1, ReloadDelay: time.Duration(1+seed%2) * time.Second, Targets: 1 + int(seed/2%2)}
+	return Setup{Seed: seed, Driver: driver, Static: seed%2 == 1, ReloadDelay: time.Duration(1+seed%2) * time.Second,
+		Targets: 1 + int(seed/2%2), Zones: seed/4%2 == 1}
 }
 
 // world is one history's HAProxy targets, pods, Kubernetes and service.
@@ -118,7 +133,10 @@ func newWorld(t testing.TB, s Setup) *world {
 		"TARGET_ADDRESS": "pod", "INGRESS_NAMESPACE": namespace, "INGRESS_SERVICE_NAME": service,
 		"HAPROXY_BACKEND_NAME": backend, "ALLOWED_SERVER_CIDRS": "127.0.0.0/8",
 		"HAPROXY_RUNTIME_URL": strings.Join(runtimes, ","), "HAPROXY_DATAPLANE_URL": strings.Join(apis, ","),
-		"CLUSTER_NAME": "",
+		"CLUSTER_NAME": "", "HAPROXY_LOCAL_ZONE": "",
+	}
+	if s.Zones {
+		env["HAPROXY_LOCAL_ZONE"] = localZone
 	}
 	if s.Static {
 		env["CLUSTER_NAME"] = cluster
@@ -219,11 +237,16 @@ func (w *world) input() desired.Input {
 		case terminating:
 			ready, term = false, true
 		}
-		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{
+		ep := discoveryv1.Endpoint{
 			Addresses:  []string{podAddr(n)},
 			Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &term},
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: namespace, Name: cmp.Or(w.names[n], podName(n))},
-		})
+		}
+		if w.setup.Zones {
+			z := zoneOf(n)
+			ep.Zone = &z
+		}
+		sl.Endpoints = append(sl.Endpoints, ep)
 	}
 	for _, i := range order {
 		slices = append(slices, *bySlice[i])
@@ -249,8 +272,11 @@ func (w *world) startPods(n int) {
 func (w *world) apply(st Step, index int) error {
 	w.rec.add(obs{kind: obsStep, step: index})
 	changed := false
-	if st.Kind == Recreate {
+	switch st.Kind {
+	case Recreate:
 		return w.recreate(st, index)
+	case Rollout:
+		return w.rollout(st)
 	}
 	for _, n := range st.Pods {
 		w.mu.Lock()
@@ -343,6 +369,39 @@ func (w *world) recreate(st Step, index int) error {
 	gone := w.pods[old]
 	w.mu.Unlock()
 	gone.stop()
+	return nil
+}
+
+// rollout carries out a Rollout: the new pods listen, then one update
+// makes them ready and every old one terminating.
+func (w *world) rollout(st Step) error {
+	half := len(st.Pods) / 2
+	old, fresh := st.Pods[:half], st.Pods[half:]
+	for _, n := range fresh {
+		p := w.newPod(n)
+		w.mu.Lock()
+		w.pods[n] = p
+		w.mu.Unlock()
+		if err := p.start(); err != nil {
+			return err
+		}
+	}
+	w.mu.Lock()
+	for _, n := range old {
+		w.k8s[n] = terminating
+	}
+	for _, n := range fresh {
+		w.k8s[n] = live
+	}
+	w.mu.Unlock()
+	for _, n := range old {
+		w.rec.add(obs{kind: obsK8s, pod: n, state: terminating})
+	}
+	for _, n := range fresh {
+		w.rec.add(obs{kind: obsK8s, pod: n, state: live})
+	}
+	w.live.Set(w.input())
+	w.poke()
 	return nil
 }
 
