@@ -26,7 +26,12 @@
 //   - everything else (new servers without a socket, deletions, check
 //     parameters, backend settings) goes into one transaction: one commit,
 //     one reload; with the socket, a server deleted past the drain timeout
-//     (plan.Change.Kill) has its sessions shut through it first (toShut).
+//     (plan.Change.Kill) has its sessions shut through it first (toShut);
+//   - every add through the socket carries what haproxy.cfg's
+//     default-server lines give the server, which HAProxy never applies to
+//     "add server" (inheritance, plan.Change.Inherit); when a line has a
+//     keyword "add server" cannot carry, no server is added there: new
+//     servers go into the transaction, parked, and the reload loads them.
 //
 // Every write carries the version the plan was computed from; a conflict is
 // returned as a failure.Temporary error so the caller re-reads and re-plans. A

@@ -75,3 +75,35 @@ func TestDefaultServerNotCarriedIsLeftToTheReload(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultServerKeywordsReachEverySocketAdd: with send-proxy-v2 and
+// maxconn in the backend's default-server, every add the driver sends to
+// the socket carries them (plan.Change.Inherit): the add the API answered
+// with a reload, the adds that then go through the socket alone (a burst),
+// and a large scale-up's.
+func TestDefaultServerKeywordsReachEverySocketAdd(t *testing.T) {
+	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	be := api.Backend("be")
+	be.DefaultServer = &models.DefaultServer{ServerParams: models.ServerParams{SendProxyV2: "enabled", Maxconn: ptr(int64(100))}}
+	api.AddBackend(be)
+	hl := &healthLog{api: api, lazy: true}
+	u, _ := url.Parse(api.URL)
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+	syncOnce(t, c, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready)))
+	syncOnce(t, c, burst(dataplane.MaxRuntimeAdds+5))
+	adds := 0
+	for _, p := range hl.applied {
+		for _, ch := range p.Changes {
+			if ch.Action != plan.Add {
+				continue
+			}
+			adds++
+			if !slices.Equal(ch.Inherit, []string{"send-proxy-v2", "maxconn 100"}) {
+				t.Errorf("socket add of %s carries %q, want send-proxy-v2 and maxconn 100", ch.Name, ch.Inherit)
+			}
+		}
+	}
+	if adds < dataplane.MaxRuntimeAdds+5 {
+		t.Errorf("%d adds through the socket, want node-a, node-b and the burst's", adds)
+	}
+}
