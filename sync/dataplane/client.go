@@ -26,7 +26,12 @@
 //   - everything else (new servers without a socket, deletions, check
 //     parameters, backend settings) goes into one transaction: one commit,
 //     one reload; with the socket, a server deleted past the drain timeout
-//     (plan.Change.Kill) has its sessions shut through it first (toShut).
+//     (plan.Change.Kill) has its sessions shut through it first (toShut);
+//   - every add through the socket carries what haproxy.cfg's
+//     default-server lines give the server, which HAProxy never applies to
+//     "add server" (inheritance, plan.Change.Inherit); when a line has a
+//     keyword "add server" cannot carry, no server is added there: new
+//     servers go into the transaction, parked, and the reload loads them.
 //
 // Every write carries the version the plan was computed from; a conflict is
 // returned as a failure.Temporary error so the caller re-reads and re-plans. A
@@ -227,7 +232,7 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 		return model.Backend{}, err
 	}
 	out := model.Backend{Name: backend, Revision: v2.version, Settings: settingsOf(&be)}
-	retry, err := c.readRetry(ctx, &be)
+	retry, inh, err := c.readSections(ctx, &be, c.runtime != nil)
 	if err != nil {
 		return model.Backend{}, err
 	}
@@ -258,7 +263,10 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 				// reload that has not run yet (reload_delay), and no check
 				// of it ran. Not a server whose checks cannot be seen:
 				// that would put it in service before the reload loads it.
-				out.Servers[i].Runtime = &model.Runtime{Loading: true, Addable: onlyWritten(out.Servers[i].Source)}
+				// The socket can add it only with what haproxy.cfg's
+				// default-server gives it (inheritance).
+				addable := onlyWritten(out.Servers[i].Source) && inh.inherit(out.Servers[i]).Carried
+				out.Servers[i].Runtime = &model.Runtime{Loading: true, Addable: addable}
 				continue
 			}
 			// The running HAProxy's state is what serves traffic, and what
@@ -309,24 +317,29 @@ func unpersisted(s *model.Server) bool {
 	return s != nil && s.Runtime != nil && s.Runtime.Unpersisted
 }
 
-// readRetry reads the lines that retry a failed connection as HAProxy runs
-// them: the backend's, then, for each line it leaves unset, its defaults
-// section's ("from", which the API fills in also for a backend that follows
-// an unnamed defaults section), and so on up the defaults' own "from". A
-// backend that sets every line costs no call.
-func (c *Client) readRetry(ctx context.Context, be *models.Backend) (model.RetryLines, error) {
+// readSections reads what be inherits from its defaults sections ("from",
+// which the API fills in also for a backend that follows an unnamed
+// defaults section, and so on up the defaults' own "from"): the lines that
+// retry a failed connection as HAProxy runs them, the backend's first, then
+// for each line it leaves unset the nearest section's; and, with all, the
+// default-server lines of every section (inheritance), which a server added
+// through the socket must carry. Without all, a backend that sets every
+// retry line costs no call.
+func (c *Client) readSections(ctx context.Context, be *models.Backend, all bool) (model.RetryLines, inheritance, error) {
 	s := backendRetry(be)
+	inh := inheritance{sections: []*models.DefaultServer{be.DefaultServer}}
 	seen := map[string]bool{}
-	for from := be.From; from != "" && !seen[from] && !s.complete(); {
+	for from := be.From; from != "" && !seen[from] && (all || !s.complete()); {
 		seen[from] = true
 		var d models.Defaults
 		if _, err := c.do(ctx, http.MethodGet, "/configuration/defaults/"+url.PathEscape(from), nil, nil, &d); err != nil {
-			return model.RetryLines{}, fmt.Errorf("read defaults section %s of backend %s: %w", from, be.Name, err)
+			return model.RetryLines{}, inheritance{}, fmt.Errorf("read defaults section %s of backend %s: %w", from, be.Name, err)
 		}
 		s = s.inherit(defaultsRetry(&d))
+		inh.sections = append(inh.sections, d.DefaultServer)
 		from = d.From
 	}
-	return s.retryLines(), nil
+	return s.retryLines(), inh, nil
 }
 
 // dynamicAlgorithm refuses a backend whose balance algorithm cannot take
@@ -375,7 +388,19 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		return "/configuration/backends/" + url.PathEscape(p.Backend) + "/servers/" + url.PathEscape(name)
 	}
 
-	r := route(p, c.runtime != nil, c.addsReload())
+	// What haproxy.cfg's default-server gives a server, which an add
+	// through the socket must carry (inheritance); read only for a plan
+	// that may add one there. A server whose keywords cannot be carried
+	// is written and left to the reload: it never enters service
+	// through the socket without them.
+	var inh inheritance
+	if c.runtime != nil && mayAddOnSocket(p) {
+		var err error
+		if inh, err = c.readInheritance(ctx, p.Backend); err != nil {
+			return out, err
+		}
+	}
+	r := route(p, c.runtime != nil, c.addsReload(), inh.carriesAdds(p))
 	// each runs write for every change with the version the previous write
 	// left; a change HAProxy refused for its one server does not stop the
 	// others.
@@ -411,14 +436,14 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		// gets it through the socket now rather than at the reload.
 		unexpected(&out, whyChangeReloads)
 		if c.runtime != nil {
-			if err := c.onRuntime(ctx, plan.Plan{Backend: p.Backend, Changes: []plan.Change{ch}}, &out, &failed); err != nil {
+			if err := c.onRuntime(ctx, inh, plan.Plan{Backend: p.Backend, Changes: []plan.Change{ch}}, &out, &failed); err != nil {
 				return resp.nextVersion(v), err
 			}
 		}
 		return resp.nextVersion(v), nil
 	}
-	addThenGate := func(ch plan.Change, v int64) (int64, error) { return c.addThenGate(ctx, p.Backend, ch, v, &out) }
-	gate := func(ch plan.Change, v int64) (int64, error) { return c.gate(ctx, p.Backend, ch, v, &out) }
+	addThenGate := func(ch plan.Change, v int64) (int64, error) { return c.addThenGate(ctx, inh, p.Backend, ch, v, &out) }
+	gate := func(ch plan.Change, v int64) (int64, error) { return c.gate(ctx, inh, p.Backend, ch, v, &out) }
 	for i, ch := range r.addGated {
 		if c.addsReload() {
 			// The API reloads for adds: the rest go through the socket,
@@ -436,13 +461,13 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	if err := each("", r.puts, put); err != nil {
 		return out, err
 	}
-	if err := c.onRuntime(ctx, plan.Plan{Backend: p.Backend, Changes: r.onSocket}, &out, &failed); err != nil {
+	if err := c.onRuntime(ctx, inh, plan.Plan{Backend: p.Backend, Changes: r.onSocket}, &out, &failed); err != nil {
 		return out, err
 	}
 	structural := r.structural
 	if len(r.burst) > 0 {
 		before := len(failed)
-		if err := c.addAtRuntime(ctx, p.Backend, r.burst, &out, &failed); err != nil {
+		if err := c.addAtRuntime(ctx, inh, p.Backend, r.burst, &out, &failed); err != nil {
 			return out, err
 		}
 		structural = without(structural, refusedNames(failed[before:]))
@@ -459,7 +484,7 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		entering := slices.DeleteFunc(slices.Clone(r.first), func(ch plan.Change) bool { return !putsInService(ch) })
 		leaving := slices.DeleteFunc(slices.Clone(r.first), putsInService)
 		before := len(failed)
-		if err := c.onRuntime(ctx, plan.Plan{Backend: p.Backend, Changes: entering}, &out, &failed); err != nil {
+		if err := c.onRuntime(ctx, inh, plan.Plan{Backend: p.Backend, Changes: entering}, &out, &failed); err != nil {
 			return out, err
 		}
 		if len(entering) > 0 && len(failed)-before == len(entering) {
@@ -474,7 +499,7 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			}
 			structural, leaving = without(structural, kept), nil
 		}
-		if err := c.onRuntime(ctx, plan.Plan{Backend: p.Backend, Changes: leaving}, &out, &failed); err != nil {
+		if err := c.onRuntime(ctx, inh, plan.Plan{Backend: p.Backend, Changes: leaving}, &out, &failed); err != nil {
 			return out, err
 		}
 		// Written only as the running HAProxy took them: a server it
@@ -509,11 +534,11 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 
 // onRuntime applies changes through the runtime socket; a change it refused
 // for its one server is recorded in failed.
-func (c *Client) onRuntime(ctx context.Context, p plan.Plan, out *plan.Applied, failed *plan.ServerErrors) error {
+func (c *Client) onRuntime(ctx context.Context, inh inheritance, p plan.Plan, out *plan.Applied, failed *plan.ServerErrors) error {
 	if len(p.Changes) == 0 {
 		return nil
 	}
-	applied, err := c.runtime.Apply(ctx, p)
+	applied, err := c.socketApply(ctx, inh, p)
 	out.Add(applied)
 	var refused plan.ServerErrors
 	if errors.As(err, &refused) {
@@ -550,7 +575,7 @@ func refusedNames(refused plan.ServerErrors) map[string]bool {
 // a server of the same name that someone else added. One this service
 // added since the read is not added again, only moved (gated) if its
 // address differs.
-func (c *Client) addAtRuntime(ctx context.Context, backend string, changes []plan.Change, out *plan.Applied, failed *plan.ServerErrors) error {
+func (c *Client) addAtRuntime(ctx context.Context, inh inheritance, backend string, changes []plan.Change, out *plan.Applied, failed *plan.ServerErrors) error {
 	running, err := c.runtime.ReadRuntime(ctx, backend)
 	if err != nil {
 		return fmt.Errorf("read runtime state of %s: %w", backend, err)
@@ -575,7 +600,7 @@ func (c *Client) addAtRuntime(ctx context.Context, backend string, changes []pla
 			rp.Changes = append(rp.Changes, plan.Change{Action: plan.Drain, Name: ch.Name, Old: old, New: &held, Gate: true})
 		}
 	}
-	return c.onRuntime(ctx, rp, out, failed)
+	return c.onRuntime(ctx, inh, rp, out, failed)
 }
 
 // refusedOne records err as one server's refused change when the API
@@ -620,7 +645,7 @@ func (c *Client) versioned(ctx context.Context, method, path string, version int
 // PUT in its state (runtime-safe). If the API answers 202 (it reloads, e.g.
 // because of a default_server), the server comes from the reload parked, and
 // a later reconcile gates it.
-func (c *Client) addThenGate(ctx context.Context, backend string, ch plan.Change, version int64, out *plan.Applied) (int64, error) {
+func (c *Client) addThenGate(ctx context.Context, inh inheritance, backend string, ch plan.Change, version int64, out *plan.Applied) (int64, error) {
 	srv := *ch.New
 	parked := srv
 	parked.State = model.Maint
@@ -640,13 +665,15 @@ func (c *Client) addThenGate(ctx context.Context, backend string, ch plan.Change
 		// it parked, and a later reconcile gates it again.
 		c.addsReloaded.Store(time.Now().UnixNano())
 		unexpected(out, whyAddReloads)
-		if srv.State == model.Maint {
+		if srv.State == model.Maint || !inh.inherit(srv).Carried {
+			// (Not carried: a default-server keyword "add server"
+			// cannot take. The reload loads it, parked.)
 			return version, nil
 		}
 		held := srv
 		held.State = model.Drain
 		rp := plan.Plan{Backend: backend, Changes: []plan.Change{{Action: plan.Add, Name: srv.Name, New: &held, Gate: true}}}
-		applied, err := c.runtime.Apply(ctx, rp)
+		applied, err := c.socketApply(ctx, inh, rp)
 		out.Add(applied)
 		if err != nil {
 			return version, fmt.Errorf("add at runtime after the API's reload: %w", err)
@@ -664,7 +691,7 @@ func (c *Client) addThenGate(ctx context.Context, backend string, ch plan.Change
 		// it "disabled", which pauses its check for as long as it is in
 		// maintenance, so it is added again through the socket, in
 		// maintenance, its check started (gating would put it in drain).
-		return version, c.checkWhileParked(ctx, backend, srv, out)
+		return version, c.checkWhileParked(ctx, inh, backend, srv, out)
 	}
 	if err := c.runtime.Gate(ctx, backend, srv.Name); err != nil {
 		return version, fmt.Errorf("gate: %w", err)
@@ -727,7 +754,7 @@ func (c *Client) stillChecked(ctx context.Context, backend string, changes []pla
 // checkWhileParked adds srv, which the API just added in maintenance, again
 // through the socket with its id, in maintenance with its check running
 // (plan.Change.Renew). A server it cannot find is left as the API added it.
-func (c *Client) checkWhileParked(ctx context.Context, backend string, srv model.Server, out *plan.Applied) error {
+func (c *Client) checkWhileParked(ctx context.Context, inh inheritance, backend string, srv model.Server, out *plan.Applied) error {
 	running, err := c.runtime.ReadRuntime(ctx, backend)
 	if err != nil {
 		return fmt.Errorf("read runtime state of %s: %w", backend, err)
@@ -736,7 +763,7 @@ func (c *Client) checkWhileParked(ctx context.Context, backend string, srv model
 		if old := &running[i]; old.Name == srv.Name && old.Runtime != nil && old.State == model.Maint {
 			parked := srv
 			rp := plan.Plan{Backend: backend, Changes: []plan.Change{{Action: plan.Update, Name: srv.Name, Old: old, New: &parked, Renew: true}}}
-			applied, err := c.runtime.Apply(ctx, rp)
+			applied, err := c.socketApply(ctx, inh, rp)
 			out.Add(applied)
 			return err
 		}
@@ -754,7 +781,7 @@ func loading(s *model.Server) bool {
 // gate holds an existing server out of service until its check passes:
 // haproxy.cfg (and so the runtime) says maintenance, with the new address if
 // it moves, then the runtime socket restarts its check in drain.
-func (c *Client) gate(ctx context.Context, backend string, ch plan.Change, version int64, out *plan.Applied) (int64, error) {
+func (c *Client) gate(ctx context.Context, inh inheritance, backend string, ch plan.Change, version int64, out *plan.Applied) (int64, error) {
 	parked := *ch.New
 	parked.State = model.Maint
 	if ch.Old.State != model.Maint || ch.Old.Address != parked.Address || ch.Old.Port != parked.Port || ch.Old.Check != parked.Check {
@@ -769,27 +796,34 @@ func (c *Client) gate(ctx context.Context, backend string, ch plan.Change, versi
 		}
 		version = r.nextVersion(version)
 	}
+	carried := inh.inherit(*ch.New).Carried
 	if loading(ch.Old) {
+		if !carried {
+			// A default-server keyword "add server" cannot take (read
+			// since the plan): parked in haproxy.cfg, the reload loads it.
+			return version, nil
+		}
 		// haproxy.cfg holds it (parked now) and the running HAProxy does
-		// not: added there through the socket, gated, rather than left
-		// to a reload that may never come. The reload, when it comes,
-		// loads it parked, with haproxy.cfg's id and check, and a later
-		// reconcile gates it again.
+		// not: added there through the socket, gated, with what its
+		// default-server gives it, rather than left to a reload that may
+		// never come. The reload, when it comes, loads it parked, with
+		// haproxy.cfg's id and check, and a later reconcile gates it again.
 		held := *ch.New
 		held.Backup = ch.Old.Backup // as haproxy.cfg holds it (serverModel kept it)
 		rp := plan.Plan{Backend: backend, Changes: []plan.Change{{Action: plan.Add, Name: ch.Name, New: &held, Gate: true}}}
-		applied, err := c.runtime.Apply(ctx, rp)
+		applied, err := c.socketApply(ctx, inh, rp)
 		out.Add(applied)
 		return version, err
 	}
-	if renewable(ch) && !c.addsReload() {
-		// Deleted and added again through the socket, with its id and the
-		// keywords haproxy.cfg holds: its first check comes at once, where
-		// leaving maintenance keeps it on the steady inter (1.5 s shipped).
+	if renewable(ch) && !c.addsReload() && carried {
+		// Deleted and added again through the socket, with its id, the
+		// keywords haproxy.cfg holds and those its default-server gives
+		// it: its first check comes at once, where leaving maintenance
+		// keeps it on the steady inter (1.5 s shipped).
 		held := *ch.New
 		held.Backup = ch.Old.Backup
 		rp := plan.Plan{Backend: backend, Changes: []plan.Change{{Action: ch.Action, Name: ch.Name, Old: ch.Old, New: &held, Gate: true, Renew: true}}}
-		applied, err := c.runtime.Apply(ctx, rp)
+		applied, err := c.socketApply(ctx, inh, rp)
 		out.Add(applied)
 		if !errors.As(err, new(plan.ServerErrors)) {
 			return version, err

@@ -39,7 +39,7 @@ func TestToShut(t *testing.T) {
 			append(entries(MaxRuntimeAdds+1), expired(parked("x"))), true, "first:21 structural:22", []string{"x"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			r := route(plan.Plan{Backend: "be", Changes: tt.changes}, tt.socket, false)
+			r := route(plan.Plan{Backend: "be", Changes: tt.changes}, tt.socket, false, true)
 			if got := r.summary(); got != tt.routes {
 				t.Errorf("routes %s, want %s", got, tt.routes)
 			}

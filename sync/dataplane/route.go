@@ -51,11 +51,15 @@ type routes struct {
 
 // route decides how each change of p reaches HAProxy; socket says whether
 // the instance's runtime socket is there (WithRuntime), addsReload whether
-// the API answers server adds with a reload (then every add is a burst).
-func route(p plan.Plan, socket, addsReload bool) routes {
+// the API answers server adds with a reload (then every add is a burst),
+// socketAdds whether the socket may add p's new servers: it carries what
+// haproxy.cfg's default-server gives them (inheritance). When it may not,
+// new servers go into the transaction, parked when gated, and the reload
+// loads them.
+func route(p plan.Plan, socket, addsReload, socketAdds bool) routes {
 	var r routes
 	adds := len(p.Names(plan.Add))
-	burst := socket && (adds > MaxRuntimeAdds || addsReload && adds > 0)
+	burst := socket && socketAdds && (adds > MaxRuntimeAdds || addsReload && adds > 0)
 	leaving := 0
 	for _, ch := range p.Changes {
 		if leaves(ch) {
@@ -89,7 +93,7 @@ func route(p plan.Plan, socket, addsReload bool) routes {
 			}
 		case ch.Action == plan.Add && burst:
 			r.burst = append(r.burst, ch)
-		case ch.Action == plan.Add && socket:
+		case ch.Action == plan.Add && socket && socketAdds:
 			r.addGated = append(r.addGated, ch)
 		case ch.Gate && ch.Action != plan.Add && socket:
 			r.gated = append(r.gated, ch)

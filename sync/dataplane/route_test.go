@@ -148,12 +148,12 @@ func TestRoute(t *testing.T) {
 		{"many checked and a few leaving by PUT: those follow the entries too", append(entries(MaxRuntimeAdds+1), leavingChanges(3)...), true, "first:24 structural:24"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := route(plan.Plan{Backend: "be", Changes: tt.changes}, tt.socket, false).summary(); got != tt.want {
+			if got := route(plan.Plan{Backend: "be", Changes: tt.changes}, tt.socket, false, true).summary(); got != tt.want {
 				t.Errorf("%s, want %s", got, tt.want)
 			}
 		})
 	}
-	r := route(plan.Plan{Changes: []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Maint)}}}, true, false)
+	r := route(plan.Plan{Changes: []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Maint)}}}, true, false, true)
 	if r.onSocket[0].Action != plan.Maint || r.onSocket[0].New.State != model.Maint {
 		t.Errorf("a delete on the socket is %s to %s, want parked only", r.onSocket[0].Action, r.onSocket[0].New.State)
 	}
@@ -161,7 +161,7 @@ func TestRoute(t *testing.T) {
 	// deleted by a later reconcile; one parked already is deleted.
 	r = route(plan.Plan{Changes: append(entries(MaxRuntimeAdds+1),
 		plan.Change{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Ready)},
-		plan.Change{Action: plan.Delete, Name: "p", Old: server("p", model.Maint, model.Maint)})}, true, false)
+		plan.Change{Action: plan.Delete, Name: "p", Old: server("p", model.Maint, model.Maint)})}, true, false, true)
 	for _, ch := range r.structural {
 		if ch.Name == "x" && (ch.Action != plan.Maint || ch.New.State != model.Maint) || ch.Name == "p" && ch.Action != plan.Delete {
 			t.Errorf("beside entries, %s is written as %s", ch.Name, ch.Action)
@@ -170,7 +170,7 @@ func TestRoute(t *testing.T) {
 	if fmt.Sprint(r.deferred) != "[x]" {
 		t.Errorf("deferred %v, want [x]", r.deferred)
 	}
-	r = route(plan.Plan{Changes: []plan.Change{{Action: plan.Update, Name: "b", Old: socketOnly("b", model.Drain), New: server("b", model.Ready, "")}}}, true, false)
+	r = route(plan.Plan{Changes: []plan.Change{{Action: plan.Update, Name: "b", Old: socketOnly("b", model.Drain), New: server("b", model.Ready, "")}}}, true, false, true)
 	if tx := r.structural[0]; tx.Action != plan.Add || tx.Gate || tx.New.State != model.Ready {
 		t.Errorf("a burst server checked is written as %s gate=%v %s, want added in service", tx.Action, tx.Gate, tx.New.State)
 	}

@@ -10,7 +10,8 @@
 //     no reload; any other change answers 202 and reloads (backup among
 //     them: HAProxy takes it only when a server is added);
 //   - a server POST is added at runtime (201, no reload) only when neither the
-//     backend nor the defaults section has a default_server; else 202, reload;
+//     backend nor the defaults section has a default_server (AddBackend,
+//     AddDefaults, or Options.DefaultsDefaultServer); else 202, reload;
 //   - a server DELETE and a backend PUT always reload (202);
 //   - writes inside a transaction answer 202 and apply nothing until commit;
 //     a commit always reloads (202, or 200 with force_reload), marks other
@@ -696,7 +697,9 @@ func (s *Server) configOp(op string, cfg Config, path map[string]string, body []
 		if be.Backend.Balance != nil && be.Backend.Balance.Algorithm != nil {
 			algo = *be.Backend.Balance.Algorithm
 		}
-		runtime := !s.opts.DefaultsDefaultServer && be.Backend.DefaultServer == nil && dynamicBalance[algo]
+		// (Its defaults section's "from" is not followed: tests give one.)
+		runtime := !s.opts.DefaultsDefaultServer && be.Backend.DefaultServer == nil &&
+			s.defaults[be.Backend.From].DefaultServer == nil && dynamicBalance[algo]
 		if runtime && live && s.mirror != nil {
 			// Like the real API: a refused runtime add falls back to a reload.
 			runtime = s.mirror.add(beName, ns) == nil

@@ -69,6 +69,12 @@ type Change struct {
 	// maintenance, its check runs while it waits. The caller knows every
 	// keyword the server has (the Data Plane API driver, from haproxy.cfg).
 	Renew bool
+	// Inherit are keywords the runtime API driver writes on the server's
+	// "add server" line (an add, or a re-add), before the server's own:
+	// what its haproxy.cfg entry inherits from default-server lines, which
+	// HAProxy never applies to "add server". The Data Plane API driver
+	// sets them; empty otherwise.
+	Inherit []string
 }
 
 // SettingsChange is a change of backend-level settings.

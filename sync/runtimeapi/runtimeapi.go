@@ -593,8 +593,14 @@ func (a *applier) addSteps(srv string, ch plan.Change) []Step {
 // addStepsWithID are addSteps with the server's id given.
 func (a *applier) addStepsWithID(srv string, ch plan.Change, id int) []Step {
 	s := *ch.New
-	cmd := fmt.Sprintf("add server %s %s weight %d %s id %d",
-		srv, net.JoinHostPort(s.Address, strconv.Itoa(s.Port)), s.Weight, checkKeywords(s.Check), id)
+	// What haproxy.cfg's default-server would give it comes first: the
+	// server's own keywords after it win, as in haproxy.cfg.
+	inherit := ""
+	if len(ch.Inherit) > 0 {
+		inherit = " " + strings.Join(ch.Inherit, " ")
+	}
+	cmd := fmt.Sprintf("add server %s %s%s weight %d %s id %d",
+		srv, net.JoinHostPort(s.Address, strconv.Itoa(s.Port)), inherit, s.Weight, checkKeywords(s.Check), id)
 	if s.Check.SendProxyV2 {
 		cmd += " send-proxy-v2 check-send-proxy"
 	}
