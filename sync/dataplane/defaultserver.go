@@ -101,6 +101,15 @@ func (in inheritance) inherit(srv model.Server) inherited {
 	flag("send-proxy", p.SendProxy, "send-proxy")
 	flag("send-proxy-v2", p.SendProxyV2, "send-proxy-v2")
 	flag("check-send-proxy", p.CheckSendProxy, "check-send-proxy")
+	// A server haproxy.cfg gives send-proxy also sends the PROXY header on
+	// its checks, unless they go to another port; one added through the
+	// socket does not (seen on 2.6.12: its tcp-check came without the
+	// header, and a port that requires it failed it): say it.
+	if proxied := p.SendProxy == enabled && fields["send-proxy"] && !own["send-proxy"] ||
+		p.SendProxyV2 == enabled && fields["send-proxy-v2"] && !own["send-proxy-v2"]; proxied &&
+		!(fields["check-send-proxy"] && p.CheckSendProxy == enabled) && !fields["health_check_port"] && !own["health_check_port"] && !own["check-send-proxy"] {
+		out.Keywords = append(out.Keywords, "check-send-proxy")
+	}
 	flag("ssl", p.Ssl, "ssl")
 	word("verify", p.Verify, "verify")
 	word("ssl_cafile", p.SslCafile, "ca-file")

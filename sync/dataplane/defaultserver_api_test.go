@@ -98,8 +98,8 @@ func TestDefaultServerKeywordsReachEverySocketAdd(t *testing.T) {
 				continue
 			}
 			adds++
-			if !slices.Equal(ch.Inherit, []string{"send-proxy-v2", "maxconn 100"}) {
-				t.Errorf("socket add of %s carries %q, want send-proxy-v2 and maxconn 100", ch.Name, ch.Inherit)
+			if !slices.Equal(ch.Inherit, []string{"send-proxy-v2", "check-send-proxy", "maxconn 100"}) {
+				t.Errorf("socket add of %s carries %q, want send-proxy-v2, check-send-proxy and maxconn 100", ch.Name, ch.Inherit)
 			}
 		}
 	}

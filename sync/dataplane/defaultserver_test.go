@@ -29,8 +29,12 @@ func TestInherit(t *testing.T) {
 		carried  bool
 	}{
 		{name: "no default-server at all", sections: []*models.DefaultServer{nil, nil}, srv: plain, want: nil, carried: true},
+		// check-send-proxy: haproxy.cfg's servers send the header on their
+		// checks too; one added through the socket only when told.
 		{name: "send-proxy-v2 in the defaults section", sections: []*models.DefaultServer{nil, ds(models.ServerParams{SendProxyV2: on})},
-			srv: plain, want: []string{"send-proxy-v2"}, carried: true},
+			srv: plain, want: []string{"send-proxy-v2", "check-send-proxy"}, carried: true},
+		{name: "send-proxy-v2 with checks on another port", sections: []*models.DefaultServer{ds(models.ServerParams{SendProxyV2: on, HealthCheckPort: n(8081)})},
+			srv: plain, want: []string{"send-proxy-v2", "port 8081"}, carried: true},
 		{name: "ssl verify none", sections: []*models.DefaultServer{ds(models.ServerParams{Ssl: on, Verify: "none"})},
 			srv: plain, want: []string{"ssl", "verify none"}, carried: true},
 		{name: "maxconn and slowstart", sections: []*models.DefaultServer{ds(models.ServerParams{Maxconn: n(100), Slowstart: n(10000)})},
@@ -46,7 +50,7 @@ func TestInherit(t *testing.T) {
 		{name: "init-addr means nothing for an IP address", sections: []*models.DefaultServer{ds(models.ServerParams{InitAddr: ptr("last,libc,none"), Maxconn: n(7)})},
 			srv: plain, want: []string{"maxconn 7"}, carried: true},
 		{name: "a keyword with no add-server equivalent", sections: []*models.DefaultServer{nil, ds(models.ServerParams{Resolvers: "dns", SendProxyV2: on})},
-			srv: plain, want: []string{"send-proxy-v2"}, carried: false},
+			srv: plain, want: []string{"send-proxy-v2", "check-send-proxy"}, carried: false},
 		{name: "a keyword this service does not carry", sections: []*models.DefaultServer{ds(models.ServerParams{Sni: "str(x)"})},
 			srv: plain, want: nil, carried: false},
 		{name: "a value that would cut the CLI line", sections: []*models.DefaultServer{ds(models.ServerParams{Ssl: on, Verify: "required", SslCafile: "/x;del server be/a"})},

@@ -28,6 +28,9 @@ const (
 	// backup server) takes no client while a pod of the local zone has been
 	// ready and answering for its entry bound.
 	LocalFirst Invariant = "local-zone-first"
+	// DefaultServerKept: every connection a server makes, check or client,
+	// carries what haproxy.cfg's default-server line gives it (PROXY v2).
+	DefaultServerKept Invariant = "default-server-kept"
 	// OthersUntouched (d): a server the service does not own (static,
 	// another CLUSTER_NAME's) is never changed.
 	OthersUntouched Invariant = "others-untouched"
@@ -138,6 +141,7 @@ type targetTrack struct {
 	unhungAt    time.Time
 	lastFail    time.Time
 	lastBackup  time.Time // the last LocalFirst violation
+	lastSeen    time.Time // the last violation a pod or monitor saw
 }
 
 func (tt *targetTrack) pod(n int) *seen {
@@ -369,7 +373,12 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				}
 			}
 		case obsViolation:
-			add(o.inv, o.target, o.at, "%s", o.err)
+			if k := len(ev.Violations); k > 0 && ev.Violations[k-1].Invariant == o.inv && o.at.Sub(tt.lastSeen) < time.Second {
+				ev.Violations[k-1].Count++
+			} else {
+				add(o.inv, o.target, o.at, "%s", o.err)
+			}
+			tt.lastSeen = o.at
 		}
 	}
 	return ev

@@ -25,7 +25,7 @@ var soakShape = Shape{Name: "soak", Start: 5, Steps: 400, MaxPods: 16, MaxWait: 
 
 // fixedSeeds are the histories make test runs on every submission, each
 // with both drivers: a budget of a few minutes.
-var fixedSeeds = []uint64{1, 2, 5}
+var fixedSeeds = []uint64{1, 2, 5, 9}
 
 func TestHistories(t *testing.T) {
 	if testing.Short() {
@@ -102,7 +102,7 @@ func TestSoak(t *testing.T) {
 // that replays it and its steps up to the first violation.
 func expectNone(t *testing.T, r Report) {
 	t.Helper()
-	t.Logf("seed %d %s static=%v targets=%d zones=%v: %d steps, %d requests, %d failed %v, a reload by others cost %v", r.Setup.Seed, r.Setup.Driver, r.Setup.Static, r.Setup.Targets, r.Setup.Zones, len(r.Steps), r.Requests, r.Failed, r.Excused, r.ReloadCost)
+	t.Logf("seed %d %s static=%v targets=%d zones=%v default-server=%v: %d steps, %d requests, %d failed %v, a reload by others cost %v", r.Setup.Seed, r.Setup.Driver, r.Setup.Static, r.Setup.Targets, r.Setup.Zones, r.Setup.DefaultServer, len(r.Steps), r.Requests, r.Failed, r.Excused, r.ReloadCost)
 	if len(r.Violations) == 0 {
 		return
 	}

@@ -2,6 +2,8 @@ package history
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -12,7 +14,7 @@ import (
 
 // checkLines are the backend's check: a line sent, a line expected, so that
 // every check that reaches a pod is seen by it.
-var checkLines = []string{"option tcp-check", "tcp-check connect", `tcp-check send hc\n`, "tcp-check expect string ok"}
+var checkLines = []string{"option tcp-check", "tcp-check connect default", `tcp-check send hc\n`, "tcp-check expect string ok"}
 
 // podAddr is pod n's address: its own loopback address, never reused within
 // a history, so what reaches it is its alone.
@@ -31,6 +33,10 @@ type pod struct {
 	n    int
 	addr string
 	rec  *recorder
+	// proxy: every connection must start with a PROXY protocol v2 header
+	// (what "default-server send-proxy-v2" gives servers and their checks);
+	// one without is refused and recorded as a violation.
+	proxy bool
 
 	mu sync.Mutex
 	ln net.Listener
@@ -85,10 +91,6 @@ func (p *pod) serve(ln net.Listener) {
 			defer conns.Done()
 			defer c.Close()
 			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-			line, err := bufio.NewReader(io.LimitReader(c, 64)).ReadString('\n')
-			if err != nil {
-				return // a connection dropped before it said what it is
-			}
 			from := 0
 			if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 				for i, src := range sources {
@@ -96,6 +98,22 @@ func (p *pod) serve(ln net.Listener) {
 						from = i
 					}
 				}
+			}
+			r := bufio.NewReader(io.LimitReader(c, 1024))
+			if p.proxy {
+				ok, err := proxyHeader(r)
+				if err != nil {
+					return // dropped before it said anything
+				}
+				if !ok {
+					p.rec.add(obs{at: at, kind: obsViolation, target: from, inv: DefaultServerKept,
+						err: fmt.Sprintf("a connection without the PROXY v2 header that default-server send-proxy-v2 gives reached %s", podName(p.n))})
+					return
+				}
+			}
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return // a connection dropped before it said what it is
 			}
 			switch strings.TrimSpace(line) {
 			case "hc":
@@ -107,4 +125,28 @@ func (p *pod) serve(ln net.Listener) {
 			}
 		}()
 	}
+}
+
+// proxyV2Sig starts every PROXY protocol v2 header.
+var proxyV2Sig = []byte("\r\n\r\n\x00\r\nQUIT\n")
+
+// proxyHeader reads a PROXY protocol v2 header off r, and says whether
+// there was one (false: the connection started with something else).
+func proxyHeader(r *bufio.Reader) (bool, error) {
+	head, err := r.Peek(len(proxyV2Sig))
+	if err != nil {
+		if len(head) > 0 && !bytes.HasPrefix(proxyV2Sig, head) {
+			return false, nil
+		}
+		return false, err
+	}
+	if !bytes.Equal(head, proxyV2Sig) {
+		return false, nil
+	}
+	var fixed [16]byte
+	if _, err := io.ReadFull(r, fixed[:]); err != nil {
+		return false, err
+	}
+	_, err = r.Discard(int(binary.BigEndian.Uint16(fixed[14:16])))
+	return err == nil, err
 }

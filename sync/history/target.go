@@ -40,6 +40,9 @@ type target struct {
 func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder) *target {
 	t.Helper()
 	lines := append([]string{"balance roundrobin", "source " + sources[i]}, checkLines...)
+	if s.DefaultServer {
+		lines = append(lines, "default-server send-proxy-v2")
+	}
 	tg := &target{i: i, rec: rec}
 	tg.h = haproxytest.Start(t, haproxytest.Backend{Name: backend, Lines: lines})
 	tg.front = tg.h.Frontends[backend]
@@ -60,7 +63,11 @@ func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder) *target 
 			servers = append(servers, models.Server{Name: "static", Address: podAddr(staticPod), Port: &p,
 				ServerParams: models.ServerParams{Check: "enabled"}})
 		}
-		tg.api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: backend, Mode: "tcp", From: "base", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}}, servers...)
+		be := models.BackendBase{Name: backend, Mode: "tcp", From: "base", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}
+		if s.DefaultServer {
+			be.DefaultServer = &models.DefaultServer{ServerParams: models.ServerParams{SendProxyV2: "enabled"}}
+		}
+		tg.api.AddBackend(models.Backend{BackendBase: be}, servers...)
 		tg.h.SetServers(t, backend, tg.api.ServerLines(backend))
 		tg.h.Reload(t)
 	} else if s.Static {

@@ -68,6 +68,11 @@ type Setup struct {
 	// Zones puts every third pod in another zone than HAProxy's
 	// (HAPROXY_LOCAL_ZONE): their servers are backups.
 	Zones bool
+	// DefaultServer (Data Plane driver) writes "default-server
+	// send-proxy-v2" in the backend, and every pod, like an ingress behind
+	// PROXY protocol, refuses a connection that does not start with its
+	// header. The API then reloads for every add, as the real one does.
+	DefaultServer bool
 }
 
 // localZone is HAPROXY_LOCAL_ZONE in histories with zones.
@@ -84,7 +89,7 @@ func zoneOf(n int) string {
 // SetupOf draws a history's setup from its seed, for driver.
 func SetupOf(seed uint64, driver Driver) Setup {
 	return Setup{Seed: seed, Driver: driver, Static: seed%2 == 1, ReloadDelay: time.Duration(1+seed%2) * time.Second,
-		Targets: 1 + int(seed/2%2), Zones: seed/4%2 == 1}
+		Targets: 1 + int(seed/2%2), Zones: seed/4%2 == 1, DefaultServer: driver == Dataplane && seed/8%2 == 1}
 }
 
 // world is one history's HAProxy targets, pods, Kubernetes and service.
@@ -155,7 +160,7 @@ func newWorld(t testing.TB, s Setup) *world {
 }
 
 func (w *world) newPod(n int) *pod {
-	return &pod{n: n, addr: net.JoinHostPort(podAddr(n), strconv.Itoa(w.port)), rec: w.rec}
+	return &pod{n: n, addr: net.JoinHostPort(podAddr(n), strconv.Itoa(w.port)), rec: w.rec, proxy: w.setup.DefaultServer}
 }
 
 // startService wires the reconcile loop the way serve does (a Reconciler from
