@@ -235,8 +235,12 @@ func (w *world) convergedOn(tg *target) []string {
 				st = "out"
 			}
 			switch p, ok := persisted[s.Address]; {
+			case !ok && st == "ready":
+				diffs = append(diffs, fmt.Sprintf("server %s (%s) runs in traffic, haproxy.cfg lacks it", s.Name, s.Address))
 			case !ok:
-				diffs = append(diffs, fmt.Sprintf("server %s (%s) runs, haproxy.cfg lacks it", s.Name, s.Address))
+				// Out of traffic and never written: a server whose check
+				// never passed, added through the socket alone. A reload
+				// drops it; out of traffic either way.
 			case (p == "ready") != (st == "ready"):
 				diffs = append(diffs, fmt.Sprintf("server %s (%s) runs %s, haproxy.cfg has it %s", s.Name, s.Address, st, p))
 			}
