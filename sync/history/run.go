@@ -197,6 +197,10 @@ func (w *world) convergedOn(tg *target) []string {
 	}
 	w.mu.Unlock()
 	var diffs []string
+	anyReady := false
+	for n, st := range k8s {
+		anyReady = anyReady || st == live && alive[n]
+	}
 	for n, st := range k8s {
 		s, ok := byAddr[podAddr(n)]
 		switch {
@@ -206,8 +210,12 @@ func (w *world) convergedOn(tg *target) []string {
 			diffs = append(diffs, fmt.Sprintf("%s: ready and answering, server maint=%v drain=%v up=%v", podName(n), s.Maint(), s.Drain(), s.Up()))
 		case (st == notReady || st == noticed) && !s.Maint():
 			diffs = append(diffs, podName(n)+": not ready, server not in maintenance")
-		case st == terminating && (s.Maint() || !s.Drain() && s.Weight != 0):
-			diffs = append(diffs, fmt.Sprintf("%s: terminating, server maint=%v drain=%v", podName(n), s.Maint(), s.Drain()))
+		case st == terminating && s.Maint():
+			diffs = append(diffs, fmt.Sprintf("%s: terminating, server in maintenance", podName(n)))
+		case st == terminating && !s.Drain() && s.Weight != 0 && anyReady:
+			// Kept in traffic only while no other pod of this instance
+			// could serve (make-before-break).
+			diffs = append(diffs, fmt.Sprintf("%s: terminating, server in traffic beside a ready pod", podName(n)))
 		}
 		delete(byAddr, podAddr(n))
 	}
