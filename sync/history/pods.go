@@ -133,11 +133,17 @@ var proxyV2Sig = []byte("\r\n\r\n\x00\r\nQUIT\n")
 // proxyHeader reads a PROXY protocol v2 header off r, and says whether
 // there was one (false: the connection started with something else).
 func proxyHeader(r *bufio.Reader) (bool, error) {
+	// A check or a client without the header sends a short line and waits
+	// for the answer: the first byte tells.
+	first, err := r.Peek(1)
+	if err != nil {
+		return false, err
+	}
+	if first[0] != proxyV2Sig[0] {
+		return false, nil
+	}
 	head, err := r.Peek(len(proxyV2Sig))
 	if err != nil {
-		if len(head) > 0 && !bytes.HasPrefix(proxyV2Sig, head) {
-			return false, nil
-		}
 		return false, err
 	}
 	if !bytes.Equal(head, proxyV2Sig) {

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# teeth.sh: does the history checker find the defects of issue 43 by itself?
+# For each fix, on a scratch worktree of HEAD with that fix's code reverted,
+# run the checker's histories alone (never the regression tests) and report
+# whether it found a violation, which, and how long it took.
+#
+#   hack/teeth.sh [NAME...]      default: every entry of the table below
+#
+# Each line of the table: name | commits whose code is reverted, newest first
+# (their tests, the checker and the test doubles are kept: only the service's
+# code goes back), or "unwire" for the reload watch, which the checker wires
+# as serve does | histories as SEED:DRIVER:SHAPE.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+table=$(cat <<'EOF'
+1-reload-by-others|unwire|1:runtime:short 2:runtime:short
+2-default-server|523dac1 f39fc37|9:dataplane:short 11:dataplane:short 13:dataplane:short
+4-backup-kept|5ac9b72 f4f7245|5:dataplane:short 4:dataplane:short 7:dataplane:short
+6-hung-target|10ede8f|2:runtime:soak 3:runtime:soak
+7-patience|e050e2a|1:runtime:soak 2:runtime:soak
+EOF
+)
+want=("$@")
+out=$root/bin/teeth.txt
+mkdir -p bin
+echo "teeth at $(git describe --always --dirty) on ${HKS_HAPROXY:-haproxy on PATH}, $(date -u +%FT%TZ)" | tee "$out"
+while IFS='|' read -r name commits runs; do
+  if [ ${#want[@]} -gt 0 ] && [[ ! " ${want[*]} " == *" $name "* ]]; then continue; fi
+  wt=$(mktemp -d)/teeth
+  git worktree add -q --detach "$wt" HEAD
+  (
+    cd "$wt"
+    for c in $commits; do
+      if [ "$c" = unwire ]; then
+        sed -i 's|go func() { rw.Run(ctx); close(watching) }()|go func() { _ = rw; _ = ctx; close(watching) }()|' sync/history/world.go
+        grep -q '_ = rw' sync/history/world.go || { echo "$name: cannot unwire"; exit 1; }
+        continue
+      fi
+      # Revert the commit's code, not its tests, the checker or the doubles.
+      files=$(git show --name-only --format= "$c" | grep '\.go$' | grep -v '_test\.go$' |
+        grep -v -e '^sync/history/' -e '^sync/dataplanetest/' -e '^sync/haproxytest/')
+      git diff "$c" "$c^" -- $files | git apply -3 --whitespace=nowarn >/dev/null 2>&1 ||
+        { echo "$name: $c does not revert cleanly"; exit 1; }
+    done
+    go build ./... >/dev/null 2>&1 || { echo "$name: does not build with its fix reverted"; exit 1; }
+    for run in $runs; do
+      IFS=: read -r seed driver shape <<<"$run"
+      start=$(date +%s)
+      log=$(HKS_HISTORY_SEED=$seed HKS_HISTORY_DRIVER=$driver HKS_HISTORY_SHAPE=$shape \
+        go test -count=1 -timeout 30m -run '^TestReplay$' -v ./sync/history 2>&1)
+      took=$(( $(date +%s) - start ))
+      found=$(grep -E '^ +[a-z-]+ after step' <<<"$log" | head -3 | sed 's/^ *//' | cut -c1-200)
+      if [ -n "$found" ]; then
+        echo "$name: FOUND by seed $seed ($driver, $shape) in ${took}s:"; echo "$found" | sed 's/^/    /'
+        exit 0
+      fi
+      echo "$name: seed $seed ($driver, $shape) passed in ${took}s"
+    done
+    echo "$name: NOT FOUND"
+  ) 2>&1 | tee -a "$out"
+  git worktree remove --force "$wt"
+done <<<"$table"
