@@ -290,6 +290,9 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 				r.Runtime = &rt
 			}
 			out.Servers[i].Runtime, out.Servers[i].Up = r.Runtime, r.Up
+			// Where it runs: a move haproxy.cfg holds and a reload is
+			// still to apply is not made yet (move.go).
+			out.Servers[i].Address, out.Servers[i].Port = runningAt(out.Servers[i], r)
 		}
 		// Servers the running HAProxy holds and haproxy.cfg does not: a
 		// burst added through the socket, written once each enters
@@ -780,7 +783,9 @@ func loading(s *model.Server) bool {
 
 // gate holds an existing server out of service until its check passes:
 // haproxy.cfg (and so the runtime) says maintenance, with the new address if
-// it moves, then the runtime socket restarts its check in drain.
+// it moves, then the runtime socket restarts its check in drain — and, for
+// a server that moves, then moves it itself, since the API may have left
+// the move to a reload (movesOnSocket): the check runs at the new address.
 func (c *Client) gate(ctx context.Context, inh inheritance, backend string, ch plan.Change, version int64, out *plan.Applied) (int64, error) {
 	parked := *ch.New
 	parked.State = model.Maint
@@ -830,6 +835,17 @@ func (c *Client) gate(ctx context.Context, inh inheritance, backend string, ch p
 		}
 		// Refused (HAProxy 3.3+ keeps a server with idle connections):
 		// gated where it is, as any other returning server.
+	}
+	if movesOnSocket(ch) {
+		// Gated, then moved, through the socket: the PUT's reload (if the
+		// API answered with one) has not run, and the check must run at
+		// the new address, not where the server runs now (move.go).
+		held := *ch.New
+		held.Backup = ch.Old.Backup
+		rp := plan.Plan{Backend: backend, Changes: []plan.Change{{Action: plan.Drain, Name: ch.Name, Old: ch.Old, New: &held, Gate: true}}}
+		applied, err := c.runtime.Apply(ctx, rp)
+		out.Add(applied)
+		return version, err
 	}
 	if err := c.runtime.Gate(ctx, backend, ch.Name); err != nil {
 		return version, err

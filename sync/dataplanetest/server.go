@@ -12,6 +12,8 @@
 //   - a server POST is added at runtime (201, no reload) only when neither the
 //     backend nor the defaults section has a default_server (AddBackend,
 //     AddDefaults, or Options.DefaultsDefaultServer); else 202, reload;
+//   - with Options.RuntimeFails, no server write is applied at runtime: 202,
+//     reload (the real API's fallback when its runtime command fails);
 //   - a server DELETE and a backend PUT always reload (202);
 //   - writes inside a transaction answer 202 and apply nothing until commit;
 //     a commit always reloads (202, or 200 with force_reload), marks other
@@ -57,6 +59,13 @@ type Options struct {
 	// DefaultsDefaultServer says the defaults section has a default_server,
 	// which makes every server POST reload.
 	DefaultsDefaultServer bool
+	// RuntimeFails makes every server POST and every runtime-safe server
+	// PUT (outside a transaction, changing something) answer 202 and reload
+	// instead of being applied at runtime, as the real API does when its
+	// runtime command fails, or when it cannot read HAProxy's version
+	// (dataplaneapi v3.3.0 on HAProxy 3.2 and 3.4). Nothing is replayed on
+	// RuntimeSocket: the running HAProxy gets the write at the reload.
+	RuntimeFails bool
 	// MaxTransactions is the limit of transactions in progress (20 if 0).
 	MaxTransactions int
 	// RuntimeSocket, when set, is the admin socket of a real HAProxy on which
@@ -698,7 +707,7 @@ func (s *Server) configOp(op string, cfg Config, path map[string]string, body []
 			algo = *be.Backend.Balance.Algorithm
 		}
 		// (Its defaults section's "from" is not followed: tests give one.)
-		runtime := !s.opts.DefaultsDefaultServer && be.Backend.DefaultServer == nil &&
+		runtime := !s.opts.DefaultsDefaultServer && !s.opts.RuntimeFails && be.Backend.DefaultServer == nil &&
 			s.defaults[be.Backend.From].DefaultServer == nil && dynamicBalance[algo]
 		if runtime && live && s.mirror != nil {
 			// Like the real API: a refused runtime add falls back to a reload.
@@ -720,7 +729,7 @@ func (s *Server) configOp(op string, cfg Config, path map[string]string, body []
 		ns.Name = path["name"]
 		reload := false
 		for _, f := range changedFields(reflect.ValueOf(ns), reflect.ValueOf(be.Servers[i])) {
-			reload = reload || !runtimeFields[f]
+			reload = reload || !runtimeFields[f] || s.opts.RuntimeFails
 		}
 		old := be.Servers[i]
 		be.Servers[i] = ns

@@ -133,6 +133,31 @@ func TestDefaultServerMakesAddsReload(t *testing.T) {
 	}
 }
 
+// TestRuntimeFailsMakesServerWritesReload: with Options.RuntimeFails, a
+// runtime-safe PUT (a move) and a POST answer 202 and reload, as the real
+// API does when its runtime command fails; a PUT that changes nothing is
+// still 200 with no reload, and a transaction's writes are unchanged.
+func TestRuntimeFailsMakesServerWritesReload(t *testing.T) {
+	s := New(t, Options{AllowViolations: true, RuntimeFails: true})
+	rr := "roundrobin"
+	port := int64(80)
+	s.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", Balance: &models.Balance{Algorithm: &rr}}},
+		models.Server{Name: "s1", Address: "127.0.0.1", Port: &port, ServerParams: models.ServerParams{Check: "enabled"}})
+	moved := `{"name":"s1","address":"127.0.0.5","port":80,"check":"enabled"}`
+	do(t, s, call{"PUT", servers + "/s1?version=1", moved, 202})
+	if s.Reloads() != 1 || s.Version() != 2 || s.Servers("be")[0].Address != "127.0.0.5" {
+		t.Fatalf("move: reloads %d version %d servers %+v", s.Reloads(), s.Version(), s.Servers("be"))
+	}
+	do(t, s, call{"PUT", servers + "/s1?version=2", moved, 200})
+	if s.Reloads() != 1 {
+		t.Fatalf("a PUT that changes nothing reloaded")
+	}
+	do(t, s, call{"POST", servers + "?version=3", `{"name":"s2","address":"127.0.0.2","port":80}`, 202})
+	if s.Reloads() != 2 {
+		t.Fatalf("POST: reloads %d", s.Reloads())
+	}
+}
+
 func TestTransactionLimitAndOutdated(t *testing.T) {
 	s := newServer(t, false)
 	var first, tx models.Transaction
