@@ -71,14 +71,17 @@ type Bounds struct {
 // checks. The rest is the service's reaction and scheduling on a loaded
 // machine.
 func BoundsOf(c model.Check) Bounds {
-	entry := c.DownInter + time.Duration(c.Rise-1)*c.FastInter + time.Second
+	// 1.5 s for the service's reaction and a loaded machine (make test
+	// runs this under the race detector on 2 cores): the defects this
+	// bound is for cost 10 s and more.
+	entry := c.DownInter + time.Duration(c.Rise-1)*c.FastInter + 1500*time.Millisecond
 	return Bounds{
 		Entry: entry,
 		// A server that moves was UP: HAProxy's next check of it is the
 		// one already scheduled, up to inter away, whatever the gate does
 		// (seen on 2.6.12: disable and enable health do not bring it
 		// forward).
-		Move:     c.Inter + time.Duration(c.Rise-1)*c.FastInter + time.Second,
+		Move:     c.Inter + time.Duration(c.Rise-1)*c.FastInter + 1500*time.Millisecond,
 		Abrupt:   c.Inter + time.Duration(c.Fall)*c.FastInter + 300*time.Millisecond,
 		Reload:   entry,
 		Converge: 10 * time.Second,

@@ -53,7 +53,7 @@ func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder) *target 
 	}
 	static := fmt.Sprintf("server static %s:%d check", podAddr(staticPod), port)
 	if s.Driver == Dataplane {
-		tg.api = dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: tg.h.AdminSocket, ReloadDelay: s.ReloadDelay, Reload: tg.apiReload})
+		tg.api = dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: tg.h.AdminSocket, ReloadDelay: s.ReloadDelay, Reload: tg.apiReload, RuntimeFails: s.RuntimeFails})
 		rr, on, one, three := "roundrobin", "enabled", int64(1), int64(3)
 		tg.api.AddDefaults(models.Defaults{DefaultsBase: models.DefaultsBase{Name: "base", Mode: "tcp",
 			Redispatch: &models.Redispatch{Enabled: &on, Interval: &one}, Retries: &three}})

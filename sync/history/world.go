@@ -73,6 +73,11 @@ type Setup struct {
 	// PROXY protocol, refuses a connection that does not start with its
 	// header. The API then reloads for every add, as the real one does.
 	DefaultServer bool
+	// RuntimeFails (Data Plane driver): the API applies no server write at
+	// runtime and reloads for each instead, as the real one does when its
+	// runtime command fails, or when it cannot read HAProxy's version
+	// (dataplaneapi v3.3.0 with HAProxy 3.2 and 3.4).
+	RuntimeFails bool
 }
 
 // localZone is HAPROXY_LOCAL_ZONE in histories with zones.
@@ -89,7 +94,8 @@ func zoneOf(n int) string {
 // SetupOf draws a history's setup from its seed, for driver.
 func SetupOf(seed uint64, driver Driver) Setup {
 	return Setup{Seed: seed, Driver: driver, Static: seed%2 == 1, ReloadDelay: time.Duration(1+seed%2) * time.Second,
-		Targets: 1 + int(seed/2%2), Zones: seed/4%2 == 1, DefaultServer: driver == Dataplane && seed/8%2 == 1}
+		Targets: 1 + int(seed/2%2), Zones: seed/4%2 == 1, DefaultServer: driver == Dataplane && seed/8%2 == 1,
+		RuntimeFails: driver == Dataplane && seed/16%2 == 1}
 }
 
 // world is one history's HAProxy targets, pods, Kubernetes and service.
