@@ -3,7 +3,9 @@ package reconcile
 import (
 	"context"
 	"fmt"
+	"maps"
 	"runtime/debug"
+	"slices"
 	"sync"
 )
 
@@ -73,7 +75,17 @@ func (c *Coalescer) Follow(f *FollowUp, followed func(reason string, coalesced b
 
 // pokeTarget asks target's lane for a reconcile of that target alone.
 func (c *Coalescer) pokeTarget(target string) {
+	coalesced := c.lane(target).Poke()
+	if c.followed != nil {
+		c.followed("a waiting server passed its check on "+target, coalesced)
+	}
+}
+
+// lane returns target's lane, made on first use: a Coalescer of its own
+// whose reconciles are that target's alone.
+func (c *Coalescer) lane(target string) *Coalescer {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	lane := c.lanes[target]
 	if lane == nil {
 		lane = NewCoalescer(func(ctx context.Context) (Result, error) { return c.run(OnlyTarget(ctx, target)) })
@@ -89,11 +101,7 @@ func (c *Coalescer) pokeTarget(target string) {
 		}
 		c.lanes[target] = lane
 	}
-	c.mu.Unlock()
-	coalesced := lane.Poke()
-	if c.followed != nil {
-		c.followed("a waiting server passed its check on "+target, coalesced)
-	}
+	return lane
 }
 
 // Do waits for a reconcile that starts after the call and returns its result.
@@ -144,8 +152,20 @@ func (e *LateError) Unwrap() error { return e.Err }
 // Poke asks for a reconcile that starts after the call, without waiting for
 // it. It reports whether the poke joined a reconcile already waiting to start
 // (coalesced): then it cost nothing.
+//
+// With several targets followed up (Follow), a poke that finds a reconcile
+// running also asks each target's lane for a reconcile of its own: the
+// running one may be held by a target that hangs until the reconcile
+// timeout, and the change (a new pod, a pod gone) must reach the others now.
+// A target's reconciles never overlap (the Reconciler's lock per target), so
+// a lane waits only for its own target.
 func (c *Coalescer) Poke() (coalesced bool) {
-	_, coalesced, _ = c.enqueue(c.base, true)
+	_, coalesced, before := c.enqueue(c.base, true)
+	if before != nil && c.follow != nil && c.follow.Enter != nil {
+		for _, target := range slices.Sorted(maps.Keys(c.follow.Checks)) {
+			c.lane(target).Poke()
+		}
+	}
 	return coalesced
 }
 

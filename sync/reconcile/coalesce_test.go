@@ -186,3 +186,49 @@ func TestCoalescerLateCallerLearnsWhy(t *testing.T) {
 		t.Errorf("err = %q, want %q", err, want)
 	}
 }
+
+// TestCoalescerPokeReachesATargetWhileAnotherHangs (issue 43, found by the
+// history checker: an HA pair whose second HAProxy hangs): a change poked
+// while a whole reconcile hangs on one target reaches the other target at
+// once, in a reconcile of its own, instead of waiting for the hung one (up
+// to RECONCILE_TIMEOUT).
+func TestCoalescerPokeReachesATargetWhileAnotherHangs(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{})
+	reached := make(chan string, 8)
+	var whole atomic.Int32
+	c := NewCoalescer(func(ctx context.Context) (Result, error) {
+		if only, ok := ctx.Value(onlyTargetKey{}).(string); ok {
+			reached <- only
+			if only == "hung" {
+				<-release
+			}
+			return Result{Targets: []TargetResult{{Target: only, Backend: "be"}}}, nil
+		}
+		if whole.Add(1) == 1 {
+			close(started)
+			<-release // the hung target holds the whole reconcile
+		}
+		return Result{Targets: []TargetResult{{Target: "live", Backend: "be"}, {Target: "hung", Backend: "be"}}}, nil
+	})
+	f := &FollowUp{Checks: map[string]CheckReader{"live": &checks{}, "hung": &checks{}}, Poll: 5 * time.Millisecond}
+	c.Follow(f, nil)
+	defer f.Stop()
+	c.Poke()
+	<-started
+	c.Poke() // a Kubernetes change while the first reconcile hangs
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case target := <-reached:
+			if target == "live" {
+				close(release)
+				<-c.Idle()
+				return
+			}
+		case <-deadline:
+			close(release)
+			t.Fatal("the change waited for the reconcile the hung target holds")
+		}
+	}
+}
