@@ -16,6 +16,7 @@ root=$PWD
 table=$(cat <<'EOF'
 1-reload-by-others|unwire|1:runtime:short 2:runtime:short
 2-default-server|523dac1 f39fc37|9:dataplane:short 11:dataplane:short 13:dataplane:short
+3-move-checked|c403eb6|17:dataplane:soak 21:dataplane:soak
 4-backup-kept|5ac9b72 f4f7245|5:dataplane:short 4:dataplane:short 7:dataplane:short
 6-hung-target|10ede8f|2:runtime:soak 3:runtime:soak
 7-patience|e050e2a|1:runtime:soak 2:runtime:soak
