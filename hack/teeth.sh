@@ -6,19 +6,22 @@
 #
 #   hack/teeth.sh [NAME...]      default: every entry of the table below
 #
-# Each line of the table: name | commits whose code is reverted, newest first
+# Each line of the table: name | how the fix is undone | histories as
+# SEED:DRIVER:SHAPE. A fix is undone by reverting commits' code, newest first
 # (their tests, the checker and the test doubles are kept: only the service's
-# code goes back), or "unwire" for the reload watch, which the checker wires
-# as serve does | histories as SEED:DRIVER:SHAPE.
+# code goes back), or, where later commits built on it, by an edit:
+# sed@FILE@EXPR (EXPR must change FILE; sed -z: the file is one buffer);
+# several, joined by "+". "unwire" takes the reload watch out
+# of the service's wiring that the checker runs, as serve wires it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 table=$(cat <<'EOF'
 1-reload-by-others|unwire|1:runtime:short 2:runtime:short
-2-default-server|523dac1 f39fc37|9:dataplane:short 11:dataplane:short 13:dataplane:short
-3-move-checked|c403eb6|17:dataplane:soak 21:dataplane:soak
-4-backup-kept|5ac9b72 f4f7245|5:dataplane:short 4:dataplane:short 7:dataplane:short
-6-hung-target|10ede8f|2:runtime:soak 3:runtime:soak
+2-default-server|523dac1+f39fc37|9:dataplane:short 11:dataplane:short 13:dataplane:short
+3-move-checked|sed@sync/dataplane/client.go@s/if movesOnSocket(ch) {/if false \&\& movesOnSocket(ch) {/+sed@sync/dataplane/client.go@s/= runningAt(out.Servers\[i\], r)/= out.Servers[i].Address, out.Servers[i].Port; _ = r/|17:dataplane:soak 21:dataplane:soak
+4-backup-kept|5ac9b72+f4f7245|5:dataplane:short 4:dataplane:short 7:dataplane:short
+6-hung-target|sed@sync/reconcile/followup.go@s/\tf.reset()\n\tf.mu.Unlock()\n\tpoke(reason)/\tf.reset()\n\tfor target := range f.watches {\n\t\tf.unwatch(target)\n\t}\n\tf.mu.Unlock()\n\tpoke(reason)/+sed@sync/reconcile/followup.go@s/if !f.observed\[/if true || !f.observed[/g+sed@sync/reconcile/coalesce.go@s/if before != nil \&\& c.follow != nil/if false \&\& before != nil \&\& c.follow != nil/|2:runtime:soak 3:runtime:soak
 7-patience|e050e2a|1:runtime:soak 2:runtime:soak
 EOF
 )
@@ -32,7 +35,15 @@ while IFS='|' read -r name commits runs; do
   git worktree add -q --detach "$wt" HEAD
   (
     cd "$wt"
-    for c in $commits; do
+    IFS=+ read -r -a undo <<<"$commits"
+    for c in "${undo[@]}"; do
+      if [[ "$c" == sed@* ]]; then
+        IFS=@ read -r _ file expr <<<"$c"
+        before=$(md5sum "$file")
+        sed -z -i "$expr" "$file"
+        [ "$(md5sum "$file")" != "$before" ] || { echo "$name: $expr changed nothing in $file"; exit 1; }
+        continue
+      fi
       if [ "$c" = unwire ]; then
         sed -i 's|go func() { rw.Run(ctx); close(watching) }()|go func() { _ = rw; _ = ctx; close(watching) }()|' sync/history/world.go
         grep -q '_ = rw' sync/history/world.go || { echo "$name: cannot unwire"; exit 1; }
