@@ -15,11 +15,13 @@
 //	kube        reads Service, EndpointSlices and Nodes (I/O)
 //	dataplane   HAProxy Data Plane API v3 driver (I/O)
 //	runtimeapi  HAProxy runtime API driver, and the socket that gates checks (I/O)
+//	reloads     notices HAProxy reloads the service did not cause, and pokes
 //	watch       watches the Service's objects and pokes reconciles
 //	metrics     Prometheus counters around the reconciler, source and drivers
 //	reconcile   wires one reconcile: read, plan, apply with retry
 //	dataplanetest  a spec-validating Data Plane API server for tests
 //	haproxytest    private HAProxy processes and counting listeners for tests
+//	history     the history checker: random histories, invariants checked from outside
 //	desired/desiredtest, kube/kubetest  Kubernetes inputs and clients for tests
 //	e2e         end-to-end tests and benchmarks: real kube-apiserver, real HAProxy
 package sync
