@@ -46,8 +46,10 @@ const (
 	// config management): nobody tells the service.
 	Reload Kind = "reload"
 	// AddDead adds a pod whose endpoint is ready and whose address never
-	// answers (a new endpoint on a node that is dead): its server waits
-	// for a check that never passes, for as long as the history lasts.
+	// answers (a node HAProxy cannot reach, that Kubernetes sees as
+	// healthy): its server waits for a check that never passes, until the
+	// pod is gone (rarely) or the history ends — past the follow-up's
+	// patience in a soak.
 	AddDead Kind = "add-dead"
 	// Recreate replaces a terminating pod by a new one with the same name
 	// at a new address, in one EndpointSlice update (a StatefulSet's pod
@@ -117,6 +119,7 @@ const (
 	terminating                 // listening, endpoint serving and terminating
 	dead                        // not listening, endpoint still ready
 	noticed                     // not listening, endpoint not ready
+	unreachable                 // never listening, endpoint ready for good (AddDead)
 	absent                      // no endpoint (the history's observations only)
 )
 
@@ -213,6 +216,9 @@ func Generate(seed uint64, shape Shape) []Step {
 				}
 			}
 			c = append(c, in(noticed)...)
+			if u := in(unreachable); len(u) > 0 && r.IntN(10) == 0 {
+				c = append(c, u...)
+			}
 			if len(c) == 0 {
 				continue
 			}
@@ -265,7 +271,7 @@ func Generate(seed uint64, shape Shape) []Step {
 				st.Target = r.IntN(shape.Targets)
 			}
 		case roll < 97 && len(pods) < shape.MaxPods:
-			pods[next] = dead
+			pods[next] = unreachable
 			st = Step{Kind: AddDead, Pods: []int{next}}
 			next++
 		case roll == 97:
