@@ -94,6 +94,10 @@ const (
 	ExcuseNoReadyPod = "no ready pod"       // no pod ready and answering for Bounds.Entry
 	ExcuseReload     = "a reload by others" // runtime driver, within Bounds.Reload of one
 	ExcuseHung       = "its target hung"    // the target hangs, or did within HungAfter
+	// ExcuseReloadLoadsUp: within Bounds.Abrupt of a reload, while a pod
+	// Kubernetes says is ready does not answer (HAProxy loads it UP until
+	// its first check; a server-state-file would keep it DOWN).
+	ExcuseReloadLoadsUp = "a reload loaded a dead pod UP"
 )
 
 // Evaluation is what the invariants found in one history.
@@ -145,6 +149,7 @@ type targetTrack struct {
 	lastFail    time.Time
 	lastBackup  time.Time // the last LocalFirst violation
 	lastSeen    time.Time // the last violation a pod or monitor saw
+	lastReload  time.Time // the end of its last reload, by others or by the API
 }
 
 func (tt *targetTrack) pod(n int) *seen {
@@ -237,6 +242,16 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				return ExcuseDeath
 			}
 		}
+		// A reload loads every server haproxy.cfg has in service UP, a
+		// dead node's too (Kubernetes still says ready), until its first
+		// check: retries can all land on dead ones.
+		if !tt.lastReload.IsZero() && at.Sub(tt.lastReload) <= b.Abrupt {
+			for _, p := range pods {
+				if p.inK8s && p.state == live && !p.alive {
+					return ExcuseReloadLoadsUp
+				}
+			}
+		}
 		for _, p := range pods {
 			if p.available() && at.Sub(p.since) >= p.entry(b) {
 				return ""
@@ -292,6 +307,9 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				tt.reloads = append(tt.reloads, [2]time.Time{tt.reloadStart, o.at})
 				tt.reloadStart = time.Time{}
 			}
+			tt.lastReload = o.at
+		case obsAPIReload:
+			tt.lastReload = o.at
 		case obsHang:
 			if o.hung {
 				tt.hungSince = o.at

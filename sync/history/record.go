@@ -25,6 +25,7 @@ const (
 	obsViolation                  // a monitor saw a violation as it happened (inv, err)
 	obsReloadStart                // a reload by others begins
 	obsHang                       // a target began (hung) or stopped hanging
+	obsAPIReload                  // the Data Plane API reloaded HAProxy (what it wrote)
 )
 
 // obs is one observation, as the history's recorder keeps it.

@@ -87,7 +87,9 @@ func (tg *target) apiReload() {
 	}
 	if err := tg.h.TryReload(); err != nil {
 		tg.rec.add(obs{kind: obsReload, target: tg.i, err: err.Error()})
+		return
 	}
+	tg.rec.add(obs{kind: obsAPIReload, target: tg.i})
 }
 
 // reloadByOthers reloads HAProxy with haproxy.cfg as it is: what the API
