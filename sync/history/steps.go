@@ -152,6 +152,16 @@ func Generate(seed uint64, shape Shape) []Step {
 		return out
 	}
 	pick := func(from []int) int { return from[r.IntN(len(from))] }
+	// transition moves a pod picked among those in state from to state to.
+	transition := func(kind Kind, from, to podState) (Step, bool) {
+		c := in(from)
+		if len(c) == 0 {
+			return Step{}, false
+		}
+		p := pick(c)
+		pods[p] = to
+		return Step{Kind: kind, Pods: []int{p}}, true
+	}
 	for len(steps) < shape.Steps {
 		wait := time.Duration(r.Int64N(int64(shape.MaxWait))) + 20*time.Millisecond
 		// Short waits most of the time: changes that overlap are where the
@@ -161,6 +171,7 @@ func Generate(seed uint64, shape Shape) []Step {
 		}
 		now += wait
 		var st Step
+		var ok bool
 		if shape.Targets > 1 {
 			// The second target hangs now and then, for HangFor at least:
 			// longer than RECONCILE_TIMEOUT, so that a reconcile fails on
@@ -226,45 +237,25 @@ func Generate(seed uint64, shape Shape) []Step {
 			delete(pods, p)
 			st = Step{Kind: Gone, Pods: []int{p}}
 		case roll < 58:
-			c := in(live)
-			if len(c) == 0 {
+			if st, ok = transition(Kill, live, dead); !ok {
 				continue
 			}
-			p := pick(c)
-			pods[p] = dead
-			st = Step{Kind: Kill, Pods: []int{p}}
 		case roll < 66:
-			c := in(dead)
-			if len(c) == 0 {
+			if st, ok = transition(Notice, dead, noticed); !ok {
 				continue
 			}
-			p := pick(c)
-			pods[p] = noticed
-			st = Step{Kind: Notice, Pods: []int{p}}
 		case roll < 71:
-			c := in(noticed)
-			if len(c) == 0 {
+			if st, ok = transition(Revive, noticed, live); !ok {
 				continue
 			}
-			p := pick(c)
-			pods[p] = live
-			st = Step{Kind: Revive, Pods: []int{p}}
 		case roll < 80:
-			c := in(live)
-			if len(c) == 0 {
+			if st, ok = transition(NotReady, live, notReady); !ok {
 				continue
 			}
-			p := pick(c)
-			pods[p] = notReady
-			st = Step{Kind: NotReady, Pods: []int{p}}
 		case roll < 90:
-			c := in(notReady)
-			if len(c) == 0 {
+			if st, ok = transition(Ready, notReady, live); !ok {
 				continue
 			}
-			p := pick(c)
-			pods[p] = live
-			st = Step{Kind: Ready, Pods: []int{p}}
 		case roll < 95:
 			st = Step{Kind: Reload}
 			if shape.Targets > 1 {

@@ -355,16 +355,21 @@ func (w *world) apply(st Step, index int) error {
 	return nil
 }
 
+// startPod starts pod n's process, a new one.
+func (w *world) startPod(n int) error {
+	p := w.newPod(n)
+	w.mu.Lock()
+	w.pods[n] = p
+	w.mu.Unlock()
+	return p.start()
+}
+
 // recreate carries out a Recreate: the new pod listens, then one update
 // takes the old pod's endpoint away and gives its name to the new one at its
 // own address; the old pod's process stops last.
 func (w *world) recreate(st Step, index int) error {
 	old, n := st.Pods[0], st.Pods[1]
-	p := w.newPod(n)
-	w.mu.Lock()
-	w.pods[n] = p
-	w.mu.Unlock()
-	if err := p.start(); err != nil {
+	if err := w.startPod(n); err != nil {
 		return err
 	}
 	w.mu.Lock()
@@ -389,11 +394,7 @@ func (w *world) rollout(st Step) error {
 	half := len(st.Pods) / 2
 	old, fresh := st.Pods[:half], st.Pods[half:]
 	for _, n := range fresh {
-		p := w.newPod(n)
-		w.mu.Lock()
-		w.pods[n] = p
-		w.mu.Unlock()
-		if err := p.start(); err != nil {
+		if err := w.startPod(n); err != nil {
 			return err
 		}
 	}
