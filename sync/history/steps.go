@@ -133,7 +133,7 @@ func Generate(seed uint64, shape Shape) []Step {
 	for ; next <= shape.Start; next++ {
 		pods[next] = live
 	}
-	var now time.Duration
+	var now, pending time.Duration
 	var steps []Step
 	hungAt := time.Duration(-1) // when the second target began to hang; -1: it does not
 	in := func(states ...podState) []int {
@@ -169,7 +169,10 @@ func Generate(seed uint64, shape Shape) []Step {
 		if r.IntN(3) > 0 {
 			wait /= 4
 		}
+		// The waits of draws that make no step count toward the next
+		// step's: the history's clock (now) is what the steps wait in all.
 		now += wait
+		pending += wait
 		var st Step
 		var ok bool
 		if shape.Targets > 1 {
@@ -181,11 +184,13 @@ func Generate(seed uint64, shape Shape) []Step {
 			switch {
 			case hungAt < 0 && r.IntN(60) == 0:
 				hungAt = now
-				steps = append(steps, Step{Wait: wait, Kind: Hang, Target: 1})
+				steps = append(steps, Step{Wait: pending, Kind: Hang, Target: 1})
+				pending = 0
 				continue
 			case hungAt >= 0 && now-hungAt >= shape.HangFor:
 				hungAt = -1
-				steps = append(steps, Step{Wait: wait, Kind: Unhang, Target: 1})
+				steps = append(steps, Step{Wait: pending, Kind: Unhang, Target: 1})
+				pending = 0
 				continue
 			}
 		}
@@ -300,7 +305,7 @@ func Generate(seed uint64, shape Shape) []Step {
 		default:
 			continue
 		}
-		st.Wait = wait
+		st.Wait, pending = pending, 0
 		steps = append(steps, st)
 	}
 	if hungAt >= 0 {
