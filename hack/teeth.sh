@@ -65,6 +65,14 @@ while IFS='|' read -r name commits runs; do
       found=$(grep -E '^ +[a-z-]+ after step' <<<"$log" | head -3 | sed 's/^ *//' | cut -c1-200)
       if [ -n "$found" ]; then
         echo "$name: FOUND by seed $seed ($driver, $shape) in ${took}s:"; echo "$found" | sed 's/^/    /'
+        # The control: the same history with the fix in place must pass,
+        # or what was found is not this defect.
+        if HKS_HISTORY_SEED=$seed HKS_HISTORY_DRIVER=$driver HKS_HISTORY_SHAPE=$shape \
+          go -C "$root" test -count=1 -timeout 30m -run '^TestReplay$' ./sync/history >/dev/null 2>&1; then
+          echo "    control: the same history passes with the fix"
+        else
+          echo "    control: the same history FAILS with the fix too: not this defect"
+        fi
         exit 0
       fi
       echo "$name: seed $seed ($driver, $shape) passed in ${took}s"
