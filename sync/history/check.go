@@ -378,7 +378,12 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				if !q.available() || sn.reported || backup(n) {
 					continue
 				}
+				// A reload restarts every check: a server not in service
+				// yet passes its checks again after it, whoever reloaded.
 				due := q.since.Add(q.entry(b))
+				if after := tt.lastReload.Add(q.entry(b)); sn.lastHit.Before(q.since) && after.After(due) {
+					due = after
+				}
 				if runtimeOnly {
 					if k := len(tt.reloads); k > 0 && tt.reloads[k-1][1].Add(b.Reload).After(due) {
 						due = tt.reloads[k-1][1].Add(b.Reload)
