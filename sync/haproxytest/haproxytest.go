@@ -31,7 +31,14 @@ type Backend struct {
 	// Mode is the mode of the backend and of its frontend: "http", or
 	// empty for the defaults' tcp.
 	Mode string
+	// FrontendLines go into its frontend (e.g. logging, see LogAbnormal).
+	FrontendLines []string
 }
+
+// LogAbnormal are frontend lines that log, to HAProxy's output (Logs), each
+// connection that ended abnormally or was retried or redispatched, with
+// its server and termination state, and nothing else.
+var LogAbnormal = []string{"log stderr format raw local0", "option tcplog", "option dontlog-normal"}
 
 // HAProxy is a running HAProxy.
 type HAProxy struct {
@@ -311,6 +318,9 @@ func (h *HAProxy) writeConfig() error {
 			mode = "    mode " + b.Mode + "\n"
 		}
 		fmt.Fprintf(&cfg, "frontend fe_%s\n%s    bind %s\n    default_backend %s\n", b.Name, mode, h.Frontends[b.Name], b.Name)
+		for _, l := range b.FrontendLines {
+			fmt.Fprintf(&cfg, "    %s\n", l)
+		}
 		fmt.Fprintf(&cfg, "backend %s\n%s", b.Name, mode)
 		for _, l := range append(slices.Clone(b.Lines), h.servers[b.Name]...) {
 			fmt.Fprintf(&cfg, "    %s\n", l)

@@ -43,6 +43,7 @@ const (
 // Violation is one invariant that did not hold.
 type Violation struct {
 	Invariant Invariant
+	Target    int // the HAProxy it was seen through
 	At        time.Time
 	// Step is the index of the last step applied before At (-1: none).
 	Step int
@@ -50,6 +51,9 @@ type Violation struct {
 	// Count is how many more like it followed, each within a second of
 	// the one before (a burst of failed requests).
 	Count int
+	// HAProxy is what HAProxy logged of the connections around a failed
+	// request (see haproxySaw).
+	HAProxy []string
 }
 
 func (v Violation) String() string {
@@ -57,7 +61,11 @@ func (v Violation) String() string {
 	if v.Count > 0 {
 		more = fmt.Sprintf(" (and %d more within a second of each other)", v.Count)
 	}
-	return fmt.Sprintf("%s after step %d at %s: %s%s", v.Invariant, v.Step, v.At.Format("15:04:05.000"), v.What, more)
+	s := fmt.Sprintf("%s after step %d at %s: %s%s", v.Invariant, v.Step, v.At.Format("15:04:05.000"), v.What, more)
+	for _, l := range v.HAProxy {
+		s += "\n      haproxy: " + l
+	}
+	return s
 }
 
 // Bounds are the times the invariants allow, from the shipped check settings.
@@ -199,7 +207,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		if targets > 1 {
 			what = fmt.Sprintf("target %d: %s", target, what)
 		}
-		ev.Violations = append(ev.Violations, Violation{Invariant: inv, At: at, Step: step, What: what})
+		ev.Violations = append(ev.Violations, Violation{Invariant: inv, Target: target, At: at, Step: step, What: what})
 	}
 	becomes := func(n int, p *podTrack, at time.Time, was bool) {
 		now := p.available()

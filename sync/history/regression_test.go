@@ -33,3 +33,24 @@ func TestReloadByOthersIsNoticed(t *testing.T) {
 		})
 	}
 }
+
+// TestDeadLocalReplacementLetsBackupsServe (found by seed 5, Data Plane
+// driver, zones, soak shape): make-before-break kept a not-ready local-zone
+// pod in traffic until a local replacement served, and the only one was a
+// pod Kubernetes calls ready on a node that never answers: for good, while
+// the other zone's ready pods, the backups, could take the traffic. A
+// replacement whose check has failed is not waited for. Without that,
+// Converges fails ("p-2: not ready, server not in maintenance").
+func TestDeadLocalReplacementLetsBackupsServe(t *testing.T) {
+	for _, d := range []Driver{Runtime, Dataplane} {
+		t.Run(string(d), func(t *testing.T) {
+			// p-1 and p-2 are of the local zone, p-3 a backup; p-4, local, never answers.
+			r := RunSteps(t, Setup{Seed: 5, Driver: d, Zones: true}, 3, []Step{
+				{Wait: 300 * time.Millisecond, Kind: AddDead, Pods: []int{4}},
+				{Wait: 2 * time.Second, Kind: NotReady, Pods: []int{1}},
+				{Wait: time.Second, Kind: NotReady, Pods: []int{2}},
+			})
+			expectNone(t, r)
+		})
+	}
+}

@@ -98,6 +98,15 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 
 	all := w.rec.snapshot()
 	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, evalOptions{Bounds: b, RuntimeOnly: s.Driver == Runtime, Targets: len(w.targets), Zones: s.Zones})}
+	for i, v := range rep.Violations {
+		switch {
+		case v.Target >= len(w.targets):
+		case v.Invariant == NoFailedRequest:
+			rep.Violations[i].HAProxy = haproxySaw(w.targets[v.Target].h.Logs(), v.At)
+		case v.Invariant == Converges:
+			rep.Violations[i].HAProxy = w.targets[v.Target].stateNow()
+		}
+	}
 	for _, o := range all {
 		if o.kind == obsRequest {
 			rep.Requests++

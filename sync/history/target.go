@@ -44,7 +44,7 @@ func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder) *target 
 		lines = append(lines, "default-server send-proxy-v2")
 	}
 	tg := &target{i: i, rec: rec}
-	tg.h = haproxytest.Start(t, haproxytest.Backend{Name: backend, Lines: lines})
+	tg.h = haproxytest.Start(t, haproxytest.Backend{Name: backend, Lines: lines, FrontendLines: haproxytest.LogAbnormal})
 	tg.front = tg.h.Frontends[backend]
 	tg.runtimeURL = tg.h.RuntimeURL()
 	if i > 0 {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -174,7 +175,7 @@ func (w *world) newPod(n int) *pod {
 // calls on a Kubernetes change, and what stops it.
 func startService(t testing.TB, cfg config.Config, src reconcile.Source) (poke func(), stop func()) {
 	opts := cfg.Options()
-	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	log := serviceLog(t)
 	var drivers []reconcile.Driver
 	checks := map[string]reconcile.CheckReader{}
 	watched := map[string]reloads.Process{}
@@ -198,7 +199,11 @@ func startService(t testing.TB, cfg config.Config, src reconcile.Source) (poke f
 		DrainTimeout: cfg.DrainTimeout, Log: log, Cluster: cfg.ClusterName,
 	}
 	follow := &reconcile.FollowUp{Checks: checks}
-	co := reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) { return rec.Reconcile(ctx, false) })
+	co := reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) {
+		res, err := rec.Reconcile(ctx, false)
+		log.Debug("reconciled", "result", res, "err", err)
+		return res, err
+	})
 	co.Follow(follow, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	rw := &reloads.Watcher{Targets: watched, Poke: func(string) { co.Poke() }}
@@ -213,6 +218,24 @@ func startService(t testing.TB, cfg config.Config, src reconcile.Source) (poke f
 		case <-time.After(cfg.ReconcileTimeout + 5*time.Second):
 		}
 	}
+}
+
+// logEnv names a file for the service's own log (make replay LOG=…).
+const logEnv = "HKS_HISTORY_LOG"
+
+// serviceLog is where the service under test logs: nowhere, or, for a replay
+// worth reading, the file HKS_HISTORY_LOG names (debug level, JSON).
+func serviceLog(t testing.TB) *slog.Logger {
+	path := os.Getenv(logEnv)
+	if path == "" {
+		return slog.New(slog.NewJSONHandler(io.Discard, nil))
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // input is what Kubernetes holds now: the Service and its EndpointSlices, ten

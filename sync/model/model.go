@@ -146,6 +146,9 @@ type Runtime struct {
 	// health rise with the result it had before it was parked. It has not
 	// earned traffic (CheckPassed is false) and must be gated afresh.
 	CheckStale bool
+	// CheckFailed: the check runs and its last result failed (a dead or
+	// unreachable address): the server is not about to earn traffic.
+	CheckFailed bool
 	// Loading: haproxy.cfg holds the server and the running HAProxy does
 	// not (the Data Plane API wrote it and reloads to load it, or a reload
 	// is under way): no check of it has run. It is out of service and must

@@ -28,8 +28,12 @@ import (
 // at once sends the traffic to the other zones for a check. When no active
 // replacement waits (the local zone loses its servers for good), or none
 // of the leaving active servers serves (the backups serve already), the
-// backups take over, which is what they are for. When no server at all
-// would serve, every serving server that leaves is kept, whatever its role.
+// backups take over, which is what they are for; so too once every active
+// replacement's check has failed (a dead or unreachable pod Kubernetes
+// calls ready): it is not about to serve, and a server Kubernetes took out
+// must not keep, for as long as that lasts, traffic the backups can take.
+// When no server at all would serve, every serving server that leaves is
+// kept, whatever its role.
 func (p *Plan) keepUntilReplaced(desired model.Backend) {
 	if len(p.Waiting) == 0 || !slices.ContainsFunc(desired.Servers, func(s model.Server) bool { return s.State == model.Ready }) {
 		return
@@ -51,10 +55,14 @@ func (p *Plan) keepUntilReplaced(desired model.Backend) {
 			activeAfter = activeAfter || !backup[s.Name]
 		}
 	}
+	failed := map[string]bool{}
+	for _, s := range p.current {
+		failed[s.Name] = s.Runtime != nil && s.Runtime.CheckFailed
+	}
 	keeps := func(string) bool { return true }
 	switch {
 	case !anyAfter:
-	case !activeAfter && slices.ContainsFunc(p.Waiting, func(n string) bool { return !backup[n] }):
+	case !activeAfter && slices.ContainsFunc(p.Waiting, func(n string) bool { return !backup[n] && !failed[n] }):
 		keeps = func(name string) bool { return !backup[name] }
 	default:
 		return

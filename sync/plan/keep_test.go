@@ -63,6 +63,18 @@ func TestMakeBeforeBreakWithBackups(t *testing.T) {
 			current: be(rt(srv("old", "10.0.0.1", 80, model.Ready), true, false, 0, 0), otherServing),
 			desired: be(newReady, other),
 			want:    map[Action][]string{Add: {"new"}, Delete: {"old"}}},
+		{name: "the local replacement's check failed (a dead pod Kubernetes calls ready): the backups serve, nothing kept",
+			current: be(serving("old", "10.0.0.1"), failedCheck(srv("new", "10.0.1.1", 80, model.Drain)), otherServing),
+			desired: be(newReady, other),
+			want:    map[Action][]string{Delete: {"old"}}},
+		{name: "one local replacement failed, another still waits for its first check: kept",
+			current: be(serving("old", "10.0.0.1"), failedCheck(srv("new", "10.0.1.1", 80, model.Drain)), otherServing),
+			desired: be(newReady, srv("new2", "10.0.1.2", 80, model.Ready), other),
+			want:    map[Action][]string{Add: {"new2"}}, handover: []string{"old"}},
+		{name: "every replacement failed and no backup serves: kept all the same (no empty backend)",
+			current:  be(serving("old", "10.0.0.1"), failedCheck(srv("new", "10.0.1.1", 80, model.Drain))),
+			desired:  be(newReady),
+			handover: []string{"old"}},
 		{name: "every server replaced, backups too: all kept, as without zones",
 			current: be(serving("old", "10.0.0.1"), otherServing),
 			desired: be(newReady, backup(srv("d_bk", "10.0.9.3", 80, model.Ready))),
@@ -83,6 +95,13 @@ func TestMakeBeforeBreakWithBackups(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failedCheck returns s out of service with its check running and failed.
+func failedCheck(s model.Server) model.Server {
+	s = rt(s, true, false, 0, 0)
+	s.Runtime.CheckFailed = true
+	return s
 }
 
 // TestReplacingEveryLocalServerKeepsTheLocalZone: three local servers all

@@ -303,6 +303,7 @@ func ParseSessions(reply, backend string) (map[string]int, error) {
 const (
 	chkEnabled   = 0x04
 	chkPaused    = 0x08
+	chkResFailed = 2
 	chkResPassed = 3
 	chkResCondOK = 4
 	// chkStatusL4OK is HCHK_STATUS_L4OK in srv_check_status: the last
@@ -348,8 +349,10 @@ func ParseServersState(reply, backend string, rise, fall int) ([]model.Server, e
 		// Field 5 is the operational state: 2 is running (UP).
 		up := f[5] == strconv.Itoa(opStateRunning)
 		passed := result == chkResPassed || result == chkResCondOK
+		running := chk&chkEnabled != 0 && chk&chkPaused == 0
 		rt := &model.Runtime{
-			CheckRunning: chk&chkEnabled != 0 && chk&chkPaused == 0,
+			CheckRunning: running,
+			CheckFailed:  running && result == chkResFailed,
 			// In maintenance the operational state says nothing; health does.
 			CheckPassed: passed && (up || health >= max(rise, 1)),
 			CheckL4:     status == chkStatusL4OK,

@@ -101,9 +101,13 @@ func TestParseServersStateChecks(t *testing.T) {
 	if len(got) != len(want) {
 		t.Errorf("%d servers, want %d", len(got), len(want))
 	}
+	failed := map[string]bool{"dead": true, "http503": true}
 	for _, s := range got {
 		if s.Runtime.CheckStale != (s.Name == "leftmaint") {
 			t.Errorf("%s: stale %v", s.Name, s.Runtime.CheckStale)
+		}
+		if s.Runtime.CheckFailed != failed[s.Name] {
+			t.Errorf("%s: failed %v", s.Name, s.Runtime.CheckFailed)
 		}
 	}
 	if got[5].Runtime.Since != 75*time.Second {
