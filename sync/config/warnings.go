@@ -19,6 +19,11 @@ func knownVariables() []string {
 	return out
 }
 
+// commonWords start variables that other software and Kubernetes' downward
+// API commonly set (POD_NAME, POD_IP, SERVICE_NAME, LOG_DIR): under these
+// prefixes only a near miss of a known variable is warned about.
+var commonWords = map[string]bool{"POD": true, "KUBE": true, "LOG": true, "SERVICE": true, "MAX": true, "TARGET": true}
+
 // unknownVariables warns of each variable in environ (KEY=VALUE) that
 // starts with one of the service's prefixes (the first word of a known
 // variable with several words: HAPROXY_, WEBHOOK_, ...) but is none of its
@@ -41,8 +46,11 @@ func unknownVariables(environ []string) []string {
 			continue
 		}
 		msg := "unknown variable " + name
-		if near := nearest(name, known); near != "" {
+		near := nearest(name, known)
+		if near != "" {
 			msg += "; did you mean " + near + "?"
+		} else if commonWords[first] {
+			continue
 		}
 		out = append(out, msg)
 	}

@@ -22,6 +22,12 @@ func TestUnknownVariables(t *testing.T) {
 		{"RECONCILE_TIMEOUTS=1m", "unknown variable RECONCILE_TIMEOUTS; did you mean RECONCILE_TIMEOUT?"},
 		{"HAPROXY_SOMETHING_ELSE_ENTIRELY=1", "unknown variable HAPROXY_SOMETHING_ELSE_ENTIRELY"},
 		{"CLUSTER_ID=eu1", "unknown variable CLUSTER_ID"},
+		// Under a word other software uses too, only a near miss.
+		{"POD_READINESS_GATES=true", "unknown variable POD_READINESS_GATES; did you mean POD_READINESS_GATE?"},
+		{"LOG_LEVL=debug", "unknown variable LOG_LEVL; did you mean LOG_LEVEL?"},
+		{"POD_NAME=haproxy-k8s-sync-5d8f7", ""},
+		{"POD_IP=10.244.0.7", ""},
+		{"SERVICE_NAME=sync", ""},
 		// Known, or not the service's.
 		{"HAPROXY_DATAPLANE_URL=http://haproxy:5555", ""},
 		{"PATH=/usr/bin", ""},
