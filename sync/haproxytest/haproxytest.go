@@ -1,5 +1,6 @@
 // Package haproxytest starts private HAProxy processes for tests: a temp dir,
-// master-worker mode, an admin stats socket, a frontend per backend (tcp, or
+// master-worker mode, an admin stats socket (with StartWith, also behind
+// HAProxy's own TLS listener), a frontend per backend (tcp, or
 // http with Backend.Mode) on a free loopback port. It needs Debian's haproxy
 // package (make test installs it).
 package haproxytest
