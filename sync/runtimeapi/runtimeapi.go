@@ -50,22 +50,6 @@ type Client struct {
 	check    model.Check
 }
 
-// Option changes how New reaches the socket.
-type Option func(*Socket)
-
-// WithTLS gives tls:// URLs their TLS configurations; serverName, when
-// not empty, is the name the server's certificate must carry instead of
-// the URL's host (a socket reached by address whose certificate names a
-// host).
-func WithTLS(configs TLSConfigs, serverName string) Option {
-	return func(s *Socket) {
-		s.TLS = configs
-		if serverName != "" {
-			s.ServerName = serverName
-		}
-	}
-}
-
 // New returns a driver for rawURL: unix:///path/admin.sock, tcp://host:port
 // (in clear), or tls://host:port, which needs WithTLS. settings and check
 // are what Read reports for what it cannot see.

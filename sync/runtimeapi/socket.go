@@ -88,6 +88,22 @@ func line(cmds []string) (string, error) {
 	return strings.Join(cmds, "; "), nil
 }
 
+// Option changes how New reaches the socket.
+type Option func(*Socket)
+
+// WithTLS gives tls:// URLs their TLS configurations; serverName, when
+// not empty, is the name the server's certificate must carry instead of
+// the URL's host (a socket reached by address whose certificate names a
+// host).
+func WithTLS(configs TLSConfigs, serverName string) Option {
+	return func(s *Socket) {
+		s.TLS = configs
+		if serverName != "" {
+			s.ServerName = serverName
+		}
+	}
+}
+
 // TLSConfigs hands out the TLS client configuration of one connection
 // (tlsfiles.Loader).
 type TLSConfigs interface {
