@@ -113,11 +113,18 @@ func run(args []string) int {
 		err = cfg.RequireWebhookAuth()
 	}
 	if err != nil {
+		// A misspelt variable may be why: said before the error.
+		for _, w := range cfg.Warnings {
+			fmt.Fprintf(os.Stderr, "configuration: warning: %s\n", w)
+		}
 		fmt.Fprintf(os.Stderr, "configuration: %v\n", err)
 		return 2
 	}
 	log := newLogger(cfg.LogLevel, cfg.LogFormat)
 	klog.SetSlogLogger(log) // client-go's own lines in the same format
+	for _, w := range cfg.Warnings {
+		log.Warn("configuration: " + w)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg, version, revision())
@@ -321,7 +328,7 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 	auth := dataplane.Auth{Username: cfg.DataplaneUsername, Password: cfg.DataplanePassword, Token: cfg.DataplaneToken}
 	var runtimes []*runtimeapi.Client
 	for _, raw := range cfg.RuntimeURLs {
-		rt, err := runtimeapi.New(raw, opts.Settings, opts.Check)
+		rt, err := runtimeapi.New(raw, opts.Settings, opts.Check, runtimeOptions(cfg)...)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("HAPROXY_RUNTIME_URL: %w", err)
 		}
@@ -367,6 +374,15 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 		Log:          log,
 		Cluster:      cfg.ClusterName,
 	}, checks, kc, nil
+}
+
+// runtimeOptions are how every runtime socket is reached: the driver's,
+// the reload watch's and the check reads' (one Client each target).
+func runtimeOptions(cfg config.Config) []runtimeapi.Option {
+	if cfg.RuntimeTLS == nil {
+		return nil
+	}
+	return []runtimeapi.Option{runtimeapi.WithTLS(cfg.RuntimeTLS, cfg.RuntimeTLSServerName)}
 }
 
 // drainChecker reads the reconciler's targets and backends for GET /drained.

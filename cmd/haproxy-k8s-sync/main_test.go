@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -128,6 +129,44 @@ func TestBadConfigurationFailsWithTheVariable(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 	if len(lines) != 1 || !strings.Contains(lines[0], "TARGET_ADDRESS") {
 		t.Errorf("stderr = %q", stderr.String())
+	}
+}
+
+// TestConfigurationWarnings: a misspelt variable is logged once as a
+// warning naming the nearest one; when the configuration fails, the
+// warnings come before the error (a misspelling may be its cause), as does
+// the one about an admin socket in clear across the network.
+func TestConfigurationWarnings(t *testing.T) {
+	var stderr bytes.Buffer
+	cmd := command(t, "reconcile --dry-run", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "HAPROXY_DATAPLANE_USERNAM=admin",
+		"KUBECONFIG="+kubeconfig(t), "RECONCILE_TIMEOUT=1s")
+	cmd.Stderr = &stderr
+	_ = cmd.Run()
+	const misspelt = "unknown variable HAPROXY_DATAPLANE_USERNAM; did you mean HAPROXY_DATAPLANE_USERNAME?"
+	var warned int
+	for _, l := range strings.Split(stderr.String(), "\n") {
+		var line struct{ Level, Msg string }
+		if json.Unmarshal([]byte(l), &line) == nil && line.Level == "WARN" && strings.Contains(line.Msg, misspelt) {
+			warned++
+		}
+	}
+	if warned != 1 {
+		t.Errorf("warned %d times, want once: %s", warned, stderr.String())
+	}
+
+	stderr.Reset()
+	cmd = command(t, "serve", "HAPROXY_RUNTIME_URL=tcp://haproxy-a:9999", "HAPROXY_DATAPLANE_URLS=http://haproxy-a:5555", "LOG_LEVEL=trace")
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err == nil {
+		t.Fatal("LOG_LEVEL=trace accepted")
+	}
+	want := []string{
+		"configuration: warning: unknown variable HAPROXY_DATAPLANE_URLS; did you mean HAPROXY_DATAPLANE_URL?",
+		"configuration: warning: HAPROXY_RUNTIME_URL: tcp://haproxy-a:9999: admin socket in clear across the network; use tls:// (docs/drivers.md)",
+		`configuration: LOG_LEVEL: "trace" is not debug, info, warn or error`,
+	}
+	if got := strings.Split(strings.TrimSpace(stderr.String()), "\n"); !slices.Equal(got, want) {
+		t.Errorf("stderr:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/cut"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/tlsfiles"
 )
 
 // Config is the whole configuration. Each field's desc tag is its meaning:
@@ -36,7 +37,12 @@ type Config struct {
 	DataplanePassword string `envconfig:"HAPROXY_DATAPLANE_PASSWORD" desc:"Data Plane API Basic auth password"`
 	DataplaneToken    string `envconfig:"HAPROXY_DATAPLANE_TOKEN" desc:"Bearer token instead of Basic (an auth proxy in front of the API)"`
 	DataplaneCAFile   string `envconfig:"HAPROXY_DATAPLANE_CA_FILE" desc:"CA bundle for https Data Plane URLs"`
-	RuntimeURL        string `envconfig:"HAPROXY_RUNTIME_URL" desc:"HAProxy admin socket(s), unix:///path or tcp://host:port: alone, the runtime driver; with Data Plane URLs, one per instance, same order"`
+	RuntimeURL        string `envconfig:"HAPROXY_RUNTIME_URL" desc:"HAProxy admin socket(s), unix:///path, tls://host:port (TLS with a client certificate) or tcp://host:port (in clear): alone, the runtime driver; with Data Plane URLs, one per instance, same order"`
+
+	RuntimeTLSCA         string `envconfig:"HAPROXY_RUNTIME_TLS_CA" desc:"tls:// runtime URLs: CA bundle (PEM file) the admin socket's certificate must chain to; read again when it changes"`
+	RuntimeTLSCert       string `envconfig:"HAPROXY_RUNTIME_TLS_CERT" desc:"tls:// runtime URLs: client certificate (PEM file) presented to the admin socket; read again when it changes (cert-manager renewals)"`
+	RuntimeTLSKey        string `envconfig:"HAPROXY_RUNTIME_TLS_KEY" desc:"tls:// runtime URLs: the client certificate's private key (PEM file)"`
+	RuntimeTLSServerName string `envconfig:"HAPROXY_RUNTIME_TLS_SERVER_NAME" desc:"tls:// runtime URLs: name the admin socket's certificate must carry; empty: each URL's host"`
 
 	SendProxyV2    bool          `envconfig:"HAPROXY_SEND_PROXY_V2" default:"false" desc:"servers and their checks send PROXY protocol v2"`
 	Balance        string        `envconfig:"HAPROXY_BALANCE" desc:"empty: keep the backend's balance and checks; set (e.g. roundrobin): the backend gets it and tcp-check"`
@@ -84,6 +90,12 @@ type Config struct {
 	AllowedServiceAccounts []string   `ignored:"true"`
 	Dataplanes             []*url.URL `ignored:"true"`
 	RuntimeURLs            []string   `ignored:"true"`
+	// RuntimeTLS reads the files of tls:// runtime URLs; nil without one.
+	RuntimeTLS *tlsfiles.Loader `ignored:"true"`
+	// Warnings are what Load found suspect but not wrong (an unknown
+	// variable with the service's prefixes, an admin socket in clear
+	// across the network): the caller logs each once.
+	Warnings []string `ignored:"true"`
 
 	// needTarget: Load requires an HAProxy URL; LoadForPlan does not.
 	needTarget bool
@@ -100,7 +112,9 @@ var balances = map[string]bool{
 var onErrors = map[string]bool{"fastinter": true, "fail-check": true, "sudden-death": true, "mark-down": true, "none": true}
 
 // Load reads the configuration from the process environment and validates
-// it. Every error is one line that starts with the variable at fault.
+// it. Every error is one line that starts with the variable at fault; what
+// is suspect but not wrong is in Warnings, even with an error (a misspelt
+// variable may be why a required one is missing).
 func Load() (Config, error) { return load(true) }
 
 // LoadForPlan is Load for a dry run that reads manifests: it needs no
@@ -110,6 +124,7 @@ func LoadForPlan() (Config, error) { return load(false) }
 
 func load(needTarget bool) (Config, error) {
 	var c Config
+	c.Warnings = unknownVariables(os.Environ())
 	if err := envconfig.Process("", &c); err != nil {
 		var pe *envconfig.ParseError
 		if errors.As(err, &pe) {
@@ -167,34 +182,8 @@ func (c *Config) validate() error {
 	}
 	c.Backends = backends
 
-	c.Dataplanes = nil
-	for i, raw := range splitList(c.DataplaneURLs) {
-		u, err := parseURL(raw, i)
-		if err != nil {
-			return bad("HAPROXY_DATAPLANE_URL", "%v: put credentials in HAPROXY_DATAPLANE_USERNAME and HAPROXY_DATAPLANE_PASSWORD", err)
-		}
-		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return bad("HAPROXY_DATAPLANE_URL", "%q is not an http(s) URL", short(u.String()))
-		}
-		c.Dataplanes = append(c.Dataplanes, u)
-	}
-	c.RuntimeURLs = splitList(c.RuntimeURL)
-	if len(c.Dataplanes) == 0 && len(c.RuntimeURLs) == 0 && c.needTarget {
-		return bad("HAPROXY_DATAPLANE_URL", "must be set (or HAPROXY_RUNTIME_URL)")
-	}
-	for i, raw := range c.RuntimeURLs {
-		u, err := parseURL(raw, i)
-		if err != nil {
-			return bad("HAPROXY_RUNTIME_URL", "%v", err)
-		}
-		if !(u.Scheme == "unix" && u.Path != "" || u.Scheme == "tcp" && u.Host != "") {
-			return bad("HAPROXY_RUNTIME_URL", "%q is not unix:///path or tcp://host:port", short(u.String()))
-		}
-	}
-	// With Data Plane URLs, the runtime sockets are those of the same
-	// HAProxy instances, in the same order: one each, or none.
-	if len(c.Dataplanes) > 0 && len(c.RuntimeURLs) > 0 && len(c.RuntimeURLs) != len(c.Dataplanes) {
-		return bad("HAPROXY_RUNTIME_URL", "has %d URLs for %d HAPROXY_DATAPLANE_URLs: give one per instance, in the same order", len(c.RuntimeURLs), len(c.Dataplanes))
+	if err := c.validateURLs(); err != nil {
+		return err
 	}
 	if c.DataplaneToken != "" && c.DataplaneUsername != "" {
 		return bad("HAPROXY_DATAPLANE_TOKEN", "cannot be used with HAPROXY_DATAPLANE_USERNAME")
@@ -464,19 +453,6 @@ func (c Config) RequireWebhookAuth() error {
 		return errors.New("WEBHOOK_TOKEN or WEBHOOK_AUTH: choose how callers authenticate: WEBHOOK_TOKEN (or WEBHOOK_TOKEN_FILE), WEBHOOK_AUTH=kubernetes, or WEBHOOK_AUTH=none")
 	}
 	return nil
-}
-
-// parseURL parses the i-th item of a URL list, refusing credentials in it.
-// A URL that cannot be parsed is not quoted: it may hold a password.
-func parseURL(raw string, i int) (*url.URL, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("item %d cannot be parsed as a URL (not shown: it may hold credentials)", i+1)
-	}
-	if u.User != nil {
-		return nil, fmt.Errorf("%s has credentials in it", short(u.Redacted()))
-	}
-	return u, nil
 }
 
 // short bounds a value quoted in an error.

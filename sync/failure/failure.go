@@ -14,12 +14,14 @@
 //     follow-up and the caller try again later;
 //   - Permanent: the target refuses what is asked, or cannot be managed as
 //     configured (a balance algorithm that cannot take runtime servers, a
-//     4xx from the Data Plane API, a refused runtime command). Nothing
-//     helps until someone changes the configuration.
+//     4xx from the Data Plane API, a refused runtime command, a TLS
+//     handshake refused by either side). Nothing helps until someone
+//     changes the configuration.
 package failure
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"syscall"
@@ -66,6 +68,9 @@ func Of(err error) Class {
 	if errors.As(err, &dns) && dns.IsNotFound {
 		return Unreachable
 	}
+	if TLSRefused(err) {
+		return Permanent
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return Temporary
 	}
@@ -74,6 +79,22 @@ func Of(err error) Class {
 		return c.Class()
 	}
 	return Permanent
+}
+
+// TLSRefused reports whether err is a TLS handshake that one side refused:
+// the server's certificate does not chain to the CA or name another host,
+// the server sent an alert (no client certificate, one from another CA, an
+// expired one: under TLS 1.3 it comes at the first read), or the other end
+// does not speak TLS. Trying again does not help until certificates or
+// URLs change.
+func TLSRefused(err error) bool {
+	if errors.As(err, new(*tls.CertificateVerificationError)) || errors.As(err, new(tls.RecordHeaderError)) {
+		return true
+	}
+	// crypto/tls returns a received alert as a net.OpError with this Op,
+	// its alert type unexported.
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error"
 }
 
 // Retryable reports whether trying again soon may succeed.

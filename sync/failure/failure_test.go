@@ -2,6 +2,8 @@ package failure
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -47,6 +49,10 @@ func TestOf(t *testing.T) {
 		{"nobody classed it", errors.New("desired state has no backend"), Permanent},
 		{"the deadline", fmt.Errorf("read: %w", &NetworkError{Err: context.DeadlineExceeded}), Temporary},
 		{"the deadline ended the retries", fmt.Errorf("retry: %w", context.DeadlineExceeded), Temporary},
+		{"a server certificate from another CA", &NetworkError{Err: fmt.Errorf("TLS handshake: %w", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}})}, Permanent},
+		{"the server refused the client certificate (an alert)", fmt.Errorf("read: %w", &NetworkError{Err: &net.OpError{Op: "remote error", Err: errors.New("tls: unknown certificate authority")}}), Permanent},
+		{"tls:// to a socket in clear", &NetworkError{Err: tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}}, Permanent},
+		{"a read that broke (not an alert)", &NetworkError{Err: &net.OpError{Op: "read", Err: syscall.ECONNRESET}}, Temporary},
 	} {
 		if got := Of(tt.err); got != tt.want {
 			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)

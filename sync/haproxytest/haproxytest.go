@@ -1,5 +1,6 @@
 // Package haproxytest starts private HAProxy processes for tests: a temp dir,
-// master-worker mode, an admin stats socket, a frontend per backend (tcp, or
+// master-worker mode, an admin stats socket (with StartWith, also behind
+// HAProxy's own TLS listener), a frontend per backend (tcp, or
 // http with Backend.Mode) on a free loopback port. It needs Debian's haproxy
 // package (make test installs it).
 package haproxytest
@@ -45,7 +46,11 @@ type HAProxy struct {
 	Dir         string
 	AdminSocket string
 	// AdminTCP is the same admin socket on a loopback TCP port.
-	AdminTCP     string
+	AdminTCP string
+	// AdminTLS is the address of the TLS listener in front of the admin
+	// socket (Options.AdminTLS), or empty.
+	AdminTLS     string
+	opts         Options
 	MasterSocket string
 	// Frontends maps each backend to the address of the frontend that uses it.
 	Frontends map[string]string
@@ -104,11 +109,49 @@ func Binary() (string, error) {
 	return b, nil
 }
 
+// Options are what StartWith sets up beyond the backends.
+type Options struct {
+	// AdminTLS, when set, adds a listen section in which HAProxy
+	// terminates TLS with client certificates in front of its own unix
+	// admin socket (AdminTLSLines): the way docs/drivers.md recommends to
+	// reach the admin socket across a network.
+	AdminTLS *AdminTLS
+}
+
+// AdminTLS is the TLS listener's material, PEM-encoded.
+type AdminTLS struct {
+	// ServerCert and ServerKey are HAProxy's certificate and key (written
+	// into one crt file).
+	ServerCert, ServerKey []byte
+	// ClientCA is the CA that client certificates must chain to.
+	ClientCA []byte
+}
+
+// AdminTLSLines is the listen section that puts TLS with client
+// certificates in front of the unix admin socket sock: bind on addr with
+// HAProxy's certificate crt, only clients whose certificate chains to ca.
+// A TCP "stats socket" line with ssl is no substitute: 2.6 accepts the
+// keywords there and answers in clear.
+func AdminTLSLines(addr, crt, ca, sock string) []string {
+	return []string{
+		"listen admin_tls",
+		"    mode tcp",
+		"    bind " + addr + " ssl crt " + crt + " ca-file " + ca + " verify required",
+		"    server admin unix@" + sock,
+	}
+}
+
 // Start runs HAProxy with the given backends until the test ends. A port
 // taken between its pick and HAProxy's bind (any process's outgoing
 // connection may take a free port) makes HAProxy exit at once: Start then
 // picks other ports, three times at most.
 func Start(t testing.TB, backends ...Backend) *HAProxy {
+	t.Helper()
+	return StartWith(t, Options{}, backends...)
+}
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, opts Options, backends ...Backend) *HAProxy {
 	t.Helper()
 	bin, err := Binary()
 	if err != nil {
@@ -122,8 +165,16 @@ func Start(t testing.TB, backends ...Backend) *HAProxy {
 			MasterSocket: filepath.Join(dir, "master.sock"),
 			Frontends:    map[string]string{},
 			backends:     backends,
+			opts:         opts,
 		}
-		err := h.start(bin, FreePorts(t, "127.0.0.1", 1+len(backends)))
+		n := 1 + len(backends)
+		if opts.AdminTLS != nil {
+			n++
+			if err := h.writeAdminTLS(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := h.start(bin, FreePorts(t, "127.0.0.1", n))
 		if err == nil {
 			t.Cleanup(h.stop)
 			return h
@@ -143,6 +194,9 @@ func (h *HAProxy) start(bin string, ports []int) error {
 	h.AdminTCP = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 	for i, b := range h.backends {
 		h.Frontends[b.Name] = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1+i]))
+	}
+	if h.opts.AdminTLS != nil {
+		h.AdminTLS = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1+len(h.backends)]))
 	}
 	cfgPath := filepath.Join(h.Dir, "haproxy.cfg")
 	if err := h.writeConfig(); err != nil {
@@ -312,6 +366,12 @@ func (h *HAProxy) writeConfig() error {
 	for _, l := range RecommendedLines {
 		fmt.Fprintf(&cfg, "    %s\n", l)
 	}
+	if h.opts.AdminTLS != nil {
+		crt, ca := h.adminTLSFiles()
+		for _, l := range AdminTLSLines(h.AdminTLS, crt, ca, h.AdminSocket) {
+			fmt.Fprintf(&cfg, "%s\n", l)
+		}
+	}
 	for _, b := range h.backends {
 		mode := ""
 		if b.Mode != "" {
@@ -327,6 +387,22 @@ func (h *HAProxy) writeConfig() error {
 		}
 	}
 	return os.WriteFile(filepath.Join(h.Dir, "haproxy.cfg"), []byte(cfg.String()), 0o600)
+}
+
+// adminTLSFiles are the paths of the TLS listener's crt and ca files.
+func (h *HAProxy) adminTLSFiles() (crt, ca string) {
+	return filepath.Join(h.Dir, "admin-server.pem"), filepath.Join(h.Dir, "admin-ca.pem")
+}
+
+// writeAdminTLS writes the TLS listener's crt file (certificate, then key)
+// and ca file.
+func (h *HAProxy) writeAdminTLS() error {
+	crt, ca := h.adminTLSFiles()
+	a := h.opts.AdminTLS
+	if err := os.WriteFile(crt, append(slices.Clone(a.ServerCert), a.ServerKey...), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(ca, a.ClientCA, 0o600)
 }
 
 // SetServers writes lines ("server NAME ADDR:PORT ...") into backend's

@@ -50,9 +50,10 @@ type Client struct {
 	check    model.Check
 }
 
-// New returns a driver for rawURL (unix:///path/admin.sock or tcp://host:port).
-// settings and check are what Read reports for what it cannot see.
-func New(rawURL string, settings model.Settings, check model.Check) (*Client, error) {
+// New returns a driver for rawURL: unix:///path/admin.sock, tcp://host:port
+// (in clear), or tls://host:port, which needs WithTLS. settings and check
+// are what Read reports for what it cannot see.
+func New(rawURL string, settings model.Settings, check model.Check, opts ...Option) (*Client, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("runtime URL %q: %w", rawURL, err)
@@ -61,10 +62,18 @@ func New(rawURL string, settings model.Settings, check model.Check) (*Client, er
 	switch {
 	case u.Scheme == "unix" && u.Path != "":
 		c.sock = Socket{Network: "unix", Address: u.Path}
-	case u.Scheme == "tcp" && u.Host != "":
-		c.sock = Socket{Network: "tcp", Address: u.Host}
+	case (u.Scheme == "tcp" || u.Scheme == "tls") && u.Host != "":
+		c.sock = Socket{Network: "tcp", Address: u.Host, ServerName: u.Hostname()}
 	default:
-		return nil, fmt.Errorf("runtime URL %q: want unix:///path or tcp://host:port", rawURL)
+		return nil, fmt.Errorf("runtime URL %q: want unix:///path, tls://host:port or tcp://host:port", rawURL)
+	}
+	if u.Scheme == "tls" {
+		for _, o := range opts {
+			o(&c.sock)
+		}
+		if c.sock.TLS == nil {
+			return nil, fmt.Errorf("runtime URL %q: tls:// needs a CA, a client certificate and its key", rawURL)
+		}
 	}
 	return c, nil
 }

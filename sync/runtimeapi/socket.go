@@ -3,6 +3,7 @@ package runtimeapi
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +20,12 @@ import (
 type Socket struct {
 	Network string // "unix" or "tcp"
 	Address string
+	// TLS, when set, wraps each tcp connection in TLS with the
+	// configuration it hands out for that connection (HAPROXY_RUNTIME_URL
+	// tls://): asked at every dial, so that rotated files are used.
+	TLS TLSConfigs
+	// ServerName is the name the server's certificate must carry.
+	ServerName string
 	// Timeout bounds one command when the context has no earlier deadline.
 	Timeout time.Duration
 }
@@ -81,6 +88,28 @@ func line(cmds []string) (string, error) {
 	return strings.Join(cmds, "; "), nil
 }
 
+// Option changes how New reaches the socket.
+type Option func(*Socket)
+
+// WithTLS gives tls:// URLs their TLS configurations; serverName, when
+// not empty, is the name the server's certificate must carry instead of
+// the URL's host (a socket reached by address whose certificate names a
+// host).
+func WithTLS(configs TLSConfigs, serverName string) Option {
+	return func(s *Socket) {
+		s.TLS = configs
+		if serverName != "" {
+			s.ServerName = serverName
+		}
+	}
+}
+
+// TLSConfigs hands out the TLS client configuration of one connection
+// (tlsfiles.Loader).
+type TLSConfigs interface {
+	ClientConfig(serverName string) (*tls.Config, error)
+}
+
 // dial connects with a deadline of the Timeout (5 s when zero) plus extra,
 // or the context's, whichever comes first.
 func (s Socket) dial(ctx context.Context, extra time.Duration) (net.Conn, context.CancelFunc, error) {
@@ -98,7 +127,32 @@ func (s Socket) dial(ctx context.Context, extra time.Duration) (net.Conn, contex
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
+	if s.TLS != nil {
+		if conn, err = s.handshake(ctx, conn); err != nil {
+			cancel()
+			return nil, nil, err
+		}
+	}
 	return conn, cancel, nil
+}
+
+// handshake runs the TLS handshake on conn, or closes it. Files that
+// cannot be used are an InputError: Permanent until someone fixes them, and
+// not "no such socket" for a certificate file that is missing. A server
+// that refuses the client's certificate under TLS 1.3 says so only at the
+// first read (failure.Of classes that alert too).
+func (s Socket) handshake(ctx context.Context, conn net.Conn) (net.Conn, error) {
+	cfg, err := s.TLS.ClientConfig(s.ServerName)
+	if err != nil {
+		conn.Close()
+		return nil, &failure.InputError{Err: fmt.Errorf("TLS for %s: %w", s.Address, err)}
+	}
+	tc := tls.Client(conn, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		conn.Close()
+		return nil, &failure.NetworkError{Err: fmt.Errorf("TLS handshake with %s: %w", s.Address, err)}
+	}
+	return tc, nil
 }
 
 // Step is one runtime command and the test its answer must pass.

@@ -65,6 +65,13 @@ default audience, an empty list (anyone) is refused. */}}
 {{- if and (not .Values.haproxy.dataplaneURL) .Values.haproxy.runtimeURL (gt (int .Values.replicaCount) 1) -}}
 {{- fail "the runtime API driver alone (haproxy.runtimeURL without haproxy.dataplaneURL) needs replicaCount 1: its writes carry no version" -}}
 {{- end -}}
+{{- $tls := contains "tls://" (include "hks.list" .Values.haproxy.runtimeURL) -}}
+{{- if and $tls (not .Values.haproxy.runtimeTLS.secretName) -}}
+{{- fail "tls:// in haproxy.runtimeURL needs haproxy.runtimeTLS.secretName (a Secret with ca.crt, tls.crt and tls.key): the service refuses to start without the files" -}}
+{{- end -}}
+{{- if and (not $tls) (or .Values.haproxy.runtimeTLS.secretName .Values.haproxy.runtimeTLS.serverName) -}}
+{{- fail "haproxy.runtimeTLS is set but no haproxy.runtimeURL is tls://host:port" -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "hks.secretName" -}}
@@ -113,11 +120,16 @@ resources:
   {{- toYaml .root.Values.resources | nindent 2 }}
 securityContext:
   {{- toYaml .root.Values.securityContext | nindent 2 }}
-{{- if or .root.Values.haproxy.caConfigMap .root.Values.extraVolumeMounts }}
+{{- if or .root.Values.haproxy.caConfigMap .root.Values.haproxy.runtimeTLS.secretName .root.Values.extraVolumeMounts }}
 volumeMounts:
   {{- if .root.Values.haproxy.caConfigMap }}
   - name: ca
     mountPath: /etc/haproxy-k8s-sync/ca
+    readOnly: true
+  {{- end }}
+  {{- if .root.Values.haproxy.runtimeTLS.secretName }}
+  - name: runtime-tls
+    mountPath: /etc/haproxy-k8s-sync/runtime-tls
     readOnly: true
   {{- end }}
   {{- with .root.Values.extraVolumeMounts }}
@@ -133,12 +145,17 @@ securityContext:
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- if or .Values.haproxy.caConfigMap .Values.extraVolumes }}
+{{- if or .Values.haproxy.caConfigMap .Values.haproxy.runtimeTLS.secretName .Values.extraVolumes }}
 volumes:
   {{- with .Values.haproxy.caConfigMap }}
   - name: ca
     configMap:
       name: {{ . }}
+  {{- end }}
+  {{- with .Values.haproxy.runtimeTLS.secretName }}
+  - name: runtime-tls
+    secret:
+      secretName: {{ . }}
   {{- end }}
   {{- with .Values.extraVolumes }}
   {{- toYaml . | nindent 2 }}
