@@ -75,7 +75,7 @@ func sbom(bin binary, d deb, version string, digest v1.Hash, epoch time.Time) sp
 		Checksums:    []spdxChecksum{{Algorithm: "SHA256", ChecksumValue: digest.Hex}},
 		ExternalRefs: purl("oci", imageName, digest.String())}
 	main := spdxPackage{Name: bin.info.Main.Path, SPDXID: "SPDXRef-Binary", VersionInfo: version, DownloadLocation: source,
-		LicenseDeclared: "Apache-2.0", PrimaryPackagePurpose: "APPLICATION", ExternalRefs: purl("golang", bin.info.Main.Path, version)}
+		LicenseDeclared: "Apache-2.0", PrimaryPackagePurpose: "APPLICATION", ExternalRefs: purl("golang", bin.info.Main.Path, "v"+version)}
 	ca := spdxPackage{Name: d.name, SPDXID: "SPDXRef-Deb-" + spdxID(d.name), VersionInfo: d.version, Supplier: "Organization: Debian",
 		DownloadLocation: "NOASSERTION", PrimaryPackagePurpose: "LIBRARY",
 		Checksums: []spdxChecksum{{Algorithm: "SHA256", ChecksumValue: d.sha256}},
