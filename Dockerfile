@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
-# A static binary in a distroless image: no shell, no package manager, non-root.
-#   docker build --build-arg VERSION=$(git describe --tags --always) -t haproxy-k8s-sync .
+# For those with Docker: a static binary in a distroless image (no shell, no
+# package manager, non-root). `make image` builds the image without Docker.
+#   docker build --build-arg COMMIT=$(git rev-parse HEAD) -t haproxy-k8s-sync:$(cat VERSION) .
 
 FROM golang:1.26.8-bookworm AS build
 WORKDIR /src
@@ -9,8 +10,9 @@ RUN go mod download
 COPY cmd ./cmd
 COPY handler ./handler
 COPY sync ./sync
-ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
+COPY VERSION ./
+ARG COMMIT=unknown
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(cat VERSION) -X main.commit=${COMMIT}" \
       -o /out/haproxy-k8s-sync ./cmd/haproxy-k8s-sync
 
 FROM gcr.io/distroless/static-debian12:nonroot

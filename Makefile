@@ -1,14 +1,27 @@
 # haproxy-k8s-sync — build and test targets. `make test` is what CI runs.
 GO      ?= go
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X main.version=$(VERSION)
+# The release is one fact, the VERSION file; the commit is git's.
+VERSION := $(shell cat VERSION)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+# Every timestamp of the image: the commit's time, so a rebuild is identical.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: all build demo test deps matrix vet fmt-check unit history soak replay bench fuzz clean
+.PHONY: all build image demo test deps matrix vet fmt-check unit history soak replay bench fuzz clean
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/haproxy-k8s-sync ./cmd/haproxy-k8s-sync
+
+## image: the container image without a Docker daemon, bin/image.tar (an OCI
+## image layout and a docker save archive in one tar; crane push, skopeo
+## copy, docker load), and its SPDX SBOM bin/image.spdx.json. The base is
+## Debian's ca-certificates package (apt-get download) and a non-root user.
+## unit checks it (hack/image).
+image: build
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./hack/image -binary bin/haproxy-k8s-sync \
+	  -version $(VERSION) -commit $(COMMIT) -out bin/image.tar -sbom bin/image.spdx.json
 
 ## demo: a local HAProxy synced from testdata/demo/cluster.yaml (no cluster needed).
 demo: build
@@ -16,8 +29,8 @@ demo: build
 
 ## test: everything CI checks, from a fresh machine with only Go installed:
 ## installs HAProxy and etcd (apt) and builds kube-apiserver and HAProxy 3.0
-## when missing.
-test: deps fmt-check vet unit history matrix fuzz
+## when missing; builds the image, which unit checks.
+test: deps fmt-check vet image unit history matrix fuzz
 
 ## deps: HAProxy, etcd, iproute2 from Debian; kube-apiserver, kubectl, helm
 ## and HAProxy 3.0 LTS built into bin/ (cached in ~/.cache/haproxy-k8s-sync).

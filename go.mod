@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/getkin/kin-openapi v0.152.0
 	github.com/go-chi/chi/v5 v5.5.0
+	github.com/google/go-containerregistry v0.22.1
 	github.com/haproxytech/client-native/v6 v6.3.0
 	github.com/kelseyhightower/envconfig v1.4.0
 	github.com/moby/buildkit v0.26.2
@@ -12,6 +13,7 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
 	github.com/sethvargo/go-retry v0.5.0
+	golang.org/x/mod v0.41.0
 	golang.org/x/sync v0.23.0
 	k8s.io/api v0.34.3
 	k8s.io/apimachinery v0.34.3
@@ -61,6 +63,7 @@ require (
 	github.com/gorilla/mux v1.8.0 // indirect
 	github.com/haproxytech/go-method-gen v0.1.1 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/klauspost/compress v1.20.1 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/moby/docker-image-spec v1.3.1 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
@@ -82,7 +85,6 @@ require (
 	go.mongodb.org/mongo-driver v1.17.7 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/mod v0.41.0 // indirect
 	golang.org/x/net v0.59.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect

@@ -605,7 +605,7 @@ func TestChartKnobs(t *testing.T) {
 		"--set-json", `haproxy.dataplaneURL=["http://a:5555","http://b:5555"]`,
 		"--set-json", `haproxy.runtimeURL=["tcp://a:9999","tcp://b:9999"]`))
 	for _, want := range []string{
-		"image: ghcr.io/haproxy-k8s-sync/haproxy-k8s-sync:0.6.0@sha256:0123456789abcdef", // tag from appVersion
+		"image: registry.example/haproxy-k8s-sync:" + releaseVersion(t) + "@sha256:0123456789abcdef", // tag from appVersion
 		"- name: regcred", "team: edge", "tier: lb", "name: GOMEMLIMIT", "mountPath: /extra", "emptyDir: {}",
 		"iam: role", "readOnlyRootFilesystem: false", "periodSeconds: 7",
 		`HAPROXY_DATAPLANE_URL: "http://a:5555,http://b:5555"`, `HAPROXY_RUNTIME_URL: "tcp://a:9999,tcp://b:9999"`,

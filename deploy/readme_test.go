@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"unicode"
-
-	"sigs.k8s.io/yaml"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
 )
@@ -343,8 +340,8 @@ func TestDocsLinksResolve(t *testing.T) {
 }
 
 // TestReadmeIsAFrontDoor: README.md stays short, starts with its two set-up
-// commands, says which release the documentation describes, and links every
-// page of docs/.
+// commands and links every page of docs/ (the release it describes:
+// TestReleaseVersionsAgree).
 func TestReadmeIsAFrontDoor(t *testing.T) {
 	readme := readDoc(t, "README.md")
 	lines := strings.Split(strings.TrimRight(readme, "\n"), "\n")
@@ -356,139 +353,10 @@ func TestReadmeIsAFrontDoor(t *testing.T) {
 	if len(cmds) < 2 || !strings.HasPrefix(cmds[0], "make demo") || !strings.HasPrefix(cmds[1], "make test") {
 		t.Errorf("README.md's first 40 lines must start with a sh block of `make demo` and `make test`; found %q", cmds)
 	}
-	if v := changelogVersion(t); !strings.Contains(readme, "release "+v) && !strings.Contains(readme, "release **"+v) && !strings.Contains(readme, "**release "+v+"**") {
-		t.Errorf("README.md does not say it describes release %s (the newest in CHANGELOG.md)", v)
-	}
 	for _, page := range docPages(t)[1:] {
 		if !strings.Contains(readme, "]("+page+")") {
 			t.Errorf("README.md does not link %s", page)
 		}
-	}
-}
-
-// changelogVersion returns the newest released version CHANGELOG.md lists
-// (the first "## [X.Y.Z] - date" heading). An "Unreleased" section with
-// entries fails the test: the docs describe a release, and what they
-// describe is cut together (CHANGELOG, chart, image tags).
-func changelogVersion(t *testing.T) string {
-	t.Helper()
-	release := regexp.MustCompile(`^## \[([^\]]+)\](?: - (\d{4}-\d{2}-\d{2}))?\s*$`)
-	semver := regexp.MustCompile(`^\d+\.\d+\.\d+$`)
-	sc := bufio.NewScanner(strings.NewReader(readDoc(t, "CHANGELOG.md")))
-	unreleased := false
-	for sc.Scan() {
-		line := sc.Text()
-		if m := release.FindStringSubmatch(line); m != nil {
-			if strings.EqualFold(m[1], "Unreleased") {
-				unreleased = true
-				continue
-			}
-			if !semver.MatchString(m[1]) || m[2] == "" {
-				t.Fatalf("CHANGELOG.md: %q is not `## [X.Y.Z] - YYYY-MM-DD`", line)
-			}
-			return m[1]
-		}
-		if unreleased && strings.HasPrefix(line, "- ") {
-			t.Errorf("CHANGELOG.md has Unreleased entries (%q): the docs would describe what no image has; put them under the release the docs describe and cut it (CHANGELOG, chart, image tags)", line)
-			unreleased = false
-		}
-	}
-	t.Fatal("CHANGELOG.md lists no release")
-	return ""
-}
-
-// readYAML decodes a file of deploy/ (a path from this directory).
-func readYAML(t *testing.T, path string, v any) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(data, v); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-}
-
-var imageRef = regexp.MustCompile(`ghcr\.io/haproxy-k8s-sync/haproxy-k8s-sync:([A-Za-z0-9._-]+)|newTag: "?([A-Za-z0-9._-]+)"?`)
-
-// TestReleaseVersionsAgree: the newest version of CHANGELOG.md, the chart's
-// version and appVersion, the image tags of deploy/ (kustomize and chart
-// values), knative/ and every image named in README.md and docs/ are one
-// and the same, so the docs, the manifests and the image describe one
-// release.
-func TestReleaseVersionsAgree(t *testing.T) {
-	v := changelogVersion(t)
-	if !strings.Contains(readDoc(t, "CHANGELOG.md"), "\n["+v+"]: ") {
-		t.Errorf("CHANGELOG.md has no link for [%s]", v)
-	}
-	var chart struct {
-		Version    string `json:"version"`
-		AppVersion string `json:"appVersion"`
-	}
-	readYAML(t, "helm/haproxy-k8s-sync/Chart.yaml", &chart)
-	if chart.Version != v || chart.AppVersion != v {
-		t.Errorf("Chart.yaml: version %q, appVersion %q; CHANGELOG.md's newest release is %s", chart.Version, chart.AppVersion, v)
-	}
-	var values struct {
-		Image struct {
-			Tag string `json:"tag"`
-		} `json:"image"`
-	}
-	readYAML(t, "helm/haproxy-k8s-sync/values.yaml", &values)
-	if values.Image.Tag != "" && values.Image.Tag != v {
-		t.Errorf("chart values: image.tag %q; CHANGELOG.md's newest release is %s", values.Image.Tag, v)
-	}
-	for _, k := range []string{"base/kustomization.yaml", "../knative/base/kustomization.yaml"} {
-		var kz struct {
-			Images []struct {
-				Name   string `json:"name"`
-				NewTag string `json:"newTag"`
-			} `json:"images"`
-		}
-		readYAML(t, k, &kz)
-		found := false
-		for _, im := range kz.Images {
-			if im.Name == "haproxy-k8s-sync" {
-				found = true
-				if im.NewTag != v {
-					t.Errorf("%s: image tag %q; CHANGELOG.md's newest release is %s", k, im.NewTag, v)
-				}
-			}
-		}
-		if !found {
-			t.Errorf("%s sets no image tag for haproxy-k8s-sync", k)
-		}
-	}
-	// Every image reference elsewhere: manifests, chart, docs.
-	refs := 0
-	for _, dir := range []string{"../deploy", "../knative", "../docs", "../README.md"} {
-		err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			switch filepath.Ext(path) {
-			case ".md", ".yaml", ".yml", ".tpl", ".txt", ".json":
-			default:
-				return nil
-			}
-			data, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			for _, m := range imageRef.FindAllStringSubmatch(string(data), -1) {
-				refs++
-				if tag := m[1] + m[2]; tag != v {
-					t.Errorf("%s names image tag %s; CHANGELOG.md's newest release is %s", path, tag, v)
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if refs < 3 {
-		t.Errorf("only %d image references found", refs)
 	}
 }
 

@@ -51,8 +51,13 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
 )
 
-// version is stamped at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and commit are stamped at build time with -ldflags "-X
+// main.version=... -X main.commit=..." (make build reads VERSION and git);
+// without a stamped commit the one Go recorded, if any, is used.
+var (
+	version = "dev"
+	commit  = ""
+)
 
 func main() {
 	os.Exit(run(os.Args[1:]))
@@ -256,15 +261,18 @@ func newLogger(level, format string) *slog.Logger {
 // versionString is the version, the commit it was built from and the Go
 // version, e.g. "haproxy-k8s-sync 0.2.0 (commit 1c161e6, go1.26.8)".
 func versionString() string {
-	commit := revision()
-	if len(commit) > 7 {
-		commit = commit[:7]
+	rev := revision()
+	if len(rev) > 7 {
+		rev = rev[:7]
 	}
-	return fmt.Sprintf("haproxy-k8s-sync %s (commit %s, %s)", version, commit, runtime.Version())
+	return fmt.Sprintf("haproxy-k8s-sync %s (commit %s, %s)", version, rev, runtime.Version())
 }
 
 // revision is the VCS revision the binary was built from, or "unknown".
 func revision() string {
+	if commit != "" {
+		return commit
+	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
 			if s.Key == "vcs.revision" && s.Value != "" {
