@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,15 +9,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/haproxytech/client-native/v6/models"
 	"sigs.k8s.io/yaml"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
 )
 
@@ -66,45 +69,14 @@ func sections(cfg string) map[string][]string {
 	return out
 }
 
-// retryLines reads what a section says about retries, as the Data Plane
-// driver reads it from the API: "option redispatch [N]", "retries N",
-// "retry-on", "mode".
-func retryLines(t *testing.T, lines []string) model.RetryLines {
-	t.Helper()
-	var r model.RetryLines
-	for _, l := range lines {
-		f := strings.Fields(l)
-		switch {
-		case len(f) >= 2 && f[0] == "option" && f[1] == "redispatch":
-			r.Redispatch = -1
-			if len(f) == 3 {
-				n, err := strconv.Atoi(f[2])
-				if err != nil {
-					t.Fatalf("%q: %v", l, err)
-				}
-				r.Redispatch = n
-			}
-		case f[0] == "retries" && len(f) == 2:
-			n, err := strconv.Atoi(f[1])
-			if err != nil {
-				t.Fatalf("%q: %v", l, err)
-			}
-			r.Retries = &n
-		case f[0] == "retry-on":
-			r.RetryOn = strings.Join(f[1:], " ")
-		case f[0] == "mode" && len(f) == 2:
-			r.Mode = f[1]
-		}
-	}
-	return r
-}
-
 // TestDocumentedHAProxyConfig runs the haproxy.cfg of docs/haproxy.md, only
 // its paths and addresses replaced, as an HA pair of real HAProxy processes,
-// and syncs a Service of three Nodes into both through their admin sockets
-// with the service's reconcile command: every documented frontend then
-// reaches every node. It also reads the backends' retry lines as the Data
-// Plane driver does, and finds none missing.
+// and syncs a Service of three Nodes into both with the service's reconcile
+// command, once through the admin sockets alone and once through a Data Plane
+// API per HAProxy (the test API, replaying on the real HAProxy what the real
+// one applies at runtime) with the sockets: every documented frontend then
+// reaches every node, and the Data Plane driver finds no recommended line
+// missing.
 func TestDocumentedHAProxyConfig(t *testing.T) {
 	bin, err := haproxytest.Binary()
 	if err != nil {
@@ -116,13 +88,10 @@ func TestDocumentedHAProxyConfig(t *testing.T) {
 	doc := docBlock(t, "<!-- haproxy.cfg: run as written by TestDocumentedHAProxyConfig -->")
 
 	secs := sections(doc)
-	if _, ok := secs["global"]; !ok {
-		t.Fatal("the documented haproxy.cfg has no global section")
-	}
 	defaults := ""
 	for name, lines := range secs {
 		if strings.HasPrefix(name, "defaults") {
-			defaults = name
+			defaults = strings.TrimSpace(strings.TrimPrefix(name, "defaults"))
 		}
 		for _, l := range lines {
 			if strings.HasPrefix(l, "default-server") || strings.HasPrefix(l, "server") {
@@ -130,24 +99,18 @@ func TestDocumentedHAProxyConfig(t *testing.T) {
 			}
 		}
 	}
-	if defaults == "" || defaults == "defaults" {
-		t.Errorf("the defaults section must be named (the Data Plane API adds from <name>): %q", defaults)
+	if defaults == "" {
+		t.Fatal("the documented haproxy.cfg has no named defaults section (the Data Plane API adds from <name>)")
+	}
+	for _, want := range []string{"master-worker", "stats socket /run/haproxy/admin.sock mode 660 level admin expose-fd listeners"} {
+		if !slices.Contains(secs["global"], want) {
+			t.Errorf("the global section lacks %q", want)
+		}
 	}
 	backends := []string{"ingress_http", "ingress_https"}
 	for _, b := range backends {
-		lines, ok := secs["backend "+b]
-		if !ok {
+		if _, ok := secs["backend "+b]; !ok {
 			t.Fatalf("the documented haproxy.cfg has no backend %s", b)
-		}
-		// The backend's own lines win over its defaults', as in HAProxy.
-		r := retryLines(t, append(append([]string{}, secs[defaults]...), lines...))
-		if m := r.Missing(); len(m) > 0 {
-			t.Errorf("backend %s lacks the recommended lines %q: the Data Plane driver would report them", b, m)
-		}
-	}
-	for _, want := range []string{"master-worker", "stats socket /run/haproxy/admin.sock mode 660 level admin expose-fd listeners"} {
-		if !strings.Contains(strings.Join(secs["global"], "\n"), want) {
-			t.Errorf("the global section lacks %q", want)
 		}
 	}
 
@@ -158,10 +121,111 @@ func TestDocumentedHAProxyConfig(t *testing.T) {
 		haproxytest.Listen(t, fmt.Sprintf("node-%d-http", i), fmt.Sprintf("%s:%d", addr, httpPort))
 		haproxytest.Listen(t, fmt.Sprintf("node-%d-https", i), fmt.Sprintf("%s:%d", addr, httpsPort))
 	}
+	cluster := filepath.Join(t.TempDir(), "cluster.yaml")
+	if err := os.WriteFile(cluster, []byte(threeNodes(httpPort, httpsPort, nodes)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"TARGET_ADDRESS=node", "HAPROXY_BACKENDS=http=ingress_http,https=ingress_https", "ALLOWED_SERVER_CIDRS=127.0.0.0/8", "LOG_LEVEL=warn"}
 
-	// The HA pair: the same file twice, each in its own directory.
-	var sockets []string
-	fronts := map[string][]string{} // backend -> its frontend on each HAProxy
+	for _, driver := range []string{"runtime API", "Data Plane API and socket"} {
+		t.Run(driver, func(t *testing.T) {
+			sockets, fronts := haproxyPair(t, bin, doc)
+			var runtime, dataplane []string
+			for _, sock := range sockets {
+				runtime = append(runtime, "unix://"+sock)
+				if driver == "runtime API" {
+					continue
+				}
+				api := dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: sock})
+				d := apiSection(t, secs["defaults "+defaults])
+				api.AddDefaults(models.Defaults{DefaultsBase: models.DefaultsBase{Name: defaults, Mode: d.Mode, Redispatch: d.Redispatch, Retries: d.Retries, RetryOn: d.RetryOn}})
+				for _, b := range backends {
+					be := apiSection(t, secs["backend "+b])
+					be.Name, be.From, be.Mode = b, defaults, cmp.Or(be.Mode, d.Mode)
+					api.AddBackend(models.Backend{BackendBase: be})
+				}
+				dataplane = append(dataplane, api.URL)
+			}
+			code, stdout, stderr := runCommand(t, "reconcile --manifests "+cluster, append(env,
+				"HAPROXY_RUNTIME_URL="+strings.Join(runtime, ","), "HAPROXY_DATAPLANE_URL="+strings.Join(dataplane, ","))...)
+			var res struct {
+				Targets []struct {
+					Backend             string
+					MissingBackendLines []string
+				}
+			}
+			if code != 0 || json.Unmarshal([]byte(stdout), &res) != nil || len(res.Targets) != 4 {
+				t.Fatalf("reconcile: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+			}
+			for _, tr := range res.Targets {
+				if len(tr.MissingBackendLines) > 0 {
+					t.Errorf("backend %s lacks the recommended lines %q", tr.Backend, tr.MissingBackendLines)
+				}
+			}
+			for _, b := range backends {
+				for i, fe := range fronts[b] {
+					got := map[string]bool{}
+					for name, n := range haproxytest.Spread(fe, 30) {
+						if name == "" {
+							t.Errorf("HAProxy %d, %s: %d connections failed", i, b, n)
+						}
+						got[name] = true
+					}
+					for n := range nodes {
+						if want := fmt.Sprintf("node-%d-%s", n, strings.TrimPrefix(b, "ingress_")); !got[want] {
+							t.Errorf("HAProxy %d: no connection through frontend %s reached %s (got %v)\nreconcile: %s", i, b, want, got, stdout)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// apiSection is what the Data Plane API reads from a section of the
+// documented haproxy.cfg, for the test API to answer as the real one would:
+// mode, balance, tcp-check and the retry lines.
+func apiSection(t *testing.T, lines []string) models.BackendBase {
+	t.Helper()
+	var b models.BackendBase
+	num := func(l, v string) int64 {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%q: %v", l, err)
+		}
+		return n
+	}
+	for _, l := range lines {
+		f := strings.Fields(l)
+		switch {
+		case len(f) >= 2 && f[0] == "option" && f[1] == "redispatch":
+			on := "enabled"
+			b.Redispatch = &models.Redispatch{Enabled: &on}
+			if len(f) == 3 {
+				n := num(l, f[2])
+				b.Redispatch.Interval = &n
+			}
+		case len(f) == 2 && f[0] == "option" && f[1] == "tcp-check":
+			b.AdvCheck = "tcp-check"
+		case len(f) == 2 && f[0] == "retries":
+			n := num(l, f[1])
+			b.Retries = &n
+		case f[0] == "retry-on":
+			b.RetryOn = strings.Join(f[1:], " ")
+		case len(f) == 2 && f[0] == "mode":
+			b.Mode = f[1]
+		case len(f) == 2 && f[0] == "balance":
+			b.Balance = &models.Balance{Algorithm: &f[1]}
+		}
+	}
+	return b
+}
+
+// haproxyPair starts the documented haproxy.cfg twice, as an HA pair, and
+// returns each one's admin socket and, by backend, its frontends.
+func haproxyPair(t *testing.T, bin, doc string) (sockets []string, fronts map[string][]string) {
+	t.Helper()
+	fronts = map[string][]string{}
 	for range 2 {
 		dir := t.TempDir()
 		chroot := filepath.Join(dir, "chroot")
@@ -180,42 +244,11 @@ func TestDocumentedHAProxyConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 		startHAProxy(t, bin, dir, path)
-		sockets = append(sockets, "unix://"+filepath.Join(dir, "admin.sock"))
+		sockets = append(sockets, filepath.Join(dir, "admin.sock"))
 		fronts["ingress_http"] = append(fronts["ingress_http"], fmt.Sprintf("127.0.0.1:%d", fe80))
 		fronts["ingress_https"] = append(fronts["ingress_https"], fmt.Sprintf("127.0.0.1:%d", fe443))
 	}
-
-	cluster := filepath.Join(t.TempDir(), "cluster.yaml")
-	if err := os.WriteFile(cluster, []byte(threeNodes(httpPort, httpsPort, nodes)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	code, stdout, stderr := runCommand(t, "reconcile --manifests "+cluster,
-		"TARGET_ADDRESS=node", "HAPROXY_RUNTIME_URL="+strings.Join(sockets, ","),
-		"HAPROXY_BACKENDS=http=ingress_http,https=ingress_https", "ALLOWED_SERVER_CIDRS=127.0.0.0/8", "LOG_LEVEL=warn")
-	var res struct {
-		Targets []struct{ Waiting []string }
-	}
-	if code != 0 || json.Unmarshal([]byte(stdout), &res) != nil || len(res.Targets) != 4 {
-		t.Fatalf("reconcile: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
-	}
-	for _, b := range backends {
-		for i, fe := range fronts[b] {
-			got := map[string]bool{}
-			for name, n := range haproxytest.Spread(fe, 30) {
-				if name == "" {
-					t.Errorf("HAProxy %d, %s: %d connections failed", i, b, n)
-					continue
-				}
-				got[name] = true
-			}
-			for n := range nodes {
-				suffix := strings.TrimPrefix(b, "ingress_")
-				if want := fmt.Sprintf("node-%d-%s", n, suffix); !got[want] {
-					t.Errorf("HAProxy %d: no connection through frontend %s reached %s (got %v)\nreconcile: %s", i, b, want, got, stdout)
-				}
-			}
-		}
-	}
+	return sockets, fronts
 }
 
 // startHAProxy runs HAProxy on the documented file as Debian's unit does
