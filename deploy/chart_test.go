@@ -517,7 +517,7 @@ func TestChartNamesWhatTheDocsCall(t *testing.T) {
 		"release sync and fullnameOverride": {"template", "sync", "helm/haproxy-k8s-sync", "-n", "ingress-nginx", "--set", "fullnameOverride=haproxy-k8s-sync"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			out, err := exec.Command(tool("helm"), args...).Output()
+			out, err := exec.Command(tool("helm"), append(args, "--set", "haproxy.runtimeURL=tcp://haproxy:9999", "--set", "replicaCount=1")...).Output()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -537,7 +537,7 @@ func TestChartNamesWhatTheDocsCall(t *testing.T) {
 
 	namespace(t, "ingress-nginx")
 	out, err := exec.Command(tool("helm"), "install", "--dry-run=server", "--kubeconfig", api.kubeconfig, "-n", "ingress-nginx",
-		"sync", "helm/haproxy-k8s-sync", "--set", "fullnameOverride=haproxy-k8s-sync").CombinedOutput()
+		"sync", "helm/haproxy-k8s-sync", "--set", "fullnameOverride=haproxy-k8s-sync", "--set", "haproxy.dataplaneURL=http://haproxy:5555").CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm install --dry-run: %v\n%s", err, out)
 	}
@@ -613,7 +613,7 @@ func TestChartRefusesAReadinessGateWithoutSockets(t *testing.T) {
 		t.Errorf("a readiness gate with the Data Plane API and no runtimeURL renders (%v):\n%.300s", err, out)
 	}
 	for name, args := range map[string][]string{
-		"Data Plane API with the sockets": {"--set", "haproxy.runtimeURL=tcp://haproxy:9999"},
+		"Data Plane API with the sockets": {"--set", "haproxy.dataplaneURL=http://haproxy:5555", "--set", "haproxy.runtimeURL=tcp://haproxy:9999"},
 		"runtime API alone":               {"--set", "haproxy.dataplaneURL=", "--set", "haproxy.runtimeURL=tcp://haproxy:9999", "--set", "replicaCount=1"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -621,5 +621,32 @@ func TestChartRefusesAReadinessGateWithoutSockets(t *testing.T) {
 				t.Errorf("POD_READINESS_GATE %q, want true", c["POD_READINESS_GATE"])
 			}
 		})
+	}
+}
+
+// TestChartRendersOnlyTheURLsGiven: a URL the user did not give is never
+// rendered (the runtime API driver alone must not be sent to a placeholder
+// Data Plane API), the recommended pair renders both in order, and with
+// neither the chart refuses, naming both values.
+func TestChartRendersOnlyTheURLsGiven(t *testing.T) {
+	for name, tt := range map[string]struct {
+		args              []string
+		dataplane, socket string
+	}{
+		"runtime API alone": {[]string{"--set", "haproxy.runtimeURL=unix:///run/haproxy/admin.sock", "--set", "replicaCount=1"}, "", "unix:///run/haproxy/admin.sock"},
+		"the recommended pair": {[]string{"--set", `haproxy.dataplaneURL=http://haproxy-a:5555\,http://haproxy-b:5555`, "--set", `haproxy.runtimeURL=tcp://haproxy-a:9999\,tcp://haproxy-b:9999`},
+			"http://haproxy-a:5555,http://haproxy-b:5555", "tcp://haproxy-a:9999,tcp://haproxy-b:9999"},
+		"Data Plane API alone": {[]string{"--set", "haproxy.dataplaneURL=http://haproxy-a:5555"}, "http://haproxy-a:5555", ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := renderedConfig(t, tt.args...)
+			if c["HAPROXY_DATAPLANE_URL"] != tt.dataplane || c["HAPROXY_RUNTIME_URL"] != tt.socket {
+				t.Errorf("HAPROXY_DATAPLANE_URL %q, HAPROXY_RUNTIME_URL %q; want %q, %q", c["HAPROXY_DATAPLANE_URL"], c["HAPROXY_RUNTIME_URL"], tt.dataplane, tt.socket)
+			}
+		})
+	}
+	out, err := helmRefuses("--set", "haproxy.dataplaneURL=", "--set", "haproxy.runtimeURL=")
+	if err == nil || !strings.Contains(string(out), "haproxy.dataplaneURL") || !strings.Contains(string(out), "haproxy.runtimeURL") {
+		t.Errorf("the chart renders with no HAProxy URL (%v):\n%.300s", err, out)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -112,16 +113,29 @@ func kubectl(t *testing.T, stdin []byte, args ...string) string {
 	return string(out)
 }
 
+// helmArgs are helm template's arguments for the chart with args. The chart
+// refuses to render without an HAProxy URL, so a test that gives none gets
+// the recommended pair of one HAProxy: its Data Plane API and admin socket.
+func helmArgs(args []string) []string {
+	out := []string{"template", "rel", "helm/haproxy-k8s-sync"}
+	if !slices.ContainsFunc(args, func(a string) bool {
+		return strings.Contains(a, "haproxy.dataplaneURL") || strings.Contains(a, "haproxy.runtimeURL")
+	}) {
+		out = append(out, "--set", "haproxy.dataplaneURL=http://haproxy-a:5555", "--set", "haproxy.runtimeURL=tcp://haproxy-a:9999")
+	}
+	return append(out, args...)
+}
+
 // helmRefuses renders the chart and returns helm's output and error, for
 // values the chart must refuse.
 func helmRefuses(args ...string) ([]byte, error) {
-	return exec.Command(tool("helm"), append([]string{"template", "rel", "helm/haproxy-k8s-sync"}, args...)...).CombinedOutput()
+	return exec.Command(tool("helm"), helmArgs(args)...).CombinedOutput()
 }
 
 // helm renders the chart with the given extra arguments.
 func helm(t *testing.T, args ...string) []byte {
 	t.Helper()
-	cmd := exec.Command(tool("helm"), append([]string{"template", "rel", "helm/haproxy-k8s-sync"}, args...)...)
+	cmd := exec.Command(tool("helm"), helmArgs(args)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -628,7 +642,7 @@ func TestChartKnobs(t *testing.T) {
 		}
 	}
 
-	gated := string(helm(t, "--set", "haproxy.targetAddress=pod", "--set", "readinessGate.enabled=true", "--set", "haproxy.runtimeURL=tcp://haproxy:9999"))
+	gated := string(helm(t, "--set", "haproxy.targetAddress=pod", "--set", "readinessGate.enabled=true", "--set", "haproxy.dataplaneURL=http://haproxy:5555", "--set", "haproxy.runtimeURL=tcp://haproxy:9999"))
 	for _, want := range []string{`resources: ["pods"]`, `verbs: ["get"]`, `resources: ["pods/status"]`, `verbs: ["patch"]`, `POD_READINESS_GATE: "true"`} {
 		if !strings.Contains(gated, want) {
 			t.Errorf("readinessGate.enabled render lacks %q", want)
@@ -664,7 +678,9 @@ func TestChartKnobs(t *testing.T) {
 // checks the notes tell how to see the sync and call it.
 func TestChartNotes(t *testing.T) {
 	namespace(t, "notes")
-	cmd := exec.Command(tool("helm"), "install", "--dry-run=server", "--kubeconfig", api.kubeconfig, "-n", "notes", "rel", "helm/haproxy-k8s-sync")
+	// The Data Plane API alone: the notes say what the sockets would add.
+	cmd := exec.Command(tool("helm"), "install", "--dry-run=server", "--kubeconfig", api.kubeconfig, "-n", "notes", "rel", "helm/haproxy-k8s-sync",
+		"--set", "haproxy.dataplaneURL=http://haproxy:5555")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm install --dry-run: %v\n%s", err, out)

@@ -77,6 +77,10 @@ func withoutComment(c string) string {
 	return strings.TrimSpace(c)
 }
 
+// overlayCopy is a copy of an example overlay beside it, which the
+// overlay's relative paths need.
+var overlayCopy = regexp.MustCompile(`^(deploy|knative)/overlays/example (deploy|knative)/overlays/[a-z0-9-]+$`)
+
 var exportedName = regexp.MustCompile(`\b([A-Z][A-Z0-9_]*)=`)
 
 // haproxyURL matches an exported HAProxy URL variable and its value.
@@ -125,6 +129,12 @@ func TestDocsCommandsWork(t *testing.T) {
 			t.Errorf("haproxy-k8s-sync has no command %q", sub)
 		}
 	}
+	var copies []string // overlays copied by the pages' commands
+	t.Cleanup(func() {
+		for _, c := range copies {
+			_ = os.RemoveAll(c)
+		}
+	})
 	total := 0
 	for _, page := range docPages(t) {
 		cmds := shCommands(readDoc(t, page))
@@ -176,6 +186,22 @@ func TestDocsCommandsWork(t *testing.T) {
 					if !strings.Contains(c, "Authorization: Bearer $WEBHOOK_TOKEN") || !strings.Contains(c, "/reconcile") {
 						t.Errorf("the curl example does not POST /reconcile with the token: %s", c)
 					}
+				case f[0] == "cp":
+					// Copying an example overlay beside it, as a reader does
+					// before editing; the copy is removed at the end.
+					w := strings.Fields(withoutComment(c))
+					if len(w) != 4 || w[1] != "-r" || !overlayCopy.MatchString(w[2]+" "+w[3]) ||
+						filepath.Dir(w[2]) != filepath.Dir(w[3]) || filepath.Base(w[3]) == "example" {
+						t.Fatalf("%s: %q: only `cp -r <dir>/overlays/example <dir>/overlays/NAME` is checked", page, c)
+					}
+					dst := filepath.Join(root, w[3])
+					if err := os.RemoveAll(dst); err != nil {
+						t.Fatal(err)
+					}
+					copies = append(copies, dst)
+					run(t, withoutComment(c))
+				case f[0] == "kubectl" && f[1] == "apply" && strings.Contains(c, "overlays/example"):
+					t.Errorf("%s applies the example overlay itself: apply the reader's copy of it", page)
 				case f[0] == "kubectl" && (f[1] == "create" || f[1] == "apply"):
 					run(t, c+" --dry-run=server -o name >/dev/null")
 				case f[0] == "helm" && f[1] == "install":
@@ -303,7 +329,7 @@ func anchors(text string) map[string]bool {
 // chart's README and the CHANGELOG names a file of the repository and, for
 // a Markdown page, a heading of it.
 func TestDocsLinksResolve(t *testing.T) {
-	pages := append(docPages(t), "deploy/helm/haproxy-k8s-sync/README.md", "CHANGELOG.md")
+	pages := append(docPages(t), "deploy/helm/haproxy-k8s-sync/README.md", "CHANGELOG.md", "CONTRIBUTING.md")
 	checked := 0
 	for _, page := range pages {
 		lines := prose(readDoc(t, page))

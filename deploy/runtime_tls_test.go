@@ -44,7 +44,8 @@ func tlsMounted(t *testing.T, objs map[string]object, secret string) {
 // without the Secret (the service would not start) and the Secret without
 // tls:// (the sockets would be reached in clear).
 func TestChartRuntimeTLS(t *testing.T) {
-	tlsArgs := []string{"--set", "haproxy.runtimeURL=tls://lb-a:9999\\,tls://lb-b:9999", "--set", "haproxy.runtimeTLS.secretName=lb-admin-tls",
+	tlsArgs := []string{"--set", "haproxy.dataplaneURL=http://lb-a:5555\\,http://lb-b:5555",
+		"--set", "haproxy.runtimeURL=tls://lb-a:9999\\,tls://lb-b:9999", "--set", "haproxy.runtimeTLS.secretName=lb-admin-tls",
 		"--set", "haproxy.runtimeTLS.serverName=haproxy.internal"}
 	objs := byKind(t, helm(t, tlsArgs...))
 	tlsMounted(t, objs, "lb-admin-tls")
@@ -52,8 +53,8 @@ func TestChartRuntimeTLS(t *testing.T) {
 		t.Errorf("HAPROXY_RUNTIME_TLS_SERVER_NAME = %q", cm["HAPROXY_RUNTIME_TLS_SERVER_NAME"])
 	}
 	for name, args := range map[string][]string{
-		"tls:// without a Secret":      {"--set", "haproxy.runtimeURL=tls://lb-a:9999"},
-		"a Secret without tls://":      {"--set", "haproxy.runtimeURL=tcp://lb-a:9999", "--set", "haproxy.runtimeTLS.secretName=lb-admin-tls"},
+		"tls:// without a Secret":      {"--set", "haproxy.dataplaneURL=http://lb-a:5555", "--set", "haproxy.runtimeURL=tls://lb-a:9999"},
+		"a Secret without tls://":      {"--set", "haproxy.dataplaneURL=http://lb-a:5555", "--set", "haproxy.runtimeURL=tcp://lb-a:9999", "--set", "haproxy.runtimeTLS.secretName=lb-admin-tls"},
 		"a server name without tls://": {"--set", "haproxy.runtimeTLS.serverName=haproxy.internal"},
 	} {
 		if out, err := helmRefuses(args...); err == nil || !strings.Contains(string(out), "runtimeTLS") {

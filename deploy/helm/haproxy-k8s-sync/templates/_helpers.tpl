@@ -60,8 +60,13 @@ default audience, an empty list (anyone) is refused. */}}
 {{- join "," $sas -}}
 {{- end -}}
 
-{{/* The runtime API driver alone has no versions to make writers safe together. */}}
+{{/* The runtime API driver alone has no versions to make writers safe together.
+A URL the user did not give is never rendered: a placeholder would send the
+service to an HAProxy that is not there. */}}
 {{- define "hks.checkReplicas" -}}
+{{- if not (or .Values.haproxy.dataplaneURL .Values.haproxy.runtimeURL) -}}
+{{- fail "set haproxy.dataplaneURL and haproxy.runtimeURL (recommended: each HAProxy's Data Plane API and admin socket, same order), or haproxy.runtimeURL alone with replicaCount 1" -}}
+{{- end -}}
 {{- if and (not .Values.haproxy.dataplaneURL) .Values.haproxy.runtimeURL (gt (int .Values.replicaCount) 1) -}}
 {{- fail "the runtime API driver alone (haproxy.runtimeURL without haproxy.dataplaneURL) needs replicaCount 1: its writes carry no version" -}}
 {{- end -}}
