@@ -217,7 +217,10 @@ func (w *world) convergedOn(tg *target) []string {
 			diffs = append(diffs, podName(n)+": no server")
 		case st == live && alive[n] && (s.Maint() || s.Drain() || !s.Up()):
 			diffs = append(diffs, fmt.Sprintf("%s: ready and answering, server maint=%v drain=%v up=%v", podName(n), s.Maint(), s.Drain(), s.Up()))
-		case (st == notReady || st == noticed) && !s.Maint():
+		case (st == notReady || st == noticed) && !s.Maint() && (anyReady || w.setup.Static):
+			// Kept in traffic only while no other server could serve
+			// (make-before-break): not beside a ready pod, nor beside the
+			// static server.
 			diffs = append(diffs, podName(n)+": not ready, server not in maintenance")
 		case st == terminating && s.Maint():
 			diffs = append(diffs, fmt.Sprintf("%s: terminating, server in maintenance", podName(n)))

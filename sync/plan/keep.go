@@ -28,12 +28,16 @@ import (
 // at once sends the traffic to the other zones for a check. When no active
 // replacement waits (the local zone loses its servers for good), or none
 // of the leaving active servers serves (the backups serve already), the
-// backups take over, which is what they are for; so too once every active
-// replacement's check has failed (a dead or unreachable pod Kubernetes
-// calls ready): it is not about to serve, and a server Kubernetes took out
-// must not keep, for as long as that lasts, traffic the backups can take.
-// When no server at all would serve, every serving server that leaves is
-// kept, whatever its role.
+// backups take over, which is what they are for. When no server at all
+// would serve, every serving server that leaves is kept, whatever its role.
+//
+// A replacement whose check has failed (a dead or unreachable pod that
+// Kubernetes calls ready) is not about to serve: a server Kubernetes took
+// out must not keep, for as long as that lasts, traffic that others could
+// take. So once no replacement of the role is about to serve, the leaving
+// servers are kept only where no server at all would serve, another
+// cluster's (CLUSTER_NAME) included: better a pod Kubernetes calls not
+// ready than an empty backend.
 func (p *Plan) keepUntilReplaced(desired model.Backend) {
 	if len(p.Waiting) == 0 || !slices.ContainsFunc(desired.Servers, func(s model.Server) bool { return s.State == model.Ready }) {
 		return
@@ -43,8 +47,14 @@ func (p *Plan) keepUntilReplaced(desired model.Backend) {
 	for i := range p.Changes {
 		changed[p.Changes[i].Name] = &p.Changes[i]
 	}
-	anyAfter, activeAfter := false, false // in service after this plan
+	// Only this instance's servers bridge a replacement's check; another
+	// cluster's (Policy.Owner) count only where nothing is about to serve.
+	anyAfter, activeAfter, othersServe := false, false, false // in service after this plan
 	for _, s := range p.current {
+		if !model.Owns(p.owner, s.Name) {
+			othersServe = othersServe || serving(&s, false)
+			continue
+		}
 		after := serving(&s, false) // in service, and this plan leaves it so
 		if ch, ok := changed[s.Name]; ok {
 			// (back) in service after this plan
@@ -59,10 +69,13 @@ func (p *Plan) keepUntilReplaced(desired model.Backend) {
 	for _, s := range p.current {
 		failed[s.Name] = s.Runtime != nil && s.Runtime.CheckFailed
 	}
+	pending := func(n string) bool { return !failed[n] } // about to serve
 	keeps := func(string) bool { return true }
 	switch {
+	case !slices.ContainsFunc(p.Waiting, pending) && (anyAfter || othersServe):
+		return
 	case !anyAfter:
-	case !activeAfter && slices.ContainsFunc(p.Waiting, func(n string) bool { return !backup[n] && !failed[n] }):
+	case !activeAfter && slices.ContainsFunc(p.Waiting, func(n string) bool { return !backup[n] && pending(n) }):
 		keeps = func(name string) bool { return !backup[name] }
 	default:
 		return

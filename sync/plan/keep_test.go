@@ -144,3 +144,44 @@ func TestReplacingEveryLocalServerKeepsTheLocalZone(t *testing.T) {
 		}
 	}
 }
+
+// TestKeepUntilReplacedWithAnotherClusters: another cluster's servers
+// (Policy.Owner) do not bridge a replacement's check, so a leaving server is
+// kept while its replacement waits for its first check; but once every
+// replacement's check has failed, nothing is about to serve, and a serving
+// server of another cluster takes the traffic: the leaving one is not kept
+// for as long as the dead pods stay ready.
+func TestKeepUntilReplacedWithAnotherClusters(t *testing.T) {
+	serving := func(name, addr string) model.Server {
+		return rt(srv(name, addr, 80, model.Ready), true, true, 0, 0)
+	}
+	other := serving("static", "10.0.9.1")
+	newReady := srv("east-new", "10.0.1.1", 80, model.Ready)
+	tests := []struct {
+		name     string
+		current  model.Backend
+		want     map[Action][]string
+		handover []string
+	}{
+		{name: "the replacement waits for its first check: ours kept beside the other cluster's",
+			current: be(serving("east-old", "10.0.0.1"), other),
+			want:    map[Action][]string{Add: {"east-new"}}, handover: []string{"east-old"}},
+		{name: "the replacement's check failed: the other cluster's server serves, ours goes",
+			current: be(serving("east-old", "10.0.0.1"), failedCheck(srv("east-new", "10.0.1.1", 80, model.Drain)), other),
+			want:    map[Action][]string{Delete: {"east-old"}}},
+		{name: "the replacement's check failed and the other cluster's server is DOWN: ours kept",
+			current:  be(serving("east-old", "10.0.0.1"), failedCheck(srv("east-new", "10.0.1.1", 80, model.Drain)), rt(srv("static", "10.0.9.1", 80, model.Ready), true, false, 0, 0)),
+			handover: []string{"east-old"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := CalculateWith(tt.current, be(newReady), Policy{GateChecks: true, Owner: "east-"})
+			if got := summary(p); !equalSummary(got, tt.want) {
+				t.Errorf("plan = %v, want %v", got, tt.want)
+			}
+			if !slices.Equal(p.HandingOver, tt.handover) {
+				t.Errorf("handing over %v, want %v", p.HandingOver, tt.handover)
+			}
+		})
+	}
+}

@@ -111,6 +111,7 @@ type Plan struct {
 	HandingOver []string
 
 	current []model.Server // the backend it was computed from, as given (keepUntilReplaced)
+	owner   string         // Policy.Owner
 }
 
 // Pending reports whether a later reconcile has work that this one could
@@ -193,7 +194,7 @@ func Calculate(current, desired model.Backend) Plan {
 
 // CalculateWith is Calculate under a policy.
 func CalculateWith(current, desired model.Backend, pol Policy) Plan {
-	p := Plan{Backend: desired.Name, Revision: current.Revision, current: current.Servers}
+	p := Plan{Backend: desired.Name, Revision: current.Revision, current: current.Servers, owner: pol.Owner}
 	current = current.Owned(pol.Owner)
 	if !pol.FixedSettings && desired.Settings.Balance != "" && current.Settings != desired.Settings {
 		p.Settings = &SettingsChange{Old: current.Settings, New: desired.Settings}

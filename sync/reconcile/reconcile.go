@@ -436,7 +436,11 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			}
 			return retryable(err)
 		}
-		cur = cur.Owned(pol.Owner) // another cluster's servers are not ours to count
+		// Another cluster's servers are not ours to count; the plan gets
+		// them all the same, to tell whether any server serves
+		// (make-before-break).
+		all := cur
+		cur = cur.Owned(pol.Owner)
 		readAt := time.Now()
 		backends, err := kube.after(ctx, readAt)
 		if err != nil {
@@ -460,9 +464,9 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			tr.MissingBackendLines, tr.LinesRead = cur.Retry.MissingWith(r.Options.LocalZone != ""), true
 			r.warnMissingLines(tr.Target, backend, tr.MissingBackendLines)
 		}
-		p := plan.CalculateWith(cur, want, pol)
+		p := plan.CalculateWith(all, want, pol)
 		if len(p.Guarded) > 0 {
-			p = r.releaseGuard(ctx, t, cur, want, pol, p)
+			p = r.releaseGuard(ctx, t, all, want, pol, p)
 		}
 		if len(p.Guarded) > 0 {
 			r.log().Warn("mass-deletion guard: unwanted servers parked for now, not deleted; a later reconcile deletes them once it confirms them unwanted and their replacements are UP", "target", tr.Target, "backend", backend,
