@@ -129,7 +129,11 @@ type Result struct {
 	// desired.MaxSkippedListed); SkippedByReason counts them all.
 	Skipped         []desired.Skipped `json:"skipped"`
 	SkippedByReason map[string]int    `json:"skippedByReason,omitempty"`
-	DurationMs      float64           `json:"durationMs"`
+	// Warnings says what in the configuration matches nothing in
+	// Kubernetes (a Service or port not found, no EndpointSlice carrying
+	// the Service's name, ...): why desired may be 0. See desired.Warning.
+	Warnings   []desired.Warning `json:"warnings,omitempty"`
+	DurationMs float64           `json:"durationMs"`
 	// Cluster is CLUSTER_NAME, when set: whose servers this result is about.
 	Cluster string `json:"cluster,omitempty"`
 	Error   string `json:"error,omitempty"`
@@ -354,8 +358,10 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 	}
 	wg.Wait()
 	good := kube.latest()
+	var uid types.UID
+	res.Warnings, uid = kube.warnings()
 	res.Desired = good.desired()
-	res.ServiceUID = good.uid
+	res.ServiceUID = cmp.Or(good.uid, uid)
 	report := good.report
 	res.SkippedByReason = report.Counts
 	if report.Skipped != nil {
