@@ -653,6 +653,22 @@ type Transition struct {
 	Reason string
 }
 
+// logged is how a transition reads in the log. A server held out of
+// traffic until its health check passes is in drain for HAProxy (and for
+// server_transitions_total, whose labels stay as they were), but "drain"
+// reads as "being taken out": the log says "gated", awaiting its check, or
+// in maintenance awaiting the reload that loads it (plan.load).
+func logged(t Transition) (to, reason string) {
+	switch {
+	case t.Reason != "check":
+		return t.To, t.Reason
+	case t.To == string(model.Drain):
+		return "gated", "awaiting-check"
+	default:
+		return t.To, "awaiting-reload"
+	}
+}
+
 // programmed reports to OnProgrammed the changes of p that were applied
 // (all but the failed ones) and that Kubernetes asked for.
 func (r *Reconciler) programmed(target string, p plan.Plan, want model.Backend, failed plan.ServerErrors, readAt time.Time) {
@@ -707,8 +723,9 @@ func (r *Reconciler) transitions(target string, p plan.Plan, want model.Backend,
 		default:
 			t.Reason = "unwanted"
 		}
+		to, reason := logged(t)
 		r.log().Info("server transition", "server", t.Server, "backend", t.Backend, "target", t.Target,
-			"from", t.From, "to", t.To, "reason", t.Reason)
+			"from", t.From, "to", to, "reason", reason)
 		if r.OnTransition != nil {
 			r.OnTransition(t)
 		}
