@@ -21,7 +21,7 @@ fi
 if [ -f "$run/haproxy.pid" ]; then kill "$(cat "$run/haproxy.pid")" 2>/dev/null || true; sleep 0.5; fi
 mkdir -p "$run"
 sed "s#RUN_DIR#$run#g" "$root/testdata/demo/haproxy.cfg" > "$run/haproxy.cfg"
-cp "$root/testdata/demo/cluster.yaml" "$run/cluster.yaml" # yours to edit
+"$root/hack/demo-cluster.sh" "$root/testdata/demo/cluster.yaml" "$run/cluster.yaml" # yours to edit: kept on reruns
 haproxy -W -D -S "$run/master.sock" -f "$run/haproxy.cfg"
 for _ in $(seq 50); do [ -S "$run/admin.sock" ] && break; sleep 0.1; done
 

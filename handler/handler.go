@@ -293,6 +293,7 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, tr trigger.Trigger, dr
 			return
 		}
 		log.Error("reconcile failed", "status", res.Status, "error", err, "errorClass", res.ErrorClass, "durationMs", res.DurationMs, "targets", res.Targets)
+		res.LogWarnings(log)
 		w.Header().Set("Retry-After", retryAfter)
 		if res.ErrorClass == failure.Permanent {
 			// Still 503 (Knative retries nothing else from a direct
@@ -303,6 +304,7 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, tr trigger.Trigger, dr
 		return
 	}
 	log.Info("reconcile", "status", res.Status, "desired", res.Desired, "dryRun", dryRun, "durationMs", res.DurationMs, "targets", res.Targets)
+	res.LogWarnings(log)
 	writeJSON(w, http.StatusOK, res)
 }
 

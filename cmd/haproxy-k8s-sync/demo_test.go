@@ -108,3 +108,43 @@ status:
 		}
 	}
 }
+
+// TestDemoKeepsAnEditedCluster: `make demo` gives the user a copy of the
+// demo's cluster to edit (hack/demo-cluster.sh); a rerun keeps an edited
+// copy and says so in one line, and refreshes one left as it was.
+func TestDemoKeepsAnEditedCluster(t *testing.T) {
+	script, src := filepath.Join("..", "..", "hack", "demo-cluster.sh"), filepath.Join("..", "..", "testdata", "demo", "cluster.yaml")
+	dst := filepath.Join(t.TempDir(), "cluster.yaml")
+	run := func() string {
+		t.Helper()
+		out, err := exec.Command("bash", script, src, dst).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v: %s", script, err, out)
+		}
+		return string(out)
+	}
+	orig, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := run(); out != "" {
+		t.Errorf("first run says %q", out)
+	}
+	if got, _ := os.ReadFile(dst); string(got) != string(orig) {
+		t.Fatal("first run: not a copy of the demo's cluster")
+	}
+	if out := run(); out != "" {
+		t.Errorf("a rerun over an unedited copy says %q", out)
+	}
+	edited := string(orig) + "# the user's edit\n"
+	if err := os.WriteFile(dst, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := run()
+	if got, _ := os.ReadFile(dst); string(got) != edited {
+		t.Error("a rerun overwrote the edited cluster")
+	}
+	if strings.Count(out, "\n") != 1 || !strings.Contains(out, "keeping your edited "+dst) {
+		t.Errorf("a rerun over an edited copy says %q", out)
+	}
+}

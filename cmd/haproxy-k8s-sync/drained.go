@@ -22,6 +22,18 @@ import (
 // enough for any server's write timeout, so the command loops requests.
 const drainAsk = 20 * time.Second
 
+// minAsk is the shortest wait worth another request once an answer is in.
+const minAsk = 100 * time.Millisecond
+
+// askFor is how long to ask the service to wait with left before the
+// command's timeout: a fifth of left (at most 5 s) is kept for the
+// service's last read of HAProxy and its answer to arrive. The service
+// answers only once the wait has passed, so asking for all of left would
+// always be cut by the timeout, with no answer to show.
+func askFor(left time.Duration) time.Duration {
+	return min(drainAsk, left-min(left/5, 5*time.Second))
+}
+
 // waitDrainedCmd is `haproxy-k8s-sync wait-drained --node NAME|--ip ADDR
 // [--timeout 5m] URL`: wait until the running service at URL says the
 // server of that Node or pod is out of rotation with no sessions on every
@@ -96,10 +108,10 @@ func waitDrained(ctx context.Context, u *url.URL, q url.Values, token string) ([
 	var lastErr error
 	for {
 		left := time.Until(deadline(ctx))
-		if left <= 0 {
+		if left <= 0 || last != nil && askFor(left) < minAsk {
 			return last, fmt.Errorf("not drained after the timeout: %s", cmpErr(lastErr, summary(last)))
 		}
-		q.Set("wait", min(left, drainAsk).Round(time.Millisecond).String())
+		q.Set("wait", askFor(left).Round(time.Millisecond).String())
 		u.RawQuery = q.Encode()
 		code, body, err := send(ctx, client, http.MethodGet, u.String(), token)
 		var ans drained.Answer

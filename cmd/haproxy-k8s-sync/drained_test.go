@@ -46,6 +46,36 @@ func TestWaitDrainedAsksUntilDrained(t *testing.T) {
 	}
 }
 
+// TestWaitDrainedShortTimeoutGetsTheAnswer: with a timeout of 20 s or less,
+// the service, which answers once the wait it was asked for has passed (as
+// handler's /drained does), still answers before the command gives up: the
+// timeout message quotes it. Before, the command asked it to wait the whole
+// timeout, cut its own request when the timeout passed and said "no answer".
+func TestWaitDrainedShortTimeoutGetsTheAnswer(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		wait, err := time.ParseDuration(r.URL.Query().Get("wait"))
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		time.Sleep(wait + 20*time.Millisecond) // the wait, then one last read of HAProxy
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"status":"waiting","targets":[{"target":"http://haproxy-a:5555","backend":"be","server":"node-a","state":"drain","sessions":2,"drained":false}]}`))
+	}))
+	defer srv.Close()
+	start := time.Now()
+	code, stdout, stderr := runCommand(t, "wait-drained --node node-a --timeout 1500ms "+srv.URL, "WEBHOOK_AUTH=none")
+	if code != 1 || strings.Contains(stderr, "no answer") || !strings.Contains(stderr, "not drained after the timeout: http://haproxy-a:5555/be drain, 2 sessions") ||
+		!strings.Contains(stdout, `"waiting"`) {
+		t.Errorf("exit %d after %d calls; stdout %q stderr %q", code, calls.Load(), stdout, stderr)
+	}
+	if took := time.Since(start); took > 3*time.Second || calls.Load() > 6 {
+		t.Errorf("took %s and %d calls for a 1.5s timeout", took, calls.Load())
+	}
+}
+
 // TestWaitDrainedGivesUp: past its timeout the command exits 1 and says
 // which target holds the server; a refusal (401) ends it at once.
 func TestWaitDrainedGivesUp(t *testing.T) {

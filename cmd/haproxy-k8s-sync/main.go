@@ -215,6 +215,7 @@ func reconcileOnce(rec *reconcile.Reconciler, checks map[string]reconcile.CheckR
 			log.Info("servers still have sessions: parked, out of traffic; the next reconcile deletes them once their sessions end", "waited", settleTime.String(), "servers", d)
 		}
 	}
+	res.LogWarnings(log)
 	_ = json.NewEncoder(os.Stdout).Encode(res)
 	if err != nil {
 		return 1

@@ -98,7 +98,8 @@ func TestHelpListsEveryVariable(t *testing.T) {
 // (a missing file is skipped), and LOG_FORMAT=text writes text lines.
 func TestKubeconfigIsAListAndLogFormatText(t *testing.T) {
 	var stderr bytes.Buffer
-	cmd := command(t, "reconcile --dry-run", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG=/nonexistent:"+kubeconfig(t),
+	missing := filepath.Join(t.TempDir(), "nonexistent")
+	cmd := command(t, "reconcile --dry-run", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+missing+":"+kubeconfig(t),
 		"RECONCILE_TIMEOUT=1s", "LOG_FORMAT=text")
 	cmd.Stderr = &stderr
 	out, _ := cmd.Output()
@@ -109,7 +110,7 @@ func TestKubeconfigIsAListAndLogFormatText(t *testing.T) {
 	if json.Valid([]byte(first)) || !strings.Contains(first, "level=") {
 		t.Errorf("not a text log line: %q", first)
 	}
-	cmd = command(t, "reconcile --dry-run", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG=/nonexistent-a:/nonexistent-b")
+	cmd = command(t, "reconcile --dry-run", "HAPROXY_DATAPLANE_URL=http://127.0.0.1:1", "KUBECONFIG="+missing+"-a:"+missing+"-b")
 	cmd.Stderr = &stderr
 	stderr.Reset()
 	if err := cmd.Run(); err == nil || !strings.Contains(stderr.String(), "KUBECONFIG") {

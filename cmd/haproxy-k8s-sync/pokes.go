@@ -48,6 +48,7 @@ func newPokes(cfg config.Config, r reconcile.Runner, checks map[string]reconcile
 	p.shared.OnPoked(func(res reconcile.Result, err error) {
 		p.reconciled.Store(true)
 		l := log.With("trigger", "poke", "id", trigger.NewID())
+		res.LogWarnings(l)
 		if err != nil {
 			l.Error("reconcile failed", "status", res.Status, "error", err, "errorClass", res.ErrorClass, "durationMs", res.DurationMs, "targets", res.Targets)
 			return

@@ -87,6 +87,7 @@ func TestLoadSeveralBackendsAndTargets(t *testing.T) {
 
 func TestLoadRejectsBadValues(t *testing.T) {
 	base := map[string]string{"HAPROXY_DATAPLANE_URL": "http://haproxy:5555"}
+	missing := filepath.Join(t.TempDir(), "missing")
 	tests := []struct {
 		key, value string
 	}{
@@ -124,7 +125,7 @@ func TestLoadRejectsBadValues(t *testing.T) {
 		{"RECONCILE_TIMEOUT", "0s"},
 		{"PORT", "0"},
 		{"LOG_LEVEL", "trace"},
-		{"HAPROXY_DATAPLANE_CA_FILE", "/nonexistent/ca.pem"},
+		{"HAPROXY_DATAPLANE_CA_FILE", filepath.Join(missing, "ca.pem")},
 		{"CLUSTER_NAME", "blue green"},
 		{"CLUSTER_NAME", "a-very-long-cluster-name-indeed"},
 		{"CLUSTER_NAME", "eu1-"},
@@ -193,6 +194,7 @@ func TestWebhookAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	placeholderFile := filepath.Join(t.TempDir(), "placeholder")
+	missingFile := filepath.Join(t.TempDir(), "missing")
 	if err := os.WriteFile(placeholderFile, []byte("changeme-changeme-changeme\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +215,7 @@ func TestWebhookAuth(t *testing.T) {
 		{"a change-me token", map[string]string{"WEBHOOK_TOKEN": "Change_Me_0123456789"}, "", "WEBHOOK_TOKEN: the token is a placeholder"},
 		{"a placeholder in the token file", map[string]string{"WEBHOOK_TOKEN_FILE": placeholderFile}, "", "WEBHOOK_TOKEN_FILE: the token is a placeholder"},
 		{"both token and file", map[string]string{"WEBHOOK_TOKEN": "0123456789abcdef", "WEBHOOK_TOKEN_FILE": tokenFile}, "", "WEBHOOK_TOKEN_FILE:"},
-		{"a missing token file", map[string]string{"WEBHOOK_TOKEN_FILE": "/nonexistent"}, "", "WEBHOOK_TOKEN_FILE:"},
+		{"a missing token file", map[string]string{"WEBHOOK_TOKEN_FILE": missingFile}, "", "WEBHOOK_TOKEN_FILE:"},
 		{"token mode without a token", map[string]string{"WEBHOOK_AUTH": "token"}, "", "WEBHOOK_AUTH:"},
 		{"kubernetes", map[string]string{"WEBHOOK_AUTH": "kubernetes", "WEBHOOK_ALLOWED_SERVICEACCOUNTS": "ingress-nginx/cron, knative-eventing/oidc"}, AuthKubernetes, ""},
 		// Any pod's ServiceAccount can be given a token for any audience:

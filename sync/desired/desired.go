@@ -17,10 +17,10 @@
 package desired
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -101,9 +101,10 @@ type Input struct {
 }
 
 // Compute returns one desired backend per configured port, each with its
-// servers sorted by name, and a report of what was skipped. An error means
-// the input cannot be mapped to backends at all; the caller must then change
-// nothing.
+// servers sorted by name, and a report of what was skipped and of what in
+// the configuration matches nothing (warnings.go). An error means the input
+// cannot be mapped to backends at all; the caller must then change nothing
+// (the report still carries the warning that says why).
 func Compute(in Input, opts Options) ([]model.Backend, Report, error) {
 	if in.Service == nil {
 		return nil, Report{}, fmt.Errorf("no service given")
@@ -119,10 +120,14 @@ func Compute(in Input, opts Options) ([]model.Backend, Report, error) {
 	}
 	backends := make([]model.Backend, 0, len(opts.Backends))
 	for _, pb := range opts.Backends {
-		sp, err := servicePort(in.Service, pb.Port, opts.FixedPort != 0)
-		if err != nil {
-			return nil, Report{}, err
+		sp, w := servicePort(in.Service, pb.Port, opts.FixedPort != 0)
+		if w != nil {
+			// The read cannot be used: the caller changes nothing, and
+			// says why with the warning.
+			return nil, Report{Warnings: []Warning{*w}}, errors.New(w.Message)
 		}
+		c.sliceWarnings(sp, pb.Backend)
+		c.nodePortWarning(sp)
 		c.excluded = nil
 		servers := c.servers(sp)
 		backends = append(backends, model.Backend{
@@ -133,30 +138,6 @@ func Compute(in Input, opts Options) ([]model.Backend, Report, error) {
 		})
 	}
 	return backends, c.report, nil
-}
-
-// servicePort finds the Service port a backend follows. nil means "any port":
-// allowed only for a multi-port Service whose server port is fixed anyway.
-func servicePort(svc *corev1.Service, want string, fixed bool) (*corev1.ServicePort, error) {
-	ports := svc.Spec.Ports
-	if want == "" {
-		switch {
-		case len(ports) == 1:
-			return &ports[0], nil
-		case fixed:
-			return nil, nil
-		case len(ports) == 0:
-			return nil, fmt.Errorf("service %s/%s has no ports", svc.Namespace, svc.Name)
-		default:
-			return nil, fmt.Errorf("service %s/%s has %d ports: set HAPROXY_BACKENDS or HAPROXY_BACKEND_PORT", svc.Namespace, svc.Name, len(ports))
-		}
-	}
-	for i := range ports {
-		if ports[i].Name == want || strconv.Itoa(int(ports[i].Port)) == want {
-			return &ports[i], nil
-		}
-	}
-	return nil, fmt.Errorf("service %s/%s has no port %q", svc.Namespace, svc.Name, want)
 }
 
 type computer struct {

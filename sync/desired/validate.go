@@ -53,6 +53,9 @@ type Report struct {
 	Skipped []Skipped
 	// Counts counts every skipped item by reason.
 	Counts map[string]int
+	// Warnings says what in the configuration matches nothing in
+	// Kubernetes (warnings.go), once each.
+	Warnings []Warning
 
 	seen map[[2]string]bool // endpoint and reason already counted
 }

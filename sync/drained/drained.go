@@ -6,7 +6,9 @@
 package drained
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
@@ -192,4 +194,18 @@ func state(ctx context.Context, t Reader, backend string, match func(model.Serve
 		out = append(out, TargetState{Target: t.Name(), Backend: backend, State: Absent, Drained: true})
 	}
 	return out
+}
+
+// String is the entry in one line, for LOG_FORMAT=text (whose handler
+// prints a struct as {Target:… Backend:…}): "http://haproxy:5555 be node-a
+// drain, 2 sessions".
+func (t TargetState) String() string {
+	s := fmt.Sprintf("%s %s %s %s, %d sessions", t.Target, t.Backend, cmp.Or(t.Server, "-"), t.State, t.Sessions)
+	if t.Drained {
+		s += ", drained"
+	}
+	if t.Error != "" {
+		s += " (" + t.Error + ")"
+	}
+	return s
 }

@@ -1,10 +1,13 @@
 package drained
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -166,5 +169,19 @@ func TestCheckOwnServersOnly(t *testing.T) {
 		if a.Status != tt.status || len(a.Targets) != 1 || a.Targets[0].Server != tt.server {
 			t.Errorf("%+v: %+v, want %s on %q", tt.q, a, tt.status, tt.server)
 		}
+	}
+}
+
+// TestTextLogLine: GET /drained's log line with LOG_FORMAT=text names each
+// target's state in words, not as a Go struct.
+func TestTextLogLine(t *testing.T) {
+	var buf bytes.Buffer
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("drained", "targets", []TargetState{
+		{Target: "http://127.0.0.1:5555", Backend: "be", Server: "node-a", State: "drain", Sessions: 2},
+		{Target: "unix:///admin.sock", Backend: "be", State: Unknown, Sessions: -1, Error: "connection refused"},
+	})
+	want := `targets="[http://127.0.0.1:5555 be node-a drain, 2 sessions unix:///admin.sock be - unknown, -1 sessions (connection refused)]"`
+	if !strings.Contains(buf.String(), want) {
+		t.Errorf("line %s\nwant %s", buf.String(), want)
 	}
 }

@@ -123,18 +123,18 @@ func TestNodeLifecycle(t *testing.T) {
 		}
 	}
 	want := map[string]int{
-		// first sync: each server held in drain until its check passes
-		"plain absent>drain check": 1, "tainted absent>drain check": 1, "cordoned absent>drain check": 1,
-		"pinned absent>drain check": 1, "bad absent>drain check": 1,
-		"karpenter absent>drain check": 1,
-		"excluded absent>drain check":  2, "legacy absent>drain check": 2, // and back at the end
+		// first sync: each server gated (held in drain) until its check passes
+		"plain absent>gated awaiting-check": 1, "tainted absent>gated awaiting-check": 1, "cordoned absent>gated awaiting-check": 1,
+		"pinned absent>gated awaiting-check": 1, "bad absent>gated awaiting-check": 1,
+		"karpenter absent>gated awaiting-check": 1,
+		"excluded absent>gated awaiting-check":  2, "legacy absent>gated awaiting-check": 2, // and back at the end
 		"plain drain>ready endpoints": 1, "bad drain>ready endpoints": 1, "excluded drain>ready endpoints": 2, "legacy drain>ready endpoints": 2,
 		// labels, taints, cordon, annotation
 		"excluded ready>deleted label": 1, "legacy ready>deleted label": 1, "tainted ready>drain taint": 1, "karpenter ready>drain taint": 1,
 		"cordoned ready>drain cordon": 1, "pinned ready>maint annotation": 1,
 		// all removed: back from drain at once (checks ran), from maintenance through the gate
 		"tainted drain>ready endpoints": 2, "karpenter drain>ready endpoints": 2, "cordoned drain>ready endpoints": 2,
-		"pinned maint>drain check": 1, "pinned drain>ready endpoints": 2,
+		"pinned maint>gated awaiting-check": 1, "pinned drain>ready endpoints": 2,
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("transitions logged %v\nwant %v", got, want)

@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/cut"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 )
 
@@ -40,6 +41,9 @@ const (
 	// ReasonChanged: several kinds of change at once.
 	ReasonChanged = "ServersChanged"
 	ReasonFailed  = "SyncFailed"
+	// ReasonMisconfigured: the configuration matches nothing in
+	// Kubernetes (desired.Warning), e.g. a Service port not found.
+	ReasonMisconfigured = "Misconfigured"
 )
 
 // Bounds, as client-go's recorder has them.
@@ -123,13 +127,51 @@ func (w recording) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result
 	return res, err
 }
 
-// Observe queues the Event a reconcile's result calls for, if any; it
-// never blocks (a full queue drops it).
+// Observe queues the Events a reconcile's result calls for, if any: a
+// warning that the configuration matches nothing (Misconfigured), and what
+// Describe says, unless that is the failure the warning explains. A Service
+// that does not exist gets no Event. It never blocks (a full queue drops
+// them).
 func (r *Recorder) Observe(res reconcile.Result, err error) {
+	message, misconfigured, missing := Misconfiguration(res)
+	if missing {
+		return // the log and the result say it; there is no object to tell
+	}
+	if misconfigured {
+		r.queueEvent(res, corev1.EventTypeWarning, ReasonMisconfigured, message)
+		if err != nil && !errors.Is(err, reconcile.ErrTargets) {
+			return // the Kubernetes side failed for the reason just told
+		}
+	}
 	typ, reason, message, ok := Describe(res, err)
 	if !ok {
 		return
 	}
+	r.queueEvent(res, typ, reason, message)
+}
+
+// Misconfiguration returns the message of a Misconfigured Event for res's
+// warnings (ok false when there is none to write), and whether the
+// Service does not exist. A Node-mode Service port without a nodePort is
+// left to the log and the result: pods on the host network make it right.
+func Misconfiguration(res reconcile.Result) (message string, ok, serviceMissing bool) {
+	var parts []string
+	for _, w := range res.Warnings {
+		switch w.Reason {
+		case desired.WarnServiceNotFound:
+			return "", false, true
+		case desired.WarnNoNodePort:
+			continue
+		}
+		parts = append(parts, w.Message)
+	}
+	if len(parts) == 0 {
+		return "", false, false
+	}
+	return cut.To(strings.Join(parts, "; "), maxMessage), true, false
+}
+
+func (r *Recorder) queueEvent(res reconcile.Result, typ, reason, message string) {
 	select {
 	case r.queue <- event{uid: res.ServiceUID, typ: typ, reason: reason, message: message, at: r.now()}:
 	default:

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 )
 
@@ -190,5 +191,49 @@ func TestObserveNeverBlocks(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Observe blocked")
+	}
+}
+
+// TestMisconfigurationEvents: what a reconcile's warnings call for. A
+// warning is a Misconfigured Event, instead of the SyncFailed one when it is
+// why Kubernetes could not be used, beside the change Event when servers
+// changed; a Service not found gets none; a missing nodePort is left to the
+// log and the result.
+func TestMisconfigurationEvents(t *testing.T) {
+	noPort := desired.Warning{Reason: desired.WarnServicePortNotFound, Message: `Service ns/web has no port "http"`}
+	noSlice := desired.Warning{Reason: desired.WarnNoEndpointSlices, Message: "no EndpointSlice in namespace ns carries the label"}
+	noNodePort := desired.Warning{Reason: desired.WarnNoNodePort, Message: "no nodePort"}
+	missing := desired.Warning{Reason: desired.WarnServiceNotFound, Message: "Service ns/web not found"}
+	parked := reconcile.Result{Status: reconcile.StatusApplied, Warnings: []desired.Warning{noSlice},
+		Targets: []reconcile.TargetResult{{Target: "t", Backend: "be", Maint: []string{"node-a"}}}}
+	for _, tt := range []struct {
+		name string
+		res  reconcile.Result
+		err  error
+		want []string // reason: message
+	}{
+		{"a port not found: the warning, not SyncFailed", reconcile.Result{Status: reconcile.StatusError, Warnings: []desired.Warning{noPort}},
+			errors.New(`desired state: Service ns/web has no port "http"`), []string{`Misconfigured: Service ns/web has no port "http"`}},
+		{"no slice: the warning and the servers parked", parked, nil,
+			[]string{"Misconfigured: " + noSlice.Message, "ServersDrained: t be: put in maintenance 1 (node-a)"}},
+		{"a target failed beside: both", reconcile.Result{Status: reconcile.StatusError, Warnings: []desired.Warning{noSlice},
+			Targets: []reconcile.TargetResult{{Target: "t", Backend: "be", Error: "refused"}}}, fmt.Errorf("%w: 1 of 1", reconcile.ErrTargets),
+			[]string{"Misconfigured: " + noSlice.Message, "SyncFailed: haproxy target failed: 1 of 1: t be: refused"}},
+		{"no Service: no Event", reconcile.Result{Status: reconcile.StatusError, Warnings: []desired.Warning{missing}},
+			errors.New("read kubernetes: get service ns/web: service not found"), nil},
+		{"no nodePort alone: no Event", reconcile.Result{Status: reconcile.StatusUnchanged, Warnings: []desired.Warning{noNodePort}}, nil, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r, _, _ := recorder()
+			r.Observe(tt.res, tt.err)
+			var got []string
+			for len(r.queue) > 0 {
+				ev := <-r.queue
+				got = append(got, ev.reason+": "+ev.message)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("events %q\nwant %q", got, tt.want)
+			}
+		})
 	}
 }

@@ -56,7 +56,7 @@ func (f *FileSource) Read(context.Context) (desired.Input, error) {
 		}
 	}
 	if in.Service == nil {
-		return desired.Input{}, fmt.Errorf("service %s/%s in %s: %w", f.Namespace, f.Service, f.Path, ErrServiceNotFound)
+		return desired.Input{}, fmt.Errorf("service %s/%s in %s: %w", f.Namespace, f.Service, f.Path, &desired.ServiceNotFoundError{Namespace: f.Namespace, Name: f.Service})
 	}
 	return in, nil
 }

@@ -8,7 +8,6 @@ package kube
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -30,8 +29,9 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 )
 
-// ErrServiceNotFound means the followed Service does not exist.
-var ErrServiceNotFound = errors.New("service not found")
+// ErrServiceNotFound means the followed Service does not exist; the error
+// is a *desired.ServiceNotFoundError, which names it.
+var ErrServiceNotFound = desired.ErrServiceNotFound
 
 // pageSize bounds each list call; large clusters are read in pages.
 const pageSize = 500
@@ -79,7 +79,7 @@ func (s *Source) Read(ctx context.Context) (desired.Input, error) {
 	var in desired.Input
 	svc, err := s.Client.GetService(ctx, s.Namespace, s.Service)
 	if apierrors.IsNotFound(err) {
-		return in, fmt.Errorf("get service %s/%s: %w", s.Namespace, s.Service, ErrServiceNotFound)
+		return in, fmt.Errorf("get service %s/%s: %w", s.Namespace, s.Service, &desired.ServiceNotFoundError{Namespace: s.Namespace, Name: s.Service})
 	}
 	if err != nil {
 		return in, fmt.Errorf("get service %s/%s: %w", s.Namespace, s.Service, err)

@@ -23,6 +23,9 @@ type kubeRead struct {
 	report   desired.Report
 	uid      types.UID
 	pods     []corev1.Pod
+	// warnings say what in the configuration matches nothing, failed
+	// read or not (desired.Warning).
+	warnings []desired.Warning
 	err      error
 }
 
@@ -78,10 +81,12 @@ func (f *freshReader) after(ctx context.Context, t time.Time) ([]model.Backend, 
 func (f *freshReader) read(ctx context.Context, r *kubeRead) {
 	in, err := f.src.Read(ctx)
 	if err != nil {
+		r.warnings = desired.ReadWarnings(err)
 		r.err = &kubeError{fmt.Errorf("read kubernetes: %w", err)}
 		return
 	}
 	backends, report, err := desired.Compute(in, f.opts)
+	r.warnings, r.uid = report.Warnings, in.Service.UID // an Event about a warning names the Service
 	if err != nil {
 		r.err = &kubeError{fmt.Errorf("desired state: %w", err)}
 		return
@@ -101,6 +106,24 @@ func (f *freshReader) latest() kubeRead {
 		return kubeRead{}
 	}
 	return *f.good
+}
+
+// warnings returns the warnings of the newest read, failed or not (a
+// Service or port not found fails every read and must still be said), and
+// the Service's UID when that read got the Service.
+func (f *freshReader) warnings() ([]desired.Warning, types.UID) {
+	f.mu.Lock()
+	r := f.last
+	f.mu.Unlock()
+	if r == nil {
+		return nil, ""
+	}
+	select {
+	case <-r.done:
+		return r.warnings, r.uid
+	default:
+		return nil, "" // still under way: nothing to say of it yet
+	}
 }
 
 // desired is the number of desired servers of a read.

@@ -129,7 +129,11 @@ type Result struct {
 	// desired.MaxSkippedListed); SkippedByReason counts them all.
 	Skipped         []desired.Skipped `json:"skipped"`
 	SkippedByReason map[string]int    `json:"skippedByReason,omitempty"`
-	DurationMs      float64           `json:"durationMs"`
+	// Warnings says what in the configuration matches nothing in
+	// Kubernetes (a Service or port not found, no EndpointSlice carrying
+	// the Service's name, ...): why desired may be 0. See desired.Warning.
+	Warnings   []desired.Warning `json:"warnings,omitempty"`
+	DurationMs float64           `json:"durationMs"`
 	// Cluster is CLUSTER_NAME, when set: whose servers this result is about.
 	Cluster string `json:"cluster,omitempty"`
 	Error   string `json:"error,omitempty"`
@@ -354,8 +358,10 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 	}
 	wg.Wait()
 	good := kube.latest()
+	var uid types.UID
+	res.Warnings, uid = kube.warnings()
 	res.Desired = good.desired()
-	res.ServiceUID = good.uid
+	res.ServiceUID = cmp.Or(good.uid, uid)
 	report := good.report
 	res.SkippedByReason = report.Counts
 	if report.Skipped != nil {
@@ -651,6 +657,22 @@ type Transition struct {
 	Reason string
 }
 
+// logged is how a transition reads in the log. A server held out of
+// traffic until its health check passes is in drain for HAProxy (and for
+// server_transitions_total, whose labels stay as they were), but "drain"
+// reads as "being taken out": the log says "gated", awaiting its check, or
+// in maintenance awaiting the reload that loads it (plan.load).
+func logged(t Transition) (to, reason string) {
+	switch {
+	case t.Reason != "check":
+		return t.To, t.Reason
+	case t.To == string(model.Drain):
+		return "gated", "awaiting-check"
+	default:
+		return t.To, "awaiting-reload"
+	}
+}
+
 // programmed reports to OnProgrammed the changes of p that were applied
 // (all but the failed ones) and that Kubernetes asked for.
 func (r *Reconciler) programmed(target string, p plan.Plan, want model.Backend, failed plan.ServerErrors, readAt time.Time) {
@@ -705,8 +727,9 @@ func (r *Reconciler) transitions(target string, p plan.Plan, want model.Backend,
 		default:
 			t.Reason = "unwanted"
 		}
+		to, reason := logged(t)
 		r.log().Info("server transition", "server", t.Server, "backend", t.Backend, "target", t.Target,
-			"from", t.From, "to", t.To, "reason", t.Reason)
+			"from", t.From, "to", to, "reason", reason)
 		if r.OnTransition != nil {
 			r.OnTransition(t)
 		}
