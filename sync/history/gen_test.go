@@ -1,6 +1,7 @@
 package history
 
 import (
+	"reflect"
 	"testing"
 	"time"
 )
@@ -35,6 +36,37 @@ func TestGenerateKeepsTime(t *testing.T) {
 					t.Errorf("seed %d step %d: %s %v after it began to terminate, want %v at least", seed, i, st, now-at, shape.Grace)
 				}
 			}
+		}
+	}
+}
+
+// TestFaultsLeaveTheHistory: API faults are inserted into the seed's
+// history, taking no time, and change nothing else of it; their targets
+// exist.
+func TestFaultsLeaveTheHistory(t *testing.T) {
+	shape := Shape{Start: 5, Steps: 200, MaxPods: 16, MaxWait: 1500 * time.Millisecond, Grace: time.Second, Targets: 2, HangFor: HangFor}
+	for seed := range uint64(20) {
+		plain := Generate(seed, shape)
+		shape.Faults = true
+		with := Generate(seed, shape)
+		shape.Faults = false
+		var rest []Step
+		n := 0
+		for _, st := range with {
+			if st.Kind != APIFault {
+				rest = append(rest, st)
+				continue
+			}
+			n++
+			if st.Wait != 0 || st.Target < 0 || st.Target >= shape.Targets || st.Times < 1 {
+				t.Errorf("seed %d: %v", seed, st)
+			}
+		}
+		if !reflect.DeepEqual(rest, plain) {
+			t.Fatalf("seed %d: the history with faults is not the history without them plus faults", seed)
+		}
+		if n == 0 {
+			t.Errorf("seed %d: no fault in %d steps", seed, len(plain))
 		}
 	}
 }

@@ -21,7 +21,7 @@ var shortShape = Shape{Name: "short", Start: 4, Steps: 30, MaxPods: 12, MaxWait:
 
 // soakShape is a soak's history: longer, so waits and timers that build up
 // over minutes have a chance to.
-var soakShape = Shape{Name: "soak", Start: 5, Steps: 400, MaxPods: 16, MaxWait: 1500 * time.Millisecond, Grace: time.Second}
+var soakShape = Shape{Name: "soak", Start: 5, Steps: 400, MaxPods: 16, MaxWait: 1500 * time.Millisecond, Grace: time.Second, Faults: true}
 
 // fixedSeeds are the histories make test runs on every submission, each
 // with both drivers: a budget of a few minutes.

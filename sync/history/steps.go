@@ -63,6 +63,11 @@ const (
 	// answer (an HAProxy that hangs); Unhang ends it.
 	Hang   Kind = "hang"
 	Unhang Kind = "unhang"
+	// APIFault makes a target's Data Plane API fail its next Times writes
+	// (Fault: "409", a version mismatch; "503"; or "drop", the connection
+	// closed without an answer, as a crashing API or a proxy does). The
+	// runtime driver has no API: nothing happens.
+	APIFault Kind = "api-fault"
 )
 
 // Step is one thing that happens, after Wait.
@@ -73,8 +78,11 @@ type Step struct {
 	// listens on its own address, see podAddr). Recreate: the pod that
 	// goes, then the one that takes its name.
 	Pods []int
-	// Target is the target a Reload, Hang or Unhang concerns.
+	// Target is the target a Reload, Hang, Unhang or APIFault concerns.
 	Target int
+	// Fault and Times say what an APIFault does.
+	Fault string
+	Times int
 }
 
 func (s Step) String() string {
@@ -85,6 +93,8 @@ func (s Step) String() string {
 	switch s.Kind {
 	case Reload, Hang, Unhang:
 		ps = append(ps, fmt.Sprintf("target %d", s.Target))
+	case APIFault:
+		ps = append(ps, fmt.Sprintf("target %d %s x%d", s.Target, s.Fault, s.Times))
 	}
 	return fmt.Sprintf("+%v %s %s", s.Wait.Round(time.Millisecond), s.Kind, strings.Join(ps, ","))
 }
@@ -108,6 +118,8 @@ type Shape struct {
 	// second may hang, for HangFor at least.
 	Targets int
 	HangFor time.Duration
+	// Faults adds APIFault steps (withFaults).
+	Faults bool
 }
 
 // podState is a pod as the generator tracks it.
@@ -311,5 +323,27 @@ func Generate(seed uint64, shape Shape) []Step {
 	if hungAt >= 0 {
 		steps = append(steps, Step{Wait: 20 * time.Millisecond, Kind: Unhang, Target: 1})
 	}
+	if shape.Faults {
+		steps = withFaults(seed, shape, steps)
+	}
 	return steps
+}
+
+// faults are what an APIFault step does.
+var faults = []string{"409", "503", "drop"}
+
+// withFaults inserts, before about one step in ten, an APIFault that takes
+// no time: the history is the same, with the Data Plane API failing a few
+// writes now and then. Drawn from a stream of its own, so the steps are
+// those of the seed without faults.
+func withFaults(seed uint64, shape Shape, steps []Step) []Step {
+	r := rand.New(rand.NewPCG(seed^0xfa017, seed))
+	out := make([]Step, 0, len(steps)+len(steps)/8)
+	for _, st := range steps {
+		if r.IntN(10) == 0 {
+			out = append(out, Step{Kind: APIFault, Target: r.IntN(max(shape.Targets, 1)), Fault: faults[r.IntN(len(faults))], Times: 1 + r.IntN(3)})
+		}
+		out = append(out, st)
+	}
+	return out
 }

@@ -190,3 +190,18 @@ func (r *relay) hang(on bool) {
 		r.held = nil
 	}
 }
+
+// faultOf is the test API's fault for an APIFault step: its next writes
+// fail as the real API, or what stands in front of it, fails them.
+func faultOf(st Step) dataplanetest.Fault {
+	f := dataplanetest.Fault{Writes: true, Times: st.Times}
+	switch st.Fault {
+	case "409":
+		f.Status, f.Message = 409, "version mismatch: the configuration changed meanwhile"
+	case "503":
+		f.Status = 503
+	default:
+		f.Drop = true
+	}
+	return f
+}

@@ -374,6 +374,10 @@ func (w *world) apply(st Step, index int) error {
 		tg := w.targets[st.Target%len(w.targets)]
 		w.rec.add(obs{kind: obsHang, target: tg.i, hung: st.Kind == Hang})
 		tg.hang(st.Kind == Hang)
+	case APIFault:
+		if tg := w.targets[st.Target%len(w.targets)]; tg.api != nil {
+			tg.api.InjectFault(faultOf(st))
+		}
 	}
 	return nil
 }
