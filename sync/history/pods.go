@@ -71,9 +71,12 @@ func (p *pod) stop() {
 	if ln == nil {
 		return
 	}
+	// It dies when it stops listening: a connection the kernel accepted
+	// and it never took is reset then, before its connections end.
+	at := time.Now()
 	_ = ln.Close()
 	p.wg.Wait()
-	p.rec.add(obs{kind: obsStop, pod: p.n})
+	p.rec.add(obs{at: at, kind: obsStop, pod: p.n})
 }
 
 func (p *pod) serve(ln net.Listener) {

@@ -83,7 +83,9 @@ func clients(ctx context.Context, target int, addr string, n int, interval time.
 				pod, err := ask(addr)
 				o := obs{at: at, kind: obsRequest, pod: pod, target: target}
 				if err != nil {
-					o.err = err.Error()
+					// A failure is judged when it came: a request sent
+					// just before a pod died fails because it died.
+					o.at, o.err = time.Now(), err.Error()
 				}
 				rec.add(o)
 			}
