@@ -3,7 +3,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build demo test deps matrix vet fmt-check unit history soak replay bench fuzz clean
+.PHONY: all build demo test deps matrix vet fmt-check unit history soak replay bench fuzz clean record-dataplaneapi
 
 all: build
 
@@ -65,6 +65,12 @@ soak:
 ## replay: one history again, from its seed: make replay SEED=N DRIVER=runtime|dataplane SHAPE=short|soak
 replay:
 	HKS_HISTORY_SEED=$(SEED) HKS_HISTORY_DRIVER=$(DRIVER) HKS_HISTORY_SHAPE=$(SHAPE) HKS_HAPROXY=$(HAPROXY) $(GO) test -count=1 -timeout 0 -run '^TestReplay$$' -v ./sync/history
+
+## record-dataplaneapi: record what a real Data Plane API does into
+## testdata/dataplaneapi/ (the table the conformance test replays; see
+## docs/drivers.md): make record-dataplaneapi DATAPLANEAPI=/path/to/dataplaneapi HAPROXY=/path/to/haproxy
+record-dataplaneapi:
+	DATAPLANEAPI=$(DATAPLANEAPI) HAPROXY=$(HAPROXY) $(GO) run ./hack/record-dataplaneapi
 
 ## fuzz: a short run of each fuzz test; seeds are testdata/events and the tests' f.Add.
 ## Counted in executions (~20 s each here), not time: a time limit that ends

@@ -131,7 +131,7 @@ func eqInt(a, b *int64) bool {
 }
 
 // states reads the backend's servers from HAProxy's "show servers state"
-// (format 1: field 3 name, 4 address, 5 operational state, 6 admin state,
+// (format 1: field 2 id, 3 name, 4 address, 5 operational state, 6 admin state,
 // 18 port), as the real API's runtime server list does.
 func (m *mirror) states(backend string) ([]models.RuntimeServer, error) {
 	reply, err := m.sock.Command(context.Background(), "show servers state "+backend)
@@ -147,7 +147,7 @@ func (m *mirror) states(backend string) ([]models.RuntimeServer, error) {
 		op, _ := strconv.Atoi(f[5])
 		admin, _ := strconv.Atoi(f[6])
 		port, _ := strconv.ParseInt(f[18], 10, 64)
-		rs := models.RuntimeServer{Name: f[3], Address: f[4], Port: &port, AdminState: "ready", OperationalState: "down"}
+		rs := models.RuntimeServer{ID: f[2], Name: f[3], Address: f[4], Port: &port, AdminState: "ready", OperationalState: "down"}
 		switch {
 		case admin&0x23 != 0: // forced or inherited maintenance
 			rs.AdminState = "maint"

@@ -205,7 +205,9 @@ func (s *Server) CertPEM() []byte {
 func (s *Server) AddBackend(b models.Backend, servers ...models.Server) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if b.Mode == "" {
+	// A backend that inherits from a defaults section has no mode of its
+	// own unless given one: the real API shows none (conformance table).
+	if b.Mode == "" && b.From == "" {
 		b.Mode = "http"
 	}
 	s.cfg[b.Name] = &backendState{Backend: b, Servers: append([]models.Server(nil), servers...)}
@@ -250,8 +252,11 @@ func (s *Server) ServerLines(backend string) []string {
 	var out []string
 	for _, m := range s.Servers(backend) {
 		l := "server " + m.Name + " " + serverKeywords(m)
-		if m.Maintenance == "enabled" {
+		switch m.Maintenance {
+		case "enabled":
 			l += " disabled"
+		case "disabled":
+			l += " enabled" // the real API writes it (conformance table)
 		}
 		out = append(out, l)
 	}
@@ -490,6 +495,10 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 	switch op {
 	case "getAllRuntimeServer":
 		return s.runtimeServers(path["parent_name"])
+	case "getRuntimeServer", "replaceRuntimeServer", "addRuntimeServer", "deleteRuntimeServer":
+		return s.runtimeOp(op, path, body)
+	case "getInfo":
+		return reply{status: 200, body: models.Info{API: &models.InfoAPI{Version: "v3.3.0 dataplanetest"}, System: &models.InfoSystem{}}}
 	case "getConfigurationVersion":
 		return reply{status: 200, body: s.version}
 	case "startTransaction":
@@ -505,12 +514,16 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 	case "getTransaction":
 		t, ok := s.txns[path["id"]]
 		if !ok {
-			return errReply(404, "transaction %s does not exist", path["id"])
+			return errReply(404, "transaction does not exist: transaction %s does not exist", path["id"])
 		}
-		return reply{status: 200, body: models.Transaction{ID: t.id, Version: t.version, Status: t.status}}
+		out := models.Transaction{ID: t.id, Version: t.version, Status: t.status}
+		if t.status != "in_progress" {
+			out.Version = 0 // the real API reads none from an outdated one (conformance table)
+		}
+		return reply{status: 200, body: out}
 	case "deleteTransaction":
 		if _, ok := s.txns[path["id"]]; !ok {
-			return errReply(404, "transaction %s does not exist", path["id"])
+			return errReply(404, "transaction does not exist: transaction %s does not exist", path["id"])
 		}
 		delete(s.txns, path["id"])
 		return reply{status: 204}
@@ -526,7 +539,11 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 
 	// Configuration operations: read or write in the live config or a transaction.
 	write := op != "getBackend" && op != "getAllServerBackend" && op != "getServerBackend"
-	cfg, tx, rep, ok := s.target(write, get("version"), get("transaction_id"), get("force_reload") == "true")
+	version := get("version")
+	if version == "0" {
+		version = "" // the real API takes version 0 for none (conformance table)
+	}
+	cfg, tx, rep, ok := s.target(write, version, get("transaction_id"), get("force_reload") == "true")
 	if !ok {
 		return rep
 	}
@@ -540,6 +557,12 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 		return rep
 	}
 	s.version++
+	if op == "createServerBackend" && get("force_reload") == "true" && !reload {
+		// The real API reloads a forced add even when it added the server
+		// at runtime (conformance table: 201, reloaded).
+		reload = true
+		rep.status = http.StatusCreated
+	}
 	if reload {
 		s.askReload(get("force_reload") == "true")
 		if rep.status != http.StatusAccepted {
@@ -547,8 +570,11 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 		}
 		if get("force_reload") == "true" {
 			rep.status = http.StatusOK
-			if op == "createServerBackend" {
+			switch op {
+			case "createServerBackend":
 				rep.status = http.StatusCreated
+			case "deleteServerBackend":
+				rep.status = http.StatusNoContent // conformance table
 			}
 		} else {
 			rep.header = http.Header{"Reload-Id": {fmt.Sprintf("reload-%d", s.reloads)}}
@@ -567,12 +593,12 @@ func (s *Server) target(write bool, version, txID string, force bool) (Config, *
 		return nil, nil, errReply(400, "Both force_reload and transaction specified, specify only one"), false
 	}
 	if txID != "" {
+		// The real API looks for the transaction among those in progress:
+		// an unknown, outdated or failed one "does not exist", 400
+		// (conformance table).
 		t, ok := s.txns[txID]
-		if !ok {
-			return nil, nil, errReply(404, "transaction %s does not exist", txID), false
-		}
-		if t.status != "in_progress" {
-			return nil, nil, errReply(406, "transaction %s is %s", txID, t.status), false
+		if !ok || t.status != "in_progress" {
+			return nil, nil, errReply(400, "transaction does not exist: transaction %s does not exist", txID), false
 		}
 		return t.cfg, t, reply{}, true
 	}
@@ -580,11 +606,11 @@ func (s *Server) target(write bool, version, txID string, force bool) (Config, *
 		return s.cfg, nil, reply{}, true
 	}
 	if version == "" {
-		return nil, nil, errReply(400, "version or transaction not specified, specify only one"), false
+		return nil, nil, errReply(400, "version or transaction not specified: version or transaction not specified, specify only one"), false
 	}
 	v, _ := strconv.ParseInt(version, 10, 64)
 	if v != s.version {
-		return nil, nil, errReply(409, "version mismatch: %d != %d", v, s.version), false
+		return nil, nil, errReply(409, "version mismatch: version in configuration file is %d, given version is %d", s.version, v), false
 	}
 	return s.cfg, nil, reply{}, true
 }
@@ -612,7 +638,7 @@ func (s *Server) startTransaction(version string) reply {
 func (s *Server) commit(id string, force bool) reply {
 	t, ok := s.txns[id]
 	if !ok {
-		return errReply(404, "transaction %s does not exist", id)
+		return errReply(404, "transaction does not exist: transaction %s does not exist", id)
 	}
 	switch t.status {
 	case "outdated":
@@ -663,8 +689,17 @@ func (s *Server) configOp(op string, cfg Config, path map[string]string, body []
 		beName = path["name"]
 	}
 	be, ok := cfg[beName]
-	if !ok {
-		return errReply(404, "backend %s does not exist", beName), false
+	// The real API's errors are client-native's "<kind>: <reason>"; a
+	// server operation on a missing backend is a missing parent, 400, and
+	// its list an empty one (conformance table).
+	switch {
+	case ok:
+	case op == "getBackend" || op == "replaceBackend":
+		return errReply(404, "missing object: Object %s does not exist", beName), false
+	case op == "getAllServerBackend":
+		return reply{status: 200, body: []models.Server{}}, false
+	default:
+		return errReply(400, "missing parent: backend %s does not exist", beName), false
 	}
 	find := func(name string) int {
 		for i := range be.Servers {
@@ -690,7 +725,7 @@ func (s *Server) configOp(op string, cfg Config, path map[string]string, body []
 	case "getServerBackend":
 		i := find(path["name"])
 		if i < 0 {
-			return errReply(404, "server %s does not exist in backend %s", path["name"], beName), false
+			return errReply(404, "missing object: Object %s does not exist in backend %s", path["name"], beName), false
 		}
 		return reply{status: 200, body: be.Servers[i]}, false
 	case "createServerBackend":
@@ -699,7 +734,7 @@ func (s *Server) configOp(op string, cfg Config, path map[string]string, body []
 			return errReply(400, "%v", err), false
 		}
 		if find(ns.Name) >= 0 {
-			return errReply(409, "server %s already exists in backend %s", ns.Name, beName), false
+			return errReply(409, "object already exists: Object %s already exists", ns.Name), false
 		}
 		be.Servers = append(be.Servers, ns)
 		algo := ""
@@ -720,7 +755,7 @@ func (s *Server) configOp(op string, cfg Config, path map[string]string, body []
 	case "replaceServerBackend":
 		i := find(path["name"])
 		if i < 0 {
-			return errReply(404, "server %s does not exist in backend %s", path["name"], beName), false
+			return errReply(404, "missing object: Object %s does not exist in backend %s", path["name"], beName), false
 		}
 		var ns models.Server
 		if err := json.Unmarshal(body, &ns); err != nil {
@@ -745,7 +780,7 @@ func (s *Server) configOp(op string, cfg Config, path map[string]string, body []
 	case "deleteServerBackend":
 		i := find(path["name"])
 		if i < 0 {
-			return errReply(404, "server %s does not exist in backend %s", path["name"], beName), false
+			return errReply(404, "missing object: Object %s does not exist in backend %s", path["name"], beName), false
 		}
 		be.Servers = append(be.Servers[:i], be.Servers[i+1:]...)
 		return reply{status: 202}, true
