@@ -74,7 +74,7 @@ func (s *Server) runtimeOp(op string, path map[string]string, body []byte) reply
 		if add.Name == "" {
 			return errReply(400, "the new server must have a name")
 		}
-		line := fmt.Sprintf("add server %s/%s %s", backend, add.Name, runtimeAddKeywords(add))
+		line := fmt.Sprintf("add server %s/%s %s", backend, add.Name, runtimeAddKeywords(add, s.mirror.enabledKeyword()))
 		if err := s.mirror.expect(line, "New server registered."); err != nil {
 			switch msg := err.Error(); {
 			case strings.Contains(msg, "No such backend"):
@@ -109,7 +109,7 @@ func (s *Server) runtimeOp(op string, path map[string]string, body []byte) reply
 
 // runtimeAddKeywords serializes a runtime add the way the real API does
 // (its SerializeRuntimeAddServer), for the fields tests send.
-func runtimeAddKeywords(a models.RuntimeAddServer) string {
+func runtimeAddKeywords(a models.RuntimeAddServer, enabled bool) string {
 	var b strings.Builder
 	b.WriteString(a.Address)
 	if a.Port != nil {
@@ -142,7 +142,9 @@ func runtimeAddKeywords(a models.RuntimeAddServer) string {
 	case "enabled":
 		b.WriteString(" disabled")
 	case "disabled":
-		b.WriteString(" enabled")
+		if enabled { // below HAProxy 3.0 only (mirror.enabledKeyword)
+			b.WriteString(" enabled")
+		}
 	}
 	return b.String()
 }
