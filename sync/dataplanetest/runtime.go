@@ -148,3 +148,47 @@ func runtimeAddKeywords(a models.RuntimeAddServer, enabled bool) string {
 	}
 	return b.String()
 }
+
+// SetDown says whether the server's health check fails, for the runtime
+// servers answer when no real HAProxy is mirrored (with one, HAProxy says).
+func (s *Server) SetDown(backend, server string, down bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down == nil {
+		s.down = map[string]bool{}
+	}
+	s.down[backend+"/"+server] = down
+}
+
+// runtimeServers answers GET .../runtime/backends/{b}/servers as the real
+// API does from HAProxy's runtime state: with a mirrored HAProxy, from its
+// "show servers state"; else from the configuration, every server not in
+// maintenance up unless SetDown says otherwise (checks passing).
+func (s *Server) runtimeServers(backend string) reply {
+	be, ok := s.cfg[backend]
+	if !ok {
+		return errReply(404, "backend %s does not exist", backend)
+	}
+	out := []models.RuntimeServer{}
+	if s.mirror != nil {
+		states, err := s.mirror.states(backend)
+		if err != nil {
+			return errReply(500, "%v", err)
+		}
+		for _, st := range states {
+			out = append(out, st)
+		}
+		return reply{status: 200, body: out}
+	}
+	for _, srv := range be.Servers {
+		rs := models.RuntimeServer{Name: srv.Name, Address: srv.Address, Port: srv.Port, AdminState: "ready", OperationalState: "up"}
+		switch {
+		case srv.Maintenance == "enabled":
+			rs.AdminState, rs.OperationalState = "maint", "down"
+		case s.down[backend+"/"+srv.Name]:
+			rs.OperationalState = "down"
+		}
+		out = append(out, rs)
+	}
+	return reply{status: 200, body: out}
+}

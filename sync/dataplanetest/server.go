@@ -3,7 +3,8 @@
 // follows the real API (haproxytech/dataplaneapi v3.3.0) where it matters here:
 //
 //   - every configuration write needs exactly one of ?version or
-//     ?transaction_id; a stale version answers 409 "version mismatch";
+//     ?transaction_id (version 0 counts as none); a stale version answers
+//     409 "version mismatch";
 //   - a write with ?version is an implicit transaction: version + 1;
 //   - a server PUT that changes only weight, address, port, maintenance,
 //     agent-check/addr/send or health_check_port is applied at runtime: 200,
@@ -11,18 +12,27 @@
 //     them: HAProxy takes it only when a server is added);
 //   - a server POST is added at runtime (201, no reload) only when neither the
 //     backend nor the defaults section has a default_server (AddBackend,
-//     AddDefaults, or Options.DefaultsDefaultServer); else 202, reload;
+//     AddDefaults, or Options.DefaultsDefaultServer); else 202, reload; a
+//     forced one (force_reload) reloads either way (201);
 //   - with Options.RuntimeFails, no server write is applied at runtime: 202,
 //     reload (the real API's fallback when its runtime command fails);
-//   - a server DELETE and a backend PUT always reload (202);
+//   - a server DELETE and a backend PUT always reload (202; a forced
+//     DELETE 204);
 //   - writes inside a transaction answer 202 and apply nothing until commit;
+//     a write into an unknown, outdated or failed one answers 400
+//     "transaction does not exist";
 //     a commit always reloads (202, or 200 with force_reload), marks other
 //     open transactions at or below its version outdated, and is refused with
 //     406 for an outdated or failed transaction, 409 for a stale version, 400
 //     when the configuration check fails (the transaction is then failed);
 //   - at most 20 transactions in progress (then 429); none ever expires;
+//   - the runtime server endpoints act on the mirrored HAProxy
+//     (Options.RuntimeSocket), never on the configuration;
 //   - reloads asked within reload_delay (5 s) of a scheduled one run as one
 //     (Reloads counts the asks, ReloadsRun what HAProxy goes through).
+//
+// testdata/dataplaneapi holds what the real API did, recorded; the
+// conformance test holds this server to it.
 //
 // Every request and every response is validated against the official spec
 // shipped in client-native v6.3.0; a violation answers 422 like the real API
@@ -805,48 +815,4 @@ func changedFields(a, b reflect.Value) []string {
 		}
 	}
 	return out
-}
-
-// SetDown says whether the server's health check fails, for the runtime
-// servers answer when no real HAProxy is mirrored (with one, HAProxy says).
-func (s *Server) SetDown(backend, server string, down bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.down == nil {
-		s.down = map[string]bool{}
-	}
-	s.down[backend+"/"+server] = down
-}
-
-// runtimeServers answers GET .../runtime/backends/{b}/servers as the real
-// API does from HAProxy's runtime state: with a mirrored HAProxy, from its
-// "show servers state"; else from the configuration, every server not in
-// maintenance up unless SetDown says otherwise (checks passing).
-func (s *Server) runtimeServers(backend string) reply {
-	be, ok := s.cfg[backend]
-	if !ok {
-		return errReply(404, "backend %s does not exist", backend)
-	}
-	out := []models.RuntimeServer{}
-	if s.mirror != nil {
-		states, err := s.mirror.states(backend)
-		if err != nil {
-			return errReply(500, "%v", err)
-		}
-		for _, st := range states {
-			out = append(out, st)
-		}
-		return reply{status: 200, body: out}
-	}
-	for _, srv := range be.Servers {
-		rs := models.RuntimeServer{Name: srv.Name, Address: srv.Address, Port: srv.Port, AdminState: "ready", OperationalState: "up"}
-		switch {
-		case srv.Maintenance == "enabled":
-			rs.AdminState, rs.OperationalState = "maint", "down"
-		case s.down[backend+"/"+srv.Name]:
-			rs.OperationalState = "down"
-		}
-		out = append(out, rs)
-	}
-	return reply{status: 200, body: out}
 }
