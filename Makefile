@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Every timestamp of the image: the commit's time, so a rebuild is identical.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: all build image demo test deps matrix vet fmt-check unit history soak replay bench fuzz clean
+.PHONY: all build image demo test deps matrix vet fmt-check unit history soak replay bench fuzz clean record-dataplaneapi
 
 all: build
 
@@ -78,6 +78,12 @@ soak:
 ## replay: one history again, from its seed: make replay SEED=N DRIVER=runtime|dataplane SHAPE=short|soak [LOG=file for the service log]
 replay:
 	HKS_HISTORY_SEED=$(SEED) HKS_HISTORY_DRIVER=$(DRIVER) HKS_HISTORY_SHAPE=$(SHAPE) HKS_HAPROXY=$(HAPROXY) HKS_HISTORY_LOG=$(if $(LOG),$(abspath $(LOG))) $(GO) test -count=1 -timeout 0 -run '^TestReplay$$' -v ./sync/history
+
+## record-dataplaneapi: record what a real Data Plane API does into
+## testdata/dataplaneapi/ (the table the conformance test replays; see
+## docs/drivers.md): make record-dataplaneapi DATAPLANEAPI=/path/to/dataplaneapi HAPROXY=/path/to/haproxy
+record-dataplaneapi:
+	DATAPLANEAPI=$(DATAPLANEAPI) HAPROXY=$(HAPROXY) $(GO) run ./hack/record-dataplaneapi
 
 ## fuzz: a short run of each fuzz test; seeds are testdata/events and the tests' f.Add.
 ## Counted in executions (~20 s each here), not time: a time limit that ends

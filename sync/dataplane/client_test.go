@@ -284,6 +284,33 @@ func TestOutdatedTransactionIsTemporary(t *testing.T) {
 	}
 }
 
+// TestWriteIntoOutdatedTransactionIsTemporary: another writer commits
+// between our transaction's start and its first write. The real API
+// answers that write 400 "transaction does not exist" (the conformance
+// table): a lost race, retried, not a permanent error.
+func TestWriteIntoOutdatedTransactionIsTemporary(t *testing.T) {
+	api, c := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	ctx := context.Background()
+	cur, _ := c.Read(ctx, "be")
+	api.Intercept(func(w http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Query().Get("transaction_id") != "" {
+			api.Intercept(nil)
+			if err := startAndCommit(t, api.URL); err != nil {
+				t.Error(err)
+			}
+		}
+		return false
+	})
+	_, err := c.Apply(ctx, plan.Calculate(cur, want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready))))
+	var apiErr *dataplane.APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || apiErr.Class() != failure.Temporary {
+		t.Fatalf("err = %v, want a temporary 400 (transaction does not exist)", err)
+	}
+	if api.OpenTransactions() != 0 {
+		t.Errorf("%d transactions left after a write into an outdated one", api.OpenTransactions())
+	}
+}
+
 // startAndCommit commits an empty transaction as another client would.
 func startAndCommit(t *testing.T, base string) error {
 	v := getVersion(t, base)

@@ -21,11 +21,14 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("%s %s: %d %s", e.Method, e.Path, e.Status, e.Message)
 }
 
-// Conflict reports a lost optimistic-concurrency race: a version mismatch (409)
-// or an outdated transaction at commit (406). Re-read and re-plan, then retry.
+// Conflict reports a lost optimistic-concurrency race: a version mismatch (409),
+// an outdated transaction at commit (406), or a write into a transaction
+// another writer's commit outdated (the real API answers it 400 "transaction
+// does not exist": testdata/dataplaneapi). Re-read and re-plan, then retry.
 func (e *APIError) Conflict() bool {
 	return e.Status == http.StatusNotAcceptable ||
-		e.Status == http.StatusConflict && strings.HasPrefix(e.Message, "version mismatch")
+		e.Status == http.StatusConflict && strings.HasPrefix(e.Message, "version mismatch") ||
+		e.Status == http.StatusBadRequest && strings.HasPrefix(e.Message, "transaction does not exist")
 }
 
 // Class is Temporary for conflicts, 429 and 5xx; other 4xx mean the request

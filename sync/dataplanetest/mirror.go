@@ -17,17 +17,42 @@ import (
 // using the mirror expects none, and checks the reload count.
 type mirror struct {
 	sock runtimeapi.Socket
+	// major, minor are HAProxy's version, read once (0, 0 until then).
+	major, minor int
+}
+
+// enabledKeyword says whether the real API adds "enabled" to a runtime add
+// of a server whose maintenance is disabled: only below HAProxy 3.0
+// (dataplaneapi v3.3.0 SerializeRuntimeAddServer). From 3.0 on it sends
+// nothing, and HAProxy adds the server in maintenance (conformance table
+// v3.3.0-haproxy-3.0.11: admin state 1 after a 201).
+func (m *mirror) enabledKeyword() bool {
+	if m.major == 0 {
+		info, err := m.sock.Command(context.Background(), "show info")
+		if err != nil {
+			return true
+		}
+		for _, l := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(l, "Version: "); ok {
+				_, _ = fmt.Sscanf(v, "%d.%d", &m.major, &m.minor)
+			}
+		}
+	}
+	return m.major < 3
 }
 
 // add sends "add server" the way the real API serializes a runtime add: the
-// "disabled" keyword for maintenance enabled, "enabled" for disabled.
+// "disabled" keyword for maintenance enabled, "enabled" for disabled below
+// HAProxy 3.0.
 func (m *mirror) add(backend string, s models.Server) error {
 	line := fmt.Sprintf("add server %s/%s %s", backend, s.Name, serverKeywords(s))
 	switch s.Maintenance {
 	case "enabled":
 		line += " disabled"
 	case "disabled":
-		line += " enabled"
+		if m.enabledKeyword() {
+			line += " enabled"
+		}
 	}
 	return m.expect(line, "New server registered.")
 }
@@ -93,7 +118,9 @@ func (m *mirror) update(backend string, old, s models.Server) error {
 		if s.Port != nil {
 			port = *s.Port
 		}
-		if err := m.expect(fmt.Sprintf("set server %s addr %s port %d", srv, s.Address, port), "IP changed|no need to change"); err != nil {
+		// HAProxy 3.0 answers a port-only change "port changed ..."
+		// (conformance table v3.3.0-haproxy-3.0.11: 200, no reload).
+		if err := m.expect(fmt.Sprintf("set server %s addr %s port %d", srv, s.Address, port), "IP changed|no need to change|port changed"); err != nil {
 			return err
 		}
 	}
@@ -131,7 +158,7 @@ func eqInt(a, b *int64) bool {
 }
 
 // states reads the backend's servers from HAProxy's "show servers state"
-// (format 1: field 3 name, 4 address, 5 operational state, 6 admin state,
+// (format 1: field 2 id, 3 name, 4 address, 5 operational state, 6 admin state,
 // 18 port), as the real API's runtime server list does.
 func (m *mirror) states(backend string) ([]models.RuntimeServer, error) {
 	reply, err := m.sock.Command(context.Background(), "show servers state "+backend)
@@ -147,7 +174,7 @@ func (m *mirror) states(backend string) ([]models.RuntimeServer, error) {
 		op, _ := strconv.Atoi(f[5])
 		admin, _ := strconv.Atoi(f[6])
 		port, _ := strconv.ParseInt(f[18], 10, 64)
-		rs := models.RuntimeServer{Name: f[3], Address: f[4], Port: &port, AdminState: "ready", OperationalState: "down"}
+		rs := models.RuntimeServer{ID: f[2], Name: f[3], Address: f[4], Port: &port, AdminState: "ready", OperationalState: "down"}
 		switch {
 		case admin&0x23 != 0: // forced or inherited maintenance
 			rs.AdminState = "maint"

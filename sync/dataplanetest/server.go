@@ -3,7 +3,8 @@
 // follows the real API (haproxytech/dataplaneapi v3.3.0) where it matters here:
 //
 //   - every configuration write needs exactly one of ?version or
-//     ?transaction_id; a stale version answers 409 "version mismatch";
+//     ?transaction_id (version 0 counts as none); a stale version answers
+//     409 "version mismatch";
 //   - a write with ?version is an implicit transaction: version + 1;
 //   - a server PUT that changes only weight, address, port, maintenance,
 //     agent-check/addr/send or health_check_port is applied at runtime: 200,
@@ -11,18 +12,27 @@
 //     them: HAProxy takes it only when a server is added);
 //   - a server POST is added at runtime (201, no reload) only when neither the
 //     backend nor the defaults section has a default_server (AddBackend,
-//     AddDefaults, or Options.DefaultsDefaultServer); else 202, reload;
+//     AddDefaults, or Options.DefaultsDefaultServer); else 202, reload; a
+//     forced one (force_reload) reloads either way (201);
 //   - with Options.RuntimeFails, no server write is applied at runtime: 202,
 //     reload (the real API's fallback when its runtime command fails);
-//   - a server DELETE and a backend PUT always reload (202);
+//   - a server DELETE and a backend PUT always reload (202; a forced
+//     DELETE 204);
 //   - writes inside a transaction answer 202 and apply nothing until commit;
+//     a write into an unknown, outdated or failed one answers 400
+//     "transaction does not exist";
 //     a commit always reloads (202, or 200 with force_reload), marks other
 //     open transactions at or below its version outdated, and is refused with
 //     406 for an outdated or failed transaction, 409 for a stale version, 400
 //     when the configuration check fails (the transaction is then failed);
 //   - at most 20 transactions in progress (then 429); none ever expires;
+//   - the runtime server endpoints act on the mirrored HAProxy
+//     (Options.RuntimeSocket), never on the configuration;
 //   - reloads asked within reload_delay (5 s) of a scheduled one run as one
 //     (Reloads counts the asks, ReloadsRun what HAProxy goes through).
+//
+// testdata/dataplaneapi holds what the real API did, recorded; the
+// conformance test holds this server to it.
 //
 // Every request and every response is validated against the official spec
 // shipped in client-native v6.3.0; a violation answers 422 like the real API
@@ -205,7 +215,9 @@ func (s *Server) CertPEM() []byte {
 func (s *Server) AddBackend(b models.Backend, servers ...models.Server) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if b.Mode == "" {
+	// A backend that inherits from a defaults section has no mode of its
+	// own unless given one: the real API shows none (conformance table).
+	if b.Mode == "" && b.From == "" {
 		b.Mode = "http"
 	}
 	s.cfg[b.Name] = &backendState{Backend: b, Servers: append([]models.Server(nil), servers...)}
@@ -250,8 +262,11 @@ func (s *Server) ServerLines(backend string) []string {
 	var out []string
 	for _, m := range s.Servers(backend) {
 		l := "server " + m.Name + " " + serverKeywords(m)
-		if m.Maintenance == "enabled" {
+		switch m.Maintenance {
+		case "enabled":
 			l += " disabled"
+		case "disabled":
+			l += " enabled" // the real API writes it (conformance table)
 		}
 		out = append(out, l)
 	}
@@ -490,6 +505,10 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 	switch op {
 	case "getAllRuntimeServer":
 		return s.runtimeServers(path["parent_name"])
+	case "getRuntimeServer", "replaceRuntimeServer", "addRuntimeServer", "deleteRuntimeServer":
+		return s.runtimeOp(op, path, body)
+	case "getInfo":
+		return reply{status: 200, body: models.Info{API: &models.InfoAPI{Version: "v3.3.0 dataplanetest"}, System: &models.InfoSystem{}}}
 	case "getConfigurationVersion":
 		return reply{status: 200, body: s.version}
 	case "startTransaction":
@@ -505,12 +524,16 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 	case "getTransaction":
 		t, ok := s.txns[path["id"]]
 		if !ok {
-			return errReply(404, "transaction %s does not exist", path["id"])
+			return errReply(404, "transaction does not exist: transaction %s does not exist", path["id"])
 		}
-		return reply{status: 200, body: models.Transaction{ID: t.id, Version: t.version, Status: t.status}}
+		out := models.Transaction{ID: t.id, Version: t.version, Status: t.status}
+		if t.status != "in_progress" {
+			out.Version = 0 // the real API reads none from an outdated one (conformance table)
+		}
+		return reply{status: 200, body: out}
 	case "deleteTransaction":
 		if _, ok := s.txns[path["id"]]; !ok {
-			return errReply(404, "transaction %s does not exist", path["id"])
+			return errReply(404, "transaction does not exist: transaction %s does not exist", path["id"])
 		}
 		delete(s.txns, path["id"])
 		return reply{status: 204}
@@ -526,7 +549,11 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 
 	// Configuration operations: read or write in the live config or a transaction.
 	write := op != "getBackend" && op != "getAllServerBackend" && op != "getServerBackend"
-	cfg, tx, rep, ok := s.target(write, get("version"), get("transaction_id"), get("force_reload") == "true")
+	version := get("version")
+	if version == "0" {
+		version = "" // the real API takes version 0 for none (conformance table)
+	}
+	cfg, tx, rep, ok := s.target(write, version, get("transaction_id"), get("force_reload") == "true")
 	if !ok {
 		return rep
 	}
@@ -540,6 +567,12 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 		return rep
 	}
 	s.version++
+	if op == "createServerBackend" && get("force_reload") == "true" && !reload {
+		// The real API reloads a forced add even when it added the server
+		// at runtime (conformance table: 201, reloaded).
+		reload = true
+		rep.status = http.StatusCreated
+	}
 	if reload {
 		s.askReload(get("force_reload") == "true")
 		if rep.status != http.StatusAccepted {
@@ -547,8 +580,11 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 		}
 		if get("force_reload") == "true" {
 			rep.status = http.StatusOK
-			if op == "createServerBackend" {
+			switch op {
+			case "createServerBackend":
 				rep.status = http.StatusCreated
+			case "deleteServerBackend":
+				rep.status = http.StatusNoContent // conformance table
 			}
 		} else {
 			rep.header = http.Header{"Reload-Id": {fmt.Sprintf("reload-%d", s.reloads)}}
@@ -567,12 +603,12 @@ func (s *Server) target(write bool, version, txID string, force bool) (Config, *
 		return nil, nil, errReply(400, "Both force_reload and transaction specified, specify only one"), false
 	}
 	if txID != "" {
+		// The real API looks for the transaction among those in progress:
+		// an unknown, outdated or failed one "does not exist", 400
+		// (conformance table).
 		t, ok := s.txns[txID]
-		if !ok {
-			return nil, nil, errReply(404, "transaction %s does not exist", txID), false
-		}
-		if t.status != "in_progress" {
-			return nil, nil, errReply(406, "transaction %s is %s", txID, t.status), false
+		if !ok || t.status != "in_progress" {
+			return nil, nil, errReply(400, "transaction does not exist: transaction %s does not exist", txID), false
 		}
 		return t.cfg, t, reply{}, true
 	}
@@ -580,11 +616,11 @@ func (s *Server) target(write bool, version, txID string, force bool) (Config, *
 		return s.cfg, nil, reply{}, true
 	}
 	if version == "" {
-		return nil, nil, errReply(400, "version or transaction not specified, specify only one"), false
+		return nil, nil, errReply(400, "version or transaction not specified: version or transaction not specified, specify only one"), false
 	}
 	v, _ := strconv.ParseInt(version, 10, 64)
 	if v != s.version {
-		return nil, nil, errReply(409, "version mismatch: %d != %d", v, s.version), false
+		return nil, nil, errReply(409, "version mismatch: version in configuration file is %d, given version is %d", s.version, v), false
 	}
 	return s.cfg, nil, reply{}, true
 }
@@ -612,7 +648,7 @@ func (s *Server) startTransaction(version string) reply {
 func (s *Server) commit(id string, force bool) reply {
 	t, ok := s.txns[id]
 	if !ok {
-		return errReply(404, "transaction %s does not exist", id)
+		return errReply(404, "transaction does not exist: transaction %s does not exist", id)
 	}
 	switch t.status {
 	case "outdated":
@@ -663,8 +699,17 @@ func (s *Server) configOp(op string, cfg Config, path map[string]string, body []
 		beName = path["name"]
 	}
 	be, ok := cfg[beName]
-	if !ok {
-		return errReply(404, "backend %s does not exist", beName), false
+	// The real API's errors are client-native's "<kind>: <reason>"; a
+	// server operation on a missing backend is a missing parent, 400, and
+	// its list an empty one (conformance table).
+	switch {
+	case ok:
+	case op == "getBackend" || op == "replaceBackend":
+		return errReply(404, "missing object: Object %s does not exist", beName), false
+	case op == "getAllServerBackend":
+		return reply{status: 200, body: []models.Server{}}, false
+	default:
+		return errReply(400, "missing parent: backend %s does not exist", beName), false
 	}
 	find := func(name string) int {
 		for i := range be.Servers {
@@ -690,7 +735,7 @@ func (s *Server) configOp(op string, cfg Config, path map[string]string, body []
 	case "getServerBackend":
 		i := find(path["name"])
 		if i < 0 {
-			return errReply(404, "server %s does not exist in backend %s", path["name"], beName), false
+			return errReply(404, "missing object: Object %s does not exist in backend %s", path["name"], beName), false
 		}
 		return reply{status: 200, body: be.Servers[i]}, false
 	case "createServerBackend":
@@ -699,7 +744,7 @@ func (s *Server) configOp(op string, cfg Config, path map[string]string, body []
 			return errReply(400, "%v", err), false
 		}
 		if find(ns.Name) >= 0 {
-			return errReply(409, "server %s already exists in backend %s", ns.Name, beName), false
+			return errReply(409, "object already exists: Object %s already exists", ns.Name), false
 		}
 		be.Servers = append(be.Servers, ns)
 		algo := ""
@@ -720,7 +765,7 @@ func (s *Server) configOp(op string, cfg Config, path map[string]string, body []
 	case "replaceServerBackend":
 		i := find(path["name"])
 		if i < 0 {
-			return errReply(404, "server %s does not exist in backend %s", path["name"], beName), false
+			return errReply(404, "missing object: Object %s does not exist in backend %s", path["name"], beName), false
 		}
 		var ns models.Server
 		if err := json.Unmarshal(body, &ns); err != nil {
@@ -745,7 +790,7 @@ func (s *Server) configOp(op string, cfg Config, path map[string]string, body []
 	case "deleteServerBackend":
 		i := find(path["name"])
 		if i < 0 {
-			return errReply(404, "server %s does not exist in backend %s", path["name"], beName), false
+			return errReply(404, "missing object: Object %s does not exist in backend %s", path["name"], beName), false
 		}
 		be.Servers = append(be.Servers[:i], be.Servers[i+1:]...)
 		return reply{status: 202}, true
@@ -770,48 +815,4 @@ func changedFields(a, b reflect.Value) []string {
 		}
 	}
 	return out
-}
-
-// SetDown says whether the server's health check fails, for the runtime
-// servers answer when no real HAProxy is mirrored (with one, HAProxy says).
-func (s *Server) SetDown(backend, server string, down bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.down == nil {
-		s.down = map[string]bool{}
-	}
-	s.down[backend+"/"+server] = down
-}
-
-// runtimeServers answers GET .../runtime/backends/{b}/servers as the real
-// API does from HAProxy's runtime state: with a mirrored HAProxy, from its
-// "show servers state"; else from the configuration, every server not in
-// maintenance up unless SetDown says otherwise (checks passing).
-func (s *Server) runtimeServers(backend string) reply {
-	be, ok := s.cfg[backend]
-	if !ok {
-		return errReply(404, "backend %s does not exist", backend)
-	}
-	out := []models.RuntimeServer{}
-	if s.mirror != nil {
-		states, err := s.mirror.states(backend)
-		if err != nil {
-			return errReply(500, "%v", err)
-		}
-		for _, st := range states {
-			out = append(out, st)
-		}
-		return reply{status: 200, body: out}
-	}
-	for _, srv := range be.Servers {
-		rs := models.RuntimeServer{Name: srv.Name, Address: srv.Address, Port: srv.Port, AdminState: "ready", OperationalState: "up"}
-		switch {
-		case srv.Maintenance == "enabled":
-			rs.AdminState, rs.OperationalState = "maint", "down"
-		case s.down[backend+"/"+srv.Name]:
-			rs.OperationalState = "down"
-		}
-		out = append(out, rs)
-	}
-	return reply{status: 200, body: out}
 }

@@ -101,6 +101,11 @@ var validationOptions = &openapi3filter.Options{
 	MultiError:            true,
 	IncludeResponseStatus: true,
 	SkipSettingDefaults:   true,
+	// go-swagger, which the real API is built with, does not refuse
+	// read-only properties in a request: its runtime server add takes
+	// name, address and port, which the spec marks read-only
+	// (conformance table).
+	ExcludeReadOnlyValidations: true,
 }
 
 // route finds the operation for r (path under /v3).

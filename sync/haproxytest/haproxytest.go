@@ -451,10 +451,14 @@ func (h *HAProxy) TryReload() error {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		// The master socket may drop a connection while it reloads.
+		// The master socket may drop a connection while it reloads. From
+		// HAProxy 3.1 the counter moves before the new worker has loaded
+		// and the old one still answers the admin socket: wait until the
+		// worker that answers is the current one.
 		reply, err := h.masterCommand("show proc")
 		n, ok := reloadCount(reply)
-		if _, info := h.Command("show info"); err == nil && ok && n > before && info == nil {
+		info, infoErr := h.Command("show info")
+		if err == nil && ok && n > before && infoErr == nil && answeredBy(info, currentWorkers(reply)) {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -487,6 +491,17 @@ func (h *HAProxy) Alive() (int, error) {
 		return 0, fmt.Errorf("admin socket: %w", err)
 	}
 	return workers[0], nil
+}
+
+// answeredBy says whether "show info" came from the only current worker.
+func answeredBy(info string, workers []int) bool {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(line, "Pid: "); ok {
+			pid, err := strconv.Atoi(strings.TrimSpace(v))
+			return err == nil && len(workers) == 1 && workers[0] == pid
+		}
+	}
+	return false
 }
 
 // currentWorkers reads the pids of the "# workers" section of "show proc"

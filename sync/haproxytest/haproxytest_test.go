@@ -2,6 +2,7 @@ package haproxytest
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -68,5 +69,20 @@ func TestCurrentWorkers(t *testing.T) {
 `
 	if got := currentWorkers(reply); len(got) != 1 || got[0] != 19160 {
 		t.Errorf("current workers %v, want [19160]", got)
+	}
+}
+
+// TestReloadWaitsForTheNewWorker: once Reload returns, the admin socket
+// answers from the worker that loaded the new haproxy.cfg. From HAProxy
+// 3.1 the master's reload counter moves before that worker has loaded,
+// and the old one still answered (seen on 3.4.0: no server listed).
+func TestReloadWaitsForTheNewWorker(t *testing.T) {
+	h := Start(t, Backend{Name: "be"})
+	for i := range 3 {
+		h.SetServers(t, "be", []string{"server s1 127.0.0.1:1", fmt.Sprintf("server n%d 127.0.0.1:2", i)})
+		h.Reload(t)
+		if _, ok := h.Servers(t, "be")[fmt.Sprintf("n%d", i)]; !ok {
+			t.Fatalf("reload %d: the admin socket does not list the server the new haproxy.cfg has", i)
+		}
 	}
 }
