@@ -156,7 +156,7 @@ func run(args []string) int {
 	}
 	log.Info("configured", "command", "serve", "source", source, "config", cfg.String(), "owns", cfg.Owns(),
 		"watch", cfg.Watch && kc != nil, "resync", cfg.ResyncPeriod.String(), "webhookAuth", cfg.WebhookAuth)
-	if err := serve(cfg, rec, checks, pairs, kc, log, m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
+	if err := serve(cfg, rec, checks, kc, log, m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
 		log.Error("serve", "error", err)
 		return 1
 	}
@@ -443,7 +443,7 @@ func newSource(cfg config.Config, manifests string, nodes bool) (reconcile.Sourc
 // returns. With WATCH (and a Kubernetes client) it watches the Service's
 // objects and reconciles by itself on every change that can matter; with
 // RESYNC_PERIOD it also reconciles on that period.
-func serve(cfg config.Config, rec *reconcile.Reconciler, checks map[string]reconcile.CheckReader, pairs map[string]*pair.Guard, kc *kube.Client, log *slog.Logger, m *metrics.Metrics, metricsHandler http.Handler) error {
+func serve(cfg config.Config, rec *reconcile.Reconciler, checks map[string]reconcile.CheckReader, kc *kube.Client, log *slog.Logger, m *metrics.Metrics, metricsHandler http.Handler) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	wrapped := m.WrapReconciler(rec)
@@ -454,7 +454,7 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, checks map[string]recon
 		go ev.Run(ctx)
 		wrapped = ev.Wrap(wrapped)
 	}
-	p := newPokes(cfg, wrapped, checks, pairs, kc, rec.Options.Mode == desired.NodeMode, log, m)
+	p := newPokes(cfg, wrapped, checks, kc, rec.Options.Mode == desired.NodeMode, log, m)
 	authn, err := newAuthenticator(cfg, kc)
 	if err != nil {
 		return err

@@ -60,8 +60,11 @@ func checkPairs(ctx context.Context, pairs map[string]*pair.Guard, log *slog.Log
 
 // guarded is a Data Plane target that reads and writes nothing while its
 // runtime socket reaches another HAProxy: each call fails with the
-// *pair.MismatchError (Permanent) instead. It is a reconcile.UpReader
-// exactly when its driver is one, like the metrics wrapper.
+// *pair.MismatchError (Permanent) instead. Each Read checks the pair (a
+// reconcile reads every backend before it applies a plan, and a reload the
+// watch notices pokes a reconcile); Apply and ReadUp, which follow a Read,
+// keep its verdict. It is a reconcile.UpReader exactly when its driver is
+// one, like the metrics wrapper.
 func guarded(d reconcile.Driver, g *pair.Guard) reconcile.Driver {
 	if ur, ok := d.(reconcile.UpReader); ok {
 		return upGuarded{guardedDriver{d, g}, ur}
@@ -82,7 +85,7 @@ func (d guardedDriver) Read(ctx context.Context, backend string) (model.Backend,
 }
 
 func (d guardedDriver) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
-	if err := d.g.Verify(ctx); err != nil {
+	if err := d.g.Mismatch(); err != nil {
 		return plan.Applied{}, err
 	}
 	return d.Driver.Apply(ctx, p)
@@ -94,7 +97,7 @@ type upGuarded struct {
 }
 
 func (d upGuarded) ReadUp(ctx context.Context, backend string) (map[string]bool, error) {
-	if err := d.g.Verify(ctx); err != nil {
+	if err := d.g.Mismatch(); err != nil {
 		return nil, err
 	}
 	return d.ur.ReadUp(ctx, backend)

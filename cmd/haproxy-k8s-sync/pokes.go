@@ -17,7 +17,6 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/metrics"
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/pair"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reloads"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/watch"
@@ -41,7 +40,7 @@ type pokes struct {
 	m          *metrics.Metrics
 }
 
-func newPokes(cfg config.Config, r reconcile.Runner, checks map[string]reconcile.CheckReader, pairs map[string]*pair.Guard, kc *kube.Client, nodeMode bool, log *slog.Logger, m *metrics.Metrics) *pokes {
+func newPokes(cfg config.Config, r reconcile.Runner, checks map[string]reconcile.CheckReader, kc *kube.Client, nodeMode bool, log *slog.Logger, m *metrics.Metrics) *pokes {
 	p := &pokes{log: log, m: m, follow: &reconcile.FollowUp{Checks: checks}}
 	p.runs, p.endRuns = context.WithCancel(context.Background())
 	p.shared = reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) { return p.run(ctx, r) })
@@ -56,12 +55,7 @@ func newPokes(cfg config.Config, r reconcile.Runner, checks map[string]reconcile
 		}
 		l.Info("reconcile", "status", res.Status, "desired", res.Desired, "durationMs", res.DurationMs, "targets", res.Targets)
 	})
-	if rw := reloadWatcher(checks, log, func(target string) {
-		if g := pairs[target]; g != nil {
-			g.Stale() // the reconcile poked checks the pair again, new workers both
-		}
-		p.poke("reload", "HAProxy reloaded: "+target)
-	}); rw != nil {
+	if rw := reloadWatcher(checks, log, func(target string) { p.poke("reload", "HAProxy reloaded: "+target) }); rw != nil {
 		p.reloads = rw
 	}
 	if cfg.Watch && kc != nil {

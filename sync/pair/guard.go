@@ -12,25 +12,22 @@ const (
 	// DefaultSettle is how long Check waits before reading views that
 	// differ again (a reload in between).
 	DefaultSettle = time.Second
-	// DefaultMaxAge is how long a verdict is kept: one check serves every
-	// backend of a reconcile, and reconciles close together.
-	DefaultMaxAge = time.Second
 	// DefaultTimeout bounds one check, so that a hung socket or API does
 	// not hold the reconcile that asked.
 	DefaultTimeout = 5 * time.Second
 )
 
-// Guard keeps one target's verdict: Verify answers the mismatch, if any,
-// checking again when the verdict is older than MaxAge or a reload made it
-// stale. It logs once when a mismatch begins and once when it ends, and
-// tells OnChange. Safe for concurrent use.
+// Guard keeps one target's verdict: Verify checks and answers the mismatch,
+// if any; Mismatch answers the verdict kept. It logs once when a mismatch
+// begins and once when it ends, and tells OnChange. Safe for concurrent
+// use.
 type Guard struct {
 	Pair               int    // position, from 1
 	Dataplane, Runtime string // URLs without credentials
 	DataplaneView      Reader
 	RuntimeView        Reader
-	// Settle, MaxAge and Timeout: zero takes the defaults.
-	Settle, MaxAge, Timeout time.Duration
+	// Settle and Timeout: zero takes the defaults.
+	Settle, Timeout time.Duration
 	// OnChange, when set, is told every verdict that says same or
 	// different, with whether the pair is mismatched.
 	OnChange func(mismatched bool)
@@ -38,8 +35,6 @@ type Guard struct {
 
 	mu       sync.Mutex
 	mismatch *MismatchError // nil: not known to be mismatched
-	at       time.Time      // of the last check; zero before the first
-	stale    bool
 }
 
 // Check reads both views now and keeps the verdict. A view that cannot be
@@ -51,14 +46,13 @@ func (g *Guard) Check(ctx context.Context) (Outcome, error) {
 	return g.check(ctx)
 }
 
-// Verify returns the target's *MismatchError while it is mismatched, nil
-// otherwise, checking again first when the verdict is stale.
+// Verify checks now and returns the target's *MismatchError while it is
+// mismatched, nil otherwise (also when the views cannot be read and none
+// was kept).
 func (g *Guard) Verify(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.stale || g.at.IsZero() || time.Since(g.at) >= or(g.MaxAge, DefaultMaxAge) {
-		_, _ = g.check(ctx)
-	}
+	_, _ = g.check(ctx)
 	if g.mismatch != nil {
 		return g.mismatch
 	}
@@ -76,14 +70,6 @@ func (g *Guard) Mismatch() error {
 	return nil
 }
 
-// Stale makes the next Verify check again: HAProxy reloaded, and each view
-// now answers from a new worker.
-func (g *Guard) Stale() {
-	g.mu.Lock()
-	g.stale = true
-	g.mu.Unlock()
-}
-
 func (g *Guard) check(ctx context.Context) (Outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, or(g.Timeout, DefaultTimeout))
 	defer cancel()
@@ -92,7 +78,6 @@ func (g *Guard) check(ctx context.Context) (Outcome, error) {
 		settle = 0 // a reload cannot explain a difference seen before
 	}
 	o, err := Check(ctx, g.RuntimeView, g.DataplaneView, settle)
-	g.at, g.stale = time.Now(), false
 	if err != nil {
 		g.logger().Debug("cannot check that the runtime socket and the Data Plane API reach the same HAProxy", "pair", g.Pair, "error", err)
 		return o, err

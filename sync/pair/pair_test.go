@@ -93,23 +93,22 @@ func TestCheckReadsAgainAfterAReload(t *testing.T) {
 
 // TestGuard: a mismatch is a Permanent *MismatchError naming the pair and
 // both views, logged once when it begins and once when it ends, told to
-// OnChange; an unreadable view keeps the verdict; Stale checks again.
+// OnChange; an unreadable view keeps the verdict.
 func TestGuard(t *testing.T) {
 	var logs bytes.Buffer
 	rt, dp := &views{p: []Process{up(7, "a", 5)}}, &views{p: []Process{up(7, "a", 5)}}
 	var changes []bool
 	g := &Guard{Pair: 2, Dataplane: "http://a:5555", Runtime: "unix:///run/a.sock", DataplaneView: dp, RuntimeView: rt,
-		Settle: time.Millisecond, MaxAge: time.Hour, Log: slog.New(slog.NewTextHandler(&logs, nil)),
+		Settle: time.Millisecond, Log: slog.New(slog.NewTextHandler(&logs, nil)),
 		OnChange: func(m bool) { changes = append(changes, m) }}
 	ctx := context.Background()
 	if err := g.Verify(ctx); err != nil {
 		t.Fatalf("matching pair: %v", err)
 	}
 	dp.set(up(9, "b", 5))
-	if err := g.Verify(ctx); err != nil {
-		t.Fatalf("a verdict younger than MaxAge is kept: %v", err)
+	if err := g.Mismatch(); err != nil {
+		t.Fatalf("the verdict kept: %v", err)
 	}
-	g.Stale()
 	err := g.Verify(ctx)
 	var me *MismatchError
 	if !errors.As(err, &me) || failure.Of(err) != failure.Permanent {
@@ -121,21 +120,18 @@ func TestGuard(t *testing.T) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
 	}
-	g.Stale()
 	if err := g.Verify(ctx); err == nil {
 		t.Fatal("still mismatched: no error")
 	}
 	dp.err = errors.New("refused")
-	g.Stale()
-	if err := g.Verify(ctx); !errors.As(err, &me) {
+	if err := g.Verify(ctx); !errors.As(err, &me) || !errors.As(g.Mismatch(), &me) {
 		t.Fatalf("an unreadable view keeps the mismatch: %v", err)
 	}
 	dp.set(up(7, "a", 6))
-	g.Stale()
 	if err := g.Verify(ctx); err != nil || g.Mismatch() != nil {
 		t.Fatalf("matching again: %v", err)
 	}
-	if n := strings.Count(logs.String(), "reach different HAProxy"); n != 1 {
+	if n := strings.Count(logs.String(), "nothing is written to this target"); n != 1 {
 		t.Errorf("%d lines for the mismatch, want 1:\n%s", n, logs.String())
 	}
 	if n := strings.Count(logs.String(), "writes resume"); n != 1 {

@@ -52,7 +52,7 @@ func processOf(reply string) (string, bool) {
 }
 
 // ProcessInfo reads, from "show info", what package pair compares with the
-// Data Plane API's view of its HAProxy: the worker's Pid, Node and
+// Data Plane API's view of its HAProxy: the worker's Pid, node and
 // Uptime_sec.
 func (c *Client) ProcessInfo(ctx context.Context) (pair.Process, error) {
 	reply, err := c.sock.Command(ctx, "show info")
@@ -66,7 +66,7 @@ func (c *Client) ProcessInfo(ctx context.Context) (pair.Process, error) {
 	return p, nil
 }
 
-// ParseProcessInfo reads a "show info" reply's Pid, Node and Uptime_sec;
+// ParseProcessInfo reads a "show info" reply's Pid, node and Uptime_sec;
 // what is missing stays zero (HasUptime false).
 func ParseProcessInfo(reply string) pair.Process {
 	var p pair.Process
@@ -79,7 +79,7 @@ func ParseProcessInfo(reply string) pair.Process {
 		switch k {
 		case "Pid":
 			p.PID, _ = strconv.ParseInt(v, 10, 64)
-		case "Node":
+		case "node": // HAProxy prints this one in lower case
 			p.Node = v
 		case "Uptime_sec":
 			if s, err := strconv.ParseInt(v, 10, 64); err == nil {

@@ -25,7 +25,7 @@ func TestProcessOf(t *testing.T) {
 }
 
 func TestParseProcessInfo(t *testing.T) {
-	p := ParseProcessInfo("Name: HAProxy\nVersion: 2.6.12\nPid: 4242\nUptime: 0d 0h00m12s\nUptime_sec: 12\nNode: haproxy-0\n")
+	p := ParseProcessInfo("Name: HAProxy\nVersion: 2.6.12\nPid: 4242\nUptime: 0d 0h00m12s\nUptime_sec: 12\nnode: haproxy-0\n")
 	if p.PID != 4242 || p.Node != "haproxy-0" || !p.HasUptime || p.Uptime != 12*time.Second {
 		t.Errorf("ParseProcessInfo = %+v", p)
 	}
