@@ -47,6 +47,7 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/gate"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/metrics"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/pair"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
 )
@@ -134,10 +135,14 @@ func run(args []string) int {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg, version, revision())
 	m.Cluster(cfg.ClusterName, cfg.LocalZone)
-	rec, checks, kc, err := newReconciler(cfg, *manifests, log, m)
+	rec, checks, pairs, kc, err := newReconciler(cfg, *manifests, log, m)
+	if err == nil {
+		err = checkPairs(context.Background(), pairs, log)
+	}
 	if err != nil {
 		// Every error here is the configuration's (a kubeconfig or context
-		// that cannot be used, a CA file, a socket URL): said like Load's.
+		// that cannot be used, a CA file, a socket URL, a runtime socket
+		// paired with another HAProxy's Data Plane API): said like Load's.
 		fmt.Fprintf(os.Stderr, "configuration: %v\n", err)
 		return 2
 	}
@@ -320,41 +325,49 @@ Variables (name, default, meaning):
 
 // newReconciler wires the concrete source and drivers; the one place that
 // does. checks reads each target's health checks through its runtime socket
-// (when it has one), for the follow-ups. kc is the Kubernetes client, nil
-// when reading manifests.
-func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *metrics.Metrics) (rec *reconcile.Reconciler, checks map[string]reconcile.CheckReader, kc *kube.Client, err error) {
+// (when it has one), for the follow-ups. pairs checks, by target, that a
+// Data Plane target and its runtime socket reach the same HAProxy (with
+// both URLs set). kc is the Kubernetes client, nil when reading manifests.
+func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *metrics.Metrics) (rec *reconcile.Reconciler, checks map[string]reconcile.CheckReader, pairs map[string]*pair.Guard, kc *kube.Client, err error) {
 	opts := cfg.Options()
 	source, kc, err := newSource(cfg, manifests, opts.Mode == desired.NodeMode)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	// One request may take a third of the reconcile at most, so that a hung
 	// answer leaves time for retries.
 	hc, err := dataplane.NewHTTPClient(cfg.DataplaneCAFile, min(10*time.Second, cfg.ReconcileTimeout/3))
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("HAPROXY_DATAPLANE_CA_FILE: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("HAPROXY_DATAPLANE_CA_FILE: %w", err)
 	}
 	auth := dataplane.Auth{Username: cfg.DataplaneUsername, Password: cfg.DataplanePassword, Token: cfg.DataplaneToken}
 	var runtimes []*runtimeapi.Client
 	for _, raw := range cfg.RuntimeURLs {
 		rt, err := runtimeapi.New(raw, opts.Settings, opts.Check, runtimeOptions(cfg)...)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("HAPROXY_RUNTIME_URL: %w", err)
+			return nil, nil, nil, nil, fmt.Errorf("HAPROXY_RUNTIME_URL: %w", err)
 		}
 		runtimes = append(runtimes, rt)
 	}
 	var targets []reconcile.Driver
 	checks = map[string]reconcile.CheckReader{}
+	pairs = map[string]*pair.Guard{}
 	for i, u := range cfg.Dataplanes {
 		dpOpts := []dataplane.Option{dataplane.WithDeleteBatch(cfg.DeleteBatch)}
 		if len(runtimes) > 0 { // the same instance's socket starts checks of added servers
 			dpOpts = append(dpOpts, dataplane.WithRuntime(runtimes[i]))
 		}
 		dp := dataplane.New(u, auth, hc, dpOpts...)
-		if len(runtimes) > 0 {
-			checks[dp.Name()] = runtimes[i]
+		if len(runtimes) == 0 {
+			targets = append(targets, m.WrapDriver(dp))
+			continue
 		}
-		targets = append(targets, m.WrapDriver(dp))
+		checks[dp.Name()] = runtimes[i]
+		name := dp.Name()
+		g := &pair.Guard{Pair: i + 1, Dataplane: name, Runtime: runtimes[i].Name(), DataplaneView: dp, RuntimeView: runtimes[i],
+			Log: log, OnChange: func(mismatched bool) { m.Mismatched(name, mismatched) }}
+		pairs[name] = g
+		targets = append(targets, m.WrapDriver(guarded(dp, g)))
 	}
 	if len(targets) == 0 { // the runtime API is used alone, as a lighter option
 		for _, rt := range runtimes {
@@ -382,7 +395,7 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 		OnProgrammed: m.Programmed,
 		Log:          log,
 		Cluster:      cfg.ClusterName,
-	}, checks, kc, nil
+	}, checks, pairs, kc, nil
 }
 
 // runtimeOptions are how every runtime socket is reached: the driver's,

@@ -503,6 +503,8 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 		return ""
 	}
 	switch op {
+	case "getHaproxyProcessInfo":
+		return s.processInfo()
 	case "getAllRuntimeServer":
 		return s.runtimeServers(path["parent_name"])
 	case "getRuntimeServer", "replaceRuntimeServer", "addRuntimeServer", "deleteRuntimeServer":

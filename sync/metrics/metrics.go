@@ -54,6 +54,7 @@ type Metrics struct {
 	unexpected      *prometheus.CounterVec
 	cluster         *prometheus.GaugeVec
 	zoneServers     *prometheus.GaugeVec
+	mismatched      *prometheus.GaugeVec
 }
 
 // ProgrammingBuckets resolve 10 ms to 5 min, for both latency histograms.
@@ -126,13 +127,15 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 		Help: "The CLUSTER_NAME whose servers (named with it as a prefix) this instance owns, and HAPROXY_LOCAL_ZONE; always 1, empty labels when unset."}, []string{"cluster", "local_zone"})
 	m.zoneServers = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "zone_servers",
 		Help: "With HAPROXY_LOCAL_ZONE: this instance's desired servers of each backend by zone, role (active: the local zone; backup: the others) and whether Kubernetes says they are ready, as the last successful reconcile saw them."}, []string{"target", "backend", "zone", "role", "ready"})
+	m.mismatched = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "target_mismatched",
+		Help: "1 while a target's runtime socket and its Data Plane API reach different HAProxy (nothing is written to it), 0 once they were seen to match; by target (the Data Plane URL)."}, []string{"target"})
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
 		Help: "Build information: version, VCS revision, Go version; always 1."}, []string{"version", "revision", "goversion"})
 	build.WithLabelValues(version, revision, runtime.Version()).Set(1)
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
 		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, m.watchEvents, m.watchRestarts,
 		m.pokes, m.pokesCoalesced, m.authFailures, m.skipped, m.transitions,
-		m.servers, m.held, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, m.podGate, m.healthPortTCP, m.missingLines, m.unexpected, m.cluster, m.zoneServers, build)
+		m.servers, m.held, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, m.podGate, m.healthPortTCP, m.missingLines, m.unexpected, m.cluster, m.zoneServers, m.mismatched, build)
 	return m
 }
 
@@ -191,6 +194,15 @@ func (m *Metrics) PodGate(op string) { m.podGate.WithLabelValues(op).Inc() }
 
 // AuthFailure counts a request refused by webhook auth.
 func (m *Metrics) AuthFailure(reason string) { m.authFailures.WithLabelValues(reason).Inc() }
+
+// Mismatched sets target_mismatched for target (package pair).
+func (m *Metrics) Mismatched(target string, mismatched bool) {
+	v := 0.0
+	if mismatched {
+		v = 1
+	}
+	m.mismatched.WithLabelValues(target).Set(v)
+}
 
 // Ignored counts an event the handler skipped.
 func (m *Metrics) Ignored() { m.ignored.Inc() }

@@ -299,3 +299,21 @@ haproxy_k8s_sync_haproxy_unexpected_reloads_total{target="a"} 1
 		t.Error(err)
 	}
 }
+
+// TestTargetMismatched: target_mismatched follows what package pair tells,
+// by target.
+func TestTargetMismatched(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, "v-test", "unknown")
+	m.Mismatched("http://a:5555", false)
+	m.Mismatched("http://b:5555", true)
+	const want = `
+# HELP haproxy_k8s_sync_target_mismatched 1 while a target's runtime socket and its Data Plane API reach different HAProxy (nothing is written to it), 0 once they were seen to match; by target (the Data Plane URL).
+# TYPE haproxy_k8s_sync_target_mismatched gauge
+haproxy_k8s_sync_target_mismatched{target="http://a:5555"} 0
+haproxy_k8s_sync_target_mismatched{target="http://b:5555"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "haproxy_k8s_sync_target_mismatched"); err != nil {
+		t.Error(err)
+	}
+}

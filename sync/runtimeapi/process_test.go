@@ -1,6 +1,9 @@
 package runtimeapi
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestProcessOf(t *testing.T) {
 	for _, tc := range []struct {
@@ -18,5 +21,15 @@ func TestProcessOf(t *testing.T) {
 				t.Errorf("processOf = %q, %v; want %q, %v", got, ok, tc.want, tc.ok)
 			}
 		})
+	}
+}
+
+func TestParseProcessInfo(t *testing.T) {
+	p := ParseProcessInfo("Name: HAProxy\nVersion: 2.6.12\nPid: 4242\nUptime: 0d 0h00m12s\nUptime_sec: 12\nnode: haproxy-0\n")
+	if p.PID != 4242 || p.Node != "haproxy-0" || !p.HasUptime || p.Uptime != 12*time.Second {
+		t.Errorf("ParseProcessInfo = %+v", p)
+	}
+	if p := ParseProcessInfo("Unknown command.\n"); p.PID != 0 || p.HasUptime {
+		t.Errorf("an error sentence: %+v", p)
 	}
 }

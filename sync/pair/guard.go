@@ -1,0 +1,123 @@
+package pair
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Defaults of a Guard.
+const (
+	// DefaultSettle is how long Check waits before reading views that
+	// differ again (a reload in between).
+	DefaultSettle = time.Second
+	// DefaultTimeout bounds one check, so that a hung socket or API does
+	// not hold the reconcile that asked.
+	DefaultTimeout = 5 * time.Second
+)
+
+// Guard keeps one target's verdict: Verify checks and answers the mismatch,
+// if any; Mismatch answers the verdict kept. It logs once when a mismatch
+// begins and once when it ends, and tells OnChange. Safe for concurrent
+// use.
+type Guard struct {
+	Pair               int    // position, from 1
+	Dataplane, Runtime string // URLs without credentials
+	DataplaneView      Reader
+	RuntimeView        Reader
+	// Settle and Timeout: zero takes the defaults.
+	Settle, Timeout time.Duration
+	// OnChange, when set, is told every verdict that says same or
+	// different, with whether the pair is mismatched.
+	OnChange func(mismatched bool)
+	Log      *slog.Logger
+
+	mu       sync.Mutex
+	mismatch *MismatchError // nil: not known to be mismatched
+}
+
+// Check reads both views now and keeps the verdict. A view that cannot be
+// read leaves the previous verdict (an unreachable HAProxy is the target's
+// own failure, told by its reads).
+func (g *Guard) Check(ctx context.Context) (Outcome, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.check(ctx)
+}
+
+// Verify checks now and returns the target's *MismatchError while it is
+// mismatched, nil otherwise (also when the views cannot be read and none
+// was kept).
+func (g *Guard) Verify(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, _ = g.check(ctx)
+	if g.mismatch != nil {
+		return g.mismatch
+	}
+	return nil
+}
+
+// Mismatch returns the kept *MismatchError, nil when the pair is not known
+// to be mismatched; it checks nothing.
+func (g *Guard) Mismatch() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.mismatch != nil {
+		return g.mismatch
+	}
+	return nil
+}
+
+func (g *Guard) check(ctx context.Context) (Outcome, error) {
+	ctx, cancel := context.WithTimeout(ctx, or(g.Timeout, DefaultTimeout))
+	defer cancel()
+	settle := or(g.Settle, DefaultSettle)
+	if g.mismatch != nil {
+		settle = 0 // a reload cannot explain a difference seen before
+	}
+	o, err := Check(ctx, g.RuntimeView, g.DataplaneView, settle)
+	if err != nil {
+		g.logger().Debug("cannot check that the runtime socket and the Data Plane API reach the same HAProxy", "pair", g.Pair, "error", err)
+		return o, err
+	}
+	switch o.Verdict {
+	case Different:
+		e := &MismatchError{Pair: g.Pair, Dataplane: g.Dataplane, Runtime: g.Runtime, Outcome: o}
+		if g.mismatch == nil {
+			g.logger().Error("the runtime socket and the Data Plane API reach different HAProxy: nothing is written to this target until they match",
+				"target", g.Dataplane, "error", e.Error())
+		}
+		g.mismatch = e
+		g.changed(true)
+	case Same:
+		if g.mismatch != nil {
+			g.logger().Info("the runtime socket and the Data Plane API reach the same HAProxy again: writes resume",
+				"target", g.Dataplane, "runtime", g.Runtime, "pair", g.Pair, "process", o.Runtime.String())
+		}
+		g.mismatch = nil
+		g.changed(false)
+	}
+	return o, nil
+}
+
+func (g *Guard) changed(mismatched bool) {
+	if g.OnChange != nil {
+		g.OnChange(mismatched)
+	}
+}
+
+func (g *Guard) logger() *slog.Logger {
+	if g.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return g.Log
+}
+
+func or(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
