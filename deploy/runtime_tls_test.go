@@ -90,4 +90,10 @@ func TestAdminTLSListenIsTheDocumentedOne(t *testing.T) {
 	if !strings.Contains(page, "stats socket /run/haproxy/admin.sock mode 600 level admin") {
 		t.Error("docs/drivers.md lacks the unix admin socket the listen section points at")
 	}
+	// The HAProxy side's haproxy.cfg chroots: its relay names a socket
+	// inside the chroot, the same section otherwise.
+	chrooted := strings.Join(haproxytest.AdminTLSLines(":9999", "/etc/haproxy/admin-tls/server.pem", "/etc/haproxy/admin-tls/ca.crt", "/admin-relay.sock"), "\n")
+	if side := readDoc(t, "docs/haproxy.md"); !strings.Contains(side, "\n"+chrooted+"\n") || !strings.Contains(side, "stats socket /var/lib/haproxy/admin-relay.sock mode 600 level admin user haproxy") {
+		t.Errorf("docs/haproxy.md lacks the tested listen section with its socket inside the chroot:\n%s", chrooted)
+	}
 }

@@ -136,6 +136,7 @@ func AdminTLSLines(addr, crt, ca, sock string) []string {
 	return []string{
 		"listen admin_tls",
 		"    mode tcp",
+		"    no log", // a connection per command: the reload watch asks 4 times a second
 		"    bind " + addr + " ssl crt " + crt + " ca-file " + ca + " verify required",
 		"    server admin unix@" + sock,
 	}

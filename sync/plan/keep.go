@@ -2,9 +2,16 @@ package plan
 
 import (
 	"slices"
+	"time"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 )
+
+// deadReplacement is how long a replacement's check must have failed, out
+// of service since it was gated, before it is taken for one that will not
+// serve: a first check may fail for a moment (a NodePort kube-proxy has not
+// programmed yet) on a node that serves a second later.
+const deadReplacement = 3 * time.Second
 
 // keepUntilReplaced is make-before-break: when the plan would leave the
 // backend with no server in service while Kubernetes has a ready endpoint
@@ -31,8 +38,8 @@ import (
 // backups take over, which is what they are for. When no server at all
 // would serve, every serving server that leaves is kept, whatever its role.
 //
-// A replacement whose check has failed (a dead or unreachable pod that
-// Kubernetes calls ready) is not about to serve: a server Kubernetes took
+// A replacement whose check has failed for deadReplacement (a dead or
+// unreachable pod that Kubernetes calls ready) is not about to serve: a server Kubernetes took
 // out must not keep, for as long as that lasts, traffic that others could
 // take. So once no replacement of the role is about to serve, the leaving
 // servers are kept only where no server at all would serve, another
@@ -65,9 +72,9 @@ func (p *Plan) keepUntilReplaced(desired model.Backend) {
 			activeAfter = activeAfter || !backup[s.Name]
 		}
 	}
-	failed := map[string]bool{}
+	failed := map[string]bool{} // failing for deadReplacement at least
 	for _, s := range p.current {
-		failed[s.Name] = s.Runtime != nil && s.Runtime.CheckFailed
+		failed[s.Name] = s.Runtime != nil && s.Runtime.CheckFailed && s.Runtime.Since >= deadReplacement
 	}
 	pending := func(n string) bool { return !failed[n] } // about to serve
 	keeps := func(string) bool { return true }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 )
@@ -67,6 +68,14 @@ func TestMakeBeforeBreakWithBackups(t *testing.T) {
 			current: be(serving("old", "10.0.0.1"), failedCheck(srv("new", "10.0.1.1", 80, model.Drain)), otherServing),
 			desired: be(newReady, other),
 			want:    map[Action][]string{Delete: {"old"}}},
+		{name: "the local replacement's first check failed a moment ago: kept (it may pass the next)",
+			current: be(serving("old", "10.0.0.1"), func() model.Server {
+				s := failedCheck(srv("new", "10.0.1.1", 80, model.Drain))
+				s.Runtime.Since = time.Second
+				return s
+			}(), otherServing),
+			desired:  be(newReady, other),
+			handover: []string{"old"}},
 		{name: "one local replacement failed, another still waits for its first check: kept",
 			current: be(serving("old", "10.0.0.1"), failedCheck(srv("new", "10.0.1.1", 80, model.Drain)), otherServing),
 			desired: be(newReady, srv("new2", "10.0.1.2", 80, model.Ready), other),
@@ -97,9 +106,10 @@ func TestMakeBeforeBreakWithBackups(t *testing.T) {
 	}
 }
 
-// failedCheck returns s out of service with its check running and failed.
+// failedCheck returns s out of service with its check running and failed
+// since it was gated, 5 s ago.
 func failedCheck(s model.Server) model.Server {
-	s = rt(s, true, false, 0, 0)
+	s = rt(s, true, false, 0, 5*time.Second)
 	s.Runtime.CheckFailed = true
 	return s
 }
