@@ -1,0 +1,66 @@
+// Package services decides which Services this instance follows in
+// many-Services mode (SERVICE_SELECTION annotation and/or class) and which
+// backends each one maps to. The single-Service mode (SERVICE_SELECTION=name)
+// does not use it.
+package services
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Selected is one Service this instance follows in many-Services mode.
+type Selected struct {
+	Namespace, Name string
+	// Class says it was selected by spec.loadBalancerClass: its frontends
+	// and backends are created by this instance (package lb), named by
+	// ClassNames.
+	Class bool
+	// Ports map the Service's ports to backends, sorted by Port.
+	Ports []Port
+}
+
+// Port maps one Service port to the backend that serves it.
+type Port struct {
+	Name    string // the Service port's name ("" for an unnamed only port)
+	Port    int32  // the Service port: what a class frontend binds
+	Backend string
+}
+
+// Key is "namespace/name", how results, logs and ?service= name a Service.
+func (s Selected) Key() string { return s.Namespace + "/" + s.Name }
+
+// ClassPrefix starts the name of every frontend and backend this instance
+// creates for a class-selected Service; with the mark written in their
+// description, it is how ownership is read back from HAProxy.
+const ClassPrefix = "k8s_"
+
+// ClassNames are the frontend and backend a class-selected Service's port
+// gets: fe_k8s_[cluster_]namespace_name_port and be_k8s_…. Namespace and
+// Service names are DNS labels (no "_"), so "_" separates them without
+// ambiguity; a CLUSTER_NAME is a DNS label too.
+func ClassNames(cluster, namespace, name string, port int32) (frontend, backend string) {
+	parts := []string{namespace, name, strconv.Itoa(int(port))}
+	if cluster != "" {
+		parts = append([]string{cluster}, parts...)
+	}
+	base := ClassPrefix + strings.Join(parts, "_")
+	return "fe_" + base, "be_" + base
+}
+
+// FrontendReport is what one pass over the class-selected Services'
+// frontends did (package lb makes it; the many-Services reconcile reports it).
+type FrontendReport struct {
+	// Created and Removed name the frontends created and removed this pass.
+	Created []string `json:"created,omitempty"`
+	Removed []string `json:"removed,omitempty"`
+	// Draining names the owned backends no selected Service wants any more:
+	// they are reconciled as zero endpoints (parked, guarded) until drained,
+	// then removed with their frontend on a later pass.
+	Draining []string `json:"draining,omitempty"`
+	// Ready holds, per Service key, whether its frontends exist on every
+	// target (the first condition for writing its status).
+	Ready map[string]bool `json:"-"`
+	// Failed holds, per Service key, why its frontends could not be made.
+	Failed map[string]string `json:"failed,omitempty"`
+}
