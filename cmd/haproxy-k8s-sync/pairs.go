@@ -60,10 +60,10 @@ func checkPairs(ctx context.Context, pairs map[string]*pair.Guard, log *slog.Log
 
 // guarded is a Data Plane target that reads and writes nothing while its
 // runtime socket reaches another HAProxy: each call fails with the
-// *pair.MismatchError (Permanent) instead. Each Read checks the pair (a
-// reconcile reads every backend before it applies a plan, and a reload the
-// watch notices pokes a reconcile); Apply and ReadUp, which follow a Read,
-// keep its verdict. It is a reconcile.UpReader exactly when its driver is
+// *pair.MismatchError (Permanent) instead. The first Read of each
+// reconcile pass checks the pair (a reconcile reads every backend before it
+// applies a plan, and a reload the watch notices pokes a reconcile); the
+// other reads of the pass, Apply and ReadUp keep its verdict. It is a reconcile.UpReader exactly when its driver is
 // one, like the metrics wrapper.
 func guarded(d reconcile.Driver, g *pair.Guard) reconcile.Driver {
 	if ur, ok := d.(reconcile.UpReader); ok {
@@ -78,7 +78,7 @@ type guardedDriver struct {
 }
 
 func (d guardedDriver) Read(ctx context.Context, backend string) (model.Backend, error) {
-	if err := d.g.Verify(ctx); err != nil {
+	if err := d.g.Verify(ctx, reconcile.PassOf(ctx)); err != nil {
 		return model.Backend{}, err
 	}
 	return d.Driver.Read(ctx, backend)

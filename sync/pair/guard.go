@@ -35,6 +35,7 @@ type Guard struct {
 
 	mu       sync.Mutex
 	mismatch *MismatchError // nil: not known to be mismatched
+	pass     any            // the pass the last Verify checked in
 }
 
 // Check reads both views now and keeps the verdict. A view that cannot be
@@ -46,13 +47,20 @@ func (g *Guard) Check(ctx context.Context) (Outcome, error) {
 	return g.check(ctx)
 }
 
-// Verify checks now and returns the target's *MismatchError while it is
-// mismatched, nil otherwise (also when the views cannot be read and none
-// was kept).
-func (g *Guard) Verify(ctx context.Context) error {
+// Verify checks, unless it already did in this pass, and returns the
+// target's *MismatchError while it is mismatched, nil otherwise (also when
+// the views cannot be read and none was kept). A pass is any comparable
+// token (one reconcile, or a whole many-Services pass); nil checks every
+// time. A reconcile reads every backend of a target, and each read
+// verifies: one check serves them all, and a view that hangs costs one
+// Timeout, not one per read. Concurrent calls wait for one check.
+func (g *Guard) Verify(ctx context.Context, pass any) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	_, _ = g.check(ctx)
+	if pass == nil || pass != g.pass {
+		_, _ = g.check(ctx)
+		g.pass = pass
+	}
 	if g.mismatch != nil {
 		return g.mismatch
 	}

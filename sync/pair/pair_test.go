@@ -102,14 +102,14 @@ func TestGuard(t *testing.T) {
 		Settle: time.Millisecond, Log: slog.New(slog.NewTextHandler(&logs, nil)),
 		OnChange: func(m bool) { changes = append(changes, m) }}
 	ctx := context.Background()
-	if err := g.Verify(ctx); err != nil {
+	if err := g.Verify(ctx, nil); err != nil {
 		t.Fatalf("matching pair: %v", err)
 	}
 	dp.set(up(9, "b", 5))
 	if err := g.Mismatch(); err != nil {
 		t.Fatalf("the verdict kept: %v", err)
 	}
-	err := g.Verify(ctx)
+	err := g.Verify(ctx, nil)
 	var me *MismatchError
 	if !errors.As(err, &me) || failure.Of(err) != failure.Permanent {
 		t.Fatalf("after a reload to another HAProxy: %v (%s), want a Permanent *MismatchError", err, failure.Of(err))
@@ -120,15 +120,15 @@ func TestGuard(t *testing.T) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
 	}
-	if err := g.Verify(ctx); err == nil {
+	if err := g.Verify(ctx, nil); err == nil {
 		t.Fatal("still mismatched: no error")
 	}
 	dp.err = errors.New("refused")
-	if err := g.Verify(ctx); !errors.As(err, &me) || !errors.As(g.Mismatch(), &me) {
+	if err := g.Verify(ctx, nil); !errors.As(err, &me) || !errors.As(g.Mismatch(), &me) {
 		t.Fatalf("an unreadable view keeps the mismatch: %v", err)
 	}
 	dp.set(up(7, "a", 6))
-	if err := g.Verify(ctx); err != nil || g.Mismatch() != nil {
+	if err := g.Verify(ctx, nil); err != nil || g.Mismatch() != nil {
 		t.Fatalf("matching again: %v", err)
 	}
 	if n := strings.Count(logs.String(), "nothing is written to this target"); n != 1 {
@@ -140,4 +140,52 @@ func TestGuard(t *testing.T) {
 	if want := []bool{false, true, true, false}; !slices.Equal(changes, want) {
 		t.Errorf("OnChange %v, want %v", changes, want)
 	}
+}
+
+// TestVerifyChecksOncePerPass: the reads of one pass share one check, the
+// next pass checks again, and a view that hangs costs one Timeout a pass,
+// not one per read.
+func TestVerifyChecksOncePerPass(t *testing.T) {
+	rt, dp := &views{p: []Process{up(7, "a", 5)}}, &views{p: []Process{up(7, "a", 5)}}
+	g := &Guard{DataplaneView: dp, RuntimeView: rt, Settle: time.Millisecond}
+	ctx := context.Background()
+	pass := new(int)
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			if err := g.Verify(ctx, pass); err != nil {
+				t.Errorf("Verify: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if dp.reads != 1 || rt.reads != 1 {
+		t.Fatalf("20 reads of one pass read the views %d and %d times, want once", dp.reads, rt.reads)
+	}
+	dp.set(up(9, "b", 5))
+	if err := g.Verify(ctx, pass); err != nil {
+		t.Fatalf("same pass, checked already: %v", err)
+	}
+	if err := g.Verify(ctx, new(int)); err == nil {
+		t.Fatal("the next pass, another HAProxy behind the API: no mismatch")
+	}
+
+	hung := &hangs{}
+	g = &Guard{DataplaneView: hung, RuntimeView: rt, Timeout: 20 * time.Millisecond}
+	pass = new(int)
+	for range 10 {
+		_ = g.Verify(ctx, pass)
+	}
+	if hung.calls != 1 {
+		t.Errorf("a hung view was asked %d times in one pass (each read waiting its Timeout), want once", hung.calls)
+	}
+}
+
+// hangs is a Reader that answers only when its context ends.
+type hangs struct{ calls int }
+
+func (h *hangs) ProcessInfo(ctx context.Context) (Process, error) {
+	h.calls++
+	<-ctx.Done()
+	return Process{}, ctx.Err()
 }

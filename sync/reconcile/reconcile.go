@@ -162,6 +162,28 @@ func OnlyTarget(ctx context.Context, name string) context.Context {
 	return context.WithValue(ctx, onlyTargetKey{}, name)
 }
 
+type passKey struct{}
+
+// WithPass returns a context that makes one pass of every reconcile under
+// it: what a driver checks once per pass (the pair check) is checked once
+// for all of them. Reconcile makes its own pass unless ctx has one (a
+// many-Services pass shares one across its Services).
+func WithPass(ctx context.Context) context.Context {
+	if PassOf(ctx) != nil {
+		return ctx
+	}
+	return context.WithValue(ctx, passKey{}, new(int))
+}
+
+// PassOf returns ctx's pass (WithPass), nil outside one; two contexts of
+// one pass return equal values.
+func PassOf(ctx context.Context) any {
+	if p, ok := ctx.Value(passKey{}).(*int); ok {
+		return p
+	}
+	return nil
+}
+
 type targetDoneKey struct{}
 
 // WithTargetDone returns a context whose reconciles tell done each target's
@@ -285,7 +307,7 @@ var ErrTargets = errors.New("haproxy target failed")
 // filled in as far as the reconcile got.
 func (r *Reconciler) Reconcile(ctx context.Context, dryRun bool) (Result, error) {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
+	ctx, cancel := context.WithTimeout(WithPass(ctx), r.Timeout)
 	defer cancel()
 	res, err := r.reconcile(ctx, dryRun)
 	res.DurationMs = float64(time.Since(start).Microseconds()) / 1000

@@ -254,3 +254,19 @@ func TestGateIsToldOnlyWhatItCanTrust(t *testing.T) {
 		t.Errorf("told after failures: %+v", g.calls[2:])
 	}
 }
+
+// TestWithPass: a pass is made once and kept by contexts under it, so that
+// a many-Services pass shares one across its Services' reconciles.
+func TestWithPass(t *testing.T) {
+	bg := context.Background()
+	if reconcile.PassOf(bg) != nil {
+		t.Fatal("a pass outside WithPass")
+	}
+	a := reconcile.WithPass(bg)
+	if reconcile.PassOf(a) == nil || reconcile.PassOf(reconcile.WithPass(a)) != reconcile.PassOf(a) {
+		t.Fatal("WithPass under a pass made another")
+	}
+	if reconcile.PassOf(reconcile.WithPass(bg)) == reconcile.PassOf(a) {
+		t.Fatal("two passes are equal")
+	}
+}
