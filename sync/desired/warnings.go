@@ -3,6 +3,7 @@ package desired
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -186,7 +187,7 @@ func (c *computer) sliceWarnings(sp *corev1.ServicePort, backend string) {
 // answers on a Node's address only for pods on the host network or with a
 // hostPort.
 func (c *computer) nodePortWarning(sp *corev1.ServicePort) {
-	if c.opts.Mode != NodeMode || c.opts.FixedPort != 0 || sp == nil || sp.NodePort != 0 {
+	if c.opts.Mode != NodeMode || c.opts.FixedPort != 0 || sp == nil || sp.NodePort != 0 || !c.onPodNetwork(sp) {
 		return
 	}
 	svc := c.in.Service
@@ -197,6 +198,25 @@ func (c *computer) nodePortWarning(sp *corev1.ServicePort) {
 	c.report.warn(Warning{Reason: WarnNoNodePort, Message: fmt.Sprintf(
 		"Service %s/%s (type %s) port %s has no nodePort: in node mode servers get the endpoints' port on each Node's InternalIP, which answers only for pods on the host network or with a hostPort; make the Service a NodePort or LoadBalancer, or set HAPROXY_BACKEND_PORT",
 		svc.Namespace, svc.Name, typ, portName(sp))})
+}
+
+// onPodNetwork says whether an endpoint of sp has an address its Node does
+// not: a pod on the pod network, which a Node's address with the endpoint's
+// port does not reach. Pods on the host network (a DaemonSet ingress with
+// hostNetwork) answer there: for them the missing nodePort is no mistake,
+// and saying so at every reconcile would hide the warnings that matter.
+// No endpoint (none, or on Nodes not read) says nothing either way.
+func (c *computer) onPodNetwork(sp *corev1.ServicePort) bool {
+	for _, ep := range c.endpoints(sp) {
+		n, ok := c.nodes[ep.nodeName]
+		if !ok {
+			continue
+		}
+		if !slices.ContainsFunc(n.Status.Addresses, func(a corev1.NodeAddress) bool { return a.Address == ep.address }) {
+			return true
+		}
+	}
+	return false
 }
 
 // portName names a Service port for a message.
