@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -14,157 +15,195 @@ import (
 )
 
 // Apply makes the plan true in HAProxy, starting from the version it was
-// computed at. On error some writes may have landed; the caller re-reads.
+// computed at: steps decides what to do with each server, and Apply carries
+// the steps out in order, each after its precondition. On error some writes
+// may have landed; the caller re-reads.
 func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
-	var out plan.Applied
-	var failed plan.ServerErrors
-	version := p.Revision
-	serverPath := func(name string) string {
-		return "/configuration/backends/" + url.PathEscape(p.Backend) + "/servers/" + url.PathEscape(name)
-	}
-
+	x := &executor{c: c, p: p, version: p.Revision, notTaken: map[string]bool{}}
 	// What haproxy.cfg's default-server gives a server, which an add
 	// through the socket must carry (inheritance); read only for a plan
-	// that may add one there. A server whose keywords cannot be carried
-	// is written and left to the reload: it never enters service
-	// through the socket without them.
-	var inh inheritance
+	// that may add one there.
 	if c.runtime != nil && mayAddOnSocket(p) {
 		var err error
-		if inh, err = c.readInheritance(ctx, p.Backend); err != nil {
-			return out, err
+		if x.inh, err = c.readInheritance(ctx, p.Backend); err != nil {
+			return x.out, err
 		}
 	}
-	r := route(p, c.runtime != nil, c.addsReload(), inh.carriesAdds(p))
-	// each runs write for every change with the version the previous write
-	// left; a change HAProxy refused for its one server does not stop the
-	// others.
-	each := func(verb string, chs []plan.Change, write func(plan.Change, int64) (int64, error)) error {
-		for _, ch := range chs {
-			v, err := write(ch, version)
-			var refused plan.ServerErrors
-			if errors.As(err, &refused) { // the socket refused it (a gate's add)
-				failed = append(failed, refused...)
-				version = v
-				continue
-			}
-			if refusedOne(err, ch.Name, &failed) {
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("%s server %s/%s: %w", cmp.Or(verb, string(ch.Action)), p.Backend, ch.Name, err)
-			}
-			version = v
+	f := c.factsOf(p, x.inh)
+	todo := steps(p, f)
+	posted := map[string]bool{}
+	for i := 0; i < len(todo); i++ {
+		st := todo[i]
+		if st.pre == preAddsAtRuntime && !f.addsReload && c.addsReload() {
+			// The API answered an add with a reload (a default-server
+			// line): what is left is decided again knowing it, its adds
+			// going through the socket, written as each enters service.
+			f.addsReload = true
+			rest := p
+			rest.Changes = slices.DeleteFunc(slices.Clone(p.Changes), func(ch plan.Change) bool { return posted[ch.Name] })
+			todo = append(todo[:i:i], steps(rest, f)...)
+			i--
+			continue
 		}
-		return nil
-	}
-	put := func(ch plan.Change, v int64) (int64, error) {
-		body, err := serverModel(*ch.New, ch.Old.Source)
-		if err != nil {
-			return v, err
+		if err := x.run(ctx, st); err != nil {
+			return x.out, err
 		}
-		resp, err := c.versioned(ctx, http.MethodPut, serverPath(ch.Name), v, body, &out)
-		if err != nil || resp.status != http.StatusAccepted || loading(ch.Old) {
-			return resp.nextVersion(v), err
-		}
-		// A runtime-safe change the API reloads for: the running HAProxy
-		// gets it through the socket now rather than at the reload.
-		unexpected(&out, whyChangeReloads)
-		if c.runtime != nil {
-			if err := c.onRuntime(ctx, inh, plan.Plan{Backend: p.Backend, Changes: []plan.Change{ch}}, &out, &failed); err != nil {
-				return resp.nextVersion(v), err
-			}
-		}
-		return resp.nextVersion(v), nil
-	}
-	addThenGate := func(ch plan.Change, v int64) (int64, error) { return c.addThenGate(ctx, inh, p.Backend, ch, v, &out) }
-	gate := func(ch plan.Change, v int64) (int64, error) { return c.gate(ctx, inh, p.Backend, ch, v, &out) }
-	for i, ch := range r.addGated {
-		if c.addsReload() {
-			// The API reloads for adds: the rest go through the socket,
-			// written to haproxy.cfg as each enters service.
-			r.burst = append(r.burst, r.addGated[i:]...)
-			break
-		}
-		if err := each("add", []plan.Change{ch}, addThenGate); err != nil {
-			return out, err
+		if st.via == viaPost {
+			posted[st.changes[0].Name] = true
 		}
 	}
-	if err := each("gate", r.gated, gate); err != nil {
-		return out, err
+	if len(x.failed) > 0 {
+		return x.out, x.failed
 	}
-	if err := each("", r.puts, put); err != nil {
-		return out, err
-	}
-	if err := c.onRuntime(ctx, inh, plan.Plan{Backend: p.Backend, Changes: r.onSocket}, &out, &failed); err != nil {
-		return out, err
-	}
-	structural := r.structural
-	if len(r.burst) > 0 {
-		before := len(failed)
-		if err := c.addAtRuntime(ctx, inh, p.Backend, r.burst, &out, &failed); err != nil {
-			return out, err
-		}
-		structural = without(structural, refusedNames(failed[before:]))
-	}
-	if len(r.first) > 0 {
+	return x.out, nil
+}
+
+// executor carries out one plan's steps, threading the configuration
+// version from one versioned write to the next.
+type executor struct {
+	c       *Client
+	p       plan.Plan
+	inh     inheritance
+	version int64
+	out     plan.Applied
+	failed  plan.ServerErrors
+	// notTaken are the servers a holding step's socket refused (preTaken).
+	notTaken map[string]bool
+	// written are the servers the transaction wrote (preWritten).
+	written map[string]bool
+	// entering, enteredNone: the last "still checked" step had servers,
+	// and the socket refused them all (preEntered).
+	entering, enteredNone bool
+}
+
+// run carries out one step, once its precondition holds.
+func (x *executor) run(ctx context.Context, st step) error {
+	c, backend := x.c, x.p.Backend
+	changes := st.changes
+	switch st.pre {
+	case preStillChecked:
 		// Entries must still be there, and run a passed check if not in
 		// service yet: a reload since the read (the API's reload_delay
 		// after an earlier commit) loaded them parked, or dropped those
 		// haproxy.cfg lacks, and "state ready" would put them UP with no
 		// check run.
-		if err := c.stillChecked(ctx, p.Backend, r.first); err != nil {
-			return out, err
+		if err := c.stillChecked(ctx, backend, changes); err != nil {
+			return err
 		}
-		entering := slices.DeleteFunc(slices.Clone(r.first), func(ch plan.Change) bool { return !putsInService(ch) })
-		leaving := slices.DeleteFunc(slices.Clone(r.first), putsInService)
-		before := len(failed)
-		if err := c.onRuntime(ctx, inh, plan.Plan{Backend: p.Backend, Changes: entering}, &out, &failed); err != nil {
-			return out, err
-		}
-		if len(entering) > 0 && len(failed)-before == len(entering) {
+	case preEntered:
+		if x.entering && x.enteredNone {
 			// None entered (the running HAProxy refused them all: a reload
-			// came between): the servers they replace stay as they are.
-			kept := map[string]bool{}
-			for _, ch := range leaving {
-				kept[ch.Name] = true
-				// Reported as not done, so that the result does not list
-				// it as changed; the retry plans it again.
-				failed = append(failed, plan.ServerError{Server: ch.Name, Error: "kept as it was: the running HAProxy refused every server that was to enter service beside it"})
+			// came between): the servers they replace stay as they are,
+			// reported as not done, so that the result does not list them
+			// as changed; the retry plans them again.
+			for _, ch := range changes {
+				x.notTaken[ch.Name] = true
+				x.failed = append(x.failed, plan.ServerError{Server: ch.Name, Error: "kept as it was: the running HAProxy refused every server that was to enter service beside it"})
 			}
-			structural, leaving = without(structural, kept), nil
+			return nil
 		}
-		if err := c.onRuntime(ctx, inh, plan.Plan{Backend: p.Backend, Changes: leaving}, &out, &failed); err != nil {
-			return out, err
+	case preTaken:
+		changes = without(changes, x.notTaken)
+	case preWritten:
+		changes = slices.DeleteFunc(slices.Clone(changes), func(ch plan.Change) bool { return !x.written[ch.Name] })
+	}
+	before := len(x.failed)
+	defer func() {
+		if st.holds {
+			// Written only as the running HAProxy took them.
+			maps.Copy(x.notTaken, refusedNames(x.failed[before:]))
 		}
-		// Written only as the running HAProxy took them: a server it
-		// refused to put in service is not written in service.
-		structural = without(structural, refusedNames(failed[before:]))
-	}
-	structural, err := c.shutExpired(ctx, p.Backend, structural, &out, &failed)
-	if err != nil {
-		return out, err
-	}
-	if len(structural) > 0 || p.Settings != nil {
-		tx, err := c.transaction(ctx, version, p, structural, serverPath)
-		out.Add(tx)
+		if st.pre == preStillChecked {
+			x.entering, x.enteredNone = len(changes) > 0, len(x.failed)-before == len(changes)
+		}
+	}()
+	switch st.via {
+	case viaPost:
+		return x.each("add", changes, func(_ plan.Change, v int64) (int64, error) {
+			return c.addThenGate(ctx, x.inh, backend, st, v, &x.out)
+		})
+	case viaGate:
+		return x.each("gate", changes, func(_ plan.Change, v int64) (int64, error) {
+			return c.gate(ctx, x.inh, backend, st, v, &x.out)
+		})
+	case viaPut:
+		return x.each("", changes, func(_ plan.Change, v int64) (int64, error) { return x.put(ctx, st, v) })
+	case viaSocket:
+		return c.onRuntime(ctx, x.inh, plan.Plan{Backend: backend, Changes: changes}, &x.out, &x.failed)
+	case viaBurst:
+		return c.addAtRuntime(ctx, x.inh, backend, changes, &x.out, &x.failed)
+	case viaShut:
+		_, err := c.shutExpired(ctx, backend, changes, &x.out, &x.failed)
+		return err
+	case viaTransaction:
+		if len(changes) == 0 && x.p.Settings == nil {
+			return nil
+		}
+		tx, err := c.transaction(ctx, x.version, x.p, changes, x.serverPath)
+		x.out.Add(tx)
 		if err != nil {
-			return out, err
+			return err
 		}
-		written := make(map[string]bool, len(structural))
-		for _, ch := range structural {
-			written[ch.Name] = true
+		x.written = make(map[string]bool, len(changes))
+		for _, ch := range changes {
+			x.written[ch.Name] = true
 		}
-		for _, n := range r.deferred {
-			if written[n] { // not held back, nor refused
-				out.Deferred = append(out.Deferred, n)
-			}
+	case viaDeferred:
+		for _, ch := range changes {
+			x.out.Deferred = append(x.out.Deferred, ch.Name)
 		}
 	}
-	if len(failed) > 0 {
-		return out, failed
+	return nil
+}
+
+func (x *executor) serverPath(name string) string {
+	return "/configuration/backends/" + url.PathEscape(x.p.Backend) + "/servers/" + url.PathEscape(name)
+}
+
+// each runs write for every change with the version the previous write
+// left; a change HAProxy refused for its one server does not stop the
+// others.
+func (x *executor) each(verb string, chs []plan.Change, write func(plan.Change, int64) (int64, error)) error {
+	for _, ch := range chs {
+		v, err := write(ch, x.version)
+		var refused plan.ServerErrors
+		if errors.As(err, &refused) { // the socket refused it (a gate's add)
+			x.failed = append(x.failed, refused...)
+			x.version = v
+			continue
+		}
+		if refusedOne(err, ch.Name, &x.failed) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%s server %s/%s: %w", cmp.Or(verb, string(ch.Action)), x.p.Backend, ch.Name, err)
+		}
+		x.version = v
 	}
-	return out, nil
+	return nil
+}
+
+// put is one versioned PUT of a runtime-safe change, and what its step says
+// to do if the API reloads for it.
+func (x *executor) put(ctx context.Context, st step, v int64) (int64, error) {
+	ch := st.changes[0]
+	body, err := serverModel(*ch.New, ch.Old.Source)
+	if err != nil {
+		return v, err
+	}
+	resp, err := x.c.versioned(ctx, http.MethodPut, x.serverPath(ch.Name), v, body, &x.out)
+	if err != nil || resp.status != http.StatusAccepted || st.onReload == howNone {
+		return resp.nextVersion(v), err
+	}
+	// A runtime-safe change the API reloads for: the running HAProxy
+	// gets it through the socket now rather than at the reload.
+	unexpected(&x.out, whyChangeReloads)
+	if st.onReload == reloadSocket {
+		if err := x.c.onRuntime(ctx, x.inh, plan.Plan{Backend: x.p.Backend, Changes: []plan.Change{ch}}, &x.out, &x.failed); err != nil {
+			return resp.nextVersion(v), err
+		}
+	}
+	return resp.nextVersion(v), nil
 }
 
 // onRuntime applies changes through the runtime socket; a change it refused

@@ -21,7 +21,8 @@ import (
 // PUT in its state (runtime-safe). If the API answers 202 (it reloads, e.g.
 // because of a default_server), the server comes from the reload parked, and
 // a later reconcile gates it.
-func (c *Client) addThenGate(ctx context.Context, inh inheritance, backend string, ch plan.Change, version int64, out *plan.Applied) (int64, error) {
+func (c *Client) addThenGate(ctx context.Context, inh inheritance, backend string, st step, version int64, out *plan.Applied) (int64, error) {
+	ch := st.changes[0]
 	srv := *ch.New
 	parked := srv
 	parked.State = model.Maint
@@ -41,9 +42,9 @@ func (c *Client) addThenGate(ctx context.Context, inh inheritance, backend strin
 		// it parked, and a later reconcile gates it again.
 		c.addsReloaded.Store(time.Now().UnixNano())
 		unexpected(out, whyAddReloads)
-		if srv.State == model.Maint || !inh.inherit(srv).Carried {
-			// (Not carried: a default-server keyword "add server"
-			// cannot take. The reload loads it, parked.)
+		if st.onReload != reloadSocket {
+			// (Parked, or a default-server keyword "add server" cannot
+			// take: the reload loads it, parked.)
 			return version, nil
 		}
 		held := srv
@@ -59,7 +60,7 @@ func (c *Client) addThenGate(ctx context.Context, inh inheritance, backend strin
 	if r.status != http.StatusCreated {
 		return version, nil
 	}
-	if srv.State == model.Maint {
+	if st.how == postParked {
 		// Left in maintenance (its endpoint not ready yet: a new pod),
 		// its check runs all the same, as on the runtime API driver's
 		// adds: once the endpoint is ready its check has passed, and it
@@ -73,7 +74,7 @@ func (c *Client) addThenGate(ctx context.Context, inh inheritance, backend strin
 		return version, fmt.Errorf("gate: %w", err)
 	}
 	out.Count(plan.RuntimeWrite)
-	if ch.Gate {
+	if st.how != postGateIn {
 		return version, nil
 	}
 	path := "/configuration/backends/" + url.PathEscape(backend) + "/servers/" + url.PathEscape(srv.Name)
@@ -154,15 +155,18 @@ func loading(s *model.Server) bool {
 	return s != nil && s.Runtime != nil && s.Runtime.Loading
 }
 
-// gate holds an existing server out of service until its check passes:
-// haproxy.cfg (and so the runtime) says maintenance, with the new address if
-// it moves, then the runtime socket restarts its check in drain — and, for
-// a server that moves, then moves it itself, since the API may have left
-// the move to a reload (movesOnSocket): the check runs at the new address.
-func (c *Client) gate(ctx context.Context, inh inheritance, backend string, ch plan.Change, version int64, out *plan.Applied) (int64, error) {
-	parked := *ch.New
-	parked.State = model.Maint
-	if ch.Old.State != model.Maint || ch.Old.Address != parked.Address || ch.Old.Port != parked.Port || ch.Old.Check != parked.Check {
+// gate holds an existing server out of service until its check passes, as
+// its step says (gateHow): haproxy.cfg (and so the runtime) says
+// maintenance, with the new address if it moves (park), then the runtime
+// socket restarts its check in drain — in place, renewed, added (a server
+// the running HAProxy lacks), or gated and then moved, since the API may
+// have left the move to a reload (movesOnSocket): the check runs at the new
+// address.
+func (c *Client) gate(ctx context.Context, inh inheritance, backend string, st step, version int64, out *plan.Applied) (int64, error) {
+	ch := st.changes[0]
+	if st.park {
+		parked := *ch.New
+		parked.State = model.Maint
 		body, err := serverModel(parked, ch.Old.Source)
 		if err != nil {
 			return version, err
@@ -174,32 +178,14 @@ func (c *Client) gate(ctx context.Context, inh inheritance, backend string, ch p
 		}
 		version = r.nextVersion(version)
 	}
-	carried := inh.inherit(*ch.New).Carried
-	if loading(ch.Old) {
-		if !carried {
-			// A default-server keyword "add server" cannot take (read
-			// since the plan): parked in haproxy.cfg, the reload loads it.
-			return version, nil
-		}
-		// haproxy.cfg holds it (parked now) and the running HAProxy does
-		// not: added there through the socket, gated, with what its
-		// default-server gives it, rather than left to a reload that may
-		// never come. The reload, when it comes, loads it parked, with
-		// haproxy.cfg's id and check, and a later reconcile gates it again.
-		held := *ch.New
-		held.Backup = ch.Old.Backup // as haproxy.cfg holds it (serverModel kept it)
-		rp := plan.Plan{Backend: backend, Changes: []plan.Change{{Action: plan.Add, Name: ch.Name, New: &held, Gate: true}}}
-		applied, err := c.socketApply(ctx, inh, rp)
-		out.Add(applied)
-		return version, err
-	}
-	if renewable(ch) && !c.addsReload() && carried {
+	held := *ch.New
+	held.Backup = ch.Old.Backup // as haproxy.cfg holds it (serverModel kept it)
+	h := st.how
+	if h == gateRenew {
 		// Deleted and added again through the socket, with its id, the
 		// keywords haproxy.cfg holds and those its default-server gives
 		// it: its first check comes at once, where leaving maintenance
 		// keeps it on the steady inter (1.5 s shipped).
-		held := *ch.New
-		held.Backup = ch.Old.Backup
 		rp := plan.Plan{Backend: backend, Changes: []plan.Change{{Action: ch.Action, Name: ch.Name, Old: ch.Old, New: &held, Gate: true, Renew: true}}}
 		applied, err := c.socketApply(ctx, inh, rp)
 		out.Add(applied)
@@ -208,13 +194,27 @@ func (c *Client) gate(ctx context.Context, inh inheritance, backend string, ch p
 		}
 		// Refused (HAProxy 3.3+ keeps a server with idle connections):
 		// gated where it is, as any other returning server.
+		h = st.orElse
 	}
-	if movesOnSocket(ch) {
+	switch h {
+	case gateLeft:
+		// A default-server keyword "add server" cannot take (read since
+		// the plan): parked in haproxy.cfg, the reload loads it.
+		return version, nil
+	case gateAdd:
+		// haproxy.cfg holds it (parked now) and the running HAProxy does
+		// not: added there through the socket, gated, with what its
+		// default-server gives it, rather than left to a reload that may
+		// never come. The reload, when it comes, loads it parked, with
+		// haproxy.cfg's id and check, and a later reconcile gates it again.
+		rp := plan.Plan{Backend: backend, Changes: []plan.Change{{Action: plan.Add, Name: ch.Name, New: &held, Gate: true}}}
+		applied, err := c.socketApply(ctx, inh, rp)
+		out.Add(applied)
+		return version, err
+	case gateMove:
 		// Gated, then moved, through the socket: the PUT's reload (if the
 		// API answered with one) has not run, and the check must run at
 		// the new address, not where the server runs now (move.go).
-		held := *ch.New
-		held.Backup = ch.Old.Backup
 		rp := plan.Plan{Backend: backend, Changes: []plan.Change{{Action: plan.Drain, Name: ch.Name, Old: ch.Old, New: &held, Gate: true}}}
 		applied, err := c.runtime.Apply(ctx, rp)
 		out.Add(applied)
