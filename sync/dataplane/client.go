@@ -1,9 +1,12 @@
 // Package dataplane drives one HAProxy through the Data Plane API v3, using
 // client-native's models for every body it sends and reads.
 //
-// route decides, with no I/O, how each change of a plan reaches HAProxy, by
-// what the API does with each write (README: "How the Data Plane API driver
-// applies changes"); Apply carries that out:
+// steps decides, with no I/O, what Apply does with each server of a plan:
+// its channel (socket, versioned POST or PUT, transaction, deferred) and the
+// precondition the step needs, by what the API does with each write (README:
+// "How the Data Plane API driver applies changes"); its doc comment is the
+// table, which steps_test.go enumerates. Apply only carries the steps out, in
+// order (apply.go). In short:
 //   - runtime-safe changes (address, port, weight, maintenance; drain is
 //     weight 0) are single PUTs with ?version=N: the API applies them through
 //     the runtime socket and writes haproxy.cfg, with no reload;
