@@ -215,14 +215,6 @@ func mayAddOnSocket(p plan.Plan) bool {
 	return slices.ContainsFunc(p.Changes, func(ch plan.Change) bool { return ch.Action == plan.Add || ch.Gate })
 }
 
-// carriesAdds reports whether every new server of p can be added through
-// the socket with what it inherits (route's socketAdds).
-func (in inheritance) carriesAdds(p plan.Plan) bool {
-	return !slices.ContainsFunc(p.Changes, func(ch plan.Change) bool {
-		return ch.Action == plan.Add && ch.New != nil && !in.inherit(*ch.New).Carried
-	})
-}
-
 // socketApply sends rp through the socket, each change carrying the
 // keywords its server inherits (plan.Change.Inherit), which the runtime
 // API driver writes on any "add server" it sends for it. A server whose

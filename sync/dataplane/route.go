@@ -7,8 +7,9 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
 )
 
-// routes is how each change of a plan reaches HAProxy: route decides it,
-// with no I/O; Apply carries it out, in the order of the fields.
+// routes is how each change of a plan reaches HAProxy: route groups the
+// changes, with no I/O, and steps (steps.go) turns the groups into steps, in
+// the order of the fields.
 type routes struct {
 	// addGated are new servers POSTed in maintenance (added at runtime,
 	// written to haproxy.cfg) and gated on the socket: at most
