@@ -22,6 +22,11 @@
 // change a server (addresses, the Ready condition, unschedulable, taints,
 // labels, this project's annotations) and pokes only when it changes, when a
 // Node appears or when one goes. The fingerprints serve only this filter.
+//
+// Watcher follows one Service (the single-Service mode). Many follows every
+// Service that may select itself (many-Services mode) with the same loops,
+// and pokes only the Service an event concerns, through a Queue that
+// coalesces pokes per Service and bounds them.
 package watch
 
 import (
