@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"path/filepath"
 	"testing"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/watch"
 )
 
 // FuzzParse feeds arbitrary bodies under each content type and CloudEvents
@@ -54,6 +56,20 @@ func FuzzParse(f *testing.F) {
 			h.Set("Content-Type", "text/plain; charset=utf-8")
 		}
 		tr, err := Parse(h, body, target)
+		// What a request says of the Services it concerns (many-Services
+		// mode) is read from the same events: valid keys, or all.
+		keys, all, kerr := Keys(h, body)
+		if err == nil && kerr != nil {
+			t.Fatalf("Parse read it but Keys refused it: %v", kerr)
+		}
+		for _, k := range keys {
+			if !watch.ValidKey(k) {
+				t.Fatalf("invalid key %q", k)
+			}
+		}
+		if all && keys != nil {
+			t.Fatalf("keys %v with all", keys)
+		}
 		if err != nil {
 			e, ok := err.(*Error)
 			if !ok || (e.Status != http.StatusBadRequest && e.Status != http.StatusUnsupportedMediaType) {

@@ -47,6 +47,8 @@ func TestParseRecordedEvents(t *testing.T) {
 		{"apiserver-resource-binary-ours", CloudEvent, reconcile, "dev.knative.apiserver.resource.update"},
 		{"apiserver-resource-binary-other-label", CloudEvent, ignored, "dev.knative.apiserver.resource.add"},
 		{"apiserver-resource-structured-ours", CloudEvent, reconcile, "dev.knative.apiserver.resource.update"},
+		{"apiserver-ref-binary-service-ours", CloudEvent, reconcile, "dev.knative.apiserver.ref.update"},
+		{"apiserver-resource-binary-service-other", CloudEvent, ignored, "dev.knative.apiserver.resource.update"},
 		{"pingsource-binary", CloudEvent, reconcile, "dev.knative.sources.ping"},
 		{"pingsource-binary-no-data", CloudEvent, reconcile, "dev.knative.sources.ping"},
 		{"pingsource-structured-base64", CloudEvent, reconcile, "dev.knative.sources.ping"},

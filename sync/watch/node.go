@@ -98,20 +98,20 @@ func (f *NodeFilter) Fingerprint(n *corev1.Node) uint64 {
 	}
 	sum := h.Sum64()
 	// Maps have no order: combine per-entry hashes with a commutative sum.
-	sum += f.mapHash(n.Labels, "")
-	sum += 3 * f.mapHash(n.Annotations, AnnotationPrefix)
+	sum += mapHash(f.seed, n.Labels, "")
+	sum += 3 * mapHash(f.seed, n.Annotations, AnnotationPrefix)
 	return sum
 }
 
 // mapHash hashes the entries of m whose keys start with prefix, in any order.
-func (f *NodeFilter) mapHash(m map[string]string, prefix string) uint64 {
+func mapHash(seed maphash.Seed, m map[string]string, prefix string) uint64 {
 	var sum uint64
 	for k, v := range m {
 		if prefix != "" && !strings.HasPrefix(k, prefix) {
 			continue
 		}
 		// Two different hashes of key and value, so k=v and v=k differ.
-		sum += maphash.String(f.seed, k)*0x9e3779b97f4a7c15 ^ maphash.String(f.seed, v)
+		sum += maphash.String(seed, k)*0x9e3779b97f4a7c15 ^ maphash.String(seed, v)
 	}
 	return sum
 }

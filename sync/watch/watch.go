@@ -22,6 +22,11 @@
 // change a server (addresses, the Ready condition, unschedulable, taints,
 // labels, this project's annotations) and pokes only when it changes, when a
 // Node appears or when one goes. The fingerprints serve only this filter.
+//
+// Watcher follows one Service (the single-Service mode). Many follows every
+// Service that may select itself (many-Services mode) with the same loops,
+// and pokes only the Service an event concerns, through a Queue that
+// coalesces pokes per Service and bounds them.
 package watch
 
 import (
@@ -87,22 +92,27 @@ type Watcher struct {
 	MinBackoff, MaxBackoff time.Duration
 	Log                    *slog.Logger
 
-	established atomic.Int32
+	// established counts the loops whose watch was established at least
+	// once, of want loops.
+	established, want atomic.Int32
 }
 
 // Established reports whether every watch has been established at least once.
 func (w *Watcher) Established() bool {
-	kinds := 2 // the Service and its slices
-	if w.Nodes {
-		kinds++
-	}
-	return int(w.established.Load()) == kinds
+	want := w.want.Load()
+	return want > 0 && w.established.Load() == want
 }
 
 // Run watches until ctx is done.
 func (w *Watcher) Run(ctx context.Context) {
+	w.run(ctx, w.resources())
+}
+
+// run keeps one loop per resource until ctx is done.
+func (w *Watcher) run(ctx context.Context, rs []resource) {
+	w.want.Store(int32(len(rs)))
 	var wg sync.WaitGroup
-	for _, r := range w.resources() {
+	for _, r := range rs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -121,6 +131,18 @@ type resource struct {
 	// filter, when set, sees every listed object and every event, and says
 	// whether an event can matter; nil means every event matters.
 	filter filter
+	// namespace, when set, is logged: the many-Services watch runs one loop
+	// per namespace.
+	namespace string
+	// on, when set, handles every event but bookmarks and errors instead of
+	// the filter and the poke, and says whether it poked (the many-Services
+	// watch pokes the one Service an event concerns).
+	on func(ev watch.Event) bool
+}
+
+// listEnder is a filter that wants to know when a whole list was seen.
+type listEnder interface {
+	listDone()
 }
 
 // filter decides which events can change the desired state.
@@ -181,6 +203,9 @@ var errGone = errors.New("resource version too old")
 // loop keeps one watch going until ctx is done.
 func (w *Watcher) loop(ctx context.Context, r resource) {
 	log := w.log().With("watch", r.kind)
+	if r.namespace != "" {
+		log = log.With("namespace", r.namespace)
+	}
 	rv := ""
 	established := false
 	failures := 0 // consecutive, for the backoff
@@ -289,6 +314,9 @@ func (w *Watcher) listAll(ctx context.Context, r resource) (string, error) {
 			return "", fmt.Errorf("list %ss: %w", r.kind, err)
 		}
 		if opts.Continue = lm.GetContinue(); opts.Continue == "" {
+			if le, ok := r.filter.(listEnder); ok {
+				le.listDone()
+			}
 			return rv, nil
 		}
 	}
@@ -325,7 +353,11 @@ func (w *Watcher) consume(ctx context.Context, r resource, wi watch.Interface, r
 			rv = m.GetResourceVersion()
 		}
 		poked := false
-		if ev.Type != watch.Bookmark && (r.filter == nil || r.filter.matters(ev)) {
+		switch {
+		case ev.Type == watch.Bookmark:
+		case r.on != nil:
+			poked = r.on(ev)
+		case r.filter == nil || r.filter.matters(ev):
 			poked = true
 			w.poke(r.kind + " " + string(ev.Type))
 		}
