@@ -40,4 +40,3 @@ func splitList(s string) []string {
 	}
 	return out
 }
-
