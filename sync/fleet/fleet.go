@@ -83,8 +83,8 @@ type built struct {
 // Result is the answer to a many-Services reconcile, as the HTTP API
 // returns it.
 type Result struct {
-	Status   string          `json:"status"`
-	Services []ServiceResult `json:"services"`
+	Status   string             `json:"status"`
+	Services []ServiceResult    `json:"services"`
 	Refused  []services.Refused `json:"refused"`
 	// Left are backends no selected Service names any more (handed over by
 	// the watch, or draining class backends), reconciled as zero endpoints.
