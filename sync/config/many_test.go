@@ -57,6 +57,7 @@ func TestManyServicesRejects(t *testing.T) {
 		{map[string]string{"SERVICE_SELECTION": "annotation", "ANNOTATION_BACKENDS": "be_*", "HAPROXY_BACKENDS": "http=be_http"}, "HAPROXY_BACKENDS: not used"},
 		{map[string]string{"SERVICE_SELECTION": "annotation", "ANNOTATION_BACKENDS": "be_*", "HAPROXY_VIP": "127.0.0.1"}, "HAPROXY_VIP: only used with class"},
 		{map[string]string{"SERVICE_SELECTION": "annotation", "ANNOTATION_BACKENDS": "be_*", "WATCH_NAMESPACES": "Apps"}, "WATCH_NAMESPACES: "},
+		{map[string]string{"SERVICE_SELECTION": "annotation", "ANNOTATION_BACKENDS": "be_*", "SERVICE_EVENTS": "true"}, "SERVICE_EVENTS: not yet"},
 		{map[string]string{"ANNOTATION_BACKENDS": "be_*"}, "ANNOTATION_BACKENDS: only used with SERVICE_SELECTION"},
 		{map[string]string{"HAPROXY_VIP": "127.0.0.1"}, "HAPROXY_VIP: only used with SERVICE_SELECTION"},
 	}
