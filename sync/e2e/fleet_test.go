@@ -14,6 +14,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
@@ -104,17 +106,37 @@ func newFleetWorld(t testing.TB, backends ...string) *fleetWorld {
 	return fw
 }
 
-// annotated creates a Service with one port "http" annotated with value.
+// annotated creates a Service with one port "http" annotated with value;
+// headless: the test API server's Service address range holds 256.
 func (fw *fleetWorld) annotated(name, value string) {
 	fw.t.Helper()
-	_, err := cluster.client.CoreV1().Services(fw.ns).Create(context.Background(), &corev1.Service{
+	_, err := quietClient(fw.t).CoreV1().Services(fw.ns).Create(context.Background(), &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{services.Annotation: value}},
-		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}, Selector: map[string]string{"app": name}},
+		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "http", Port: 80}},
+			Selector: map[string]string{"app": name}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		fw.t.Fatal(err)
 	}
 }
+
+// quietClient is the cluster's client without the API server's warnings
+// (headless Services draw one each about session affinity).
+var quietClient = func() func(testing.TB) kubernetes.Interface {
+	var once sync.Once
+	var c kubernetes.Interface
+	return func(t testing.TB) kubernetes.Interface {
+		once.Do(func() {
+			cfg := rest.CopyConfig(cluster.cfg)
+			cfg.WarningHandler = rest.NoWarnings{}
+			var err error
+			if c, err = kubernetes.NewForConfig(cfg); err != nil {
+				t.Fatal(err)
+			}
+		})
+		return c
+	}
+}()
 
 // post POSTs /reconcile (with query) and decodes the many-Services result.
 func (fw *fleetWorld) post(query string) (int, fleet.Result) {
