@@ -335,3 +335,29 @@ func TestClassServicesFrontendsStatusAndDraining(t *testing.T) {
 		t.Fatalf("updates %v: want apps/good's withdrawn", c.updates)
 	}
 }
+
+func TestReconcileLeftParksOnlyBackendsNoServiceNames(t *testing.T) {
+	c := &cluster{}
+	c.add(annotatedSvc("apps", "web", "be_web"), "127.0.1.1")
+	h := newMem("h", "be_web", "be_gone")
+	h.backends["be_gone"]["old-1"] = model.Server{Name: "old-1", Address: "127.0.3.1", Port: 80, State: model.Ready, Weight: 1}
+	f := newFleet(c, h)
+	if _, err := f.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	webBefore := h.states("be_web")
+	res, err := f.ReconcileLeft(context.Background(), []string{"be_gone", "be_web", "be_gone"})
+	if err != nil || len(res.Left) != 1 || res.Left[0].Backend != "be_gone" || len(res.Services) != 0 {
+		t.Fatalf("%v %+v: want be_gone alone (be_web is still named)", err, res)
+	}
+	if st := h.states("be_gone"); st["old-1"] != model.Maint {
+		t.Fatalf("be_gone: %v, want old-1 parked, not deleted on one read", st)
+	}
+	if fmt.Sprint(h.states("be_web")) != fmt.Sprint(webBefore) {
+		t.Fatalf("be_web changed: %v → %v", webBefore, h.states("be_web"))
+	}
+	c.listErr = errors.New("timeout")
+	if _, err := f.ReconcileLeft(context.Background(), []string{"be_web"}); err == nil {
+		t.Fatal("a failed list must fail a left reconcile: the backend may be named again")
+	}
+}
