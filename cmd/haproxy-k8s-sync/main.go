@@ -152,7 +152,7 @@ func run(args []string) int {
 			fmt.Fprintf(os.Stderr, "configuration: %v\n", err)
 			return 2
 		}
-		log.Info("configured", "command", cmd, "dryRun", *dryRun, "config", cfg.String(), "services", cfg.ManyString(), "owns", cfg.Owns())
+		log.Info("configured", "command", cmd, "dryRun", *dryRun, "config", cfg.String(), "owns", cfg.Owns())
 		if cmd == "reconcile" {
 			return reconcileFleetOnce(f, *dryRun, log)
 		}

@@ -553,6 +553,9 @@ func (c Config) Check() model.Check {
 func (c Config) String() string {
 	out := fmt.Sprintf("service=%s/%s backends=%s target=%s dataplanes=%d runtime=%d",
 		c.Namespace, c.Service, BackendsString(c.Backends), c.Target, len(c.Dataplanes), len(c.RuntimeURLs))
+	if c.ManyServices() { // Services name their own backends
+		out = fmt.Sprintf("%s target=%s dataplanes=%d runtime=%d", c.ManyString(), c.Target, len(c.Dataplanes), len(c.RuntimeURLs))
+	}
 	if c.ClusterName != "" {
 		out += " cluster=" + c.ClusterName
 	}

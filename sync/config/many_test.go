@@ -73,3 +73,14 @@ func TestManyServicesRejects(t *testing.T) {
 		}
 	}
 }
+
+func TestManyServicesString(t *testing.T) {
+	env(t, map[string]string{"HAPROXY_RUNTIME_URL": "unix:///run/haproxy.sock", "SERVICE_SELECTION": "annotation", "ANNOTATION_BACKENDS": "be_*", "WATCH_NAMESPACES": "apps"})
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.String(), "selection=annotation namespaces=apps annotationBackends=be_* target=node dataplanes=0 runtime=1"; got != want {
+		t.Fatalf("String() = %q, want %q (no single Service named)", got, want)
+	}
+}
