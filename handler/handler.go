@@ -2,7 +2,9 @@
 // reconcile and the reconcile's result into a status code and JSON.
 //
 //	POST /reconcile, POST /  one reconcile (shared with concurrent callers);
-//	                         ?dryRun=true plans without applying
+//	                         ?dryRun=true plans without applying; in
+//	                         many-Services mode ?service=namespace/name
+//	                         reconciles that Service alone
 //	GET  /plan               the plan as it would be applied now
 //	GET  /drained            whether a node's or pod's server is out of
 //	                         rotation with no sessions on every target
@@ -44,6 +46,7 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/cut"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/drained"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/fleet"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 )
 
@@ -106,6 +109,10 @@ type Config struct {
 	Ready func() bool
 	// Metrics, when set, serves GET /metrics (open, like the probes).
 	Metrics http.Handler
+	// Fleet, when set, is the many-Services mode: POST /reconcile and GET
+	// /plan run it (?service=namespace/name: that Service alone), and
+	// Reconciler is not used.
+	Fleet Fleet
 	// OnIgnored, when set, is called for each ignored event.
 	OnIgnored func()
 	Log       *slog.Logger
@@ -118,6 +125,7 @@ type api struct {
 	// waiters, dryRuns and drainWaiters hold a token per waiting caller.
 	waiters, dryRuns, drainWaiters chan struct{}
 	log                            *slog.Logger
+	fleetAll                       *sharedRuns
 }
 
 // New returns the service's routes.
@@ -127,6 +135,9 @@ func New(cfg Config) http.Handler {
 		a.log = slog.New(slog.DiscardHandler)
 	}
 	a.shared = cfg.Shared
+	if cfg.Fleet != nil {
+		a.fleetAll = &sharedRuns{run: func(ctx context.Context) (fleet.Result, error) { return cfg.Fleet.Reconcile(ctx, false) }}
+	}
 	if a.shared == nil {
 		a.shared = reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) {
 			return cfg.Reconciler.Reconcile(ctx, false)
@@ -161,7 +172,13 @@ func New(cfg Config) http.Handler {
 	}
 	r.Group(func(r chi.Router) {
 		r.Use(a.authorize)
-		r.Get("/plan", func(w http.ResponseWriter, r *http.Request) { a.run(w, r, trigger.Trigger{Kind: "plan"}, true) })
+		r.Get("/plan", func(w http.ResponseWriter, r *http.Request) {
+			if cfg.Fleet != nil {
+				a.postFleet(w, r, true)
+				return
+			}
+			a.run(w, r, trigger.Trigger{Kind: "plan"}, true)
+		})
 		if cfg.Drained != nil {
 			r.Get("/drained", a.drained)
 		}
@@ -226,6 +243,15 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		writeError(w, http.StatusBadRequest, "read body: "+trigger.Short(err.Error()))
+		return
+	}
+	if a.cfg.Fleet != nil {
+		a.postFleet(w, r, r.URL.Query().Get("dryRun") == "true")
+		return
+	}
+	if key, why := serviceKey(r); why != "" || key != "" && key != a.cfg.Target.Namespace+"/"+a.cfg.Target.Service {
+		// One Service is followed: naming another is a mistake, not a no-op.
+		writeError(w, http.StatusBadRequest, cmp.Or(why, "service: "+trigger.Short(key)+" is not the Service this instance follows ("+a.cfg.Target.Namespace+"/"+a.cfg.Target.Service+")"))
 		return
 	}
 	tr, err := trigger.Parse(r.Header, body, a.cfg.Target)

@@ -146,6 +146,22 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "configuration: %v\n", err)
 		return 2
 	}
+	if cfg.ManyServices() {
+		f, err := newFleet(cfg, rec, kc, log, m)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "configuration: %v\n", err)
+			return 2
+		}
+		log.Info("configured", "command", cmd, "dryRun", *dryRun, "config", cfg.String(), "owns", cfg.Owns())
+		if cmd == "reconcile" {
+			return reconcileFleetOnce(f, *dryRun, log)
+		}
+		if err := serveFleet(cfg, f, kc, log, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
+			log.Error("serve", "error", err)
+			return 1
+		}
+		return 0
+	}
 	source := "kubernetes"
 	if *manifests != "" {
 		source = "manifests " + *manifests

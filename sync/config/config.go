@@ -82,6 +82,14 @@ type Config struct {
 	Kubeconfig       string        `envconfig:"KUBECONFIG" desc:"kubeconfig file(s), a list like kubectl's; empty: ~/.kube/config if present, else in-cluster"`
 	KubeContext      string        `envconfig:"KUBE_CONTEXT" desc:"kubeconfig context to use; empty: the current one"`
 
+	// Many-Services mode (many.go); the single-Service mode is the default.
+	Selection          string `envconfig:"SERVICE_SELECTION" default:"name" desc:"which Services to follow: name (INGRESS_NAMESPACE/INGRESS_SERVICE_NAME alone), annotation (Services annotated haproxy-k8s-sync.io/backends), class (type LoadBalancer Services of LOAD_BALANCER_CLASS), or annotation,class"`
+	WatchNamespaces    string `envconfig:"WATCH_NAMESPACES" desc:"annotation and class selection: the namespaces whose Services may select themselves, comma-separated; empty: all"`
+	LoadBalancerClass  string `envconfig:"LOAD_BALANCER_CLASS" default:"haproxy-k8s-sync.io/haproxy" desc:"class selection: the spec.loadBalancerClass this instance implements"`
+	AnnotationBackends string `envconfig:"ANNOTATION_BACKENDS" desc:"annotation selection (required): the backends an annotated Service may name, comma-separated names or patterns like be_* (path.Match)"`
+	VIP                string `envconfig:"HAPROXY_VIP" desc:"class selection (required): the address class Services' frontends bind, written to their status; comma-separated, one per target in target order, when an HA pair's addresses differ"`
+	VIPHostname        string `envconfig:"HAPROXY_VIP_HOSTNAME" desc:"class selection: a hostname written to class Services' status (status.loadBalancer.ingress[].hostname) instead of HAPROXY_VIP"`
+
 	// Derived by Load.
 	Backends []desired.PortBackend `ignored:"true"`
 	// Allowed are ALLOWED_SERVER_CIDRS' prefixes.
@@ -92,6 +100,11 @@ type Config struct {
 	RuntimeURLs            []string   `ignored:"true"`
 	// RuntimeTLS reads the files of tls:// runtime URLs; nil without one.
 	RuntimeTLS *tlsfiles.Loader `ignored:"true"`
+	// Many-Services mode, derived from its variables (many.go).
+	ByAnnotation, ByClass bool
+	Namespaces            []string
+	AllowedBackends       []string
+	VIPs                  []netip.Addr
 	// Warnings are what Load found suspect but not wrong (an unknown
 	// variable with the service's prefixes, an admin socket in clear
 	// across the network): the caller logs each once.
@@ -277,6 +290,9 @@ func (c *Config) validate() error {
 	if err := c.validateWebhookAuth(); err != nil {
 		return err
 	}
+	if err := c.validateMany(); err != nil {
+		return err
+	}
 	if c.ResyncPeriod < 0 {
 		return bad("RESYNC_PERIOD", "must not be negative")
 	}
@@ -458,38 +474,6 @@ func (c Config) RequireWebhookAuth() error {
 // short bounds a value quoted in an error.
 func short(s string) string { return cut.To(s, 200) }
 
-// parseBackends reads "PORT=BACKEND,..." where PORT is a Service port name or number.
-func parseBackends(spec string) ([]desired.PortBackend, error) {
-	var out []desired.PortBackend
-	seenPort, seenBackend := map[string]bool{}, map[string]bool{}
-	for _, item := range splitList(spec) {
-		port, backend, ok := strings.Cut(item, "=")
-		port, backend = strings.TrimSpace(port), strings.TrimSpace(backend)
-		if !ok || port == "" || backend == "" {
-			return nil, fmt.Errorf("%q is not PORT=BACKEND", short(item))
-		}
-		if n, err := strconv.Atoi(port); err == nil && (n < 1 || n > 65535) {
-			return nil, fmt.Errorf("%q: port %d out of range", short(item), n)
-		}
-		if seenPort[port] || seenBackend[backend] {
-			return nil, errors.New("each port and each backend may appear once")
-		}
-		seenPort[port], seenBackend[backend] = true, true
-		out = append(out, desired.PortBackend{Port: port, Backend: backend})
-	}
-	return out, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // Options returns the desired-state options this configuration asks for.
 func (c Config) Options() desired.Options {
 	return desired.Options{
@@ -569,6 +553,9 @@ func (c Config) Check() model.Check {
 func (c Config) String() string {
 	out := fmt.Sprintf("service=%s/%s backends=%s target=%s dataplanes=%d runtime=%d",
 		c.Namespace, c.Service, BackendsString(c.Backends), c.Target, len(c.Dataplanes), len(c.RuntimeURLs))
+	if c.ManyServices() { // Services name their own backends
+		out = fmt.Sprintf("%s target=%s dataplanes=%d runtime=%d", c.ManyString(), c.Target, len(c.Dataplanes), len(c.RuntimeURLs))
+	}
 	if c.ClusterName != "" {
 		out += " cluster=" + c.ClusterName
 	}

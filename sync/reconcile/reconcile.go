@@ -108,7 +108,12 @@ type Reconciler struct {
 	// its results carry the name. Empty: every server is its own.
 	Cluster string
 
-	locks  sync.Map // target name → chan struct{} (see lock)
+	// Locks, when set, are the per-target write locks this Reconciler
+	// shares with others (package fleet: one Reconciler per Service, one
+	// writer per HAProxy at a time); nil: its own.
+	Locks *Locks
+
+	locks  Locks    // see lock
 	warned sync.Map // target and backend → missing lines last logged (see warnMissingLines)
 }
 
@@ -434,7 +439,20 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 // and two never apply to one HAProxy at once, each from its own read. One
 // target's hang holds only that target's lock.
 func (r *Reconciler) lock(ctx context.Context, target string) (unlock func(), err error) {
-	v, _ := r.locks.LoadOrStore(target, make(chan struct{}, 1))
+	if r.Locks != nil {
+		return r.Locks.Lock(ctx, target)
+	}
+	return r.locks.Lock(ctx, target)
+}
+
+// Locks are per-target write locks; the zero value is ready.
+type Locks struct {
+	m sync.Map // target name → chan struct{}
+}
+
+// Lock waits, within ctx, until target is free, and takes it.
+func (l *Locks) Lock(ctx context.Context, target string) (unlock func(), err error) {
+	v, _ := l.m.LoadOrStore(target, make(chan struct{}, 1))
 	sem := v.(chan struct{})
 	select {
 	case sem <- struct{}{}:

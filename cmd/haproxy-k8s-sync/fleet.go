@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/fleet"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/gate"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/metrics"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+)
+
+// newFrontends makes class Services' frontends (package lb's Manager over
+// the Data Plane targets); nil until that package is wired in, and class
+// selection is then refused at start rather than left without frontends.
+var newFrontends func(cfg config.Config, log *slog.Logger) (fleet.Frontends, error)
+
+// newFleet wires the many-Services reconcile around rec, the template every
+// Service's Reconciler copies (targets, drivers, policies).
+func newFleet(cfg config.Config, rec *reconcile.Reconciler, kc *kube.Client, log *slog.Logger, m *metrics.Metrics) (*fleet.Fleet, error) {
+	if kc == nil {
+		return nil, fmt.Errorf("SERVICE_SELECTION: %s reads Services from the Kubernetes API, not --manifests", cfg.Selection)
+	}
+	nodes := rec.Options.Mode == desired.NodeMode
+	f := &fleet.Fleet{
+		Services: kc, Selection: cfg.Selecting(), Template: rec, Log: log,
+		Source: func(namespace, name string) reconcile.Source {
+			return m.WrapSource(&kube.Source{Client: kc, Namespace: namespace, Service: name, Nodes: nodes, Pods: cfg.ReadinessGate})
+		},
+	}
+	if cfg.ReadinessGate {
+		f.Gate = func(namespace string) reconcile.PodGate {
+			return &gate.Writer{Client: kc, Namespace: namespace, Log: log, OnWrite: m.PodGate}
+		}
+	}
+	if cfg.ByClass {
+		if newFrontends == nil {
+			return nil, errors.New("SERVICE_SELECTION: class needs the frontends manager, which this build lacks")
+		}
+		fe, err := newFrontends(cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		f.Frontends, f.Status, f.Hostname = fe, kc, cfg.VIPHostname
+		for _, v := range cfg.VIPs {
+			f.VIPs = append(f.VIPs, v.String())
+		}
+	}
+	return f, nil
+}
+
+// reconcileFleetOnce is the reconcile command in many-Services mode: one
+// reconcile of every selected Service, the result as JSON on stdout.
+func reconcileFleetOnce(f *fleet.Fleet, dryRun bool, log *slog.Logger) int {
+	res, err := f.Reconcile(context.Background(), dryRun)
+	_ = json.NewEncoder(os.Stdout).Encode(res)
+	if err != nil {
+		log.Error("reconcile failed", "error", err, "errorClass", res.ErrorClass)
+		return 1
+	}
+	return 0
+}
+
+// serveFleet is serve in many-Services mode: the HTTP API over f, a first
+// reconcile, and one every RESYNC_PERIOD. A reconcile running at shutdown
+// ends within its Services' reconcile timeout.
+func serveFleet(cfg config.Config, f *fleet.Fleet, kc *kube.Client, log *slog.Logger, metricsHandler http.Handler) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	authn, err := newAuthenticator(cfg, kc)
+	if err != nil {
+		return err
+	}
+	warnAuth(cfg, authn, log)
+	var listening, reconciled atomic.Bool
+	h := handler.New(handler.Config{
+		Fleet: f, Auth: authn, Log: log, Metrics: metricsHandler,
+		Wait:  cfg.ReconcileTimeout + handler.WaitMargin,
+		Ready: func() bool { return listening.Load() && reconciled.Load() },
+	})
+	srv := handler.Server(net.JoinHostPort("", strconv.Itoa(cfg.Port)), h, cfg.ReconcileTimeout)
+	ln, err := handler.ListenTCP(ctx, srv.Addr)
+	if err != nil {
+		return fmt.Errorf("PORT: listen: %w", err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(handler.Listen(ln, handler.MaxConns, srv)) }()
+	listening.Store(true)
+	log.Info("listening", "addr", ln.Addr().String(), "version", version, "selection", cfg.ManyString())
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var tick <-chan time.Time
+		if cfg.ResyncPeriod > 0 {
+			t := time.NewTicker(cfg.ResyncPeriod)
+			defer t.Stop()
+			tick = t.C
+		}
+		for {
+			res, err := f.Reconcile(ctx, false)
+			reconciled.Store(true) // ready once one ran, whatever its result: the result says
+			if err != nil {
+				log.Warn("reconcile failed", "trigger", "resync", "error", err, "services", len(res.Services))
+			} else {
+				log.Info("reconcile", "trigger", "resync", "status", res.Status, "services", len(res.Services), "refused", len(res.Refused), "durationMs", res.DurationMs)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick:
+			}
+		}
+	}()
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+	}
+	listening.Store(false)
+	if err != nil {
+		return err
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ReconcileTimeout+handler.WaitMargin+3*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	<-done
+	return nil
+}

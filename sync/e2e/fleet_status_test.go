@@ -1,0 +1,99 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/fleet"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/services"
+)
+
+// givenFrontends stands for package lb: every class Service's frontends
+// exist (the backends are in haproxy.cfg), or, once failed is set, failed.
+type givenFrontends struct{ failed bool }
+
+func (g *givenFrontends) Sync(_ context.Context, want []services.Selected) (services.FrontendReport, error) {
+	r := services.FrontendReport{Ready: map[string]bool{}, Failed: map[string]string{}}
+	for _, s := range want {
+		if g.failed {
+			r.Failed[s.Key()] = "bind refused"
+		} else {
+			r.Ready[s.Key()] = true
+		}
+	}
+	return r, nil
+}
+
+// TestFleetWritesLoadBalancerStatus: on a real kube-apiserver, a class
+// Service's status.loadBalancer.ingress gets the VIP once its backend has a
+// server in service, is not written again while unchanged, and is withdrawn
+// when its frontends fail.
+func TestFleetWritesLoadBalancerStatus(t *testing.T) {
+	const class = "haproxy-k8s-sync.io/haproxy"
+	ns := newWorld(t, "unused", "pod", nil).ns
+	_, be := services.ClassNames("", ns, "shop", 80)
+	fw := newFleetWorld(t, be)
+	fw.ns = ns
+	fw.f.Selection = services.Selection{Class: true, ClassName: class, Namespaces: []string{ns}}
+	fe := &givenFrontends{}
+	fw.f.Frontends, fw.f.Status, fw.f.VIPs = fe, cluster.service, []string{"127.0.0.10"}
+	cls, no := class, false
+	svcs := cluster.client.CoreV1().Services(ns)
+	_, err := svcs.Create(context.Background(), &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "shop"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, AllocateLoadBalancerNodePorts: &no,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80}}, Selector: map[string]string{"app": "shop"}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &world{t: t, ns: ns, ctx: context.Background()}
+	w.slice("shop-1", "shop", map[string]int32{"http": 21500}, endpoint{ip: "10.244.0.1", pod: "shop-a"})
+	listen(t, "shop-a", "10.244.0.1", 21500)
+
+	get := func() *corev1.Service {
+		s, err := svcs.Get(context.Background(), "shop", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// The first reconcile adds the server held out of service until its
+	// check passes: no address yet.
+	first, err := fw.f.Reconcile(context.Background(), false)
+	if err != nil || len(first.Services) != 1 || len(first.Services[0].Targets) != 1 {
+		t.Fatalf("first reconcile: %v %+v", err, first)
+	}
+	if first.Services[0].Targets[0].Servers["ready"] != 0 || len(get().Status.LoadBalancer.Ingress) != 0 {
+		t.Fatalf("first reconcile: servers %v, ingress %v; want none in service and no address", first.Services[0].Targets[0].Servers, get().Status.LoadBalancer.Ingress)
+	}
+	res := settle(t, func() fleet.Result {
+		res, err := fw.f.Reconcile(context.Background(), false)
+		if err != nil {
+			t.Fatalf("reconcile: %v %+v", err, res)
+		}
+		return res
+	})
+	if ing := get().Status.LoadBalancer.Ingress; len(ing) != 1 || ing[0].IP != "127.0.0.10" {
+		t.Fatalf("ingress %v after %+v, want the VIP", ing, res.Services)
+	}
+	expectSpread(t, fw.h.Frontends[be], "shop-a") // traffic flows where the status says
+	rv := get().ResourceVersion
+	if _, err := fw.f.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if get().ResourceVersion != rv {
+		t.Fatal("status written again though unchanged")
+	}
+	fe.failed = true
+	res, err = fw.f.Reconcile(context.Background(), false)
+	if err == nil || len(res.Services) != 1 || res.Services[0].Ingress != fleet.IngressWithdrawn {
+		t.Fatalf("frontends failed: %v %+v, want the Service failed and its status withdrawn", err, res.Services)
+	}
+	if ing := get().Status.LoadBalancer.Ingress; len(ing) != 0 {
+		t.Fatalf("ingress %v after its frontends failed, want it withdrawn", ing)
+	}
+}

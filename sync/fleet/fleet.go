@@ -1,0 +1,418 @@
+// Package fleet is the many-Services reconcile (SERVICE_SELECTION annotation
+// and/or class): it lists the Services, selects them (services.Select),
+// has class Services' frontends made (Frontends), reconciles each selected
+// Service's backends with its own reconcile.Reconciler, a few at a time,
+// and writes class Services' status. One Service's failure never holds
+// back another's; every guarantee of the single-Service mode holds per
+// backend, since each backend is reconciled exactly as there.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/services"
+)
+
+// Frontends makes class Services' frontends and backends (package lb's
+// Manager): Sync is given every class Service selected, and reports which
+// are ready, which failed, and which owned backends no Service wants.
+type Frontends interface {
+	Sync(ctx context.Context, want []services.Selected) (services.FrontendReport, error)
+}
+
+// StatusWriter writes a Service's status (services/status); a *kube.Client
+// is one.
+type StatusWriter interface {
+	UpdateServiceStatus(ctx context.Context, svc *corev1.Service) (*corev1.Service, error)
+}
+
+// Concurrency is how many Services are reconciled at once. The per-target
+// locks let one reconcile write each HAProxy at a time; the others read
+// Kubernetes and HAProxy meanwhile.
+const Concurrency = 4
+
+// Fleet reconciles every selected Service. Set the fields before the first
+// call; it keeps nothing between calls but the Reconcilers it built (their
+// logs say a repeated warning once) and the refusals last logged.
+type Fleet struct {
+	Services  kube.ServiceLister
+	Selection services.Selection
+	// Template gives every Service's Reconciler its Targets, Options (but
+	// Backends), Timeout, policies, callbacks, Log and Cluster.
+	Template *reconcile.Reconciler
+	// Source reads one Service's objects (a *kube.Source).
+	Source func(namespace, name string) reconcile.Source
+	// Gate, when set, is the readiness gate of a namespace's pods.
+	Gate func(namespace string) reconcile.PodGate
+	// Wrap, when set, wraps each Service's Reconciler (Events, metrics).
+	Wrap func(s services.Selected, r reconcile.Runner) reconcile.Runner
+	// Frontends is nil when class selection is off.
+	Frontends Frontends
+	// Status, when set, writes class Services' status: VIPs as ingress
+	// addresses, or Hostname.
+	Status   StatusWriter
+	VIPs     []string
+	Hostname string
+	Log      *slog.Logger
+
+	locks   reconcile.Locks
+	mu      sync.Mutex
+	runners map[string]built
+	refused map[string]string // key → reason last logged
+}
+
+type built struct {
+	backends string
+	runner   reconcile.Runner
+}
+
+// Result is the answer to a many-Services reconcile, as the HTTP API
+// returns it.
+type Result struct {
+	Status   string             `json:"status"`
+	Services []ServiceResult    `json:"services"`
+	Refused  []services.Refused `json:"refused"`
+	// Left are backends no selected Service names any more (handed over by
+	// the watch, or draining class backends), reconciled as zero endpoints.
+	Left       []LeftResult             `json:"left,omitempty"`
+	Frontends  *services.FrontendReport `json:"frontends,omitempty"`
+	DurationMs float64                  `json:"durationMs"`
+	Error      string                   `json:"error,omitempty"`
+	ErrorClass failure.Class            `json:"errorClass,omitempty"`
+}
+
+// ServiceResult is one Service's reconcile: the single-Service result with
+// the Service's key, and what was done to its status.
+type ServiceResult struct {
+	Service string `json:"service"`
+	reconcile.Result
+	// Ingress is "written" or "withdrawn" when this reconcile changed the
+	// Service's status.loadBalancer; IngressError why it could not.
+	Ingress      string `json:"ingress,omitempty"`
+	IngressError string `json:"ingressError,omitempty"`
+}
+
+// LeftResult is one left backend's reconcile as zero endpoints.
+type LeftResult struct {
+	Backend string `json:"backend"`
+	reconcile.Result
+}
+
+// ErrServices means at least one Service (or left backend) failed; the
+// Result says which.
+var ErrServices = errors.New("services failed")
+
+// NotSelectedError is ReconcileService's answer for a Service this instance
+// does not follow; Reason says why when it was refused.
+type NotSelectedError struct{ Key, Reason string }
+
+func (e *NotSelectedError) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("service %s is not followed: %s", e.Key, e.Reason)
+	}
+	return fmt.Sprintf("service %s is not followed (no selection matches it)", e.Key)
+}
+
+// Reconcile reconciles every selected Service.
+func (f *Fleet) Reconcile(ctx context.Context, dryRun bool) (Result, error) {
+	return f.run(ctx, "", nil, dryRun)
+}
+
+// ReconcileService reconciles the Service key ("namespace/name") alone; a
+// Service not selected is a *NotSelectedError. Selection needs every
+// Service (a backend two name is refused for both), so all are listed; only
+// this one's backends are read and written.
+func (f *Fleet) ReconcileService(ctx context.Context, key string, dryRun bool) (Result, error) {
+	return f.run(ctx, key, nil, dryRun)
+}
+
+// ReconcileLeft reconciles backends as zero endpoints (parked, guarded,
+// never deleted on one read): those the watch saw a Service stop naming.
+// A backend a selected Service names again is its Service's and skipped.
+func (f *Fleet) ReconcileLeft(ctx context.Context, backends []string) (Result, error) {
+	if len(backends) == 0 {
+		return Result{Status: reconcile.StatusUnchanged, Services: []ServiceResult{}, Refused: []services.Refused{}}, nil
+	}
+	return f.run(ctx, "", backends, false)
+}
+
+// job is one Reconciler run: a Service's, or a left backend's.
+type job struct {
+	svc     *services.Selected
+	backend string // a left backend
+	runner  reconcile.Runner
+}
+
+func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool) (Result, error) {
+	start := time.Now()
+	leftOnly, full := left != nil, only == "" && left == nil
+	res := Result{Services: []ServiceResult{}, Refused: []services.Refused{}}
+	finish := func(err error) (Result, error) {
+		res.DurationMs = float64(time.Since(start).Microseconds()) / 1000
+		if err != nil {
+			res.Status, res.Error = reconcile.StatusError, err.Error()
+			if res.ErrorClass == "" {
+				res.ErrorClass = failure.Of(err)
+			}
+		}
+		return res, err
+	}
+	all, err := kube.ReadServices(ctx, f.Services, f.Selection.Namespaces)
+	if err != nil {
+		return finish(err) // never an empty selection
+	}
+	chosen, refused := services.Select(all, f.Selection)
+	res.Refused = append(res.Refused, refused...)
+	f.logRefused(refused, full)
+	if only != "" {
+		i := slices.IndexFunc(chosen, func(s services.Selected) bool { return s.Key() == only })
+		if i < 0 {
+			nse := &NotSelectedError{Key: only}
+			for _, r := range refused {
+				if r.Service == only {
+					nse.Reason = r.Reason
+				}
+			}
+			res.ErrorClass = failure.Permanent
+			return finish(nse)
+		}
+	}
+	var jobs []job
+	failedFE := map[string]string{}
+	var report services.FrontendReport
+	class := classOf(chosen)
+	if f.Frontends != nil && !dryRun && (full || only != "" && isClass(chosen, only)) {
+		report, err = f.Frontends.Sync(ctx, class)
+		res.Frontends = &report
+		for _, s := range class {
+			if why, ok := report.Failed[s.Key()]; ok {
+				failedFE[s.Key()] = "frontends: " + why
+			} else if err != nil {
+				failedFE[s.Key()] = "frontends: " + err.Error()
+			}
+		}
+		if err == nil && full {
+			left = append(left, report.Draining...)
+		}
+	}
+	named := map[string]bool{}
+	for _, s := range chosen {
+		for _, p := range s.Ports {
+			named[p.Backend] = true
+		}
+	}
+	if !leftOnly {
+		for i := range chosen {
+			s := &chosen[i]
+			if only != "" && s.Key() != only {
+				continue
+			}
+			if why, ok := failedFE[s.Key()]; ok {
+				res.Services = append(res.Services, ServiceResult{Service: s.Key(), Result: reconcile.Result{
+					Status: reconcile.StatusError, Error: why, ErrorClass: failure.Temporary, Targets: []reconcile.TargetResult{}, Skipped: []desired.Skipped{}}})
+				continue
+			}
+			jobs = append(jobs, job{svc: s, runner: f.runner(*s)})
+		}
+	}
+	for _, b := range dedupe(left) {
+		if !named[b] {
+			jobs = append(jobs, job{backend: b, runner: f.zero(b)})
+		}
+	}
+	f.prune(chosen, full)
+	out := f.runAll(ctx, jobs, dryRun)
+	for i, j := range jobs {
+		if j.svc != nil {
+			res.Services = append(res.Services, ServiceResult{Service: j.svc.Key(), Result: out[i]})
+		} else {
+			res.Left = append(res.Left, LeftResult{Backend: j.backend, Result: out[i]})
+		}
+	}
+	slices.SortFunc(res.Services, func(a, b ServiceResult) int { return strings.Compare(a.Service, b.Service) })
+	if f.Status != nil && !dryRun && !leftOnly {
+		f.writeStatus(ctx, all, chosen, report, failedFE, &res, only)
+	}
+	return finish(summarize(&res, dryRun))
+}
+
+// summarize sets res.Status and returns ErrServices when something failed.
+func summarize(res *Result, dryRun bool) error {
+	res.Status = reconcile.StatusUnchanged
+	if dryRun {
+		res.Status = reconcile.StatusPlanned
+	}
+	failed, total := 0, len(res.Services)+len(res.Left)
+	rank := map[failure.Class]int{failure.Temporary: 1, failure.Unreachable: 2, failure.Permanent: 3}
+	note := func(r reconcile.Result) {
+		switch {
+		case r.Status == reconcile.StatusError:
+			failed++
+			if rank[r.ErrorClass] > rank[res.ErrorClass] {
+				res.ErrorClass = r.ErrorClass
+			}
+		case r.Status == reconcile.StatusApplied:
+			res.Status = reconcile.StatusApplied
+		}
+	}
+	for _, s := range res.Services {
+		note(s.Result)
+	}
+	for _, l := range res.Left {
+		note(l.Result)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%w: %d of %d", ErrServices, failed, total)
+	}
+	res.ErrorClass = ""
+	return nil
+}
+
+// runAll runs jobs, Concurrency at a time; out[i] is jobs[i]'s result.
+func (f *Fleet) runAll(ctx context.Context, jobs []job, dryRun bool) []reconcile.Result {
+	out := make([]reconcile.Result, len(jobs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(Concurrency, len(jobs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				// A failure is in its result; one Service's never stops
+				// another's.
+				out[i], _ = jobs[i].runner.Reconcile(ctx, dryRun)
+			}
+		}()
+	}
+	for i := range jobs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return out
+}
+
+// runner returns s's Reconciler (wrapped), built again when its backends
+// changed.
+func (f *Fleet) runner(s services.Selected) reconcile.Runner {
+	opts := f.Template.Options
+	opts.Backends = nil
+	for _, p := range s.Ports {
+		// By number: a Service port's number is unique, its name may be "".
+		opts.Backends = append(opts.Backends, desired.PortBackend{Port: strconv.Itoa(int(p.Port)), Backend: p.Backend})
+	}
+	sig := fmt.Sprint(opts.Backends)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if b, ok := f.runners[s.Key()]; ok && b.backends == sig {
+		return b.runner
+	}
+	r := f.reconciler(f.Source(s.Namespace, s.Name), opts, "service", s.Key())
+	if f.Gate != nil && opts.ReadinessGate {
+		r.Gate = f.Gate(s.Namespace)
+	}
+	var run reconcile.Runner = r
+	if f.Wrap != nil {
+		run = f.Wrap(s, r)
+	}
+	if f.runners == nil {
+		f.runners = map[string]built{}
+	}
+	f.runners[s.Key()] = built{backends: sig, runner: run}
+	return run
+}
+
+// reconciler is a Reconciler like the template's, for source and opts,
+// sharing the per-target locks of every other.
+func (f *Fleet) reconciler(src reconcile.Source, opts desired.Options, logKey, logValue string) *reconcile.Reconciler {
+	t := f.Template
+	log := t.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &reconcile.Reconciler{
+		Source: src, Options: opts, Targets: t.Targets, Timeout: t.Timeout, Backoff: t.Backoff,
+		GuardPercent: t.GuardPercent, MaxServers: t.MaxServers, DrainTimeout: t.DrainTimeout,
+		OnTransition: t.OnTransition, OnProgrammed: t.OnProgrammed, Cluster: t.Cluster,
+		Log: log.With(logKey, logValue), Locks: &f.locks,
+	}
+}
+
+// prune forgets the Reconcilers of Services no longer selected (after a
+// full reconcile only: a partial one does not see them all).
+func (f *Fleet) prune(chosen []services.Selected, full bool) {
+	if !full {
+		return
+	}
+	keep := map[string]bool{}
+	for _, s := range chosen {
+		keep[s.Key()] = true
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k := range f.runners {
+		if !keep[k] {
+			delete(f.runners, k)
+		}
+	}
+}
+
+// logRefused logs each refusal once, while it lasts (not on every resync);
+// a full list also forgets those that ended.
+func (f *Fleet) logRefused(refused []services.Refused, full bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.refused == nil {
+		f.refused = map[string]string{}
+	}
+	now := map[string]string{}
+	for _, r := range refused {
+		now[r.Service] += r.Reason + ";"
+		if f.refused[r.Service] != now[r.Service] && f.Log != nil {
+			f.Log.Warn("service refused", "service", r.Service, "reason", r.Reason, "holder", r.Holder)
+		}
+		f.refused[r.Service] = now[r.Service]
+	}
+	if full {
+		f.refused = now
+	}
+}
+
+func classOf(chosen []services.Selected) []services.Selected {
+	out := []services.Selected{}
+	for _, s := range chosen {
+		if s.Class {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func isClass(chosen []services.Selected, key string) bool {
+	for _, s := range chosen {
+		if s.Key() == key {
+			return s.Class
+		}
+	}
+	return false
+}
+
+func dedupe(in []string) []string {
+	out := slices.Clone(in)
+	slices.Sort(out)
+	return slices.Compact(out)
+}

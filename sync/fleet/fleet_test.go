@@ -1,0 +1,363 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sethvargo/go-retry"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/services"
+)
+
+// memHAProxy is one HAProxy in memory with several backends; servers are
+// UP unless in maintenance. It fails a test's Apply that overlaps another.
+type memHAProxy struct {
+	name     string
+	mu       sync.Mutex
+	backends map[string]map[string]model.Server
+	reads    map[string]int
+	writes   map[string]int
+	applying atomic.Int32
+	overlap  atomic.Bool
+}
+
+func newMem(name string, backends ...string) *memHAProxy {
+	m := &memHAProxy{name: name, backends: map[string]map[string]model.Server{}, reads: map[string]int{}, writes: map[string]int{}}
+	for _, b := range backends {
+		m.backends[b] = map[string]model.Server{}
+	}
+	return m
+}
+
+func (m *memHAProxy) Name() string        { return m.name }
+func (m *memHAProxy) Policy() plan.Policy { return plan.Policy{} }
+
+func (m *memHAProxy) Read(_ context.Context, backend string) (model.Backend, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reads[backend]++
+	servers, ok := m.backends[backend]
+	if !ok {
+		return model.Backend{}, &failure.BackendError{Backend: backend, Reason: "no such backend"}
+	}
+	b := model.Backend{Name: backend, Settings: model.Settings{Balance: "roundrobin", TCPCheck: true}}
+	for _, s := range servers {
+		s.Up = s.State != model.Maint
+		b.Servers = append(b.Servers, s)
+	}
+	sort.Slice(b.Servers, func(i, j int) bool { return b.Servers[i].Name < b.Servers[j].Name })
+	return b, nil
+}
+
+func (m *memHAProxy) Apply(_ context.Context, p plan.Plan) (plan.Applied, error) {
+	if m.applying.Add(1) > 1 {
+		m.overlap.Store(true)
+	}
+	defer m.applying.Add(-1)
+	time.Sleep(time.Millisecond) // long enough for an overlap to show
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out plan.Applied
+	for _, ch := range p.Changes {
+		if ch.Action == plan.Delete {
+			delete(m.backends[p.Backend], ch.Name)
+		} else {
+			m.backends[p.Backend][ch.Name] = *ch.New
+		}
+		m.writes[p.Backend]++
+		out.Count(plan.RuntimeWrite)
+	}
+	return out, nil
+}
+
+func (m *memHAProxy) states(backend string) map[string]model.State {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]model.State{}
+	for n, s := range m.backends[backend] {
+		out[n] = s.State
+	}
+	return out
+}
+
+// cluster is the Kubernetes side: Services and their slices, listed.
+type cluster struct {
+	mu      sync.Mutex
+	svcs    []corev1.Service
+	slices  map[string][]discoveryv1.EndpointSlice
+	listErr error
+	updates []string
+}
+
+func (c *cluster) ListServices(_ context.Context, ns string, _ metav1.ListOptions) (*corev1.ServiceList, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.listErr != nil {
+		return nil, c.listErr
+	}
+	return &corev1.ServiceList{Items: append([]corev1.Service(nil), c.svcs...)}, nil
+}
+
+func (c *cluster) UpdateServiceStatus(_ context.Context, svc *corev1.Service) (*corev1.Service, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.svcs {
+		if c.svcs[i].Namespace == svc.Namespace && c.svcs[i].Name == svc.Name {
+			c.svcs[i].Status = svc.Status
+		}
+	}
+	c.updates = append(c.updates, fmt.Sprintf("%s/%s=%v", svc.Namespace, svc.Name, svc.Status.LoadBalancer.Ingress))
+	return svc, nil
+}
+
+type source struct {
+	c        *cluster
+	ns, name string
+}
+
+func (s source) Read(context.Context) (desired.Input, error) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	for i := range s.c.svcs {
+		if s.c.svcs[i].Namespace == s.ns && s.c.svcs[i].Name == s.name {
+			svc := s.c.svcs[i].DeepCopy()
+			return desired.Input{Service: svc, Slices: s.c.slices[s.ns+"/"+s.name]}, nil
+		}
+	}
+	return desired.Input{}, &desired.ServiceNotFoundError{Namespace: s.ns, Name: s.name}
+}
+
+func (c *cluster) add(svc corev1.Service, ips ...string) {
+	port := svc.Spec.Ports[0].Port
+	yes := true
+	sl := discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: svc.Namespace, Name: svc.Name + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: svc.Name}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &svc.Spec.Ports[0].Name, Port: &port}},
+	}
+	for _, ip := range ips {
+		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: &yes}})
+	}
+	c.svcs = append(c.svcs, svc)
+	if c.slices == nil {
+		c.slices = map[string][]discoveryv1.EndpointSlice{}
+	}
+	c.slices[svc.Namespace+"/"+svc.Name] = []discoveryv1.EndpointSlice{sl}
+}
+
+func annotatedSvc(ns, name, backend string) corev1.Service {
+	return corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{services.Annotation: backend}},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 8080}}}}
+}
+
+func newFleet(c *cluster, targets ...reconcile.Driver) *Fleet {
+	return &Fleet{
+		Services:  c,
+		Selection: services.Selection{Annotation: true, Class: true, ClassName: "lb", AllowedBackends: []string{"be_*"}},
+		Template: &reconcile.Reconciler{
+			Options: desired.Options{Mode: desired.PodMode, Settings: model.Settings{Balance: "roundrobin", TCPCheck: true},
+				Check:     model.Check{Inter: time.Second, Rise: 1, Fall: 1},
+				Addresses: desired.AddressPolicy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}},
+			Targets: targets, Timeout: 5 * time.Second, GuardPercent: 100,
+			Backoff: func() retry.Backoff { return retry.NewConstant(5 * time.Millisecond) },
+		},
+		Source: func(ns, name string) reconcile.Source { return source{c, ns, name} },
+		Status: c, VIPs: []string{"127.0.0.10"},
+	}
+}
+
+func TestFleetReconcilesEachServiceAndNeverOverlapsWrites(t *testing.T) {
+	c := &cluster{}
+	var names []string
+	for i := range 12 {
+		names = append(names, fmt.Sprintf("be_%02d", i))
+		c.add(annotatedSvc("apps", fmt.Sprintf("web%02d", i), names[i]), fmt.Sprintf("127.0.1.%d", i+1), fmt.Sprintf("127.0.2.%d", i+1))
+	}
+	h1, h2 := newMem("h1", names...), newMem("h2", names...)
+	f := newFleet(c, h1, h2)
+	res, err := f.Reconcile(context.Background(), false)
+	if err != nil || res.Status != reconcile.StatusApplied || len(res.Services) != 12 {
+		t.Fatalf("reconcile: %v %+v", err, res)
+	}
+	for _, h := range []*memHAProxy{h1, h2} {
+		if h.overlap.Load() {
+			t.Fatalf("%s: two Services applied at once", h.name)
+		}
+		for _, b := range names {
+			if n := len(h.states(b)); n != 2 {
+				t.Fatalf("%s %s has %d servers, want 2", h.name, b, n)
+			}
+		}
+	}
+	res, err = f.Reconcile(context.Background(), false)
+	if err != nil || res.Status != reconcile.StatusUnchanged {
+		t.Fatalf("second reconcile: %v %s, want unchanged", err, res.Status)
+	}
+}
+
+func TestFleetListFailureChangesNothing(t *testing.T) {
+	c := &cluster{}
+	c.add(annotatedSvc("apps", "web", "be_web"), "127.0.1.1")
+	h := newMem("h", "be_web")
+	f := newFleet(c, h)
+	c.listErr = errors.New("connection refused")
+	res, err := f.Reconcile(context.Background(), false)
+	if err == nil || res.Status != reconcile.StatusError || len(res.Services) != 0 || h.reads["be_web"] != 0 {
+		t.Fatalf("a failed list: %v %+v, reads %v; want an error and nothing read", err, res, h.reads)
+	}
+}
+
+func TestFleetOneServiceFailingHoldsBackNoOther(t *testing.T) {
+	c := &cluster{}
+	c.add(annotatedSvc("apps", "web", "be_web"), "127.0.1.1")
+	c.add(annotatedSvc("apps", "broken", "be_missing"), "127.0.1.2")
+	h := newMem("h", "be_web")
+	res, err := newFleet(c, h).Reconcile(context.Background(), false)
+	if !errors.Is(err, ErrServices) {
+		t.Fatalf("err = %v, want ErrServices", err)
+	}
+	got := map[string]string{}
+	for _, s := range res.Services {
+		got[s.Service] = s.Status
+	}
+	if got["apps/web"] != reconcile.StatusApplied || got["apps/broken"] != reconcile.StatusError || res.ErrorClass != failure.Permanent {
+		t.Fatalf("statuses %v class %s", got, res.ErrorClass)
+	}
+}
+
+func TestReconcileServiceTouchesOnlyItsBackends(t *testing.T) {
+	c := &cluster{}
+	c.add(annotatedSvc("apps", "a", "be_a"), "127.0.1.1")
+	c.add(annotatedSvc("apps", "b", "be_b"), "127.0.1.2")
+	h := newMem("h", "be_a", "be_b")
+	f := newFleet(c, h)
+	if _, err := f.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	before := h.reads["be_b"]
+	res, err := f.ReconcileService(context.Background(), "apps/a", false)
+	if err != nil || len(res.Services) != 1 || res.Services[0].Service != "apps/a" {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if h.reads["be_b"] != before {
+		t.Fatalf("be_b read %d more times by apps/a's reconcile", h.reads["be_b"]-before)
+	}
+	var nse *NotSelectedError
+	if _, err := f.ReconcileService(context.Background(), "apps/nope", false); !errors.As(err, &nse) {
+		t.Fatalf("a Service not selected: %v", err)
+	}
+}
+
+// fakeFrontends says which class Services are ready and which failed, and
+// which owned backends drain.
+type fakeFrontends struct {
+	report services.FrontendReport
+	got    []string
+}
+
+func (f *fakeFrontends) Sync(_ context.Context, want []services.Selected) (services.FrontendReport, error) {
+	f.got = nil
+	for _, s := range want {
+		f.got = append(f.got, s.Key())
+	}
+	return f.report, nil
+}
+
+func TestClassServicesFrontendsStatusAndDraining(t *testing.T) {
+	c := &cluster{}
+	cls := "lb"
+	lbSvc := func(name string, port int32) corev1.Service {
+		return corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Name: "http", Port: port}}}}
+	}
+	c.add(lbSvc("good", 80), "127.0.1.1")
+	c.add(lbSvc("bad", 81), "127.0.1.2")
+	c.add(annotatedSvc("apps", "plain", "be_plain"), "127.0.1.3")
+	_, beGood := services.ClassNames("", "apps", "good", 80)
+	_, beBad := services.ClassNames("", "apps", "bad", 81)
+	_, beOld := services.ClassNames("", "apps", "old", 82)
+	h := newMem("h", beGood, beBad, beOld, "be_plain")
+	h.backends[beOld]["old-1"] = model.Server{Name: "old-1", Address: "127.0.3.1", Port: 80, State: model.Ready, Weight: 1}
+	fe := &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/good": true},
+		Failed: map[string]string{"apps/bad": "bind refused"}, Draining: []string{beOld}}}
+	f := newFleet(c, h)
+	f.Frontends = fe
+	res, err := f.Reconcile(context.Background(), false)
+	if !errors.Is(err, ErrServices) {
+		t.Fatalf("err = %v, want apps/bad's failure", err)
+	}
+	if fmt.Sprint(fe.got) != "[apps/bad apps/good]" {
+		t.Fatalf("frontends asked for %v, want the class Services", fe.got)
+	}
+	by := map[string]ServiceResult{}
+	for _, s := range res.Services {
+		by[s.Service] = s
+	}
+	if by["apps/bad"].Status != reconcile.StatusError || h.reads[beBad] != 0 {
+		t.Fatalf("apps/bad: %+v, reads %d: a Service whose frontends failed is not reconciled", by["apps/bad"], h.reads[beBad])
+	}
+	if by["apps/good"].Ingress != IngressWritten || by["apps/plain"].Ingress != "" {
+		t.Fatalf("ingress: good %q plain %q", by["apps/good"].Ingress, by["apps/plain"].Ingress)
+	}
+	if st := h.states(beOld); st["old-1"] != model.Maint || len(res.Left) != 1 {
+		t.Fatalf("draining backend: %v, left %+v; want its server parked, not deleted", st, res.Left)
+	}
+	n := len(c.updates)
+	if _, err := f.Reconcile(context.Background(), false); !errors.Is(err, ErrServices) {
+		t.Fatal(err)
+	}
+	if len(c.updates) != n {
+		t.Fatalf("status written again though unchanged: %v", c.updates)
+	}
+	// apps/good leaves the class: its status (ours) is withdrawn.
+	c.mu.Lock()
+	c.svcs[0].Spec.LoadBalancerClass = nil
+	c.mu.Unlock()
+	if _, err := f.Reconcile(context.Background(), false); !errors.Is(err, ErrServices) {
+		t.Fatal(err)
+	}
+	if last := c.updates[len(c.updates)-1]; last != "apps/good=[]" {
+		t.Fatalf("updates %v: want apps/good's withdrawn", c.updates)
+	}
+}
+
+func TestReconcileLeftParksOnlyBackendsNoServiceNames(t *testing.T) {
+	c := &cluster{}
+	c.add(annotatedSvc("apps", "web", "be_web"), "127.0.1.1")
+	h := newMem("h", "be_web", "be_gone")
+	h.backends["be_gone"]["old-1"] = model.Server{Name: "old-1", Address: "127.0.3.1", Port: 80, State: model.Ready, Weight: 1}
+	f := newFleet(c, h)
+	if _, err := f.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	webBefore := h.states("be_web")
+	res, err := f.ReconcileLeft(context.Background(), []string{"be_gone", "be_web", "be_gone"})
+	if err != nil || len(res.Left) != 1 || res.Left[0].Backend != "be_gone" || len(res.Services) != 0 {
+		t.Fatalf("%v %+v: want be_gone alone (be_web is still named)", err, res)
+	}
+	if st := h.states("be_gone"); st["old-1"] != model.Maint {
+		t.Fatalf("be_gone: %v, want old-1 parked, not deleted on one read", st)
+	}
+	if fmt.Sprint(h.states("be_web")) != fmt.Sprint(webBefore) {
+		t.Fatalf("be_web changed: %v → %v", webBefore, h.states("be_web"))
+	}
+	c.listErr = errors.New("timeout")
+	if _, err := f.ReconcileLeft(context.Background(), []string{"be_web"}); err == nil {
+		t.Fatal("a failed list must fail a left reconcile: the backend may be named again")
+	}
+}

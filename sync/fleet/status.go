@@ -1,0 +1,133 @@
+package fleet
+
+import (
+	"context"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/cut"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/services"
+)
+
+// Ingress values of a ServiceResult.
+const (
+	IngressWritten   = "written"
+	IngressWithdrawn = "withdrawn"
+)
+
+// ours is the status.loadBalancer.ingress this instance writes: the
+// hostname, or each distinct VIP in target order.
+func (f *Fleet) ours() []corev1.LoadBalancerIngress {
+	if f.Hostname != "" {
+		return []corev1.LoadBalancerIngress{{Hostname: f.Hostname}}
+	}
+	var out []corev1.LoadBalancerIngress
+	seen := map[string]bool{}
+	for _, v := range f.VIPs {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, corev1.LoadBalancerIngress{IP: v})
+		}
+	}
+	return out
+}
+
+// sameIngress compares what the ingress says (address, hostname), not the
+// fields others may add to it.
+func sameIngress(a, b []corev1.LoadBalancerIngress) bool {
+	return slices.EqualFunc(a, b, func(x, y corev1.LoadBalancerIngress) bool { return x.IP == y.IP && x.Hostname == y.Hostname })
+}
+
+// statusChange decides a Service's status.loadBalancer.ingress (pure):
+// write ours once it is selected and ready, withdraw ours (and only ours:
+// another controller's is never touched) once it is no longer followed as
+// a class Service or its frontends failed. Anything else, e.g. a failed
+// reconcile or no server in service for a moment, changes nothing: a
+// status that comes and goes would have external-dns churn.
+func statusChange(cur, ours []corev1.LoadBalancerIngress, followed, ready, frontendFailed bool) (to []corev1.LoadBalancerIngress, change string) {
+	switch {
+	case followed && !frontendFailed && ready && !sameIngress(cur, ours):
+		return ours, IngressWritten
+	case (!followed || frontendFailed) && len(ours) > 0 && sameIngress(cur, ours):
+		return []corev1.LoadBalancerIngress{}, IngressWithdrawn
+	}
+	return nil, ""
+}
+
+// inService says whether every backend of s has a server in service on
+// every target, as its reconcile left them (a server is put in service once
+// its check passed).
+func inService(r reconcile.Result, s services.Selected, targets int) bool {
+	if r.Status == reconcile.StatusError || targets == 0 {
+		return false
+	}
+	for _, p := range s.Ports {
+		n := 0
+		for _, t := range r.Targets {
+			if t.Backend != p.Backend {
+				continue
+			}
+			if t.Error != "" || t.Servers[string(model.Ready)] == 0 {
+				return false
+			}
+			n++
+		}
+		if n < targets {
+			return false
+		}
+	}
+	return true
+}
+
+// writeStatus writes or withdraws each class Service's status as
+// statusChange says: the Services followed (only the one of a
+// ReconcileService), and in a full reconcile every other listed Service
+// that holds this instance's status.
+func (f *Fleet) writeStatus(ctx context.Context, all []corev1.Service, chosen []services.Selected, report services.FrontendReport,
+	failedFE map[string]string, res *Result, only string) {
+	ours := f.ours()
+	byKey := map[string]*ServiceResult{}
+	for i := range res.Services {
+		byKey[res.Services[i].Service] = &res.Services[i]
+	}
+	classByKey := map[string]services.Selected{}
+	for _, s := range chosen {
+		if s.Class {
+			classByKey[s.Key()] = s
+		}
+	}
+	for i := range all {
+		svc := &all[i]
+		k := svc.Namespace + "/" + svc.Name
+		if only != "" && k != only {
+			continue
+		}
+		sel, followed := classByKey[k]
+		sr := byKey[k]
+		ready := followed && sr != nil && report.Ready[k] && inService(sr.Result, sel, len(f.Template.Targets))
+		_, failed := failedFE[k]
+		to, change := statusChange(svc.Status.LoadBalancer.Ingress, ours, followed, ready, failed)
+		if change == "" {
+			continue
+		}
+		up := svc.DeepCopy()
+		up.Status.LoadBalancer.Ingress = to
+		_, err := f.Status.UpdateServiceStatus(ctx, up)
+		if err != nil && f.Log != nil {
+			f.Log.Warn("service status not written; the next reconcile tries again", "service", k, "change", change, "error", err)
+		} else if f.Log != nil {
+			f.Log.Info("service status "+change, "service", k, "ingress", to)
+		}
+		if sr == nil {
+			continue // not reconciled here (refused, left the class): its log says it
+		}
+		if err != nil {
+			sr.IngressError = cut.To(err.Error(), 500)
+		} else {
+			sr.Ingress = change
+		}
+	}
+}

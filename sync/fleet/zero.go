@@ -1,0 +1,37 @@
+package fleet
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+)
+
+// zeroPort is the one port of the Service a left backend is reconciled
+// against; it has no endpoint, so its number never reaches HAProxy.
+const zeroPort = 1
+
+// noEndpoints is a Service with one port and no endpoint: what a backend no
+// Service names any more is reconciled against. Its servers are then
+// handled as a Service that lost every endpoint is: parked, and deleted
+// only as the mass-deletion guard allows (a later reconcile confirms it).
+type noEndpoints struct{ backend string }
+
+func (z noEndpoints) Read(context.Context) (desired.Input, error) {
+	return desired.Input{Service: &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "left", Namespace: "left"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: zeroPort, NodePort: zeroPort}}},
+	}}, nil
+}
+
+// zero returns the Reconciler of a left backend: no readiness gate (no pod
+// is its own), no Events (no Service is).
+func (f *Fleet) zero(backend string) reconcile.Runner {
+	opts := f.Template.Options
+	opts.Backends = []desired.PortBackend{{Backend: backend}}
+	opts.ReadinessGate = false
+	return f.reconciler(noEndpoints{backend}, opts, "left", backend)
+}
