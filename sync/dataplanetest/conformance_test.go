@@ -222,28 +222,6 @@ func normalizeAll(lines []string) []string {
 	return out
 }
 
-// backendLinesOf renders the backend lines the table compares from the
-// test API's backend, in haproxy.cfg's order.
-func backendLinesOf(be models.Backend) []string {
-	var out []string
-	if be.Balance != nil && be.Balance.Algorithm != nil {
-		out = append(out, "balance "+*be.Balance.Algorithm)
-	}
-	if r := be.Redispatch; r != nil && r.Enabled != nil {
-		l := "option redispatch"
-		if *r.Enabled == "disabled" {
-			l = "no option redispatch"
-		} else if r.Interval != nil {
-			l += " " + strconv.FormatInt(*r.Interval, 10)
-		}
-		out = append(out, l)
-	}
-	if be.Retries != nil {
-		out = append(out, "retries "+strconv.FormatInt(*be.Retries, 10))
-	}
-	return out
-}
-
 // runningVersion is the major.minor of the HAProxy h runs.
 func runningVersion(t *testing.T, h *haproxytest.HAProxy) string {
 	info, err := h.Command("show info")
