@@ -101,6 +101,9 @@ func replay(t *testing.T, table *ConformanceTable, c Case) {
 	var reloadsDone atomic.Int32
 	api = New(t, Options{RuntimeSocket: h.AdminSocket, ReloadDelay: 200 * time.Millisecond, Reload: func() {
 		defer reloadsDone.Add(1)
+		if err := h.TrySetSections(api.Sections(ClassSection)); err != nil {
+			return
+		}
 		if err := h.TrySetServers(setup.Backend, api.ServerLines(setup.Backend)); err == nil {
 			_ = h.TryReload()
 		}
@@ -164,6 +167,10 @@ func replay(t *testing.T, table *ConformanceTable, c Case) {
 	}
 	if got := backendLinesOf(api.Backend(setup.Backend)); !slices.Equal(got, c.BackendLines) && !skip("backend_lines") {
 		t.Errorf("backend lines after: got %q, want %q", got, c.BackendLines)
+	}
+	// What the API wrote of class sections is what the real one wrote.
+	if got := NormalizeSections(api.Sections(ClassSection)); !slices.Equal(got, append([]string{}, c.Sections...)) && !skip("sections") {
+		t.Errorf("class sections after:\n got %q\nwant %q", got, c.Sections)
 	}
 	if skip("state") {
 		return
