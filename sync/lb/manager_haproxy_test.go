@@ -51,7 +51,9 @@ func newWorld(t *testing.T) *world {
 		haproxytest.Backend{Name: taken, Lines: []string{"balance roundrobin"}})
 	w := &world{h: h}
 	// The sections haproxytest writes itself are not the API's to write.
-	ours := func(name string) bool { return dataplanetest.ClassSection(name) && name != "fe_"+taken && name != taken }
+	ours := func(name string) bool {
+		return dataplanetest.ClassSection(name) && name != "fe_"+taken && name != taken
+	}
 	w.api = dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: h.AdminSocket, ReloadDelay: 50 * time.Millisecond, Reload: func() {
 		defer w.reloaded.Add(1)
 		if err := h.TrySetSections(w.api.Sections(ours)); err != nil {
