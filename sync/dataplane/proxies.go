@@ -198,10 +198,12 @@ func (c *Client) WriteProxies(ctx context.Context, version int64, w ProxyWrite) 
 			err = fmt.Errorf("%w (and delete transaction %s: %v)", err, tx.ID, derr)
 		}
 	}()
+	// A transaction, or a section it writes, that vanished: another writer
+	// committed first; re-read and re-plan.
 	defer func() {
 		var apiErr *APIError
-		if err != nil && errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound && apiErr.Path == "/transactions/"+url.PathEscape(tx.ID) {
-			err = &failure.ConflictError{Msg: fmt.Sprintf("transaction %s is gone (another writer committed first): %v", tx.ID, err)}
+		if err != nil && errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound {
+			err = &failure.ConflictError{Msg: fmt.Sprintf("transaction %s: something is gone (another writer committed first): %v", tx.ID, err)}
 		}
 	}()
 	in := url.Values{"transaction_id": {tx.ID}}

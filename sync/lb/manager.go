@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
@@ -129,7 +130,7 @@ func (m *Manager) syncTarget(ctx context.Context, t Target, vip string, want []s
 	for attempt := 1; ; attempt++ {
 		held, err := t.ReadProxies(ctx)
 		if err != nil {
-			if failure.Of(err) == failure.Temporary && attempt < attempts && ctx.Err() == nil {
+			if failure.Of(err) == failure.Temporary && attempt < attempts && pause(ctx, attempt) {
 				continue
 			}
 			out.err = err
@@ -152,7 +153,7 @@ func (m *Manager) syncTarget(ctx context.Context, t Target, vip string, want []s
 		for _, w := range p.Writes {
 			next, err := t.WriteProxies(ctx, version, w.ProxyWrite)
 			if err != nil {
-				if failure.Of(err) == failure.Temporary && attempt < attempts && ctx.Err() == nil {
+				if failure.Of(err) == failure.Temporary && attempt < attempts && pause(ctx, attempt) {
 					log.Info("frontend write lost a race or failed for a moment; reading again", "error", err)
 					again = true
 					break
@@ -182,6 +183,17 @@ func (m *Manager) syncTarget(ctx context.Context, t Target, vip string, want []s
 		if !again {
 			return out
 		}
+	}
+}
+
+// pause waits a little before another attempt (100 ms, then 200 ms), and
+// reports false when ctx ends first.
+func pause(ctx context.Context, attempt int) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		return true
 	}
 }
 
