@@ -45,7 +45,7 @@ func steps(groups ...[]step) []step {
 }
 
 var classCases = func() []caseDef {
-	p1, p2, p3, p4, p5, p6, p7 := classPair(1, 18501), classPair(2, 18501), classPair(3, 18501), classPair(4, 18501), classPair(5, 18501), classPair(6, 18501), classPair(7, 18501)
+	p1, p2, p3, p4, p5, p6, p7, p8 := classPair(1, 18501), classPair(2, 18501), classPair(3, 18501), classPair(4, 18501), classPair(5, 18501), classPair(6, 18501), classPair(7, 18501), classPair(8, 18501)
 	other := p6
 	other.Frontend, other.Backend = "fe_k8s_default_api_80", "be_k8s_default_api_80"
 	bindPath := fesPath + "/" + p3.Frontend + "/binds/vip"
@@ -73,5 +73,13 @@ var classCases = func() []caseDef {
 			step{method: http.MethodPost, path: fesPath + qVersion, body: map[string]any{"name": p7.Frontend, "mode": "tcp", "default_backend": p7.Backend}},
 			step{method: http.MethodPost, path: fesPath + "/" + p7.Frontend + "/binds" + qVersion, body: map[string]any{"name": "vip", "address": p7.Address, "port": p7.Port}}),
 		one("class: delete a missing frontend", "plain", del(fesPath+"/fe_k8s_default_none_80"+qVersion)),
+		// haproxy -c refuses a frontend whose default backend does not exist.
+		one("class: frontend without its backend", "plain",
+			step{method: http.MethodPost, path: startTxn},
+			step{method: http.MethodPost, path: fesPath + inTxn0, body: map[string]any{"name": p8.Frontend, "mode": "tcp", "default_backend": p8.Backend}},
+			commit("txn0", ""), get(txnPath+"/{txn0}"), del(txnPath+"/{txn0}")),
+		one("class: frontend without its backend with a version", "plain",
+			step{method: http.MethodPost, path: fesPath + qVersion, body: map[string]any{"name": p8.Frontend, "mode": "tcp", "default_backend": p8.Backend}},
+			get(fesPath)),
 	}
 }()

@@ -29,6 +29,20 @@ func (f frontends) clone() frontends {
 	return out
 }
 
+// check is what "haproxy -c" says of the frontends at commit, where it
+// matters here: each default backend exists (conformance table: the real
+// API answers 400 "validation error" and fails the transaction).
+func (f frontends) check(cfg Config) error {
+	for _, name := range sortedKeys(f) {
+		if be := f[name].Frontend.DefaultBackend; be != "" {
+			if _, ok := cfg[be]; !ok {
+				return fmt.Errorf("proxy '%s': unable to find required default_backend: '%s'", name, be)
+			}
+		}
+	}
+	return nil
+}
+
 // proxyOps are the frontend, bind and backend-section operations: class
 // Services' frontends and backends (sync/lb). Reads are false.
 var proxyOps = map[string]bool{
@@ -170,6 +184,10 @@ func (s *Server) proxyHandle(op string, path map[string]string, get func(string)
 		}
 		fes = tx.fes
 	}
+	if write && tx == nil {
+		// An implicit transaction: checked like a commit before it applies.
+		cfg, fes = cfg.clone(), fes.clone()
+	}
 	rep = proxyOp(op, cfg, fes, path, body, get("full_section") == "true")
 	if !write || rep.status >= 300 {
 		return rep
@@ -178,6 +196,10 @@ func (s *Server) proxyHandle(op string, path map[string]string, get func(string)
 		rep.status = http.StatusAccepted // nothing applies before commit
 		return rep
 	}
+	if err := fes.check(cfg); err != nil {
+		return errReply(400, "validation error: %v", err)
+	}
+	s.cfg, s.fes = cfg, fes
 	s.version++
 	s.askReload(force)
 	switch {

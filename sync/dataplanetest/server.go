@@ -666,6 +666,10 @@ func (s *Server) commit(id string, force bool) reply {
 	if t.version != s.version {
 		return errReply(409, "version mismatch: transaction version %d, configuration version %d", t.version, s.version)
 	}
+	if err := t.fes.check(t.cfg); err != nil { // proxies.go
+		t.status = "failed"
+		return errReply(400, "validation error: %v", err)
+	}
 	if s.check != nil {
 		if err := s.check(t.cfg); err != nil {
 			t.status = "failed"
