@@ -68,6 +68,7 @@ func TestWriteProxiesRebinds(t *testing.T) {
 	ctx := context.Background()
 	p81, p90 := int64(81), int64(90)
 	maxconn := int64(500)
+	api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: webPair.Backend, Description: webPair.Description}})
 	api.AddFrontend(models.Frontend{FrontendBase: models.FrontendBase{Name: webPair.Frontend, Description: webPair.Description, DefaultBackend: webPair.Backend, Maxconn: &maxconn}},
 		models.Bind{Name: "vip", Address: "127.0.0.82", Port: &p81}, models.Bind{Name: "extra", Address: "127.0.0.82", Port: &p90})
 	held, err := c.ReadProxies(ctx)
