@@ -79,7 +79,7 @@ func run(api, hap, outDir string, delay int, only string) error {
 	for name, s := range setups {
 		table.Setups[name] = s
 	}
-	for _, c := range cases {
+	for _, c := range append(cases, classCases...) {
 		if only != "" && !strings.Contains(c.name, only) {
 			continue
 		}

@@ -89,6 +89,9 @@ func record(apiBin, hapBin string, delay int, table *dataplanetest.ConformanceTa
 		return out, err
 	}
 	out.Servers, out.BackendLines = backendLines(string(cfg), setup.Backend)
+	if secs := dataplanetest.NormalizeSections(string(cfg)); len(secs) > 0 {
+		out.Sections = secs
+	}
 	states, err := in.servers(setup.Backend)
 	if err != nil {
 		return out, err

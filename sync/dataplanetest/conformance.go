@@ -63,8 +63,11 @@ type Case struct {
 	BackendLines []string `json:"backend_lines"`
 	// State is "show servers state" for the servers the case touched.
 	State map[string]*ServerState `json:"state"`
+	// Sections are the class sections' compared lines after the case
+	// (NormalizeSections), when it made any.
+	Sections []string `json:"sections,omitempty"`
 	// Differs names the aspects ("status", "body", "reload_id", "reloaded",
-	// "server_lines", "backend_lines", "state") the test API cannot match,
+	// "server_lines", "backend_lines", "state", "sections") the test API cannot match,
 	// with why; the replay skips only those.
 	Differs map[string]string `json:"differs,omitempty"`
 }
@@ -240,4 +243,54 @@ func NormalizeBackendLine(line string) string {
 var ConformanceAddrs = []string{
 	"127.44.0.1:18401", "127.44.0.2:18401", "127.44.0.3:18401", "127.44.0.4:18401",
 	"127.44.0.5:18401", "127.44.0.1:18402",
+}
+
+// ClassSection reports whether a section is a class Service's (sync/lb):
+// the sections the conformance cases create, whose lines the table holds.
+func ClassSection(name string) bool { return strings.Contains(name, "_k8s_") }
+
+// sectionKeywords are the lines of a frontend or backend section the table
+// compares: those that decide where traffic goes and how.
+var sectionKeywords = []string{"description ", "mode ", "bind ", "default_backend ", "balance ", "option tcp-check",
+	"option redispatch", "no option redispatch", "retries ", "server "}
+
+// NormalizeSections returns the compared lines of haproxy.cfg's class
+// sections (ClassSection), each as "<section header>: <line>", comments
+// dropped, server lines normalised (NormalizeServerLine), sorted: the order
+// sections are written in is not compared.
+func NormalizeSections(cfg string) []string {
+	out := []string{}
+	header := ""
+	for _, l := range strings.Split(cfg, "\n") {
+		if i := strings.IndexByte(l, '#'); i >= 0 {
+			l = l[:i]
+		}
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			continue
+		}
+		if !strings.HasPrefix(l, " ") && !strings.HasPrefix(l, "\t") {
+			header = ""
+			if len(f) >= 2 && (f[0] == "frontend" || f[0] == "backend") && ClassSection(f[1]) {
+				header = strings.Join(f, " ")
+				out = append(out, header)
+			}
+			continue
+		}
+		if header == "" {
+			continue
+		}
+		norm := strings.Join(f, " ")
+		for _, k := range sectionKeywords {
+			if strings.HasPrefix(norm+" ", k) {
+				if f[0] == "server" {
+					norm = NormalizeServerLine(norm)
+				}
+				out = append(out, header+": "+norm)
+				break
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -101,6 +101,9 @@ func replay(t *testing.T, table *ConformanceTable, c Case) {
 	var reloadsDone atomic.Int32
 	api = New(t, Options{RuntimeSocket: h.AdminSocket, ReloadDelay: 200 * time.Millisecond, Reload: func() {
 		defer reloadsDone.Add(1)
+		if err := h.TrySetSections(api.Sections(ClassSection)); err != nil {
+			return
+		}
 		if err := h.TrySetServers(setup.Backend, api.ServerLines(setup.Backend)); err == nil {
 			_ = h.TryReload()
 		}
@@ -165,6 +168,10 @@ func replay(t *testing.T, table *ConformanceTable, c Case) {
 	if got := backendLinesOf(api.Backend(setup.Backend)); !slices.Equal(got, c.BackendLines) && !skip("backend_lines") {
 		t.Errorf("backend lines after: got %q, want %q", got, c.BackendLines)
 	}
+	// What the API wrote of class sections is what the real one wrote.
+	if got := NormalizeSections(api.Sections(ClassSection)); !slices.Equal(got, append([]string{}, c.Sections...)) && !skip("sections") {
+		t.Errorf("class sections after:\n got %q\nwant %q", got, c.Sections)
+	}
 	if skip("state") {
 		return
 	}
@@ -219,28 +226,6 @@ func normalizeAll(lines []string) []string {
 		out = append(out, NormalizeServerLine(l))
 	}
 	slices.Sort(out)
-	return out
-}
-
-// backendLinesOf renders the backend lines the table compares from the
-// test API's backend, in haproxy.cfg's order.
-func backendLinesOf(be models.Backend) []string {
-	var out []string
-	if be.Balance != nil && be.Balance.Algorithm != nil {
-		out = append(out, "balance "+*be.Balance.Algorithm)
-	}
-	if r := be.Redispatch; r != nil && r.Enabled != nil {
-		l := "option redispatch"
-		if *r.Enabled == "disabled" {
-			l = "no option redispatch"
-		} else if r.Interval != nil {
-			l += " " + strconv.FormatInt(*r.Interval, 10)
-		}
-		out = append(out, l)
-	}
-	if be.Retries != nil {
-		out = append(out, "retries "+strconv.FormatInt(*be.Retries, 10))
-	}
 	return out
 }
 

@@ -118,6 +118,7 @@ type Server struct {
 	mu      sync.Mutex
 	version int64
 	cfg     Config
+	fes     frontends // proxies.go
 	// defaults holds the defaults sections by name; this service only
 	// reads them, so they live outside Config and its transactions.
 	defaults   map[string]models.Defaults
@@ -168,6 +169,7 @@ type txn struct {
 	version int64
 	status  string
 	cfg     Config
+	fes     frontends
 }
 
 // New starts a server; it is closed, and its spec violations reported, when
@@ -548,6 +550,9 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 		}
 		return reply{status: 200, body: d}
 	}
+	if _, ok := proxyOps[op]; ok {
+		return s.proxyHandle(op, path, get, body)
+	}
 
 	// Configuration operations: read or write in the live config or a transaction.
 	write := op != "getBackend" && op != "getAllServerBackend" && op != "getServerBackend"
@@ -643,7 +648,7 @@ func (s *Server) startTransaction(version string) reply {
 	}
 	s.txnSeq++
 	id := fmt.Sprintf("00000000-0000-4000-8000-%012d", s.txnSeq)
-	s.txns[id] = &txn{id: id, version: v, status: "in_progress", cfg: s.cfg.clone()}
+	s.txns[id] = &txn{id: id, version: v, status: "in_progress", cfg: s.cfg.clone(), fes: s.fes.clone()}
 	return reply{status: 201, body: models.Transaction{ID: id, Version: v, Status: "in_progress"}}
 }
 
@@ -661,13 +666,17 @@ func (s *Server) commit(id string, force bool) reply {
 	if t.version != s.version {
 		return errReply(409, "version mismatch: transaction version %d, configuration version %d", t.version, s.version)
 	}
+	if err := t.fes.check(t.cfg); err != nil { // proxies.go
+		t.status = "failed"
+		return errReply(400, "validation error: %v", err)
+	}
 	if s.check != nil {
 		if err := s.check(t.cfg); err != nil {
 			t.status = "failed"
 			return errReply(400, "configuration check failed: %v", err)
 		}
 	}
-	s.cfg = t.cfg
+	s.cfg, s.fes = t.cfg, t.fes
 	s.version++
 	s.askReload(force)
 	delete(s.txns, id)

@@ -76,6 +76,9 @@ func specPath() (string, error) {
 // every property, which the real API does not do.
 func mergeAllOf(doc *openapi3.T) {
 	for _, ref := range doc.Components.Schemas {
+		mergeMembers(ref.Value)
+	}
+	for _, ref := range doc.Components.Schemas {
 		s := ref.Value
 		if s == nil || len(s.AllOf) == 0 || s.AdditionalProperties.Has == nil || *s.AdditionalProperties.Has {
 			continue
@@ -138,4 +141,35 @@ func validateResponse(in *openapi3filter.RequestValidationInput, status int, hea
 	}
 	out.SetBodyBytes(body)
 	return openapi3filter.ValidateResponse(context.Background(), out)
+}
+
+// mergeMembers gives the same meaning to "additionalProperties: false" on
+// an allOf member (bind: bind_params and its own address, name, port): the
+// member allows the properties of all the members. A member that is a
+// shared definition is replaced by a widened copy, so that other schemas
+// using it are not widened.
+func mergeMembers(s *openapi3.Schema) {
+	if s == nil || len(s.AllOf) < 2 {
+		return
+	}
+	all := openapi3.Schemas{}
+	for _, m := range s.AllOf {
+		if m.Value != nil {
+			for name, p := range m.Value.Properties {
+				all[name] = p
+			}
+		}
+	}
+	for i, m := range s.AllOf {
+		v := m.Value
+		if v == nil || v.AdditionalProperties.Has == nil || *v.AdditionalProperties.Has {
+			continue
+		}
+		widened := *v
+		widened.Properties = openapi3.Schemas{}
+		for name, p := range all {
+			widened.Properties[name] = p
+		}
+		s.AllOf[i] = &openapi3.SchemaRef{Value: &widened}
+	}
 }

@@ -60,6 +60,7 @@ type HAProxy struct {
 	backends  []Backend
 	mu        sync.Mutex          // guards servers and the writes of haproxy.cfg
 	servers   map[string][]string // server lines written by SetServers
+	sections  string              // written by SetSections
 }
 
 // FreePort returns a free TCP port on host.
@@ -387,6 +388,7 @@ func (h *HAProxy) writeConfig() error {
 			fmt.Fprintf(&cfg, "    %s\n", l)
 		}
 	}
+	cfg.WriteString(h.sections)
 	return os.WriteFile(filepath.Join(h.Dir, "haproxy.cfg"), []byte(cfg.String()), 0o600)
 }
 

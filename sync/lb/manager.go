@@ -1,0 +1,227 @@
+package lb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/services"
+)
+
+// Target is one HAProxy's Data Plane API (*dataplane.Client).
+type Target interface {
+	Name() string
+	ReadProxies(ctx context.Context) (dataplane.Proxies, error)
+	WriteProxies(ctx context.Context, version int64, w dataplane.ProxyWrite) (int64, error)
+	Sessions(ctx context.Context, backend string) (sessions int, known bool, err error)
+}
+
+// Manager keeps class Services' frontends and backends on every target.
+// It holds no state between passes: each Sync reads HAProxy back.
+type Manager struct {
+	Targets []Target
+	// VIPs are the addresses frontends bind, one per target in target
+	// order, or one for all.
+	VIPs    []string
+	Cluster string
+	Log     *slog.Logger
+}
+
+// attempts bounds the re-reads of one target after lost races.
+const attempts = 3
+
+// targetResult is what one target's pass did.
+type targetResult struct {
+	created, removed, draining []string
+	ready                      map[string]bool
+	failed                     map[string]string
+	err                        error // the target could not be read or written at all
+}
+
+// Sync makes every class Service in want have its frontends and backends on
+// every target, and removes owned ones no Service wants once drained. Each
+// Service is written in its own transaction: one Service's failure does not
+// hold back another's. The error is for targets that could not be read; the
+// report says, per Service, what is ready and what failed.
+func (m *Manager) Sync(ctx context.Context, want []services.Selected) (services.FrontendReport, error) {
+	rep := services.FrontendReport{Ready: map[string]bool{}, Failed: map[string]string{}}
+	if len(m.VIPs) != 1 && len(m.VIPs) != len(m.Targets) {
+		return rep, &failure.InputError{Err: fmt.Errorf("HAPROXY_VIP has %d addresses for %d targets: give one, or one per target", len(m.VIPs), len(m.Targets))}
+	}
+	results := make([]targetResult, len(m.Targets))
+	var wg sync.WaitGroup
+	for i, t := range m.Targets {
+		vip := m.VIPs[0]
+		if len(m.VIPs) > 1 {
+			vip = m.VIPs[i]
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = m.syncTarget(ctx, t, vip, want)
+		}()
+	}
+	wg.Wait()
+
+	var errs []error
+	for _, s := range want {
+		if s.Class {
+			rep.Ready[s.Key()] = len(m.Targets) > 0
+		}
+	}
+	for i, r := range results {
+		name := m.Targets[i].Name()
+		if r.err != nil {
+			errs = append(errs, fmt.Errorf("target %s: %w", name, r.err))
+		}
+		for k := range rep.Ready {
+			if !r.ready[k] {
+				rep.Ready[k] = false
+			}
+		}
+		for k, why := range r.failed {
+			if len(m.Targets) > 1 {
+				why = name + ": " + why
+			}
+			if prev, ok := rep.Failed[k]; ok {
+				why = prev + "; " + why
+			}
+			rep.Failed[k] = why
+		}
+		rep.Created = union(rep.Created, r.created)
+		rep.Removed = union(rep.Removed, r.removed)
+		rep.Draining = union(rep.Draining, r.draining)
+	}
+	if len(rep.Failed) == 0 {
+		rep.Failed = nil
+	}
+	return rep, errors.Join(errs...)
+}
+
+func union(a, b []string) []string {
+	for _, s := range b {
+		if !slices.Contains(a, s) {
+			a = append(a, s)
+		}
+	}
+	slices.Sort(a)
+	return a
+}
+
+func (m *Manager) log() *slog.Logger {
+	if m.Log != nil {
+		return m.Log
+	}
+	return slog.Default()
+}
+
+// syncTarget reads, plans and writes one target; a lost race (or any
+// temporary failure) re-reads and re-plans, attempts times at most.
+func (m *Manager) syncTarget(ctx context.Context, t Target, vip string, want []services.Selected) targetResult {
+	log := m.log().With("target", t.Name())
+	out := targetResult{ready: map[string]bool{}, failed: map[string]string{}}
+	for attempt := 1; ; attempt++ {
+		held, err := t.ReadProxies(ctx)
+		if err != nil {
+			if failure.Of(err) == failure.Temporary && attempt < attempts && pause(ctx, attempt) {
+				continue
+			}
+			out.err = err
+			for _, s := range want {
+				if s.Class {
+					out.failed[s.Key()] = "read frontends and backends: " + err.Error()
+				}
+			}
+			return out
+		}
+		drained, err := m.drained(ctx, t, want, held)
+		if err != nil {
+			log.Warn("could not tell whether unwanted backends drained; they wait", "error", err)
+		}
+		p := Compute(want, held, m.Cluster, vip, drained)
+		out.draining = p.Draining
+		out.failed = p.Failed
+		out.ready = p.Ready
+		version, again := held.Version, false
+		for _, w := range p.Writes {
+			next, err := t.WriteProxies(ctx, version, w.ProxyWrite)
+			if err != nil {
+				if failure.Of(err) == failure.Temporary && attempt < attempts && pause(ctx, attempt) {
+					log.Info("frontend write lost a race or failed for a moment; reading again", "error", err)
+					again = true
+					break
+				}
+				if w.Service != "" {
+					out.failed[w.Service] = err.Error()
+				}
+				log.Warn("frontend write failed", "service", w.Service, "remove", names(w.DeleteFrontends, w.DeleteBackends), "error", err)
+				continue
+			}
+			version = next
+			if w.Service != "" {
+				out.ready[w.Service] = true
+			}
+			for _, p := range w.CreateFrontends {
+				out.created = append(out.created, p.Frontend)
+				log.Info("frontend created", "service", w.Service, "frontend", p.Frontend, "bind", fmt.Sprintf("%s:%d", p.Address, p.Port), "backend", p.Backend)
+			}
+			for _, p := range w.UpdateFrontends {
+				log.Info("frontend rebound", "service", w.Service, "frontend", p.Frontend, "bind", fmt.Sprintf("%s:%d", p.Address, p.Port))
+			}
+			if rm := names(w.DeleteFrontends, w.DeleteBackends); len(rm) > 0 {
+				out.removed = append(out.removed, rm...)
+				log.Info("drained frontend and backend removed", "sections", strings.Join(rm, ","))
+			}
+		}
+		if !again {
+			return out
+		}
+	}
+}
+
+// pause waits a little before another attempt (100 ms, then 200 ms), and
+// reports false when ctx ends first.
+func pause(ctx context.Context, attempt int) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		return true
+	}
+}
+
+// names are the frontends removed, or the backend where no frontend went
+// with it.
+func names(fes, bes []string) []string {
+	if len(fes) > 0 {
+		return fes
+	}
+	return bes
+}
+
+// drained tells, for each owned backend no Service wants, whether it may go
+// (Drained); the sessions are asked only of those whose servers all sit in
+// maintenance.
+func (m *Manager) drained(ctx context.Context, t Target, want []services.Selected, held dataplane.Proxies) (map[string]bool, error) {
+	out := map[string]bool{}
+	var errs []error
+	for _, b := range Unwanted(want, held, m.Cluster) {
+		sessions, known := 0, false
+		if len(b.Servers) > 0 && !slices.ContainsFunc(b.Servers, func(s dataplane.ProxyServer) bool { return !s.Maint }) {
+			var err error
+			if sessions, known, err = t.Sessions(ctx, b.Name); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		out[b.Name] = Drained(b, sessions, known)
+	}
+	return out, errors.Join(errs...)
+}
