@@ -306,7 +306,7 @@ func (w *world) input() desired.Input {
 	}
 	return desired.Input{
 		Service: w.serviceObject(service, backend),
-		Slices: slices,
+		Slices:  slices,
 	}
 }
 

@@ -64,7 +64,7 @@ type services struct {
 	phase  phase
 	since  time.Time // web2's last step
 	dup    bool      // web3 exists
-	window bool // be must not change: web and web3 are refused
+	window bool      // be must not change: web and web3 are refused
 	// snap is be as each target ran it when the window began.
 	snap map[int]map[string]string
 	// epoch counts web2's steps, so that a monitor read that spans one is
