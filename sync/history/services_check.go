@@ -41,6 +41,9 @@ type svcWatch struct {
 	epoch           int64
 	reloads, others int64
 	settled         bool // be2 was as web2's last step leaves it, since
+	// reported holds what was reported, by invariant, server, web2's step
+	// and duplicate: each once, not every 100ms while it lasts.
+	reported map[string]bool
 }
 
 // check reads tg's backends once and records what breaks the invariants
@@ -50,13 +53,14 @@ func (s *services) check(tg *target, sw *svcWatch) {
 		phase           phase
 		epoch           int64
 		window          bool
+		windows         int
 		since           time.Time
 		reloads, others int64
 	}
 	now := func() state {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return state{s.phase, s.epoch.Load(), s.window, s.since, tg.reloads.Load(), tg.othersReloads.Load()}
+		return state{s.phase, s.epoch.Load(), s.window, s.windows, s.since, tg.reloads.Load(), tg.othersReloads.Load()}
 	}
 	a := now()
 	reply, err := tg.h.Command("show servers state")
@@ -65,18 +69,26 @@ func (s *services) check(tg *target, sw *svcWatch) {
 		sw.read = false // a reload under way, or web2 changed during the read
 		return
 	}
-	viol := func(inv Invariant, format string, args ...any) {
+	if sw.reported == nil {
+		sw.reported = map[string]bool{}
+	}
+	viol := func(inv Invariant, server string, format string, args ...any) {
+		key := fmt.Sprintf("%s|%s|%d|%d", inv, server, a.epoch, a.windows)
+		if sw.reported[key] {
+			return
+		}
+		sw.reported[key] = true
 		s.w.rec.add(obs{kind: obsViolation, target: tg.i, inv: inv, err: fmt.Sprintf(format, args...)})
 	}
 	be, be2 := haproxytest.ParseServers(reply, backend), haproxytest.ParseServers(reply, backend2)
 	for _, sv := range be {
 		if n, ok := podOfAddr(sv.Address); ok && n >= otherPods {
-			viol(OthersUntouchedAcross, "%s runs %s at %s, a pod of another Service", backend, sv.Name, sv.Address)
+			viol(OthersUntouchedAcross, sv.Name, "%s runs %s at %s, a pod of another Service", backend, sv.Name, sv.Address)
 		}
 	}
 	for _, sv := range be2 {
 		if n, ok := podOfAddr(sv.Address); !ok || !slices.Contains(web2Pods, n) {
-			viol(OthersUntouchedAcross, "%s runs %s at %s, not a pod of %s", backend2, sv.Name, sv.Address, service2)
+			viol(OthersUntouchedAcross, sv.Name, "%s runs %s at %s, not a pod of %s", backend2, sv.Name, sv.Address, service2)
 		}
 	}
 	if a.window && b.window {
@@ -84,7 +96,7 @@ func (s *services) check(tg *target, sw *svcWatch) {
 		snap := s.snap[tg.i]
 		s.mu.Unlock()
 		if d := diffView(snap, view(be), false); d != "" {
-			viol(RefusedChangesNothing, "%s changed while %s and %s both named it (both refused): %s", backend, service, service3, d)
+			viol(RefusedChangesNothing, "", "%s changed while %s and %s both named it (both refused): %s", backend, service, service3, d)
 		}
 	}
 
@@ -99,21 +111,21 @@ func (s *services) check(tg *target, sw *svcWatch) {
 			// The runtime driver's servers live in the running HAProxy
 			// alone: a reload by others drops them, parked or not.
 			if _, ok := v2[name]; !ok && !(tg.api == nil && byOthers) {
-				viol(LeftParked, "%s (%s) was deleted from %s while no Service names it", name, was, backend2)
+				viol(LeftParked, name, "%s (%s) was deleted from %s while no Service names it", name, was, backend2)
 			}
 		}
 	}
 	if bound := BoundsOf(config.ShippedCheck()).Converge; a.phase == left && time.Since(a.since) > bound {
 		for name, v := range v2 {
 			if strings.HasSuffix(v, " in") {
-				viol(LeftParked, "%s (%s) still takes traffic %v after %s stopped naming %s", name, v, time.Since(a.since).Round(time.Millisecond), service2, backend2)
+				viol(LeftParked, name, "%s (%s) still takes traffic %v after %s stopped naming %s", name, v, time.Since(a.since).Round(time.Millisecond), service2, backend2)
 			}
 		}
 	}
 	if sw.settled {
 		// A left backend's deletions are left-parked's to report.
 		if d := diffView(sw.prev, v2, a.phase == left); d != "" {
-			viol(OthersUntouchedAcross, "%s changed though no step concerned %s since it was as %s's last step leaves it: %s", backend2, service2, service2, d)
+			viol(OthersUntouchedAcross, "", "%s changed though no step concerned %s since it was as %s's last step leaves it: %s", backend2, service2, service2, d)
 		}
 	}
 	if !sw.settled && settledFor(a.phase, v2) {

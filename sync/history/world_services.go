@@ -65,6 +65,8 @@ type services struct {
 	since  time.Time // web2's last step
 	dup    bool      // web3 exists
 	window bool      // be must not change: web and web3 are refused
+	// windows counts the duplicates' windows.
+	windows int
 	// snap is be as each target ran it when the window began.
 	snap map[int]map[string]string
 	// epoch counts web2's steps, so that a monitor read that spans one is
@@ -309,6 +311,7 @@ func (s *services) apply(st Step) error {
 		}
 		s.mu.Lock()
 		s.snap, s.window = snap, true
+		s.windows++
 		s.mu.Unlock()
 		s.pokeKey(service3)
 	case DuplicateEnd:
