@@ -298,8 +298,9 @@ func (s *services) apply(st Step) error {
 		s.mu.Lock()
 		s.dup = true
 		s.mu.Unlock()
-		// One reconcile of web after web3 exists: it is refused, and
-		// none that read before still runs.
+		// One reconcile of web after web3 exists (as a resync would run):
+		// it is refused, and none that read before still runs when be is
+		// read for the window.
 		s.doKey(service)
 		snap := map[int]map[string]string{}
 		for _, tg := range w.targets {
@@ -313,15 +314,17 @@ func (s *services) apply(st Step) error {
 		s.snap, s.window = snap, true
 		s.windows++
 		s.mu.Unlock()
-		s.pokeKey(service3)
+		s.pokeKey(service3) // what the watch pokes for web3's creation
 	case DuplicateEnd:
 		s.mu.Lock()
 		s.window, s.dup = false, false
 		s.mu.Unlock()
+		// As the watch does: web3's deletion pokes web3, and hands be, which
+		// its old object named, over as left; the fleet must leave it to
+		// web, which names it again. Nothing pokes web: its next event
+		// (the window's not-ready pod ready again) or its follow-up's
+		// retry after its refused reconciles does.
 		s.pokeKey(service3)
-		s.pokeKey(service)
-		// web3 named be and is gone: be is handed over as left, and the
-		// fleet must leave it to web, which names it again.
 		s.left([]string{backend})
 	}
 	return nil
