@@ -75,7 +75,7 @@ soak:
 	grep -E -- '^ *(--- FAIL|[a-z-]+ after step|seed [0-9]+ \()' bin/soak.log | head -60; \
 	grep -E '^histories:' bin/soak.log || { tail -20 bin/soak.log; echo "histories: none finished"; }; exit $$rc
 
-## replay: one history again, from its seed: make replay SEED=N DRIVER=runtime|dataplane SHAPE=short|soak [LOG=file for the service log]
+## replay: one history again, from its seed: make replay SEED=N DRIVER=runtime|dataplane SHAPE=short|soak|services [LOG=file for the service log]
 replay:
 	HKS_HISTORY_SEED=$(SEED) HKS_HISTORY_DRIVER=$(DRIVER) HKS_HISTORY_SHAPE=$(SHAPE) HKS_HAPROXY=$(HAPROXY) HKS_HISTORY_LOG=$(if $(LOG),$(abspath $(LOG))) $(GO) test -count=1 -timeout 0 -run '^TestReplay$$' -v ./sync/history
 

@@ -202,6 +202,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 	}
 	step := -1
 	var deaths []time.Time
+	reachedOther := map[[2]int]bool{} // target, pod: reported once
 	add := func(inv Invariant, target int, at time.Time, format string, args ...any) {
 		what := fmt.Sprintf(format, args...)
 		if targets > 1 {
@@ -269,6 +270,22 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 	}
 	for _, o := range all {
 		tt := tts[min(o.target, len(tts)-1)]
+		if o.pod >= otherPods {
+			// Another Service's pod (many-Services histories): its checks
+			// and its life are none of web's; a client of be reaching it is
+			// a Service's traffic sent to another's pods.
+			switch o.kind {
+			case obsListen, obsStop, obsCheck:
+				continue
+			case obsClient:
+				if reachedOther[[2]int{o.target, o.pod}] {
+					continue
+				}
+				reachedOther[[2]int{o.target, o.pod}] = true
+				add(OthersUntouchedAcross, o.target, o.at, "a client of %s reached %s, a pod of another Service", backend, podName(o.pod))
+				continue
+			}
+		}
 		switch o.kind {
 		case obsStep:
 			step = o.step

@@ -70,3 +70,68 @@ func TestFaultsLeaveTheHistory(t *testing.T) {
 		}
 	}
 }
+
+// TestServicesLeaveTheHistory: the many-Services steps are inserted into
+// the seed's history and change nothing else of it; a duplicate's window
+// holds no step of the history's own but one NotReady, undone right after
+// it; web2 joins, leaves no sooner than joinedFor after, and each history
+// has every one of the four steps.
+func TestServicesLeaveTheHistory(t *testing.T) {
+	shape := Shape{Start: 4, Steps: 90, MaxPods: 12, MaxWait: 1200 * time.Millisecond, Grace: time.Second}
+	for seed := range uint64(30) {
+		plain := Generate(seed, shape)
+		shape.Services = true
+		with := Generate(seed, shape)
+		if again := Generate(seed, shape); !reflect.DeepEqual(with, again) {
+			t.Fatalf("seed %d: two histories from one seed", seed)
+		}
+		shape.Services = false
+		var rest []Step
+		count := map[Kind]int{}
+		var now, joinedAt time.Duration
+		joinedNow, inWindow := false, false
+		flapped := -1
+		for i, st := range with {
+			now += st.Wait
+			switch st.Kind {
+			case ServiceJoin:
+				if joinedNow {
+					t.Errorf("seed %d step %d: joins twice", seed, i)
+				}
+				joinedNow, joinedAt = true, now
+			case ServiceLeave:
+				if !joinedNow || now-joinedAt < joinedFor {
+					t.Errorf("seed %d step %d: leaves %v after it joined (joined=%v)", seed, i, now-joinedAt, joinedNow)
+				}
+				joinedNow = false
+			case Duplicate:
+				inWindow = true
+			case DuplicateEnd:
+				inWindow = false
+			default:
+				switch {
+				case inWindow && st.Kind == NotReady && flapped < 0:
+					flapped = st.Pods[0]
+				case inWindow:
+					t.Errorf("seed %d step %d: %s inside a duplicate's window", seed, i, st)
+				case flapped >= 0:
+					if st.Kind != Ready || st.Pods[0] != flapped || with[i-1].Kind != DuplicateEnd {
+						t.Errorf("seed %d step %d: %s, want the window's not-ready pod p-%d ready again", seed, i, st, flapped)
+					}
+					flapped = -1
+				default:
+					rest = append(rest, st)
+				}
+			}
+			count[st.Kind]++
+		}
+		if !reflect.DeepEqual(rest, plain) {
+			t.Fatalf("seed %d: the history with Services is not the history without them plus theirs", seed)
+		}
+		for _, k := range []Kind{ServiceJoin, ServiceLeave, Duplicate, DuplicateEnd} {
+			if count[k] == 0 {
+				t.Errorf("seed %d: no %s in %d steps", seed, k, len(with))
+			}
+		}
+	}
+}

@@ -13,7 +13,7 @@ const (
 	soakEnv   = "HKS_SOAK"           // a duration: run histories until it is spent
 	seedEnv   = "HKS_HISTORY_SEED"   // replay this seed
 	driverEnv = "HKS_HISTORY_DRIVER" // with this driver (default runtime)
-	shapeEnv  = "HKS_HISTORY_SHAPE"  // short or soak (default)
+	shapeEnv  = "HKS_HISTORY_SHAPE"  // short, soak (default) or services
 )
 
 // shortShape is a history of make test's short budget: about 20 s.
@@ -22,6 +22,28 @@ var shortShape = Shape{Name: "short", Start: 4, Steps: 30, MaxPods: 12, MaxWait:
 // soakShape is a soak's history: longer, so waits and timers that build up
 // over minutes have a chance to.
 var soakShape = Shape{Name: "soak", Start: 5, Steps: 400, MaxPods: 16, MaxWait: 1500 * time.Millisecond, Grace: time.Second, Faults: true}
+
+// servicesShape is a many-Services history (ServicesSetupOf): the short
+// shape's steps with web2 joining and leaving be2 and a refused duplicate
+// claim of be in each 30 of them. Steps: 30, plus those it adds.
+var servicesShape = Shape{Name: "services", Start: 4, Steps: 30, MaxPods: 12, MaxWait: 1200 * time.Millisecond, Grace: time.Second, Services: true}
+
+// ServicesSetupOf is SetupOf for a many-Services history: one target (the
+// HA pair's hang is the single-Service histories' to try), the rest drawn
+// as there.
+func ServicesSetupOf(seed uint64, driver Driver) Setup {
+	s := SetupOf(seed, driver)
+	s.Targets, s.Services = 1, true
+	return s
+}
+
+// servicesRuns are the many-Services histories make test runs: one (about
+// 22 s), the runtime driver's, whose deletions show at once (the Data Plane
+// driver's wait for their batch); make soak runs both drivers.
+var servicesRuns = []struct {
+	seed   uint64
+	driver Driver
+}{{3, Runtime}}
 
 // fixedSeeds are the histories make test runs on every submission, each
 // with both drivers: a budget of a few minutes.
@@ -43,6 +65,23 @@ func TestHistories(t *testing.T) {
 	}
 }
 
+// TestHistoriesManyServices runs many-Services histories: web's pod steps
+// through the fleet, web2 joining and leaving be2, a third Service claiming
+// be beside web (both refused).
+func TestHistoriesManyServices(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real HAProxy histories")
+	}
+	if os.Getenv(soakEnv) != "" || os.Getenv(seedEnv) != "" {
+		t.Skip("make soak / make replay run TestSoak / TestReplay")
+	}
+	for _, r := range servicesRuns {
+		t.Run(fmt.Sprintf("%s-%d", r.driver, r.seed), func(t *testing.T) {
+			expectNone(t, Run(t, ServicesSetupOf(r.seed, r.driver), servicesShape))
+		})
+	}
+}
+
 // TestReplay runs the history of HKS_HISTORY_SEED again (make replay).
 func TestReplay(t *testing.T) {
 	raw := os.Getenv(seedEnv)
@@ -53,23 +92,25 @@ func TestReplay(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s=%q: %v", seedEnv, raw, err)
 	}
-	shape := soakShape
+	shape, setupOf := soakShape, SetupOf
 	switch raw := os.Getenv(shapeEnv); raw {
 	case "", soakShape.Name:
 	case shortShape.Name:
 		shape = shortShape
+	case servicesShape.Name:
+		shape, setupOf = servicesShape, ServicesSetupOf
 	default:
-		t.Fatalf("%s=%q: want %s or %s", shapeEnv, raw, shortShape.Name, soakShape.Name)
+		t.Fatalf("%s=%q: want %s, %s or %s", shapeEnv, raw, shortShape.Name, soakShape.Name, servicesShape.Name)
 	}
 	d := Driver(os.Getenv(driverEnv))
 	if d == "" {
 		d = Runtime
 	}
-	expectNone(t, Run(t, SetupOf(seed, d), shape))
+	expectNone(t, Run(t, setupOf(seed, d), shape))
 }
 
 // TestSoak runs histories with both drivers for HKS_SOAK, from a seed drawn
-// from the clock, and ends with one line: histories, steps, requests and
+// from the clock (every third one a many-Services history), and ends with one line: histories, steps, requests and
 // violations.
 func TestSoak(t *testing.T) {
 	raw := os.Getenv(soakEnv)
@@ -84,10 +125,20 @@ func TestSoak(t *testing.T) {
 	seed := uint64(time.Now().UnixNano() % 1_000_000_000)
 	histories, steps, requests, violations := 0, 0, 0, 0
 	for i := 0; time.Now().Before(end); i++ {
-		drv := []Driver{Runtime, Dataplane}[i%2]
-		s := SetupOf(seed+uint64(i/2), drv)
-		t.Run(fmt.Sprintf("%s-%d", drv, s.Seed), func(t *testing.T) {
-			r := Run(t, s, soakShape)
+		// Each seed: a soak history with each driver, then a many-Services
+		// one, the drivers in turn.
+		k := uint64(i / 3)
+		drv, shape, s := Runtime, soakShape, SetupOf(seed+k, Runtime)
+		switch i % 3 {
+		case 1:
+			drv = Dataplane
+			s = SetupOf(seed+k, drv)
+		case 2:
+			drv, shape = []Driver{Runtime, Dataplane}[k%2], servicesShape
+			s = ServicesSetupOf(seed+k, drv)
+		}
+		t.Run(fmt.Sprintf("%s-%s-%d", shape.Name, drv, s.Seed), func(t *testing.T) {
+			r := Run(t, s, shape)
 			histories++
 			steps += len(r.Steps)
 			requests += r.Requests
@@ -102,7 +153,7 @@ func TestSoak(t *testing.T) {
 // that replays it and its steps up to the first violation.
 func expectNone(t *testing.T, r Report) {
 	t.Helper()
-	t.Logf("seed %d %s static=%v targets=%d zones=%v default-server=%v runtime-fails=%v: %d steps, %d requests, %d failed %v, a reload by others cost %v", r.Setup.Seed, r.Setup.Driver, r.Setup.Static, r.Setup.Targets, r.Setup.Zones, r.Setup.DefaultServer, r.Setup.RuntimeFails, len(r.Steps), r.Requests, r.Failed, r.Excused, r.ReloadCost)
+	t.Logf("seed %d %s static=%v targets=%d zones=%v default-server=%v runtime-fails=%v services=%v: %d steps, %d requests, %d failed %v, a reload by others cost %v", r.Setup.Seed, r.Setup.Driver, r.Setup.Static, r.Setup.Targets, r.Setup.Zones, r.Setup.DefaultServer, r.Setup.RuntimeFails, r.Setup.Services, len(r.Steps), r.Requests, r.Failed, r.Excused, r.ReloadCost)
 	if len(r.Violations) == 0 {
 		return
 	}

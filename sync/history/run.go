@@ -127,11 +127,15 @@ func (w *world) monitor(ctx context.Context, tg *target) (wait func()) {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		reported := false
+		var sw svcWatch
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
+			}
+			if w.svc != nil {
+				w.svc.check(tg, &sw)
 			}
 			if !w.setup.Static || reported {
 				continue
@@ -176,7 +180,11 @@ func (w *world) waitConverged(d time.Duration) string {
 func (w *world) converged() string {
 	var diffs []string
 	for _, tg := range w.targets {
-		for _, d := range w.convergedOn(tg) {
+		d := w.convergedOn(tg)
+		if w.svc != nil {
+			d = append(d, w.svc.convergedOn(tg)...)
+		}
+		for _, d := range d {
 			diffs = append(diffs, fmt.Sprintf("target %d: %s", tg.i, d))
 		}
 	}
@@ -245,30 +253,38 @@ func (w *world) convergedOn(tg *target) []string {
 		}
 	}
 	if tg.api != nil {
-		// In traffic or out of it: a server drained at runtime and written
-		// in maintenance (a gated server that never served) loses nothing
-		// to a reload.
-		persisted := tg.api.States(backend)
-		for _, s := range running {
-			st := "ready"
-			if s.Maint() || s.Drain() || s.Weight == 0 { // a written drain is weight 0
-				st = "out"
-			}
-			switch p, ok := persisted[s.Address]; {
-			case !ok && st == "ready":
-				diffs = append(diffs, fmt.Sprintf("server %s (%s) runs in traffic, haproxy.cfg lacks it", s.Name, s.Address))
-			case !ok:
-				// Out of traffic and never written: a server whose check
-				// never passed, added through the socket alone. A reload
-				// drops it; out of traffic either way.
-			case (p == "ready") != (st == "ready"):
-				diffs = append(diffs, fmt.Sprintf("server %s (%s) runs %s, haproxy.cfg has it %s", s.Name, s.Address, st, p))
-			}
-			delete(persisted, s.Address)
+		diffs = append(diffs, persistedDiffs(tg, backend, running)...)
+	}
+	return diffs
+}
+
+// persistedDiffs says how haproxy.cfg, as the Data Plane API wrote it,
+// differs from what runs in backend be, in or out of traffic.
+func persistedDiffs(tg *target, be string, running map[string]haproxytest.Server) []string {
+	var diffs []string
+	// In traffic or out of it: a server drained at runtime and written
+	// in maintenance (a gated server that never served) loses nothing
+	// to a reload.
+	persisted := tg.api.States(be)
+	for _, s := range running {
+		st := "ready"
+		if s.Maint() || s.Drain() || s.Weight == 0 { // a written drain is weight 0
+			st = "out"
 		}
-		for addr := range persisted {
-			diffs = append(diffs, fmt.Sprintf("haproxy.cfg holds %s, HAProxy does not run it", addr))
+		switch p, ok := persisted[s.Address]; {
+		case !ok && st == "ready":
+			diffs = append(diffs, fmt.Sprintf("server %s (%s) runs in traffic, haproxy.cfg lacks it", s.Name, s.Address))
+		case !ok:
+			// Out of traffic and never written: a server whose check
+			// never passed, added through the socket alone. A reload
+			// drops it; out of traffic either way.
+		case (p == "ready") != (st == "ready"):
+			diffs = append(diffs, fmt.Sprintf("server %s (%s) runs %s, haproxy.cfg has it %s", s.Name, s.Address, st, p))
 		}
+		delete(persisted, s.Address)
+	}
+	for addr := range persisted {
+		diffs = append(diffs, fmt.Sprintf("haproxy.cfg holds %s, HAProxy does not run it", addr))
 	}
 	return diffs
 }

@@ -68,6 +68,17 @@ const (
 	// closed without an answer, as a crashing API or a proxy does). The
 	// runtime driver has no API: nothing happens.
 	APIFault Kind = "api-fault"
+	// ServiceJoin annotates the second Service (web2) with the backend
+	// be2: its pods' servers enter be2 (many-Services histories).
+	ServiceJoin Kind = "service-join"
+	// ServiceLeave removes web2's annotation: be2 is handed over as left,
+	// its servers parked, never deleted while no Service names it.
+	ServiceLeave Kind = "service-leave"
+	// Duplicate creates a third Service (web3) whose annotation names be,
+	// as web's does: both are refused, and be does not change while it
+	// lasts. DuplicateEnd deletes web3.
+	Duplicate    Kind = "duplicate"
+	DuplicateEnd Kind = "duplicate-end"
 )
 
 // Step is one thing that happens, after Wait.
@@ -95,6 +106,10 @@ func (s Step) String() string {
 		ps = append(ps, fmt.Sprintf("target %d", s.Target))
 	case APIFault:
 		ps = append(ps, fmt.Sprintf("target %d %s x%d", s.Target, s.Fault, s.Times))
+	case ServiceJoin, ServiceLeave:
+		ps = append(ps, service2)
+	case Duplicate, DuplicateEnd:
+		ps = append(ps, service3+" names "+backend)
 	}
 	return fmt.Sprintf("+%v %s %s", s.Wait.Round(time.Millisecond), s.Kind, strings.Join(ps, ","))
 }
@@ -120,6 +135,8 @@ type Shape struct {
 	HangFor time.Duration
 	// Faults adds APIFault steps (withFaults).
 	Faults bool
+	// Services adds the many-Services steps (withServices).
+	Services bool
 }
 
 // podState is a pod as the generator tracks it.
@@ -322,6 +339,9 @@ func Generate(seed uint64, shape Shape) []Step {
 	}
 	if hungAt >= 0 {
 		steps = append(steps, Step{Wait: 20 * time.Millisecond, Kind: Unhang, Target: 1})
+	}
+	if shape.Services {
+		steps = withServices(seed, shape, steps)
 	}
 	if shape.Faults {
 		steps = withFaults(seed, shape, steps)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/haproxytech/client-native/v6/models"
@@ -33,6 +34,13 @@ type target struct {
 
 	reloadMu sync.Mutex // one reload at a time: the API's and the history's
 	rec      *recorder
+	// backends are haproxy.cfg's backends the service writes: be, and be2
+	// in many-Services histories.
+	backends []string
+	// othersReloads and reloads count the starts and ends of reloads by
+	// others, and of every reload (the API's too): a monitor that sees
+	// them change between two reads knows HAProxy may have reloaded.
+	othersReloads, reloads atomic.Int64
 }
 
 // startTarget starts target i's HAProxy and, for the Data Plane driver, its
@@ -43,8 +51,13 @@ func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder) *target 
 	if s.DefaultServer {
 		lines = append(lines, "default-server send-proxy-v2")
 	}
-	tg := &target{i: i, rec: rec}
-	tg.h = haproxytest.Start(t, haproxytest.Backend{Name: backend, Lines: lines, FrontendLines: haproxytest.LogAbnormal})
+	tg := &target{i: i, rec: rec, backends: []string{backend}}
+	bes := []haproxytest.Backend{{Name: backend, Lines: lines, FrontendLines: haproxytest.LogAbnormal}}
+	if s.Services {
+		tg.backends = append(tg.backends, backend2)
+		bes = append(bes, haproxytest.Backend{Name: backend2, Lines: lines})
+	}
+	tg.h = haproxytest.Start(t, bes...)
 	tg.front = tg.h.Frontends[backend]
 	tg.runtimeURL = tg.h.RuntimeURL()
 	if i > 0 {
@@ -68,7 +81,13 @@ func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder) *target 
 			be.DefaultServer = &models.DefaultServer{ServerParams: models.ServerParams{SendProxyV2: "enabled"}}
 		}
 		tg.api.AddBackend(models.Backend{BackendBase: be}, servers...)
-		tg.h.SetServers(t, backend, tg.api.ServerLines(backend))
+		if s.Services {
+			be.Name = backend2
+			tg.api.AddBackend(models.Backend{BackendBase: be})
+		}
+		for _, b := range tg.backends {
+			tg.h.SetServers(t, b, tg.api.ServerLines(b))
+		}
 		tg.h.Reload(t)
 	} else if s.Static {
 		tg.h.SetServers(t, backend, []string{static})
@@ -81,9 +100,13 @@ func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder) *target 
 func (tg *target) apiReload() {
 	tg.reloadMu.Lock()
 	defer tg.reloadMu.Unlock()
-	if err := tg.h.TrySetServers(backend, tg.api.ServerLines(backend)); err != nil {
-		tg.rec.add(obs{kind: obsReload, target: tg.i, err: err.Error()})
-		return
+	tg.reloads.Add(1)
+	defer tg.reloads.Add(1)
+	for _, b := range tg.backends {
+		if err := tg.h.TrySetServers(b, tg.api.ServerLines(b)); err != nil {
+			tg.rec.add(obs{kind: obsReload, target: tg.i, err: err.Error()})
+			return
+		}
 	}
 	if err := tg.h.TryReload(); err != nil {
 		tg.rec.add(obs{kind: obsReload, target: tg.i, err: err.Error()})
@@ -97,9 +120,14 @@ func (tg *target) apiReload() {
 func (tg *target) reloadByOthers() error {
 	tg.reloadMu.Lock()
 	defer tg.reloadMu.Unlock()
+	tg.reloads.Add(1)
+	tg.othersReloads.Add(1)
+	defer func() { tg.reloads.Add(1); tg.othersReloads.Add(1) }()
 	if tg.api != nil {
-		if err := tg.h.TrySetServers(backend, tg.api.ServerLines(backend)); err != nil {
-			return err
+		for _, b := range tg.backends {
+			if err := tg.h.TrySetServers(b, tg.api.ServerLines(b)); err != nil {
+				return err
+			}
 		}
 	}
 	return tg.h.TryReload()

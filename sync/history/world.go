@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
@@ -79,6 +78,10 @@ type Setup struct {
 	// runtime command fails, or when it cannot read HAProxy's version
 	// (dataplaneapi v3.3.0 with HAProxy 3.2 and 3.4).
 	RuntimeFails bool
+	// Services runs the many-Services mode (SERVICE_SELECTION=annotation)
+	// through the fleet: web names be, and a second Service, web2, may
+	// name be2 (ServiceJoin); see world_services.go.
+	Services bool
 }
 
 // localZone is HAPROXY_LOCAL_ZONE in histories with zones.
@@ -114,6 +117,8 @@ type world struct {
 	live  *desiredtest.Live
 	poke  func()
 	close func()
+	// svc is the many-Services part (Setup.Services), nil otherwise.
+	svc *services
 }
 
 // newWorld starts the HAProxy targets (and their Data Plane test APIs when
@@ -153,6 +158,9 @@ func newWorld(t testing.TB, s Setup) *world {
 	if s.Static {
 		env["CLUSTER_NAME"] = cluster
 	}
+	if s.Services {
+		env["SERVICE_SELECTION"], env["ANNOTATION_BACKENDS"] = "annotation", backend+","+backend2
+	}
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
@@ -161,7 +169,11 @@ func newWorld(t testing.TB, s Setup) *world {
 		t.Fatal(err)
 	}
 	w.live = desiredtest.NewLive(w.input())
-	w.poke, w.close = startService(t, cfg, w.live)
+	if s.Services {
+		w.poke, w.close = w.startFleet(cfg)
+	} else {
+		w.poke, w.close = startService(t, cfg, w.live)
+	}
 	t.Cleanup(w.close)
 	return w
 }
@@ -174,30 +186,9 @@ func (w *world) newPod(n int) *pod {
 // cfg, a Coalescer with the follow-up, the reload watcher) and returns its poke, what the watch
 // calls on a Kubernetes change, and what stops it.
 func startService(t testing.TB, cfg config.Config, src reconcile.Source) (poke func(), stop func()) {
-	opts := cfg.Options()
 	log := serviceLog(t)
-	var drivers []reconcile.Driver
-	checks := map[string]reconcile.CheckReader{}
-	watched := map[string]reloads.Process{}
-	hc := &http.Client{Timeout: min(10*time.Second, cfg.ReconcileTimeout/3)}
-	for i, raw := range cfg.RuntimeURLs {
-		rt, err := runtimeapi.New(raw, opts.Settings, opts.Check)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var drv reconcile.Driver = rt
-		if len(cfg.Dataplanes) > 0 {
-			drv = dataplane.New(cfg.Dataplanes[i], dataplane.Auth{}, hc, dataplane.WithDeleteBatch(cfg.DeleteBatch), dataplane.WithRuntime(rt))
-		}
-		drivers = append(drivers, drv)
-		checks[drv.Name()] = rt
-		watched[drv.Name()] = rt
-	}
-	rec := &reconcile.Reconciler{
-		Source: src, Options: opts, Targets: drivers,
-		Timeout: cfg.ReconcileTimeout, GuardPercent: cfg.DeleteGuard, MaxServers: cfg.MaxServers,
-		DrainTimeout: cfg.DrainTimeout, Log: log, Cluster: cfg.ClusterName,
-	}
+	rec, checks, watched := reconcilerOf(t, cfg, log)
+	rec.Source = src
 	follow := &reconcile.FollowUp{Checks: checks}
 	co := reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) {
 		res, err := rec.Reconcile(ctx, false)
@@ -218,6 +209,34 @@ func startService(t testing.TB, cfg config.Config, src reconcile.Source) (poke f
 		case <-time.After(cfg.ReconcileTimeout + 5*time.Second):
 		}
 	}
+}
+
+// reconcilerOf is the Reconciler serve builds from cfg (without its
+// Source), its targets' check readers and what the reload watch watches.
+func reconcilerOf(t testing.TB, cfg config.Config, log *slog.Logger) (*reconcile.Reconciler, map[string]reconcile.CheckReader, map[string]reloads.Process) {
+	opts := cfg.Options()
+	var drivers []reconcile.Driver
+	checks := map[string]reconcile.CheckReader{}
+	watched := map[string]reloads.Process{}
+	hc := &http.Client{Timeout: min(10*time.Second, cfg.ReconcileTimeout/3)}
+	for i, raw := range cfg.RuntimeURLs {
+		rt, err := runtimeapi.New(raw, opts.Settings, opts.Check)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var drv reconcile.Driver = rt
+		if len(cfg.Dataplanes) > 0 {
+			drv = dataplane.New(cfg.Dataplanes[i], dataplane.Auth{}, hc, dataplane.WithDeleteBatch(cfg.DeleteBatch), dataplane.WithRuntime(rt))
+		}
+		drivers = append(drivers, drv)
+		checks[drv.Name()] = rt
+		watched[drv.Name()] = rt
+	}
+	return &reconcile.Reconciler{
+		Options: opts, Targets: drivers,
+		Timeout: cfg.ReconcileTimeout, GuardPercent: cfg.DeleteGuard, MaxServers: cfg.MaxServers,
+		DrainTimeout: cfg.DrainTimeout, Log: log, Cluster: cfg.ClusterName,
+	}, checks, watched
 }
 
 // logEnv names a file for the service's own log (make replay LOG=…).
@@ -286,11 +305,8 @@ func (w *world) input() desired.Input {
 		slices = append(slices, *bySlice[i])
 	}
 	return desired.Input{
-		Service: &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: service, UID: "hist-web"},
-			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: name, Port: 80, TargetPort: intstr.FromInt32(port)}}},
-		},
-		Slices: slices,
+		Service: w.serviceObject(service, backend),
+		Slices:  slices,
 	}
 }
 
@@ -311,6 +327,8 @@ func (w *world) apply(st Step, index int) error {
 		return w.recreate(st, index)
 	case Rollout:
 		return w.rollout(st)
+	case ServiceJoin, ServiceLeave, Duplicate, DuplicateEnd:
+		return w.svc.apply(st)
 	}
 	for _, n := range st.Pods {
 		w.mu.Lock()

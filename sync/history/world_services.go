@@ -1,0 +1,354 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/fleet"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reloads"
+	svcs "github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/services"
+)
+
+// The many-Services histories (Setup.Services): web names be, as in every
+// history; web2 (pods 5000-5002, always ready) names be2 while it has
+// joined; web3 (pod 5100) names be while a Duplicate lasts, so that both web
+// and web3 are refused.
+const (
+	backend2 = "be2"
+	service2 = "web2"
+	service3 = "web3"
+	// otherPods is the first pod number of Services other than web: the
+	// evaluation of web's pods leaves them out.
+	otherPods = 5000
+)
+
+var (
+	web2Pods = []int{otherPods, otherPods + 1, otherPods + 2}
+	web3Pods = []int{otherPods + 100}
+)
+
+// phase is web2's relation to be2.
+type phase int
+
+const (
+	never  phase = iota // web2 never named be2: it has no server
+	joined              // web2 names be2: its pods in service there
+	left                // web2 named be2 and does not any more: parked
+)
+
+// services is the many-Services part of a world: the Services Kubernetes
+// holds beside web, and the service's loop run through the fleet.
+type services struct {
+	w     *world
+	live2 *desiredtest.Live
+	live3 *desiredtest.Live
+
+	mu     sync.Mutex
+	phase  phase
+	since  time.Time // web2's last step
+	dup    bool      // web3 exists
+	window bool      // be must not change: web and web3 are refused
+	// windows counts the duplicates' windows.
+	windows int
+	// snap is be as each target ran it when the window began.
+	snap map[int]map[string]string
+	// epoch counts web2's steps, so that a monitor read that spans one is
+	// not judged.
+	epoch atomic.Int64
+
+	pokeKey func(key string)
+	doKey   func(key string)
+	left    func(backends []string)
+}
+
+// serviceObject is the Service name as Kubernetes holds it; in
+// many-Services histories it names be (the annotation), or nothing.
+func (w *world) serviceObject(name, be string) *corev1.Service {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: "hist-" + types.UID(name)},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "tcp", Port: 80, TargetPort: intstr.FromInt32(int32(w.port))}}},
+	}
+	if w.setup.Services && be != "" {
+		svc.Annotations = map[string]string{svcs.Annotation: be}
+	}
+	return svc
+}
+
+// readyInput is the Service name with every pod of pods ready.
+func (w *world) readyInput(name string, pods []int) desired.Input {
+	port, pname := int32(w.port), "tcp"
+	sl := discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: namespace, Name: name + "-0", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &pname, Port: &port}},
+	}
+	for _, n := range pods {
+		yes, no := true, false
+		ep := discoveryv1.Endpoint{
+			Addresses:  []string{podAddr(n)},
+			Conditions: discoveryv1.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: namespace, Name: podName(n)},
+		}
+		if w.setup.Zones {
+			z := localZone
+			ep.Zone = &z
+		}
+		sl.Endpoints = append(sl.Endpoints, ep)
+	}
+	return desired.Input{Service: w.serviceObject(name, ""), Slices: []discoveryv1.EndpointSlice{sl}}
+}
+
+// ListServices is the Services Kubernetes holds now (fleet.Fleet.Services).
+func (s *services) ListServices(_ context.Context, ns string, _ metav1.ListOptions) (*corev1.ServiceList, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := &corev1.ServiceList{}
+	if ns != "" && ns != namespace {
+		return out, nil
+	}
+	out.Items = append(out.Items, *s.w.serviceObject(service, backend))
+	be2 := ""
+	if s.phase == joined {
+		be2 = backend2
+	}
+	out.Items = append(out.Items, *s.w.serviceObject(service2, be2))
+	if s.dup {
+		out.Items = append(out.Items, *s.w.serviceObject(service3, backend))
+	}
+	return out, nil
+}
+
+// source is what the fleet reads of one Service.
+func (s *services) source(_, name string) reconcile.Source {
+	switch name {
+	case service2:
+		return s.live2
+	case service3:
+		return s.live3
+	}
+	return s.w.live
+}
+
+// startFleet starts web2's and web3's pods and the service's loop in
+// many-Services mode: the fleet (SERVICE_SELECTION=annotation from cfg),
+// each Service's reconciles in a coalescer of its own with the follow-up,
+// as serve runs the one Service's, the left backends handed over as the
+// watch does (fleet.ReconcileLeft), and the reload watch poking every
+// Service. It returns web's poke and what stops it all.
+func (w *world) startFleet(cfg config.Config) (poke func(), stop func()) {
+	t := w.t
+	s := &services{w: w, live2: desiredtest.NewLive(w.readyInput(service2, web2Pods)), live3: desiredtest.NewLive(w.readyInput(service3, web3Pods))}
+	w.svc = s
+	for _, n := range slices.Concat(web2Pods, web3Pods) {
+		p := w.newPod(n)
+		if err := p.start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.stop)
+		w.mu.Lock()
+		w.pods[n] = p
+		w.mu.Unlock()
+	}
+	log := serviceLog(t)
+	rec, checks, watched := reconcilerOf(t, cfg, log)
+	f := &fleet.Fleet{Services: s, Selection: cfg.Selecting(), Template: rec, Source: s.source, Log: log}
+	type loop struct {
+		co     *reconcile.Coalescer
+		follow *reconcile.FollowUp
+	}
+	var mu sync.Mutex
+	loops := map[string]loop{}
+	loopOf := func(key string, run func(ctx context.Context) (reconcile.Result, error)) *reconcile.Coalescer {
+		mu.Lock()
+		defer mu.Unlock()
+		if l, ok := loops[key]; ok {
+			return l.co
+		}
+		l := loop{co: reconcile.NewCoalescer(run), follow: &reconcile.FollowUp{Checks: checks}}
+		l.co.Follow(l.follow, nil)
+		loops[key] = l
+		return l.co
+	}
+	loopFor := func(key string) *reconcile.Coalescer {
+		return loopOf(key, func(ctx context.Context) (reconcile.Result, error) {
+			res, err := f.ReconcileService(ctx, key, false)
+			log.Debug("reconciled", "service", key, "result", res, "err", err)
+			for _, r := range res.Services {
+				if r.Service == key {
+					return r.Result, err
+				}
+			}
+			if err == nil {
+				err = errors.New("no result")
+			}
+			return reconcile.Result{Status: reconcile.StatusError, Error: err.Error()}, err
+		})
+	}
+	// Left backends: handed over once, as the watch does; a failed hand-over
+	// is tried again by the follow-up's retry.
+	var leftMu sync.Mutex
+	var pending, failed []string
+	leftLoop := loopOf("\x00left", func(ctx context.Context) (reconcile.Result, error) {
+		leftMu.Lock()
+		batch := slices.Compact(slices.Sorted(slices.Values(slices.Concat(pending, failed))))
+		pending, failed = nil, nil
+		leftMu.Unlock()
+		res, err := f.ReconcileLeft(ctx, batch)
+		log.Debug("reconciled left", "backends", batch, "result", res, "err", err)
+		out := reconcile.Result{Status: res.Status, Error: res.Error, ErrorClass: res.ErrorClass}
+		for _, l := range res.Left {
+			if out.Targets == nil || l.Status == reconcile.StatusError {
+				out = l.Result
+			}
+		}
+		if err != nil {
+			leftMu.Lock()
+			failed = batch
+			leftMu.Unlock()
+		}
+		return out, err
+	})
+	key := func(name string) string { return namespace + "/" + name }
+	s.pokeKey = func(name string) { loopFor(key(name)).Poke() }
+	s.doKey = func(name string) {
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.ReconcileTimeout)
+		defer cancel()
+		_, _ = loopFor(key(name)).Do(ctx)
+	}
+	s.left = func(backends []string) {
+		leftMu.Lock()
+		pending = append(pending, backends...)
+		leftMu.Unlock()
+		leftLoop.Poke()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rw := &reloads.Watcher{Targets: watched, Poke: func(string) {
+		// A watch restart or resync reconciles every Service: the reload
+		// watch does the same.
+		for _, n := range []string{service, service2, service3} {
+			s.pokeKey(n)
+		}
+	}}
+	watching := make(chan struct{})
+	go func() { rw.Run(ctx); close(watching) }()
+	return func() { s.pokeKey(service) }, func() {
+		cancel()
+		<-watching
+		mu.Lock()
+		all := make([]loop, 0, len(loops))
+		for _, l := range loops {
+			all = append(all, l)
+		}
+		mu.Unlock()
+		for _, l := range all {
+			l.follow.Stop()
+		}
+		for _, l := range all {
+			select {
+			case <-l.co.Idle():
+			case <-time.After(cfg.ReconcileTimeout + 5*time.Second):
+			}
+		}
+	}
+}
+
+// apply carries out a many-Services step as the watch sees it: the
+// Service's own key is poked, and a Service that stops naming a backend
+// hands it over as left.
+func (s *services) apply(st Step) error {
+	w := s.w
+	switch st.Kind {
+	case ServiceJoin, ServiceLeave:
+		s.mu.Lock()
+		s.phase = left
+		if st.Kind == ServiceJoin {
+			s.phase = joined
+		}
+		s.since = time.Now()
+		s.epoch.Add(1)
+		s.mu.Unlock()
+		s.pokeKey(service2)
+		if st.Kind == ServiceLeave {
+			s.left([]string{backend2})
+		}
+	case Duplicate:
+		// Judged from a quiet be: what a reconcile that read before the
+		// claim still does is not the refusal's.
+		b := BoundsOf(config.ShippedCheck())
+		if why := w.waitConverged(b.Converge); why != "" {
+			w.rec.add(obs{kind: obsViolation, inv: Converges, err: "before a duplicate claim, not within " + b.Converge.String() + ": " + why})
+		}
+		s.mu.Lock()
+		s.dup = true
+		s.mu.Unlock()
+		// One reconcile of web after web3 exists (as a resync would run):
+		// it is refused, and none that read before still runs when be is
+		// read for the window.
+		s.doKey(service)
+		snap := map[int]map[string]string{}
+		for _, tg := range w.targets {
+			v, err := viewOf(tg, backend)
+			if err != nil {
+				return fmt.Errorf("duplicate: %w", err)
+			}
+			snap[tg.i] = v
+		}
+		s.mu.Lock()
+		s.snap, s.window = snap, true
+		s.windows++
+		s.mu.Unlock()
+		s.pokeKey(service3) // what the watch pokes for web3's creation
+	case DuplicateEnd:
+		s.mu.Lock()
+		s.window, s.dup = false, false
+		s.mu.Unlock()
+		// As the watch does: web3's deletion pokes web3, and hands be, which
+		// its old object named, over as left; the fleet must leave it to
+		// web, which names it again. Nothing pokes web: its next event
+		// (the window's not-ready pod ready again) or its follow-up's
+		// retry after its refused reconciles does.
+		s.pokeKey(service3)
+		s.left([]string{backend})
+	}
+	return nil
+}
+
+// viewOf reads backend's servers on tg: each one's address and whether it
+// takes traffic ("in") or not ("out"): what a reconcile writes, not what
+// the checks say.
+func viewOf(tg *target, be string) (map[string]string, error) {
+	reply, err := tg.h.Command("show servers state " + be)
+	if err != nil {
+		return nil, err
+	}
+	return view(haproxytest.ParseServers(reply, be)), nil
+}
+
+func view(servers map[string]haproxytest.Server) map[string]string {
+	out := map[string]string{}
+	for name, sv := range servers {
+		in := "in"
+		if sv.Maint() || sv.Drain() || sv.Weight == 0 {
+			in = "out"
+		}
+		out[name] = sv.Address + ":" + strconv.Itoa(sv.Port) + " " + in
+	}
+	return out
+}
