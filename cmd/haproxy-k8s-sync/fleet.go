@@ -67,4 +67,3 @@ func reconcileFleetOnce(f *fleet.Fleet, dryRun bool, log *slog.Logger) int {
 	}
 	return 0
 }
-
