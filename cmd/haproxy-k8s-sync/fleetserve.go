@@ -123,6 +123,13 @@ func (p *fleetPokes) logService(tr, key string, res reconcile.Result, err error)
 
 func (p *fleetPokes) logFleet(tr string, res fleet.Result, err error) {
 	l := p.log.With("trigger", tr, "id", trigger.NewID())
+	// Each Service's and left backend's part, at debug: one line each.
+	for _, s := range res.Services {
+		l.Debug("service reconciled", "service", s.Service, "status", s.Status, "error", s.Error, "targets", s.Targets)
+	}
+	for _, b := range res.Left {
+		l.Debug("left backend reconciled", "backend", b.Backend, "status", b.Status, "error", b.Error, "targets", b.Targets)
+	}
 	if err != nil {
 		l.Warn("reconcile failed", "error", err, "errorClass", res.ErrorClass, "services", len(res.Services), "left", len(res.Left))
 		return
