@@ -43,6 +43,9 @@ type Lanes struct {
 	// follow-up poke.
 	OnPoked  func(key string, res reconcile.Result, err error)
 	Followed func(key, reason string, coalesced bool)
+	// LeftAgain, when set, is handed the left backends a later reconcile
+	// has work for (see Left); it must not block (a watch.Queue's Left).
+	LeftAgain func(backends []string)
 
 	once     sync.Once
 	runs     context.Context // every reconcile's; EndRuns cancels it
@@ -53,6 +56,10 @@ type Lanes struct {
 	closing  bool
 	inflight int
 	idle     chan struct{} // closed when inflight falls to 0
+	// leftFollow follows the left backends up; leftLast holds the last
+	// targets of those with work left.
+	leftFollow *reconcile.FollowUp
+	leftLast   map[string][]reconcile.TargetResult
 }
 
 type lane struct {
@@ -73,6 +80,10 @@ func (l *Lanes) init() {
 		l.runs, l.endRuns = context.WithCancel(context.Background())
 		l.sem = make(chan struct{}, Concurrency)
 		l.lanes = map[string]*lane{}
+		l.leftFollow = &reconcile.FollowUp{}
+		if l.Tune != nil {
+			l.Tune(l.leftFollow)
+		}
 	})
 }
 
@@ -123,9 +134,9 @@ func (l *Lanes) Full(ctx context.Context) (Result, error) {
 		if s.Status == reconcile.StatusError {
 			serr = errors.New(s.Error)
 		}
-		if !ok && !s.Pending() && serr == nil {
-			continue // nothing to follow up
-		}
+		// Every Service's result, not only those with servers waiting:
+		// the follow-up also confirms what the deletion guard parked and
+		// watches pods held by the readiness gate, which only it can tell.
 		if !ok {
 			ln = l.lane(s.Service)
 		}
@@ -141,7 +152,11 @@ func (l *Lanes) Full(ctx context.Context) (Result, error) {
 	return res, err
 }
 
-// Left reconciles backends no Service names any more (Fleet.ReconcileLeft).
+// Left reconciles backends no Service names any more (Fleet.ReconcileLeft),
+// and follows them up as a lane does: those whose servers wait for their
+// sessions to end or for the guard's confirming read, or whose reconcile
+// failed, are handed to LeftAgain when a later reconcile has work (they
+// are parked meanwhile, out of traffic).
 func (l *Lanes) Left(ctx context.Context, backends []string) (Result, error) {
 	l.init()
 	if !l.enter() {
@@ -150,7 +165,71 @@ func (l *Lanes) Left(ctx context.Context, backends []string) (Result, error) {
 	defer l.exit()
 	ctx, cancel := l.bound(ctx)
 	defer cancel()
-	return l.Fleet.ReconcileLeft(ctx, backends)
+	res, err := l.Fleet.ReconcileLeft(ctx, backends)
+	l.followLeft(backends, res, err)
+	return res, err
+}
+
+// followLeft records which left backends still have work, and has the
+// left follow-up watch them all.
+func (l *Lanes) followLeft(asked []string, res Result, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.leftLast == nil {
+		l.leftLast = map[string][]reconcile.TargetResult{}
+	}
+	listed := err == nil || errors.Is(err, ErrServices)
+	if listed {
+		for _, b := range asked {
+			delete(l.leftLast, b) // named again, or done below
+		}
+	}
+	for _, r := range res.Left {
+		if r.Status == reconcile.StatusError || r.Pending() || guardParked(r.Result) {
+			l.leftLast[r.Backend] = r.Targets
+		}
+	}
+	if !listed {
+		for _, b := range asked {
+			if _, ok := l.leftLast[b]; !ok {
+				l.leftLast[b] = nil
+			}
+		}
+	}
+	var all reconcile.Result
+	for _, t := range l.leftLast {
+		all.Targets = append(all.Targets, t...)
+	}
+	var ferr error
+	failedAny := !listed || slices.ContainsFunc(res.Left, func(r LeftResult) bool { return r.Status == reconcile.StatusError })
+	if failedAny {
+		ferr = ErrServices
+	}
+	l.leftFollow.Observe(all, ferr, func(string) {
+		l.mu.Lock()
+		again := make([]string, 0, len(l.leftLast))
+		for b := range l.leftLast {
+			again = append(again, b)
+		}
+		l.mu.Unlock()
+		slices.Sort(again)
+		if len(again) > 0 && l.LeftAgain != nil {
+			l.LeftAgain(again)
+		}
+	})
+}
+
+// guardParked reports whether r parked servers the deletion guard holds
+// until a later read confirms them unwanted.
+func guardParked(r reconcile.Result) bool {
+	for _, t := range r.Targets {
+		for _, g := range t.Guarded {
+			if slices.Contains(t.Maint, g) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Reconcile is the HTTP API's full reconcile: Full, or the Fleet's dry run.
@@ -219,6 +298,7 @@ func (l *Lanes) Close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closing = true
+	l.leftFollow.Stop()
 	for _, ln := range l.lanes {
 		ln.follow.Stop()
 	}

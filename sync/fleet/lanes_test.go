@@ -111,8 +111,8 @@ func TestLaneFollowUpEntersGatedServer(t *testing.T) {
 	}
 }
 
-// A full reconcile hands what is left to do to the Services' lanes: only
-// those with something pending get one; a Service not selected any more
+// A full reconcile hands each Service's result to its lane, whose
+// follow-up finishes what is left to do; a Service not selected any more
 // loses its lane.
 func TestFullHandsPendingServicesToTheirLanes(t *testing.T) {
 	c := &cluster{}
@@ -125,8 +125,8 @@ func TestFullHandsPendingServicesToTheirLanes(t *testing.T) {
 	if _, err := l.Full(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if l.Len() != 1 {
-		t.Fatalf("%d lanes, want apps/web's alone", l.Len())
+	if l.Len() != 2 {
+		t.Fatalf("%d lanes, want one per selected Service", l.Len())
 	}
 	cr.pass.Store(true)
 	eventually(t, "be_web in service after the full reconcile, through its lane", allIn(h, "be_web", model.Ready))
@@ -137,8 +137,8 @@ func TestFullHandsPendingServicesToTheirLanes(t *testing.T) {
 	if _, err := l.Full(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if l.Len() != 0 {
-		t.Fatalf("%d lanes after apps/web left, want none", l.Len())
+	if l.Len() != 1 {
+		t.Fatalf("%d lanes after apps/web left, want apps/empty's alone", l.Len())
 	}
 }
 
@@ -212,5 +212,45 @@ func TestLanesClose(t *testing.T) {
 	}
 	if _, err := l.Full(context.Background()); !errors.Is(err, ErrShuttingDown) {
 		t.Fatalf("Full after Close: %v", err)
+	}
+}
+
+// A left backend whose reconcile failed is handed over again (LeftAgain)
+// after the retry pause, until one succeeds; then no more: no Service
+// names it, so nothing else would ever reconcile it.
+func TestLeftBackendsAreRetried(t *testing.T) {
+	c := &cluster{}
+	c.add(annotatedSvc("apps", "web", "be_web"), "127.0.1.1")
+	g, cr := newGated("h", "be_web")
+	h := g.memHAProxy
+	l := newLanes(newFleet(c, g), cr)
+	l.Tune = func(fu *reconcile.FollowUp) { fu.Retry = 5 * time.Millisecond }
+	defer l.Close()
+	again := make(chan []string, 10)
+	l.LeftAgain = func(b []string) { again <- b }
+	if _, err := l.Left(context.Background(), []string{"be_gone"}); err == nil {
+		t.Fatal("be_gone is not in HAProxy yet: want a failure")
+	}
+	select {
+	case b := <-again:
+		if fmt.Sprint(b) != "[be_gone]" {
+			t.Fatalf("handed over again: %v", b)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the failed left backend was never handed over again")
+	}
+	h.mu.Lock()
+	h.backends["be_gone"] = map[string]model.Server{"old-1": {Name: "old-1", Address: "127.0.3.1", Port: 80, State: model.Ready, Weight: 1}}
+	h.mu.Unlock()
+	if _, err := l.Left(context.Background(), []string{"be_gone"}); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.states("be_gone"); st["old-1"] != model.Maint {
+		t.Fatalf("be_gone %v: want old-1 parked", st)
+	}
+	select {
+	case b := <-again:
+		t.Fatalf("handed over again with nothing left to do: %v", b)
+	case <-time.After(100 * time.Millisecond):
 	}
 }
