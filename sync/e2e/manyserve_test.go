@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -114,6 +115,23 @@ func TestManyServicesServeWithoutPost(t *testing.T) {
 	if n := w.h.Reloads(t); n != 0 {
 		t.Errorf("HAProxy reloaded %d times", n)
 	}
+	step(t, "SIGTERM ends it at once when nothing runs", func(t *testing.T) {
+		start := time.Now()
+		if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("exit: %v; logs:\n%s", err, s.logs.String())
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("still running 5 s after SIGTERM; logs:\n%s", s.logs.String())
+		}
+		t.Logf("exited %s after SIGTERM", time.Since(start).Round(time.Millisecond))
+	})
 }
 
 // maintOf returns backend's servers, each with whether it is in maintenance.
