@@ -23,8 +23,8 @@ import (
 // reconcile. A full reconcile (Full) hands each Service's result to its
 // lane's follow-up when something is left to do.
 //
-// A lane is made when its Service is poked or needs a follow-up, and
-// dropped when its Service is not selected any more (a reconcile of it
+// A lane is made when its Service is poked or a full reconcile lists it,
+// and dropped when its Service is not selected any more (a reconcile of it
 // says so, or a full reconcile does not list it): memory is bounded by the
 // selected Services. At most Concurrency lanes reconcile at once.
 //
