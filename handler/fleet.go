@@ -20,6 +20,18 @@ type Fleet interface {
 	ReconcileService(ctx context.Context, key string, dryRun bool) (fleet.Result, error)
 }
 
+// ServicesFleet is a Fleet that reconciles several Services together
+// (fleet.Lanes): what a CloudEvent about some Services asks for. A Fleet
+// that is not one reconciles every Service for such an event.
+type ServicesFleet interface {
+	ReconcileServices(ctx context.Context, keys []string) (fleet.Result, error)
+}
+
+// MaxEventKeys bounds the Services one request's CloudEvents may name for
+// a reconcile of those alone; past it, one reconcile of every Service
+// costs less than so many of one.
+const MaxEventKeys = 64
+
 // serviceKey reads ?service=namespace/name; why says what is wrong with a
 // malformed one.
 func serviceKey(r *http.Request) (key, why string) {
@@ -35,14 +47,31 @@ func serviceKey(r *http.Request) (key, why string) {
 }
 
 // postFleet answers POST /reconcile in many-Services mode: every selected
-// Service, or ?service=namespace/name alone. The body (a poke, an event) is
-// read and bounded by post but says nothing more: the watch reconciles the
-// Service an event concerns.
-func (a *api) postFleet(w http.ResponseWriter, r *http.Request, dryRun bool) {
+// Service, ?service=namespace/name alone, or, when the body is a Knative
+// CloudEvent about some Services (trigger.Keys) and the Fleet can
+// (ServicesFleet), those alone; body was read and bounded by post.
+func (a *api) postFleet(w http.ResponseWriter, r *http.Request, dryRun bool, body []byte) {
 	key, why := serviceKey(r)
 	if why != "" {
 		writeError(w, http.StatusBadRequest, why)
 		return
+	}
+	var keys []string
+	if _, ok := a.cfg.Fleet.(ServicesFleet); ok && key == "" && !dryRun && len(body) > 0 {
+		got, all, err := trigger.Keys(r.Header, body)
+		if err != nil {
+			status := http.StatusBadRequest
+			var te *trigger.Error
+			if errors.As(err, &te) {
+				status = te.Status
+			}
+			a.log.Info("request rejected", "status", status, "error", err.Error())
+			writeError(w, status, err.Error())
+			return
+		}
+		if !all && len(got) <= MaxEventKeys {
+			keys = got
+		}
 	}
 	slots := a.waiters
 	if dryRun {
@@ -67,12 +96,17 @@ func (a *api) postFleet(w http.ResponseWriter, r *http.Request, dryRun bool) {
 	switch {
 	case key != "":
 		res, err = a.cfg.Fleet.ReconcileService(ctx, key, dryRun)
+	case keys != nil:
+		res, err = a.cfg.Fleet.(ServicesFleet).ReconcileServices(ctx, keys)
 	case dryRun:
 		res, err = a.cfg.Fleet.Reconcile(ctx, true)
 	default:
 		res, err = a.fleetAll.do(ctx)
 	}
 	log := a.log.With("service", key, "dryRun", dryRun)
+	if keys != nil {
+		log = a.log.With("services", keys, "dryRun", dryRun)
+	}
 	var nse *fleet.NotSelectedError
 	switch {
 	case errors.As(err, &nse):

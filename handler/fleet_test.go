@@ -2,6 +2,7 @@ package handler_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -91,4 +92,66 @@ type nopRunner struct{}
 
 func (nopRunner) Reconcile(context.Context, bool) (reconcile.Result, error) {
 	return reconcile.Result{Status: reconcile.StatusUnchanged, Targets: []reconcile.TargetResult{}}, nil
+}
+
+// keysFleet is a fakeFleet that reconciles several Services together.
+type keysFleet struct{ fakeFleet }
+
+func (f *keysFleet) ReconcileServices(_ context.Context, keys []string) (fleet.Result, error) {
+	f.record("keys:" + strings.Join(keys, "+"))
+	res := fleet.Result{Status: reconcile.StatusApplied}
+	for _, k := range keys {
+		res.Services = append(res.Services, fleet.ServiceResult{Service: k, Result: reconcile.Result{Status: reconcile.StatusApplied}})
+	}
+	return res, nil
+}
+
+// ceBinary is a binary-mode ApiServerSource event about the Service ns/name.
+func ceBinary(ns, name string) []string {
+	return []string{"Ce-Specversion", "1.0", "Ce-Id", "e-" + name, "Ce-Source", "https://10.96.0.1:443",
+		"Ce-Type", "dev.knative.apiserver.ref.update", "Ce-Kind", "Service", "Ce-Namespace", ns, "Ce-Name", name}
+}
+
+// In many-Services mode a CloudEvent about some Services reconciles those
+// alone; anything else (no body, a Service not named for sure, too many
+// Services) every Service; a malformed event nothing.
+func TestCloudEventReconcilesItsServicesAlone(t *testing.T) {
+	kf := &keysFleet{fakeFleet{selected: map[string]bool{"apps/web": true, "apps/api": true}}}
+	srv := httptest.NewServer(handler.New(handler.Config{Fleet: kf}))
+	t.Cleanup(srv.Close)
+
+	a := send(t, http.MethodPost, srv.URL+"/reconcile", "application/json", "{}", ceBinary("apps", "web")...)
+	svcs, _ := a.body["services"].([]any)
+	if a.status != http.StatusOK || len(svcs) != 1 || svcs[0].(map[string]any)["service"] != "apps/web" {
+		t.Fatalf("an event about apps/web: %d %v, want apps/web's result alone", a.status, a.body)
+	}
+	var batch []string
+	for i := range 3 {
+		batch = append(batch, fmt.Sprintf(`{"specversion":"1.0","id":"b%d","source":"s","type":"dev.knative.apiserver.ref.update","kind":"Service","namespace":"apps","name":"s%d"}`, i, i%2))
+	}
+	if a := send(t, http.MethodPost, srv.URL+"/", "application/cloudevents-batch+json", "["+strings.Join(batch, ",")+"]"); a.status != http.StatusOK {
+		t.Fatalf("a batch: %d %v", a.status, a.body)
+	}
+	batch = batch[:0]
+	for i := range handler.MaxEventKeys + 1 {
+		batch = append(batch, fmt.Sprintf(`{"specversion":"1.0","id":"b%d","source":"s","type":"dev.knative.apiserver.ref.update","kind":"Service","namespace":"apps","name":"s%d"}`, i, i))
+	}
+	if a := send(t, http.MethodPost, srv.URL+"/", "application/cloudevents-batch+json", "["+strings.Join(batch, ",")+"]"); a.status != http.StatusOK {
+		t.Fatalf("a batch over the bound: %d %v", a.status, a.body)
+	}
+	ping := []string{"Ce-Specversion", "1.0", "Ce-Id", "p1", "Ce-Source", "ping", "Ce-Type", "dev.knative.sources.ping"}
+	if a := send(t, http.MethodPost, srv.URL+"/reconcile", "", "", ping...); a.status != http.StatusOK {
+		t.Fatalf("a ping: %d %v", a.status, a.body)
+	}
+	if a := send(t, http.MethodPost, srv.URL+"/reconcile", "application/cloudevents+json", `{"specversion":"1.0"}`); a.status != http.StatusBadRequest {
+		t.Fatalf("a malformed event: %d %v, want 400", a.status, a.body)
+	}
+	if a := send(t, http.MethodPost, srv.URL+"/reconcile?dryRun=true", "application/json", "{}", ceBinary("apps", "web")...); a.status != http.StatusOK {
+		t.Fatalf("a dry run: %d %v", a.status, a.body)
+	}
+	kf.mu.Lock()
+	defer kf.mu.Unlock()
+	if got := strings.Join(kf.calls, ","); got != "keys:apps/web,keys:apps/s0+apps/s1,all,all,all" {
+		t.Fatalf("calls = %s", got)
+	}
 }

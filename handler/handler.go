@@ -4,7 +4,8 @@
 //	POST /reconcile, POST /  one reconcile (shared with concurrent callers);
 //	                         ?dryRun=true plans without applying; in
 //	                         many-Services mode ?service=namespace/name
-//	                         reconciles that Service alone
+//	                         reconciles that Service alone, and so does a
+//	                         CloudEvent about some Services (ServicesFleet)
 //	GET  /plan               the plan as it would be applied now
 //	GET  /drained            whether a node's or pod's server is out of
 //	                         rotation with no sessions on every target
@@ -174,7 +175,7 @@ func New(cfg Config) http.Handler {
 		r.Use(a.authorize)
 		r.Get("/plan", func(w http.ResponseWriter, r *http.Request) {
 			if cfg.Fleet != nil {
-				a.postFleet(w, r, true)
+				a.postFleet(w, r, true, nil)
 				return
 			}
 			a.run(w, r, trigger.Trigger{Kind: "plan"}, true)
@@ -246,7 +247,7 @@ func (a *api) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if a.cfg.Fleet != nil {
-		a.postFleet(w, r, r.URL.Query().Get("dryRun") == "true")
+		a.postFleet(w, r, r.URL.Query().Get("dryRun") == "true", body)
 		return
 	}
 	if key, why := serviceKey(r); why != "" || key != "" && key != a.cfg.Target.Namespace+"/"+a.cfg.Target.Service {

@@ -6,16 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"os/signal"
-	"strconv"
-	"sync/atomic"
-	"syscall"
-	"time"
 
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/fleet"
@@ -74,73 +66,4 @@ func reconcileFleetOnce(f *fleet.Fleet, dryRun bool, log *slog.Logger) int {
 		return 1
 	}
 	return 0
-}
-
-// serveFleet is serve in many-Services mode: the HTTP API over f, a first
-// reconcile, and one every RESYNC_PERIOD. A reconcile running at shutdown
-// ends within its Services' reconcile timeout.
-func serveFleet(cfg config.Config, f *fleet.Fleet, kc *kube.Client, log *slog.Logger, metricsHandler http.Handler) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	authn, err := newAuthenticator(cfg, kc)
-	if err != nil {
-		return err
-	}
-	warnAuth(cfg, authn, log)
-	var listening, reconciled atomic.Bool
-	h := handler.New(handler.Config{
-		Fleet: f, Auth: authn, Log: log, Metrics: metricsHandler,
-		Wait:  cfg.ReconcileTimeout + handler.WaitMargin,
-		Ready: func() bool { return listening.Load() && reconciled.Load() },
-	})
-	srv := handler.Server(net.JoinHostPort("", strconv.Itoa(cfg.Port)), h, cfg.ReconcileTimeout)
-	ln, err := handler.ListenTCP(ctx, srv.Addr)
-	if err != nil {
-		return fmt.Errorf("PORT: listen: %w", err)
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(handler.Listen(ln, handler.MaxConns, srv)) }()
-	listening.Store(true)
-	log.Info("listening", "addr", ln.Addr().String(), "version", version, "selection", cfg.ManyString())
-
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var tick <-chan time.Time
-		if cfg.ResyncPeriod > 0 {
-			t := time.NewTicker(cfg.ResyncPeriod)
-			defer t.Stop()
-			tick = t.C
-		}
-		for {
-			res, err := f.Reconcile(ctx, false)
-			reconciled.Store(true) // ready once one ran, whatever its result: the result says
-			if err != nil {
-				log.Warn("reconcile failed", "trigger", "resync", "error", err, "services", len(res.Services))
-			} else {
-				log.Info("reconcile", "trigger", "resync", "status", res.Status, "services", len(res.Services), "refused", len(res.Refused), "durationMs", res.DurationMs)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick:
-			}
-		}
-	}()
-	select {
-	case err = <-errc:
-	case <-ctx.Done():
-	}
-	listening.Store(false)
-	if err != nil {
-		return err
-	}
-	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.ReconcileTimeout+handler.WaitMargin+3*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	<-done
-	return nil
 }

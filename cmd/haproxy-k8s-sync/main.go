@@ -156,7 +156,7 @@ func run(args []string) int {
 		if cmd == "reconcile" {
 			return reconcileFleetOnce(f, *dryRun, log)
 		}
-		if err := serveFleet(cfg, f, kc, log, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
+		if err := serveFleet(cfg, f, checks, kc, log, m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
 			log.Error("serve", "error", err)
 			return 1
 		}
