@@ -142,7 +142,9 @@ func (f *Fleet) ReconcileService(ctx context.Context, key string, dryRun bool) (
 
 // ReconcileLeft reconciles backends as zero endpoints (parked, guarded,
 // never deleted on one read): those the watch saw a Service stop naming.
-// A backend a selected Service names again is its Service's and skipped.
+// A backend a selected Service names is its Service's: that Service is
+// reconciled instead (the end of a refused duplicate claim leaves the
+// survivor's backend as it was while refused).
 func (f *Fleet) ReconcileLeft(ctx context.Context, backends []string) (Result, error) {
 	if len(backends) == 0 {
 		return Result{Status: reconcile.StatusUnchanged, Services: []ServiceResult{}, Refused: []services.Refused{}}, nil
@@ -209,10 +211,10 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 			left = append(left, report.Draining...)
 		}
 	}
-	named := map[string]bool{}
-	for _, s := range chosen {
-		for _, p := range s.Ports {
-			named[p.Backend] = true
+	named := map[string]*services.Selected{}
+	for i := range chosen {
+		for _, p := range chosen[i].Ports {
+			named[p.Backend] = &chosen[i]
 		}
 	}
 	if !leftOnly {
@@ -229,9 +231,21 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 			jobs = append(jobs, job{svc: s, runner: f.runner(*s)})
 		}
 	}
+	queued := map[string]bool{}
+	for _, j := range jobs {
+		queued[j.svc.Key()] = true
+	}
 	for _, b := range dedupe(left) {
-		if !named[b] {
+		s := named[b]
+		switch {
+		case s == nil:
 			jobs = append(jobs, job{backend: b, runner: f.zero(b)})
+		case leftOnly && !queued[s.Key()] && failedFE[s.Key()] == "":
+			// A Service still names it (a refused duplicate claim ended,
+			// or another Service took it over): its own reconcile brings
+			// the backend up to date, which nothing else would ask for.
+			queued[s.Key()] = true
+			jobs = append(jobs, job{svc: s, runner: f.runner(*s)})
 		}
 	}
 	f.prune(chosen, full)

@@ -347,8 +347,8 @@ func TestReconcileLeftParksOnlyBackendsNoServiceNames(t *testing.T) {
 	}
 	webBefore := h.states("be_web")
 	res, err := f.ReconcileLeft(context.Background(), []string{"be_gone", "be_web", "be_gone"})
-	if err != nil || len(res.Left) != 1 || res.Left[0].Backend != "be_gone" || len(res.Services) != 0 {
-		t.Fatalf("%v %+v: want be_gone alone (be_web is still named)", err, res)
+	if err != nil || len(res.Left) != 1 || res.Left[0].Backend != "be_gone" || len(res.Services) != 1 || res.Services[0].Service != "apps/web" {
+		t.Fatalf("%v %+v: want be_gone parked and be_web's Service reconciled (it still names it)", err, res)
 	}
 	if st := h.states("be_gone"); st["old-1"] != model.Maint {
 		t.Fatalf("be_gone: %v, want old-1 parked, not deleted on one read", st)
@@ -359,5 +359,37 @@ func TestReconcileLeftParksOnlyBackendsNoServiceNames(t *testing.T) {
 	c.listErr = errors.New("timeout")
 	if _, err := f.ReconcileLeft(context.Background(), []string{"be_web"}); err == nil {
 		t.Fatal("a failed list must fail a left reconcile: the backend may be named again")
+	}
+}
+
+// TestLeftBackendStillNamedReconcilesItsService: a duplicate claim of be_web
+// refuses apps/web, whose pods change meanwhile; the claim's Service goes,
+// and the watch hands be_web over as left. Nothing else would ask for
+// apps/web again: its reconcile must bring be_web up to date.
+func TestLeftBackendStillNamedReconcilesItsService(t *testing.T) {
+	c := &cluster{}
+	c.add(annotatedSvc("apps", "web", "be_web"), "127.0.1.1")
+	h := newMem("h", "be_web")
+	f := newFleet(c, h)
+	if _, err := f.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.svcs = nil
+	c.mu.Unlock()
+	c.add(annotatedSvc("apps", "web", "be_web"), "127.0.1.1", "127.0.1.2") // a new pod while refused
+	c.add(annotatedSvc("apps", "claim", "be_web"))
+	if res, _ := f.ReconcileService(context.Background(), "apps/web", false); len(res.Services) != 0 {
+		t.Fatalf("a refused Service was reconciled: %+v", res)
+	}
+	c.mu.Lock()
+	c.svcs = c.svcs[:1] // the claim is deleted
+	c.mu.Unlock()
+	res, err := f.ReconcileLeft(context.Background(), []string{"be_web"})
+	if err != nil || len(res.Services) != 1 || len(res.Left) != 0 {
+		t.Fatalf("%v %+v: want apps/web reconciled, be_web not parked", err, res)
+	}
+	if n := len(h.states("be_web")); n != 2 {
+		t.Fatalf("be_web: %v, want both pods' servers", h.states("be_web"))
 	}
 }
