@@ -254,7 +254,9 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		if j.svc != nil {
 			res.Services = append(res.Services, ServiceResult{Service: j.svc.Key(), Result: out[i]})
 		} else {
-			res.Left = append(res.Left, LeftResult{Backend: j.backend, Result: out[i]})
+			r := out[i]
+			r.Warnings = nil // "no EndpointSlice" is what a left backend is, no misconfiguration
+			res.Left = append(res.Left, LeftResult{Backend: j.backend, Result: r})
 		}
 	}
 	slices.SortFunc(res.Services, func(a, b ServiceResult) int { return strings.Compare(a.Service, b.Service) })

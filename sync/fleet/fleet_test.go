@@ -350,6 +350,9 @@ func TestReconcileLeftParksOnlyBackendsNoServiceNames(t *testing.T) {
 	if err != nil || len(res.Left) != 1 || res.Left[0].Backend != "be_gone" || len(res.Services) != 1 || res.Services[0].Service != "apps/web" {
 		t.Fatalf("%v %+v: want be_gone parked and be_web's Service reconciled (it still names it)", err, res)
 	}
+	if w := res.Left[0].Warnings; len(w) != 0 {
+		t.Errorf("a left backend warns %+v: no Service is misconfigured", w)
+	}
 	if st := h.states("be_gone"); st["old-1"] != model.Maint {
 		t.Fatalf("be_gone: %v, want old-1 parked, not deleted on one read", st)
 	}
