@@ -11,6 +11,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/services"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/watch"
 )
 
@@ -30,7 +31,7 @@ func TestManyServicesWatch(t *testing.T) {
 	service := func(ns, name, backends string) {
 		t.Helper()
 		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
-			Annotations: map[string]string{watch.AnnotationBackends: backends}},
+			Annotations: map[string]string{services.Annotation: backends}},
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
 		if _, err := c.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -119,7 +120,7 @@ func TestManyServicesWatch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		delete(svc.Annotations, watch.AnnotationBackends)
+		delete(svc.Annotations, services.Annotation)
 		if _, err := c.CoreV1().Services("mw-a").Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}

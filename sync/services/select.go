@@ -254,19 +254,6 @@ func allowedBackend(backend string, allowed []string) string {
 	return fmt.Sprintf("annotation %s: backend %s is not allowed by ANNOTATION_BACKENDS", Annotation, backend)
 }
 
-// validBackendName: HAProxy's proxy name characters, bounded.
-func validBackendName(s string) bool {
-	if s == "" || len(s) > 128 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.:", r)) {
-			return false
-		}
-	}
-	return true
-}
-
 func quoteShort(s string) string {
 	if len(s) > 64 {
 		return s[:64] + "…"

@@ -57,7 +57,7 @@ type Many struct {
 	// Nodes says whether Nodes are watched too (node mode).
 	Nodes bool
 	// Annotation says whether Services select themselves by
-	// AnnotationBackends; Class, when set, is the LOAD_BALANCER_CLASS of
+	// services.Annotation; Class, when set, is the LOAD_BALANCER_CLASS of
 	// class selection; Cluster is CLUSTER_NAME, part of class backends'
 	// names.
 	Annotation bool

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube/kubetest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/services"
 )
 
 // recorded records what a Many sends, one line per call: "poke ns/name",
@@ -72,7 +73,7 @@ func annotated(ns, name, backends string) *corev1.Service {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: "5"},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
 	if backends != "" {
-		svc.Annotations = map[string]string{AnnotationBackends: backends}
+		svc.Annotations = map[string]string{services.Annotation: backends}
 	}
 	return svc
 }

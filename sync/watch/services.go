@@ -3,7 +3,6 @@ package watch
 import (
 	"hash/maphash"
 	"slices"
-	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,55 +11,6 @@ import (
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/services"
 )
-
-// AnnotationBackends is the annotation by which a Service names its
-// backends: "https=be_https,http=be_http" or one backend name.
-const AnnotationBackends = "haproxy-k8s-sync.io/backends"
-
-// maxAnnotatedBackends bounds the backends read from one annotation.
-const maxAnnotatedBackends = 64
-
-// annotatedBackends returns the backends an annotation value names, sorted,
-// each once: the BACKEND of every PORT=BACKEND item, or the value itself
-// when it is one bare name. Items that are not valid backend names are
-// skipped; the selection (package services) refuses such a Service, and the
-// watch only needs the names to hand over those that left.
-func annotatedBackends(value string) []string {
-	var out []string
-	items := strings.Split(value, ",")
-	for _, item := range items {
-		item = strings.TrimSpace(item)
-		backend := item
-		if _, b, ok := strings.Cut(item, "="); ok {
-			backend = strings.TrimSpace(b)
-		} else if len(items) > 1 {
-			continue // a bare name is only a single-port Service's whole value
-		}
-		if validBackendName(backend) && !slices.Contains(out, backend) {
-			out = append(out, backend)
-			if len(out) == maxAnnotatedBackends {
-				break
-			}
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// validBackendName reports whether s can be an HAProxy proxy name: 1 to 127
-// letters, digits, '-', '_', '.' or ':'.
-func validBackendName(s string) bool {
-	if s == "" || len(s) > 127 {
-		return false
-	}
-	for _, c := range s {
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_.:", c)
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
 
 // leftBackends returns the backends of old that now does not name.
 func leftBackends(old, now []string) []string {
@@ -112,9 +62,9 @@ func (c *serviceCache) inScope(namespace string) bool {
 func (c *serviceCache) state(svc *corev1.Service) (serviceState, bool) {
 	var st serviceState
 	candidate := false
-	if v, ok := svc.Annotations[AnnotationBackends]; ok && c.m.Annotation {
+	if v, ok := svc.Annotations[services.Annotation]; ok && c.m.Annotation {
 		candidate = true
-		st.backends = annotatedBackends(v)
+		st.backends = services.NamedBackends(v)
 	}
 	if c.m.classed(svc) {
 		candidate = true
