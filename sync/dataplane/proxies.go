@@ -3,7 +3,6 @@ package dataplane
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -181,68 +180,46 @@ func (c *Client) WriteProxies(ctx context.Context, version int64, w ProxyWrite) 
 	if w.Empty() {
 		return version, nil
 	}
-	if err := c.sweepTransactions(ctx, version); err != nil {
+	err = c.inTransaction(ctx, version, func(in url.Values) error { return c.writeProxies(ctx, in, w) })
+	if err != nil {
 		return version, err
 	}
-	var tx models.Transaction
-	if _, err := c.do(ctx, http.MethodPost, "/transactions", url.Values{"version": {itoa(version)}}, nil, &tx); err != nil {
-		return version, fmt.Errorf("start transaction: %w", err)
-	}
-	committed := false
-	defer func() {
-		if committed {
-			return
-		}
-		// Transactions never expire: delete it even if ctx is done.
-		if derr := c.deleteTransaction(context.WithoutCancel(ctx), tx.ID); derr != nil {
-			err = fmt.Errorf("%w (and delete transaction %s: %v)", err, tx.ID, derr)
-		}
-	}()
-	// A transaction, or a section it writes, that vanished: another writer
-	// committed first; re-read and re-plan.
-	defer func() {
-		var apiErr *APIError
-		if err != nil && errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound {
-			err = &failure.ConflictError{Msg: fmt.Sprintf("transaction %s: something is gone (another writer committed first): %v", tx.ID, err)}
-		}
-	}()
-	in := url.Values{"transaction_id": {tx.ID}}
+	return version + 1, nil
+}
+
+// writeProxies writes w's sections into transaction in.
+func (c *Client) writeProxies(ctx context.Context, in url.Values, w ProxyWrite) error {
 	const cfg = "/configuration"
 	for _, name := range w.DeleteFrontends {
 		if _, err := c.do(ctx, http.MethodDelete, cfg+"/frontends/"+url.PathEscape(name), in, nil, nil); err != nil {
-			return version, fmt.Errorf("delete frontend %s: %w", name, err)
+			return fmt.Errorf("delete frontend %s: %w", name, err)
 		}
 	}
 	for _, name := range w.DeleteBackends {
 		if _, err := c.do(ctx, http.MethodDelete, cfg+"/backends/"+url.PathEscape(name), in, nil, nil); err != nil {
-			return version, fmt.Errorf("delete backend %s: %w", name, err)
+			return fmt.Errorf("delete backend %s: %w", name, err)
 		}
 	}
 	for _, p := range w.CreateBackends {
 		if _, err := c.do(ctx, http.MethodPost, cfg+"/backends", in, ClassBackend(p), nil); err != nil {
-			return version, fmt.Errorf("create backend %s: %w", p.Backend, err)
+			return fmt.Errorf("create backend %s: %w", p.Backend, err)
 		}
 	}
 	for _, p := range w.CreateFrontends {
 		if _, err := c.do(ctx, http.MethodPost, cfg+"/frontends", in, classFrontend(p), nil); err != nil {
-			return version, fmt.Errorf("create frontend %s: %w", p.Frontend, err)
+			return fmt.Errorf("create frontend %s: %w", p.Frontend, err)
 		}
 		binds := cfg + "/frontends/" + url.PathEscape(p.Frontend) + "/binds"
 		if _, err := c.do(ctx, http.MethodPost, binds, in, classBind(p), nil); err != nil {
-			return version, fmt.Errorf("bind frontend %s on %s:%d: %w", p.Frontend, p.Address, p.Port, err)
+			return fmt.Errorf("bind frontend %s on %s:%d: %w", p.Frontend, p.Address, p.Port, err)
 		}
 	}
 	for _, p := range w.UpdateFrontends {
 		if err := c.rebind(ctx, in, p); err != nil {
-			return version, err
+			return err
 		}
 	}
-	if _, err := c.do(ctx, http.MethodPut, "/transactions/"+url.PathEscape(tx.ID), nil, nil, nil); err != nil {
-		return version, fmt.Errorf("commit transaction %s: %w", tx.ID, err)
-	}
-	committed = true
-	_ = c.sweepTransactions(ctx, version+1) // leftovers; the next sweep retries
-	return version + 1, nil
+	return nil
 }
 
 // rebind makes frontend p.Frontend bind p.Address:p.Port alone, route to

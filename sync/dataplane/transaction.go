@@ -15,45 +15,70 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
 )
 
-// transaction writes the structural changes in one transaction and commits it.
-func (c *Client) transaction(ctx context.Context, version int64, p plan.Plan, changes []plan.Change, serverPath func(string) string) (out plan.Applied, err error) {
+// inTransaction runs write inside a new transaction started at version and
+// commits it: the one lifecycle of every transaction the client makes. It
+// sweeps leftovers first; a transaction not committed is deleted even when
+// ctx is done (one left open never expires and counts against the API's
+// limit); a 404 on the way (the transaction, or something it writes, is
+// gone: another writer's commit outdated it) is a lost race, re-read and
+// try again. After the commit it clears the transactions the commit
+// outdated; a failure there is left to the next sweep.
+func (c *Client) inTransaction(ctx context.Context, version int64, write func(in url.Values) error) (err error) {
 	if err := c.sweepTransactions(ctx, version); err != nil {
-		return out, err
+		return err
 	}
 	var tx models.Transaction
 	if _, err := c.do(ctx, http.MethodPost, "/transactions", url.Values{"version": {itoa(version)}}, nil, &tx); err != nil {
-		return out, fmt.Errorf("start transaction: %w", err)
+		return fmt.Errorf("start transaction: %w", err)
 	}
 	committed := false
 	defer func() {
-		if committed {
-			return
+		if !committed {
+			if derr := c.deleteTransaction(context.WithoutCancel(ctx), tx.ID); derr != nil {
+				err = fmt.Errorf("%w (and delete transaction %s: %v)", err, tx.ID, derr)
+			}
 		}
-		// The request's context may be done; a transaction left open never
-		// expires and counts against the API's limit, so clean up regardless.
-		if derr := c.deleteTransaction(context.WithoutCancel(ctx), tx.ID); derr != nil {
-			err = fmt.Errorf("%w (and delete transaction %s: %v)", err, tx.ID, derr)
-		}
-	}()
-	in := url.Values{"transaction_id": {tx.ID}}
-	defer func() {
-		// A transaction that vanished was swept by another writer whose
-		// commit outdated it: we lost a race, re-read and try again.
 		var apiErr *APIError
 		if err != nil && errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound {
-			err = &failure.ConflictError{Msg: fmt.Sprintf("transaction %s is gone (another writer committed first): %v", tx.ID, err)}
+			err = &failure.ConflictError{Msg: fmt.Sprintf("transaction %s: something is gone (another writer committed first): %v", tx.ID, err)}
 		}
 	}()
+	if err := write(url.Values{"transaction_id": {tx.ID}}); err != nil {
+		return err
+	}
+	if _, err := c.do(ctx, http.MethodPut, "/transactions/"+url.PathEscape(tx.ID), nil, nil, nil); err != nil {
+		return fmt.Errorf("commit transaction %s: %w", tx.ID, err)
+	}
+	committed = true
+	_ = c.sweepTransactions(ctx, version+1)
+	return nil
+}
 
+// transaction writes the structural changes in one transaction and commits it.
+func (c *Client) transaction(ctx context.Context, version int64, p plan.Plan, changes []plan.Change, serverPath func(string) string) (out plan.Applied, err error) {
+	err = c.inTransaction(ctx, version, func(in url.Values) error {
+		return c.writeChanges(ctx, in, p, changes, serverPath, &out)
+	})
+	if err != nil {
+		return out, err
+	}
+	out.Count(plan.TransactionWrite) // the commit
+	out.Reload = true                // a commit always reloads: 202 when scheduled, 200 when forced
+	return out, nil
+}
+
+// writeChanges writes the backend's settings and the servers' changes into
+// transaction in, counting each write in out.
+func (c *Client) writeChanges(ctx context.Context, in url.Values, p plan.Plan, changes []plan.Change, serverPath func(string) string, out *plan.Applied) error {
 	if p.Settings != nil {
 		bePath := "/configuration/backends/" + url.PathEscape(p.Backend)
 		var be models.Backend
 		if _, err := c.do(ctx, http.MethodGet, bePath, in, nil, &be); err != nil {
-			return out, fmt.Errorf("read backend %s: %w", p.Backend, err)
+			return fmt.Errorf("read backend %s: %w", p.Backend, err)
 		}
 		applySettings(&be, p.Settings.New)
 		if _, err := c.do(ctx, http.MethodPut, bePath, in, &be, nil); err != nil {
-			return out, fmt.Errorf("update backend %s: %w", p.Backend, err)
+			return fmt.Errorf("update backend %s: %w", p.Backend, err)
 		}
 		out.Count(plan.TransactionWrite)
 	}
@@ -81,21 +106,11 @@ func (c *Client) transaction(ctx context.Context, version int64, p plan.Plan, ch
 			}
 		}
 		if err != nil {
-			return out, fmt.Errorf("%s server %s/%s: %w", ch.Action, p.Backend, ch.Name, err)
+			return fmt.Errorf("%s server %s/%s: %w", ch.Action, p.Backend, ch.Name, err)
 		}
 		out.Count(plan.TransactionWrite)
 	}
-	if _, err := c.do(ctx, http.MethodPut, "/transactions/"+url.PathEscape(tx.ID), nil, nil, nil); err != nil {
-		return out, fmt.Errorf("commit transaction %s: %w", tx.ID, err)
-	}
-	committed = true
-	out.Count(plan.TransactionWrite)
-	out.Reload = true // a commit always reloads: 202 when scheduled, 200 when forced
-	// The commit outdated every transaction started at or before our version,
-	// leftovers included; clear them now. A failure here is left to the next
-	// sweep: the change itself is committed.
-	_ = c.sweepTransactions(ctx, version+1)
-	return out, nil
+	return nil
 }
 
 // deleteTransaction deletes a transaction that will not be committed, trying
