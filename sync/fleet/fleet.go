@@ -67,12 +67,16 @@ type Fleet struct {
 	Status   StatusWriter
 	VIPs     []string
 	Hostname string
-	Log      *slog.Logger
+	// Warn, when set, is told of each refusal and each class Service's
+	// frontend failure once while it lasts (not on every reconcile): a
+	// Warning Event on svc.
+	Warn func(svc *corev1.Service, reason, message string)
+	Log  *slog.Logger
 
 	locks   reconcile.Locks
 	mu      sync.Mutex
 	runners map[string]built
-	refused map[string]string // key → reason last logged
+	notices map[string]map[string][]notice // kind → key → warnings last told
 }
 
 type built struct {
@@ -177,7 +181,8 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	}
 	chosen, refused := services.Select(all, f.Selection)
 	res.Refused = append(res.Refused, refused...)
-	f.logRefused(refused, full)
+	// Every Service was listed and selected: the refusals are all there.
+	f.tell(ReasonRefused, refusalNotices(refused), all, true)
 	if only != "" {
 		i := slices.IndexFunc(chosen, func(s services.Selected) bool { return s.Key() == only })
 		if i < 0 {
@@ -208,6 +213,8 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		if err == nil && full {
 			left = append(left, report.Draining...)
 		}
+		// Sync was given every class Service: its failures are all there.
+		f.tell(ReasonFrontendFailed, frontendNotices(failedFE), all, true)
 	}
 	named := map[string]bool{}
 	for _, s := range chosen {
@@ -368,27 +375,6 @@ func (f *Fleet) prune(chosen []services.Selected, full bool) {
 		if !keep[k] {
 			delete(f.runners, k)
 		}
-	}
-}
-
-// logRefused logs each refusal once, while it lasts (not on every resync);
-// a full list also forgets those that ended.
-func (f *Fleet) logRefused(refused []services.Refused, full bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.refused == nil {
-		f.refused = map[string]string{}
-	}
-	now := map[string]string{}
-	for _, r := range refused {
-		now[r.Service] += r.Reason + ";"
-		if f.refused[r.Service] != now[r.Service] && f.Log != nil {
-			f.Log.Warn("service refused", "service", r.Service, "reason", r.Reason, "holder", r.Holder)
-		}
-		f.refused[r.Service] = now[r.Service]
-	}
-	if full {
-		f.refused = now
 	}
 }
 
