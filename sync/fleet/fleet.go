@@ -108,7 +108,15 @@ type ServiceResult struct {
 	// Service's status.loadBalancer; IngressError why it could not.
 	Ingress      string `json:"ingress,omitempty"`
 	IngressError string `json:"ingressError,omitempty"`
+	// Loading says why a class Service's servers were not reconciled this
+	// time: HAProxy does not run its new frontends and backends yet (a
+	// reload is pending). The next reconcile does it.
+	Loading string `json:"loading,omitempty"`
 }
+
+// Pending says whether a follow-up reconcile has work: servers waiting (as
+// for one Service), or a class Service waiting for HAProxy's reload.
+func (s ServiceResult) Pending() bool { return s.Loading != "" || s.Result.Pending() }
 
 // LeftResult is one left backend's reconcile as zero endpoints.
 type LeftResult struct {
@@ -197,12 +205,15 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		}
 	}
 	var jobs []job
-	failedFE := map[string]string{}
+	failedFE, loading := map[string]string{}, map[string]bool{}
 	var report services.FrontendReport
 	class := classOf(chosen)
 	if f.Frontends != nil && !dryRun && (full || only != "" && isClass(chosen, only)) {
 		report, err = f.Frontends.Sync(ctx, class)
 		res.Frontends = &report
+		for _, k := range report.Loading {
+			loading[k] = true
+		}
 		for _, s := range class {
 			if why, ok := report.Failed[s.Key()]; ok {
 				failedFE[s.Key()] = "frontends: " + why
@@ -231,6 +242,11 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 			if why, ok := failedFE[s.Key()]; ok {
 				res.Services = append(res.Services, ServiceResult{Service: s.Key(), Result: reconcile.Result{
 					Status: reconcile.StatusError, Error: why, ErrorClass: failure.Temporary, Targets: []reconcile.TargetResult{}, Skipped: []desired.Skipped{}}})
+				continue
+			}
+			if loading[s.Key()] {
+				res.Services = append(res.Services, ServiceResult{Service: s.Key(), Loading: "HAProxy does not run its frontends yet (a reload is pending): its servers are added by the next reconcile",
+					Result: reconcile.Result{Status: reconcile.StatusUnchanged, Targets: []reconcile.TargetResult{}, Skipped: []desired.Skipped{}}})
 				continue
 			}
 			jobs = append(jobs, job{svc: s, runner: f.runner(*s)})

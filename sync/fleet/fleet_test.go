@@ -361,3 +361,31 @@ func TestReconcileLeftParksOnlyBackendsNoServiceNames(t *testing.T) {
 		t.Fatal("a failed list must fail a left reconcile: the backend may be named again")
 	}
 }
+
+// TestClassServiceWaitsForReload: a class Service whose frontends HAProxy
+// does not run yet (Loading) is not reconciled (its backend is unknown to
+// the socket until the reload), fails nothing, gets no status, and asks for
+// a follow-up.
+func TestClassServiceWaitsForReload(t *testing.T) {
+	c := &cluster{}
+	cls := "lb"
+	c.add(corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "new"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Port: 80}}}}, "127.0.1.1")
+	_, be := services.ClassNames("", "apps", "new", 80)
+	h := newMem("h", be)
+	fe := &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/new": true}, Loading: []string{"apps/new"}}}
+	f := newFleet(c, h)
+	f.Frontends = fe
+	res, err := f.Reconcile(context.Background(), false)
+	if err != nil || len(res.Services) != 1 {
+		t.Fatalf("reconcile: %v %+v", err, res)
+	}
+	s := res.Services[0]
+	if s.Loading == "" || !s.Pending() || s.Ingress != "" || h.reads[be] != 0 || len(c.updates) != 0 {
+		t.Fatalf("loading Service: %+v, reads %d, status writes %d; want it waiting, unread, no status", s, h.reads[be], len(c.updates))
+	}
+	fe.report.Loading = nil
+	if res, err = f.Reconcile(context.Background(), false); err != nil || res.Services[0].Loading != "" || h.reads[be] == 0 {
+		t.Fatalf("after the reload: %v %+v, reads %d; want it reconciled", err, res.Services, h.reads[be])
+	}
+}
