@@ -63,7 +63,14 @@ func newClassWorld(t *testing.T) *classWorld {
 			t.Errorf("write haproxy.cfg: %v", err)
 			return
 		}
-		if err := h.TryReload(); err != nil {
+		// The master re-executes itself at a reload: right after one, its
+		// socket may refuse a connection for a moment.
+		err := h.TryReload()
+		for i := 0; err != nil && strings.HasPrefix(err.Error(), "master socket") && i < 40; i++ {
+			time.Sleep(50 * time.Millisecond)
+			err = h.TryReload()
+		}
+		if err != nil {
 			t.Errorf("reload: %v", err)
 		}
 	}})
