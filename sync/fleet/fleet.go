@@ -205,7 +205,7 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		}
 	}
 	var jobs []job
-	failedFE, loading := map[string]string{}, map[string]bool{}
+	failedFE, unsure, loading := map[string]string{}, map[string]string{}, map[string]bool{}
 	var report services.FrontendReport
 	class := classOf(chosen)
 	if f.Frontends != nil && !dryRun && (full || only != "" && isClass(chosen, only)) {
@@ -218,7 +218,11 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 			if why, ok := report.Failed[s.Key()]; ok {
 				failedFE[s.Key()] = "frontends: " + why
 			} else if err != nil {
-				failedFE[s.Key()] = "frontends: " + err.Error()
+				// A target could not be read: the frontends may well be
+				// there. The Service fails this reconcile, but its status
+				// is not withdrawn on one failed read, nor an Event told
+				// (the log says it).
+				unsure[s.Key()] = "frontends: " + err.Error()
 			}
 		}
 		if err == nil && full {
@@ -239,7 +243,11 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 			if only != "" && s.Key() != only {
 				continue
 			}
-			if why, ok := failedFE[s.Key()]; ok {
+			why, failed := failedFE[s.Key()]
+			if !failed {
+				why, failed = unsure[s.Key()]
+			}
+			if failed {
 				res.Services = append(res.Services, ServiceResult{Service: s.Key(), Result: reconcile.Result{
 					Status: reconcile.StatusError, Error: why, ErrorClass: failure.Temporary, Targets: []reconcile.TargetResult{}, Skipped: []desired.Skipped{}}})
 				continue

@@ -135,12 +135,9 @@ func (m *Manager) syncTarget(ctx context.Context, t Target, vip string, want []s
 			if failure.Of(err) == failure.Temporary && attempt < attempts && pause(ctx, attempt) {
 				continue
 			}
+			// Not a failure of any Service's frontends (they may well be
+			// there): the error says it, and the Services are not ready.
 			out.err = err
-			for _, s := range want {
-				if s.Class {
-					out.failed[s.Key()] = "read frontends and backends: " + err.Error()
-				}
-			}
 			return out
 		}
 		drained, err := m.drained(ctx, t, want, held)
