@@ -96,7 +96,7 @@ func newClassWorld(t *testing.T) *classWorld {
 	go hub.Run(ctx)
 	cw.f = &fleet.Fleet{
 		Services:  cluster.service,
-		Selection: services.Selection{Class: true, ClassName: testClass, Namespaces: []string{cw.ns}},
+		Selection: services.Selection{Class: true, ClassName: testClass, Annotation: true, AllowedBackends: []string{opBackend}, Namespaces: []string{cw.ns}},
 		Template:  &reconcile.Reconciler{Options: opts, Targets: []reconcile.Driver{cw.drv}, Timeout: 10 * time.Second, GuardPercent: 100},
 		Source: func(ns, name string) reconcile.Source {
 			return &kube.Source{Client: cluster.service, Namespace: ns, Service: name}
@@ -188,7 +188,8 @@ func withoutSections(cfg string, names ...string) string {
 
 // TestFleetClass20LoadBalancerServices: on a real kube-apiserver and
 // HAProxy through the Data Plane test API, 20 LoadBalancer Services of the
-// class converge from nothing: each gets its frontend on VIP:port, its
+// class (and an annotated one, filling the operator's backend) converge
+// from nothing: each gets its frontend on VIP:port, its
 // backend's server in service, and its status.loadBalancer.ingress only
 // once traffic through its frontend reaches its pod. A Service asking for a
 // port another holds is refused with an Event naming the holder. Deleting
@@ -204,6 +205,9 @@ func TestFleetClass20LoadBalancerServices(t *testing.T) {
 	// Asks for lb03's port, later: refused, told who holds it.
 	time.Sleep(1100 * time.Millisecond) // creationTimestamp has a second's grain
 	cw.lbService("clash", int32(ports[3]), "", "", 0)
+	cw.annotated("plain", opBackend)
+	(&world{t: t, ns: cw.ns, ctx: context.Background()}).slice("plain-1", "plain", map[string]int32{"http": 22100}, endpoint{ip: "10.244.0.2", pod: "plain-a"})
+	listen(t, "plain-a", "10.244.0.2", 22100)
 	ctx := context.Background()
 
 	first, err := cw.f.Reconcile(ctx, false)
@@ -226,6 +230,9 @@ func TestFleetClass20LoadBalancerServices(t *testing.T) {
 		}
 		cw.settled()
 		got := cw.ingress()
+		if got["plain"] != "" {
+			t.Fatalf("the annotated Service got an address: %v", got)
+		}
 		for _, sr := range res.Services {
 			for _, tr := range sr.Targets {
 				if svc := strings.TrimPrefix(sr.Service, cw.ns+"/"); len(tr.Waiting) > 0 && tr.Servers[string(model.Ready)] == 0 && got[svc] != "" {
@@ -260,6 +267,8 @@ func TestFleetClass20LoadBalancerServices(t *testing.T) {
 			}
 		}
 	}
+
+	expectSpread(t, cw.h.Frontends[opBackend], "plain-a")
 
 	// clash: refused, an Event on it naming lb03, said once.
 	holder := cw.ns + "/" + name(3)
