@@ -8,23 +8,43 @@ import (
 	"log/slog"
 	"os"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/events"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/fleet"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/gate"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/lb"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/metrics"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/services"
 )
 
-// newFrontends makes class Services' frontends (package lb's Manager over
-// the Data Plane targets); nil until that package is wired in, and class
-// selection is then refused at start rather than left without frontends.
-var newFrontends func(cfg config.Config, log *slog.Logger) (fleet.Frontends, error)
+// newFrontends makes class Services' frontends and backends: package lb's
+// Manager over the Data Plane clients the drivers use (dps, in target
+// order, so that HAPROXY_VIP's addresses follow the targets).
+func newFrontends(cfg config.Config, dps []*dataplane.Client, log *slog.Logger) (fleet.Frontends, error) {
+	if len(dps) == 0 {
+		return nil, errors.New("HAPROXY_DATAPLANE_URL: required with class selection: class Services' frontends and backends are created through the Data Plane API")
+	}
+	m := &lb.Manager{Cluster: cfg.ClusterName, Log: log.With("part", "frontends")}
+	for _, dp := range dps {
+		m.Targets = append(m.Targets, dp)
+	}
+	for _, v := range cfg.VIPs {
+		m.VIPs = append(m.VIPs, v.String())
+	}
+	return m, nil
+}
 
 // newFleet wires the many-Services reconcile around rec, the template every
-// Service's Reconciler copies (targets, drivers, policies).
-func newFleet(cfg config.Config, rec *reconcile.Reconciler, kc *kube.Client, log *slog.Logger, m *metrics.Metrics) (*fleet.Fleet, error) {
+// Service's Reconciler copies (targets, drivers, policies). With events
+// (serve), refused Services and failed frontends are told as Warning
+// Events, and with SERVICE_EVENTS each followed Service's reconciles too.
+func newFleet(cfg config.Config, rec *reconcile.Reconciler, dps []*dataplane.Client, kc *kube.Client, log *slog.Logger, m *metrics.Metrics, withEvents bool) (*fleet.Fleet, error) {
 	if kc == nil {
 		return nil, fmt.Errorf("SERVICE_SELECTION: %s reads Services from the Kubernetes API, not --manifests", cfg.Selection)
 	}
@@ -40,11 +60,24 @@ func newFleet(cfg config.Config, rec *reconcile.Reconciler, kc *kube.Client, log
 			return &gate.Writer{Client: kc, Namespace: namespace, Log: log, OnWrite: m.PodGate}
 		}
 	}
-	if cfg.ByClass {
-		if newFrontends == nil {
-			return nil, errors.New("SERVICE_SELECTION: class needs the frontends manager, which this build lacks")
+	if withEvents {
+		host, _ := os.Hostname() // the pod's name
+		hub := events.NewHub(kc, host, log)
+		hub.OnWrite = m.ServiceEvent
+		// For the process's life: an Event still queued at exit is lost,
+		// as in the single-Service mode.
+		go hub.Run(context.Background())
+		f.Warn = func(svc *corev1.Service, reason, message string) {
+			hub.For(svc.Namespace, svc.Name).Warn(svc.UID, reason, message)
 		}
-		fe, err := newFrontends(cfg, log)
+		if cfg.ServiceEvents {
+			f.Wrap = func(s services.Selected, r reconcile.Runner) reconcile.Runner {
+				return hub.For(s.Namespace, s.Name).Wrap(r)
+			}
+		}
+	}
+	if cfg.ByClass {
+		fe, err := newFrontends(cfg, dps, log)
 		if err != nil {
 			return nil, err
 		}

@@ -135,7 +135,7 @@ func run(args []string) int {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg, version, revision())
 	m.Cluster(cfg.ClusterName, cfg.LocalZone)
-	rec, checks, pairs, kc, err := newReconciler(cfg, *manifests, log, m)
+	rec, checks, pairs, kc, dps, err := newReconciler(cfg, *manifests, log, m)
 	if err == nil {
 		err = checkPairs(context.Background(), pairs, log)
 	}
@@ -147,7 +147,7 @@ func run(args []string) int {
 		return 2
 	}
 	if cfg.ManyServices() {
-		f, err := newFleet(cfg, rec, kc, log, m)
+		f, err := newFleet(cfg, rec, dps, kc, log, m, cmd == "serve")
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "configuration: %v\n", err)
 			return 2
@@ -344,24 +344,26 @@ Variables (name, default, meaning):
 // (when it has one), for the follow-ups. pairs checks, by target, that a
 // Data Plane target and its runtime socket reach the same HAProxy (with
 // both URLs set). kc is the Kubernetes client, nil when reading manifests.
-func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *metrics.Metrics) (rec *reconcile.Reconciler, checks map[string]reconcile.CheckReader, pairs map[string]*pair.Guard, kc *kube.Client, err error) {
+// dps are the Data Plane clients the drivers wrap, in target order (class
+// Services' frontends are made through them).
+func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *metrics.Metrics) (rec *reconcile.Reconciler, checks map[string]reconcile.CheckReader, pairs map[string]*pair.Guard, kc *kube.Client, dps []*dataplane.Client, err error) {
 	opts := cfg.Options()
 	source, kc, err := newSource(cfg, manifests, opts.Mode == desired.NodeMode)
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, nil, nil, err
 	}
 	// One request may take a third of the reconcile at most, so that a hung
 	// answer leaves time for retries.
 	hc, err := dataplane.NewHTTPClient(cfg.DataplaneCAFile, min(10*time.Second, cfg.ReconcileTimeout/3))
 	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("HAPROXY_DATAPLANE_CA_FILE: %w", err)
+		return nil, nil, nil, nil, nil, fmt.Errorf("HAPROXY_DATAPLANE_CA_FILE: %w", err)
 	}
 	auth := dataplane.Auth{Username: cfg.DataplaneUsername, Password: cfg.DataplanePassword, Token: cfg.DataplaneToken}
 	var runtimes []*runtimeapi.Client
 	for _, raw := range cfg.RuntimeURLs {
 		rt, err := runtimeapi.New(raw, opts.Settings, opts.Check, runtimeOptions(cfg)...)
 		if err != nil {
-			return nil, nil, nil, nil, fmt.Errorf("HAPROXY_RUNTIME_URL: %w", err)
+			return nil, nil, nil, nil, nil, fmt.Errorf("HAPROXY_RUNTIME_URL: %w", err)
 		}
 		runtimes = append(runtimes, rt)
 	}
@@ -374,6 +376,7 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 			dpOpts = append(dpOpts, dataplane.WithRuntime(runtimes[i]))
 		}
 		dp := dataplane.New(u, auth, hc, dpOpts...)
+		dps = append(dps, dp)
 		if len(runtimes) == 0 {
 			targets = append(targets, m.WrapDriver(dp))
 			continue
@@ -411,7 +414,7 @@ func newReconciler(cfg config.Config, manifests string, log *slog.Logger, m *met
 		OnProgrammed: m.Programmed,
 		Log:          log,
 		Cluster:      cfg.ClusterName,
-	}, checks, pairs, kc, nil
+	}, checks, pairs, kc, dps, nil
 }
 
 // runtimeOptions are how every runtime socket is reached: the driver's,

@@ -73,7 +73,7 @@ type Config struct {
 	WebhookAllowed   string        `envconfig:"WEBHOOK_ALLOWED_SERVICEACCOUNTS" desc:"kubernetes auth: only these callers, namespace/name,...; empty: any caller with a token for WEBHOOK_AUDIENCE, which must then not be the default"`
 	Watch            bool          `envconfig:"WATCH" default:"true" desc:"serve watches the Service, its EndpointSlices (and Nodes) and reconciles on changes; false where Knative delivers events"`
 	ReadinessGate    bool          `envconfig:"POD_READINESS_GATE" default:"false" desc:"pod mode: answer the pod readiness gate haproxy-k8s-sync.io/in-service (True once a pod's server is in service on every target); needs get on pods and patch on pods/status"`
-	ServiceEvents    bool          `envconfig:"SERVICE_EVENTS" default:"false" desc:"serve records what each reconcile changed or why it failed as Events on the Service (needs create and patch on events)"`
+	ServiceEvents    bool          `envconfig:"SERVICE_EVENTS" default:"false" desc:"serve records what each reconcile changed or why it failed as Events on the Service (in many-Services mode: on each Service followed; needs create and patch on events)"`
 	ResyncPeriod     time.Duration `envconfig:"RESYNC_PERIOD" default:"0" desc:"serve also reconciles on this period; 0: off"`
 	ReconcileTimeout time.Duration `envconfig:"RECONCILE_TIMEOUT" default:"30s" desc:"deadline of one reconcile, retries included"`
 	Port             int           `envconfig:"PORT" default:"8080" desc:"listen port"`

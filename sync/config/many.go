@@ -85,10 +85,6 @@ func (c *Config) validateMany() error {
 			return fmt.Errorf("%s: not used with SERVICE_SELECTION=%s (each Service's annotation, or its ports, name its backends)", name, c.Selection)
 		}
 	}
-	if c.ServiceEvents {
-		// One Recorder per Service is not built yet: said, not ignored.
-		return fmt.Errorf("SERVICE_EVENTS: not yet available with SERVICE_SELECTION=%s (the result and the log report each Service)", c.Selection)
-	}
 	if c.ByAnnotation && len(c.AllowedBackends) == 0 {
 		// Anyone who may annotate a Service in a watched namespace could
 		// otherwise point any backend of the HAProxy at their pods.

@@ -21,7 +21,7 @@ func TestManyServicesLoads(t *testing.T) {
 		"HAPROXY_DATAPLANE_URL": "http://127.0.0.1:5555,http://127.0.0.2:5555",
 		"SERVICE_SELECTION":     "annotation, class", "WATCH_NAMESPACES": "apps,web",
 		"ANNOTATION_BACKENDS": "be_apps_*, be_web", "HAPROXY_VIP": "127.0.0.10,127.0.0.11",
-		"HAPROXY_VIP_HOSTNAME": "lb.example.com", "CLUSTER_NAME": "eu1",
+		"HAPROXY_VIP_HOSTNAME": "lb.example.com", "CLUSTER_NAME": "eu1", "SERVICE_EVENTS": "true",
 	})
 	c, err := Load()
 	if err != nil {
@@ -34,6 +34,9 @@ func TestManyServicesLoads(t *testing.T) {
 	}
 	if len(c.VIPs) != 2 || c.VIPs[1].String() != "127.0.0.11" {
 		t.Fatalf("VIPs = %v", c.VIPs)
+	}
+	if !c.ServiceEvents {
+		t.Fatal("SERVICE_EVENTS: each followed Service's Events are written in many-Services mode too")
 	}
 }
 
@@ -57,7 +60,6 @@ func TestManyServicesRejects(t *testing.T) {
 		{map[string]string{"SERVICE_SELECTION": "annotation", "ANNOTATION_BACKENDS": "be_*", "HAPROXY_BACKENDS": "http=be_http"}, "HAPROXY_BACKENDS: not used"},
 		{map[string]string{"SERVICE_SELECTION": "annotation", "ANNOTATION_BACKENDS": "be_*", "HAPROXY_VIP": "127.0.0.1"}, "HAPROXY_VIP: only used with class"},
 		{map[string]string{"SERVICE_SELECTION": "annotation", "ANNOTATION_BACKENDS": "be_*", "WATCH_NAMESPACES": "Apps"}, "WATCH_NAMESPACES: "},
-		{map[string]string{"SERVICE_SELECTION": "annotation", "ANNOTATION_BACKENDS": "be_*", "SERVICE_EVENTS": "true"}, "SERVICE_EVENTS: not yet"},
 		{map[string]string{"ANNOTATION_BACKENDS": "be_*"}, "ANNOTATION_BACKENDS: only used with SERVICE_SELECTION"},
 		{map[string]string{"HAPROXY_VIP": "127.0.0.1"}, "HAPROXY_VIP: only used with SERVICE_SELECTION"},
 	}

@@ -94,6 +94,7 @@ type written struct {
 }
 
 type event struct {
+	r                    *Recorder
 	uid                  types.UID
 	typ, reason, message string
 	at                   time.Time
@@ -138,7 +139,7 @@ func (r *Recorder) Observe(res reconcile.Result, err error) {
 		return // the log and the result say it; there is no object to tell
 	}
 	if misconfigured {
-		r.queueEvent(res, corev1.EventTypeWarning, ReasonMisconfigured, message)
+		r.queueEvent(res.ServiceUID, corev1.EventTypeWarning, ReasonMisconfigured, message)
 		if err != nil && !errors.Is(err, reconcile.ErrTargets) {
 			return // the Kubernetes side failed for the reason just told
 		}
@@ -147,7 +148,13 @@ func (r *Recorder) Observe(res reconcile.Result, err error) {
 	if !ok {
 		return
 	}
-	r.queueEvent(res, typ, reason, message)
+	r.queueEvent(res.ServiceUID, typ, reason, message)
+}
+
+// Warn queues a Warning Event with reason and message on the Service,
+// whose UID is uid (many-Services mode: a refusal, a failed frontend).
+func (r *Recorder) Warn(uid types.UID, reason, message string) {
+	r.queueEvent(uid, corev1.EventTypeWarning, reason, cut.To(message, maxMessage))
 }
 
 // Misconfiguration returns the message of a Misconfigured Event for res's
@@ -171,9 +178,9 @@ func Misconfiguration(res reconcile.Result) (message string, ok, serviceMissing 
 	return cut.To(strings.Join(parts, "; "), maxMessage), true, false
 }
 
-func (r *Recorder) queueEvent(res reconcile.Result, typ, reason, message string) {
+func (r *Recorder) queueEvent(uid types.UID, typ, reason, message string) {
 	select {
-	case r.queue <- event{uid: res.ServiceUID, typ: typ, reason: reason, message: message, at: r.now()}:
+	case r.queue <- event{r: r, uid: uid, typ: typ, reason: reason, message: message, at: r.now()}:
 	default:
 		r.wrote("dropped")
 		r.log.Debug("event dropped: queue full", "reason", reason)
@@ -181,15 +188,18 @@ func (r *Recorder) queueEvent(res reconcile.Result, typ, reason, message string)
 }
 
 // Run writes queued Events until ctx ends.
-func (r *Recorder) Run(ctx context.Context) {
+func (r *Recorder) Run(ctx context.Context) { drain(ctx, r.queue) }
+
+// drain writes the Events of queue, each by its Recorder, until ctx ends.
+func drain(ctx context.Context, queue <-chan event) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case ev := <-r.queue:
+		case ev := <-queue:
 			wctx, cancel := context.WithTimeout(ctx, writeTimeout)
-			if err := r.write(wctx, ev); err != nil {
-				r.log.Warn("event not written", "reason", ev.reason, "error", err)
+			if err := ev.r.write(wctx, ev); err != nil {
+				ev.r.log.Warn("event not written", "service", ev.r.namespace+"/"+ev.r.service, "reason", ev.reason, "error", err)
 			}
 			cancel()
 		}

@@ -67,12 +67,16 @@ type Fleet struct {
 	Status   StatusWriter
 	VIPs     []string
 	Hostname string
-	Log      *slog.Logger
+	// Warn, when set, is told of each refusal and each class Service's
+	// frontend failure once while it lasts (not on every reconcile): a
+	// Warning Event on svc.
+	Warn func(svc *corev1.Service, reason, message string)
+	Log  *slog.Logger
 
 	locks   reconcile.Locks
 	mu      sync.Mutex
 	runners map[string]built
-	refused map[string]string // key → reason last logged
+	notices map[string]map[string][]notice // kind → key → warnings last told
 }
 
 type built struct {
@@ -104,7 +108,15 @@ type ServiceResult struct {
 	// Service's status.loadBalancer; IngressError why it could not.
 	Ingress      string `json:"ingress,omitempty"`
 	IngressError string `json:"ingressError,omitempty"`
+	// Loading says why a class Service's servers were not reconciled this
+	// time: HAProxy does not run its new frontends and backends yet (a
+	// reload is pending). The next reconcile does it.
+	Loading string `json:"loading,omitempty"`
 }
+
+// Pending says whether a follow-up reconcile has work: servers waiting (as
+// for one Service), or a class Service waiting for HAProxy's reload.
+func (s ServiceResult) Pending() bool { return s.Loading != "" || s.Result.Pending() }
 
 // LeftResult is one left backend's reconcile as zero endpoints.
 type LeftResult struct {
@@ -179,7 +191,8 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	}
 	chosen, refused := services.Select(all, f.Selection)
 	res.Refused = append(res.Refused, refused...)
-	f.logRefused(refused, full)
+	// Every Service was listed and selected: the refusals are all there.
+	f.tell(ReasonRefused, refusalNotices(refused), all, true)
 	if only != "" {
 		i := slices.IndexFunc(chosen, func(s services.Selected) bool { return s.Key() == only })
 		if i < 0 {
@@ -194,22 +207,31 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		}
 	}
 	var jobs []job
-	failedFE := map[string]string{}
+	failedFE, unsure, loading := map[string]string{}, map[string]string{}, map[string]bool{}
 	var report services.FrontendReport
 	class := classOf(chosen)
 	if f.Frontends != nil && !dryRun && (full || only != "" && isClass(chosen, only)) {
 		report, err = f.Frontends.Sync(ctx, class)
 		res.Frontends = &report
+		for _, k := range report.Loading {
+			loading[k] = true
+		}
 		for _, s := range class {
 			if why, ok := report.Failed[s.Key()]; ok {
 				failedFE[s.Key()] = "frontends: " + why
 			} else if err != nil {
-				failedFE[s.Key()] = "frontends: " + err.Error()
+				// A target could not be read: the frontends may well be
+				// there. The Service fails this reconcile, but its status
+				// is not withdrawn on one failed read, nor an Event told
+				// (the log says it).
+				unsure[s.Key()] = "frontends: " + err.Error()
 			}
 		}
 		if err == nil && full {
 			left = append(left, report.Draining...)
 		}
+		// Sync was given every class Service: its failures are all there.
+		f.tell(ReasonFrontendFailed, frontendNotices(failedFE), all, true)
 	}
 	named := map[string]*services.Selected{}
 	for i := range chosen {
@@ -223,9 +245,18 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 			if only != "" && s.Key() != only {
 				continue
 			}
-			if why, ok := failedFE[s.Key()]; ok {
+			why, failed := failedFE[s.Key()]
+			if !failed {
+				why, failed = unsure[s.Key()]
+			}
+			if failed {
 				res.Services = append(res.Services, ServiceResult{Service: s.Key(), Result: reconcile.Result{
 					Status: reconcile.StatusError, Error: why, ErrorClass: failure.Temporary, Targets: []reconcile.TargetResult{}, Skipped: []desired.Skipped{}}})
+				continue
+			}
+			if loading[s.Key()] {
+				res.Services = append(res.Services, ServiceResult{Service: s.Key(), Loading: "HAProxy does not run its frontends yet (a reload is pending): its servers are added by the next reconcile",
+					Result: reconcile.Result{Status: reconcile.StatusUnchanged, Targets: []reconcile.TargetResult{}, Skipped: []desired.Skipped{}}})
 				continue
 			}
 			jobs = append(jobs, job{svc: s, runner: f.runner(*s)})
@@ -384,27 +415,6 @@ func (f *Fleet) prune(chosen []services.Selected, full bool) {
 		if !keep[k] {
 			delete(f.runners, k)
 		}
-	}
-}
-
-// logRefused logs each refusal once, while it lasts (not on every resync);
-// a full list also forgets those that ended.
-func (f *Fleet) logRefused(refused []services.Refused, full bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.refused == nil {
-		f.refused = map[string]string{}
-	}
-	now := map[string]string{}
-	for _, r := range refused {
-		now[r.Service] += r.Reason + ";"
-		if f.refused[r.Service] != now[r.Service] && f.Log != nil {
-			f.Log.Warn("service refused", "service", r.Service, "reason", r.Reason, "holder", r.Holder)
-		}
-		f.refused[r.Service] = now[r.Service]
-	}
-	if full {
-		f.refused = now
 	}
 }
 

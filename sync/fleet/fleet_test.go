@@ -267,6 +267,7 @@ func TestReconcileServiceTouchesOnlyItsBackends(t *testing.T) {
 // which owned backends drain.
 type fakeFrontends struct {
 	report services.FrontendReport
+	err    error
 	got    []string
 }
 
@@ -275,7 +276,7 @@ func (f *fakeFrontends) Sync(_ context.Context, want []services.Selected) (servi
 	for _, s := range want {
 		f.got = append(f.got, s.Key())
 	}
-	return f.report, nil
+	return f.report, f.err
 }
 
 func TestClassServicesFrontendsStatusAndDraining(t *testing.T) {
@@ -394,5 +395,66 @@ func TestLeftBackendStillNamedReconcilesItsService(t *testing.T) {
 	}
 	if n := len(h.states("be_web")); n != 2 {
 		t.Fatalf("be_web: %v, want both pods' servers", h.states("be_web"))
+	}
+}
+
+// TestClassServiceWaitsForReload: a class Service whose frontends HAProxy
+// does not run yet (Loading) is not reconciled (its backend is unknown to
+// the socket until the reload), fails nothing, gets no status, and asks for
+// a follow-up.
+func TestClassServiceWaitsForReload(t *testing.T) {
+	c := &cluster{}
+	cls := "lb"
+	c.add(corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "new"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Port: 80}}}}, "127.0.1.1")
+	_, be := services.ClassNames("", "apps", "new", 80)
+	h := newMem("h", be)
+	fe := &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/new": true}, Loading: []string{"apps/new"}}}
+	f := newFleet(c, h)
+	f.Frontends = fe
+	res, err := f.Reconcile(context.Background(), false)
+	if err != nil || len(res.Services) != 1 {
+		t.Fatalf("reconcile: %v %+v", err, res)
+	}
+	s := res.Services[0]
+	if s.Loading == "" || !s.Pending() || s.Ingress != "" || h.reads[be] != 0 || len(c.updates) != 0 {
+		t.Fatalf("loading Service: %+v, reads %d, status writes %d; want it waiting, unread, no status", s, h.reads[be], len(c.updates))
+	}
+	fe.report.Loading = nil
+	if res, err = f.Reconcile(context.Background(), false); err != nil || res.Services[0].Loading != "" || h.reads[be] == 0 {
+		t.Fatalf("after the reload: %v %+v, reads %d; want it reconciled", err, res.Services, h.reads[be])
+	}
+}
+
+// TestFrontendsUnreadableKeepStatus: a target that cannot be read fails the
+// class Services' reconcile, but withdraws no status and tells no Event:
+// their frontends may well be there, and external-dns must not churn on one
+// failed read.
+func TestFrontendsUnreadableKeepStatus(t *testing.T) {
+	c := &cluster{}
+	cls := "lb"
+	svc := corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Port: 80}}}}
+	c.add(svc, "127.0.1.1")
+	_, be := services.ClassNames("", "apps", "web", 80)
+	h := newMem("h", be)
+	fe := &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/web": true}}}
+	f := newFleet(c, h)
+	f.Frontends = fe
+	w := &told{}
+	f.Warn = w.warn
+	if _, err := f.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.updates) != 1 {
+		t.Fatalf("status updates %v, want the address written", c.updates)
+	}
+	fe.report, fe.err = services.FrontendReport{Ready: map[string]bool{}}, errors.New("target http://127.0.0.1:1: read frontends: connection refused")
+	res, err := f.Reconcile(context.Background(), false)
+	if !errors.Is(err, ErrServices) || res.Services[0].Status != reconcile.StatusError {
+		t.Fatalf("unreadable target: %v %+v, want apps/web failed", err, res.Services)
+	}
+	if len(c.updates) != 1 || len(w.take()) != 0 {
+		t.Fatalf("status updates %v: want none more (no withdrawal), and no Event", c.updates)
 	}
 }

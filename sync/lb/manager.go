@@ -41,6 +41,7 @@ const attempts = 3
 type targetResult struct {
 	created, removed, draining []string
 	ready                      map[string]bool
+	loading                    []string
 	failed                     map[string]string
 	err                        error // the target could not be read or written at all
 }
@@ -98,6 +99,7 @@ func (m *Manager) Sync(ctx context.Context, want []services.Selected) (services.
 		rep.Created = union(rep.Created, r.created)
 		rep.Removed = union(rep.Removed, r.removed)
 		rep.Draining = union(rep.Draining, r.draining)
+		rep.Loading = union(rep.Loading, r.loading)
 	}
 	if len(rep.Failed) == 0 {
 		rep.Failed = nil
@@ -133,12 +135,9 @@ func (m *Manager) syncTarget(ctx context.Context, t Target, vip string, want []s
 			if failure.Of(err) == failure.Temporary && attempt < attempts && pause(ctx, attempt) {
 				continue
 			}
+			// Not a failure of any Service's frontends (they may well be
+			// there): the error says it, and the Services are not ready.
 			out.err = err
-			for _, s := range want {
-				if s.Class {
-					out.failed[s.Key()] = "read frontends and backends: " + err.Error()
-				}
-			}
 			return out
 		}
 		drained, err := m.drained(ctx, t, want, held)
@@ -150,6 +149,7 @@ func (m *Manager) syncTarget(ctx context.Context, t Target, vip string, want []s
 		out.failed = p.Failed
 		out.ready = p.Ready
 		version, again := held.Version, false
+		written := map[string]bool{}
 		for _, w := range p.Writes {
 			next, err := t.WriteProxies(ctx, version, w.ProxyWrite)
 			if err != nil {
@@ -167,6 +167,7 @@ func (m *Manager) syncTarget(ctx context.Context, t Target, vip string, want []s
 			version = next
 			if w.Service != "" {
 				out.ready[w.Service] = true
+				written[w.Service] = true
 			}
 			for _, p := range w.CreateFrontends {
 				out.created = append(out.created, p.Frontend)
@@ -181,9 +182,38 @@ func (m *Manager) syncTarget(ctx context.Context, t Target, vip string, want []s
 			}
 		}
 		if !again {
+			out.loading = m.loading(ctx, t, want, out.ready, written)
 			return out
 		}
 	}
+}
+
+// loading returns the ready Services whose backends HAProxy does not run
+// yet: those written this pass (their reload is asynchronous), and those
+// whose backend the target's socket does not know (a reload is pending). A
+// target without a socket cannot tell: its servers go through the API,
+// which knows the configuration.
+func (m *Manager) loading(ctx context.Context, t Target, want []services.Selected, ready, written map[string]bool) []string {
+	var out []string
+	for _, s := range want {
+		key := s.Key()
+		if !s.Class || !ready[key] {
+			continue
+		}
+		if written[key] {
+			out = append(out, key)
+			continue
+		}
+		for _, p := range s.Ports {
+			_, be := services.ClassNames(m.Cluster, s.Namespace, s.Name, p.Port)
+			if _, _, err := t.Sessions(ctx, be); err != nil {
+				m.log().Debug("backend not run by HAProxy yet: its servers wait for the reload", "target", t.Name(), "backend", be, "error", err)
+				out = append(out, key)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // pause waits a little before another attempt (100 ms, then 200 ms), and

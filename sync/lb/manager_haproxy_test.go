@@ -162,6 +162,9 @@ func TestManagerOnHAProxy(t *testing.T) {
 	if w.api.Reloads() != 1 {
 		t.Errorf("the API asked %d reloads for one Service created, want 1 (one transaction)", w.api.Reloads())
 	}
+	if fmt.Sprint(rep.Loading) != "[default/web]" {
+		t.Errorf("first pass: loading %v, want default/web (its reload has not run)", rep.Loading)
+	}
 	if f, binds, ok := w.api.Frontend("fe_" + taken); !ok || f.Description != "" || len(binds) != 1 || binds[0].Name != "b" {
 		t.Errorf("the operator's frontend changed: %+v %+v", f, binds)
 	}
@@ -186,8 +189,8 @@ func TestManagerOnHAProxy(t *testing.T) {
 	// Nothing changed: nothing written, no reload.
 	writes, reloads := w.api.Writes(), w.api.Reloads()
 	rep, err = w.m.Sync(ctx, want)
-	if err != nil || !rep.Ready["default/web"] || len(rep.Created) != 0 {
-		t.Fatalf("second pass: %+v %v", rep, err)
+	if err != nil || !rep.Ready["default/web"] || len(rep.Created) != 0 || len(rep.Loading) != 0 {
+		t.Fatalf("second pass: %+v %v; want web ready, run by HAProxy", rep, err)
 	}
 	if w.api.Writes() != writes || w.api.Reloads() != reloads {
 		t.Errorf("second pass wrote %d times, asked %d reloads; want none", w.api.Writes()-writes, w.api.Reloads()-reloads)

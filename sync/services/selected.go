@@ -63,4 +63,9 @@ type FrontendReport struct {
 	Ready map[string]bool `json:"-"`
 	// Failed holds, per Service key, why its frontends could not be made.
 	Failed map[string]string `json:"failed,omitempty"`
+	// Loading names the Services (keys) whose frontends and backends are
+	// configured but not yet run by HAProxy on some target (written this
+	// pass, or a reload is pending): their servers wait for the reload,
+	// since HAProxy's socket knows no backend before it.
+	Loading []string `json:"loading,omitempty"`
 }
