@@ -32,7 +32,7 @@ import (
 //	new server                              default-server keyword not carried     transaction (parked when gated)
 //	new server                              no socket                              transaction
 //	a server gated (back from maintenance)  parked, id known, only our keywords    gate (park PUT if needed, renew; else in place or move)
-//	a server gated                          API reloads for adds                   gate (in place): no renew
+//	a server gated                          API reloads for adds, keywords carried gate (renew, else in place): the same
 //	a move (new address), gated             running at the old address             gate (park PUT at new address, socket gate then move): never checked at the old address
 //	a gated server                          loading (haproxy.cfg only), carried    gate (socket add, gated)
 //	a gated server                          loading, keyword not carried           gate (parked in haproxy.cfg, left to the reload)
@@ -311,7 +311,13 @@ func gateHow(ch plan.Change, f facts) (h, orElse how) {
 		// at the new address, not where the server runs now (move.go).
 		where = gateMove
 	}
-	if renewable(ch) && !f.addsReload && carried {
+	// Renewed whether or not the API reloads for adds (a default-server
+	// line): the socket's add carries what the server inherits (carried),
+	// and only a renew brings its first check forward. A reload (the API's
+	// own, pending for an earlier write) loads a gated server parked with
+	// its first check at its place in the worker's start-up spread, up to
+	// a steady inter away; renewed, it comes downinter later.
+	if renewable(ch) && carried {
 		return gateRenew, where
 	}
 	return where, howNone

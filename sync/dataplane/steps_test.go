@@ -74,7 +74,11 @@ func TestSteps(t *testing.T) {
 		// Gated existing servers.
 		{"back from maintenance, only our keywords, id known: renewed, else gated in place", one(gated(parked("r"), nil)), false, socket, []string{
 			"gate(renew, else in place) r"}},
-		{"back from maintenance while the API reloads for adds: gated in place, no renew", one(gated(parked("r"), nil)), false, reloadsAdds, []string{"gate(in place) r"}},
+		{"back from maintenance while the API reloads for adds (a default-server line it carries): renewed, else gated in place", one(gated(parked("r"), nil)), false, reloadsAdds, []string{
+			"gate(renew, else in place) r"}},
+		{"back from maintenance while the API reloads for adds, a keyword not carried: gated in place", one(gated(parked("r"), nil)), false, facts{socket: true, addsReload: true, uncarried: map[string]bool{"r": true}}, []string{
+			"gate(in place) r"}},
+		{"a parked server that moves while the API reloads for adds: renewed, else moved", one(gated(parked("m"), moved)), false, reloadsAdds, []string{"gate(park, renew, else move) m"}},
 		{"back from maintenance, a keyword not carried: gated in place", one(gated(parked("r"), nil)), false, uncarried("r"), []string{"gate(in place) r"}},
 		{"a move (new address) the API may reload for: parked there, gated, then moved on the socket", one(gated(server("m", model.Ready, model.Ready), moved)), false, socket, []string{
 			"gate(park, move) m"}},
