@@ -59,7 +59,14 @@ func newClassWorld(t *testing.T) *classWorld {
 	cw.h = h
 	cw.api = dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: h.AdminSocket, ReloadDelay: 50 * time.Millisecond, Reload: func() {
 		defer cw.reloaded.Add(1)
+		// The whole configuration, as the real API writes it: the class
+		// sections and the servers of the operator's backend (else a reload
+		// drops servers the API holds, which the real one never does).
 		if err := h.TrySetSections(cw.api.Sections(dataplanetest.ClassSection)); err != nil {
+			t.Errorf("write haproxy.cfg: %v", err)
+			return
+		}
+		if err := h.TrySetServers(opBackend, cw.api.ServerLines(opBackend)); err != nil {
 			t.Errorf("write haproxy.cfg: %v", err)
 			return
 		}
