@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -56,6 +57,8 @@ type HAProxy struct {
 	Frontends map[string]string
 	cmd       *exec.Cmd
 	exited    chan struct{} // closed once cmd has exited
+	waitErr   error         // cmd's exit status, once exited is closed
+	stopping  atomic.Bool   // stop was called: an exit is asked for
 	logs      *os.File
 	backends  []Backend
 	mu        sync.Mutex          // guards servers and the writes of haproxy.cfg
@@ -216,7 +219,7 @@ func (h *HAProxy) start(bin string, ports []int) error {
 		return err
 	}
 	h.exited = make(chan struct{})
-	go func() { _ = h.cmd.Wait(); close(h.exited) }()
+	go func() { h.waitErr = h.cmd.Wait(); close(h.exited) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		// Both sockets: the master's may listen a moment after the worker's.
@@ -245,6 +248,7 @@ func (h *HAProxy) start(bin string, ports []int) error {
 }
 
 func (h *HAProxy) stop() {
+	h.stopping.Store(true)
 	_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGTERM)
 	select {
 	case <-h.exited:
@@ -253,6 +257,38 @@ func (h *HAProxy) stop() {
 		<-h.exited
 	}
 	h.logs.Close()
+}
+
+// Died says how HAProxy's master exited when nobody stopped it ("exit
+// status 139", "signal: killed"), or "" while it runs: a history whose
+// clients all failed at once tells an HAProxy that died from one that
+// refused.
+func (h *HAProxy) Died() string {
+	select {
+	case <-h.exited:
+	default:
+		return ""
+	}
+	if h.stopping.Load() {
+		return ""
+	}
+	if h.waitErr == nil {
+		return "exit status 0"
+	}
+	return h.waitErr.Error()
+}
+
+// Alerts returns the last n lines HAProxy's own processes printed as
+// alerts, or about a process that exited (a worker that crashed, a reload
+// that failed), oldest first.
+func (h *HAProxy) Alerts(n int) []string {
+	var out []string
+	for line := range strings.Lines(h.Logs()) {
+		if strings.HasPrefix(line, "[ALERT]") || strings.Contains(line, "exited with code") || strings.Contains(line, "exit-on-failure") {
+			out = append(out, strings.TrimSpace(line))
+		}
+	}
+	return out[max(0, len(out)-n):]
 }
 
 // Logs returns what HAProxy printed.

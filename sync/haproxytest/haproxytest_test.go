@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestStartSaysWhenAPortIsTaken: HAProxy exits when a port it is given is
@@ -84,5 +87,46 @@ func TestReloadWaitsForTheNewWorker(t *testing.T) {
 		if _, ok := h.Servers(t, "be")[fmt.Sprintf("n%d", i)]; !ok {
 			t.Fatalf("reload %d: the admin socket does not list the server the new haproxy.cfg has", i)
 		}
+	}
+}
+
+// TestDiedSaysWhyHAProxyStopped: a worker killed by a signal takes the
+// master down (exit-on-failure); Died says how the master exited and
+// Alerts what it printed, so a history whose clients all failed at once
+// tells a crash from a refusal. While HAProxy runs, and after a stop
+// someone asked for, Died says nothing.
+func TestDiedSaysWhyHAProxyStopped(t *testing.T) {
+	h := Start(t, Backend{Name: "be"})
+	if d := h.Died(); d != "" {
+		t.Fatalf("Died() = %q while HAProxy runs", d)
+	}
+	workers, err := h.masterCommand("show proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := currentWorkers(workers)
+	if len(pids) != 1 {
+		t.Fatalf("workers %v in %q", pids, workers)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the master did not exit after its worker was killed; logs:\n%s", h.Logs())
+	}
+	if d := h.Died(); d == "" || d == "exit status 0" {
+		t.Errorf("Died() = %q, want the master's failed exit", d)
+	}
+	alerts := h.Alerts(5)
+	if !slices.ContainsFunc(alerts, func(l string) bool { return strings.Contains(l, fmt.Sprintf("(%d) exited with code", pids[0])) }) {
+		t.Errorf("Alerts(5) = %q, want the worker %d that exited; logs:\n%s", alerts, pids[0], h.Logs())
+	}
+
+	stopped := Start(t, Backend{Name: "be"})
+	stopped.stop()
+	if d := stopped.Died(); d != "" {
+		t.Errorf("Died() = %q after a stop that was asked for", d)
 	}
 }

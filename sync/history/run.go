@@ -106,6 +106,14 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 		case v.Invariant == Converges:
 			rep.Violations[i].HAProxy = w.targets[v.Target].stateNow()
 		}
+		if v.Target < len(w.targets) {
+			// An HAProxy that stopped answering says why, if it did.
+			h := w.targets[v.Target].h
+			if d := h.Died(); d != "" {
+				rep.Violations[i].HAProxy = append(rep.Violations[i].HAProxy, "the master exited: "+d)
+			}
+			rep.Violations[i].HAProxy = append(rep.Violations[i].HAProxy, h.Alerts(5)...)
+		}
 	}
 	for _, o := range all {
 		if o.kind == obsRequest {
