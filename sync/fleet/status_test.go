@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -60,6 +61,32 @@ func TestInService(t *testing.T) {
 	for _, tt := range tests {
 		if got := inService(reconcile.Result{Status: reconcile.StatusUnchanged, Targets: tt.targets}, s, 2); got != tt.want {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestOursPerTarget: an HA pair whose addresses differ (HAPROXY_VIP one per
+// target) publishes each address once, in target order, so external-dns
+// gets both; a pair sharing a VIP publishes it once; a hostname replaces
+// the addresses.
+func TestOursPerTarget(t *testing.T) {
+	for _, c := range []struct {
+		vips     []string
+		hostname string
+		want     string
+	}{
+		{vips: []string{"127.0.0.71", "127.0.0.72"}, want: "127.0.0.71,127.0.0.72"},
+		{vips: []string{"127.0.0.71", "127.0.0.71"}, want: "127.0.0.71"},
+		{vips: []string{"127.0.0.72", "127.0.0.71", "127.0.0.72"}, want: "127.0.0.72,127.0.0.71"},
+		{vips: []string{"127.0.0.71", "127.0.0.72"}, hostname: "lb.example.org", want: "lb.example.org"},
+		{want: ""},
+	} {
+		var got []string
+		for _, in := range (&Fleet{VIPs: c.vips, Hostname: c.hostname}).ours() {
+			got = append(got, in.IP+in.Hostname)
+		}
+		if strings.Join(got, ",") != c.want {
+			t.Errorf("VIPs %v hostname %q: ingress %v, want %s", c.vips, c.hostname, got, c.want)
 		}
 	}
 }
