@@ -20,7 +20,7 @@ table=$(cat <<'EOF'
 1-reload-by-others|unwire|1:runtime:short 2:runtime:short
 2-default-server|sed@sync/dataplane/defaultserver.go@s/func (in inheritance) inherit(srv model.Server) inherited {\n/&\treturn inherited{Carried: true}\n/|9:dataplane:short 11:dataplane:short 13:dataplane:short
 3-move-checked|sed@sync/dataplane/steps.go@s/if movesOnSocket(ch) {/if false \&\& movesOnSocket(ch) {/+sed@sync/dataplane/read.go@s/= runningAt(out.Servers\[i\], r)/= out.Servers[i].Address, out.Servers[i].Port; _ = r/|17:dataplane:soak 21:dataplane:soak
-4-backup-kept|5ac9b72+f4f7245|5:dataplane:short 4:dataplane:short 7:dataplane:short 5:dataplane:soak
+4-backup-kept|sed@sync/dataplane/convert.go@s/\tif !read {\n\t\tm.Backup = ""/\tif !read || true {\n\t\tm.Backup = ""/+sed@sync/dataplane/convert.go@s/Backup: s.Backup == enabled, //|5:dataplane:short 4:dataplane:short 7:dataplane:short 5:dataplane:soak
 6-hung-target|sed@sync/reconcile/followup.go@s/\tf.reset()\n\tf.mu.Unlock()\n\tpoke(reason)/\tf.reset()\n\tfor target := range f.watches {\n\t\tf.unwatch(target)\n\t}\n\tf.mu.Unlock()\n\tpoke(reason)/+sed@sync/reconcile/followup.go@s/!f.observed\[t.Target\]/!false/+sed@sync/reconcile/followup.go@s/!f.observed\[target\]/!false/+sed@sync/reconcile/coalesce.go@s/if before != nil \&\& c.follow != nil/if false \&\& before != nil \&\& c.follow != nil/|2:runtime:soak 3:runtime:soak
 7-patience|e050e2a|8:runtime:soak 12:runtime:soak
 8-dead-replacement|sed@sync/plan/keep.go@s/return !failed\[n\] } \/\/ about to serve/return true } \/\/ about to serve/+sed@sync/reconcile/reconcile.go@s/plan.CalculateWith(all, want, pol)/plan.CalculateWith(cur, want, pol); _ = all/|5:dataplane:soak
