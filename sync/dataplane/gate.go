@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
 )
 
 // addThenGate adds a server without a reload and with a running check: POST
@@ -71,7 +73,7 @@ func (c *Client) addThenGate(ctx context.Context, inh inheritance, backend strin
 		return version, c.checkWhileParked(ctx, inh, backend, srv, out)
 	}
 	if err := c.runtime.Gate(ctx, backend, srv.Name); err != nil {
-		return version, fmt.Errorf("gate: %w", err)
+		return version, fmt.Errorf("gate: %w", droppedByReload(err, backend, srv.Name))
 	}
 	out.Count(plan.RuntimeWrite)
 	if st.how != postGateIn {
@@ -221,7 +223,7 @@ func (c *Client) gate(ctx context.Context, inh inheritance, backend string, st s
 		return version, err
 	}
 	if err := c.runtime.Gate(ctx, backend, ch.Name); err != nil {
-		return version, err
+		return version, droppedByReload(err, backend, ch.Name)
 	}
 	out.Count(plan.RuntimeWrite)
 	return version, nil
@@ -268,4 +270,18 @@ var writtenFields = map[string]bool{
 	"inter": true, "fastinter": true, "downinter": true, "rise": true, "fall": true,
 	"observe": true, "error_limit": true, "on-error": true, "send-proxy-v2": true, "check-send-proxy": true,
 	"health_check_port": true, "backup": true, "id": true,
+}
+
+// droppedByReload turns HAProxy's "No such server" to a gate of a server
+// the API just added, or the read just saw, into a conflict: a reload ran
+// in between (another Service's frontend, a reload by others) and its new
+// process lacks the server. The retry reads again and gates it where it
+// runs now (added through the socket if haproxy.cfg holds it only); the
+// refusal is not the server's for good.
+func droppedByReload(err error, backend, name string) error {
+	var ce *runtimeapi.CommandError
+	if errors.As(err, &ce) && strings.Contains(ce.Reply, "No such server") {
+		return &failure.ConflictError{Msg: fmt.Sprintf("server %s/%s is not in the running HAProxy (reloaded since it was read or added): %v", backend, name, err)}
+	}
+	return err
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
 )
 
 // healthLog is the runtime socket beside the API: it records Gate calls
@@ -34,6 +35,9 @@ type healthLog struct {
 	passed  bool
 	dead    map[string]bool // servers whose check never passes
 	fail    int             // Gate calls to fail first
+	// gone: servers a reload dropped from the running HAProxy since the
+	// API added them: Gate is refused as HAProxy refuses it
+	gone map[string]bool
 	applied []plan.Plan
 	// appliedAt: the number of API requests seen at each Apply
 	appliedAt []int
@@ -92,6 +96,9 @@ func (h *healthLog) Gate(_ context.Context, backend, server string) error {
 	if h.fail > 0 {
 		h.fail--
 		return errors.New("runtime socket: connection refused")
+	}
+	if h.gone[server] {
+		return &runtimeapi.CommandError{Command: "enable health " + backend + "/" + server, Reply: "No such server.\n"}
 	}
 	h.calls = append(h.calls, backend+"/"+server)
 	h.at = append(h.at, len(h.api.Requests()))
@@ -281,6 +288,38 @@ func TestFailureBetweenAddAndGate(t *testing.T) {
 	}
 	if p, _ := syncOnce(t, c, w); p.HasChanges() || api.Servers("be")[0].Maintenance != "enabled" {
 		t.Errorf("in service before its check passed: %+v", p)
+	}
+}
+
+// TestGateOfAServerAReloadDroppedIsAConflict: the API added a server at
+// runtime (201), and a reload that began before that add (another
+// Service's frontend) left the new process without it, so HAProxy answers
+// the gate "No such server". That is a conflict the retry mends by reading
+// again, not a permanent refusal that would leave the Service failed until
+// the next event: the server stays parked in haproxy.cfg, never in service.
+func TestGateOfAServerAReloadDroppedIsAConflict(t *testing.T) {
+	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	hl := &healthLog{api: api, gone: map[string]bool{"node-a": true}}
+	u, _ := url.Parse(api.URL)
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+	w := want(srv("node-a", "127.0.1.1", model.Ready))
+	cur, err := c.Read(context.Background(), "be")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Apply(context.Background(), plan.CalculateWith(cur, w, c.Policy()))
+	if err == nil || !strings.Contains(err.Error(), "No such server") {
+		t.Fatalf("gate of a dropped server: %v, want HAProxy's refusal reported", err)
+	}
+	if cls := failure.Of(err); cls != failure.Temporary || !failure.Retryable(err) {
+		t.Errorf("gate of a dropped server: class %q, want temporary (a conflict the retry reads again)", cls)
+	}
+	if s := api.Servers("be"); len(s) != 1 || s[0].Maintenance != "enabled" {
+		t.Fatalf("after the refused gate haproxy.cfg holds %+v, want node-a parked", s)
+	}
+	delete(hl.gone, "node-a")
+	if p, _ := syncOnce(t, c, w); len(hl.calls) != 1 || !reflect.DeepEqual(p.Waiting, []string{"node-a"}) {
+		t.Errorf("retry: gate calls %v, plan %+v; want node-a gated, waiting", hl.calls, p)
 	}
 }
 
