@@ -29,15 +29,15 @@ import (
 // until the API applies a versioned PUT of that server; servers its Apply
 // added exist before haproxy.cfg has them.
 type healthLog struct {
-	api     *dataplanetest.Server
-	calls   []string
-	at      []int // number of API requests seen at each call
-	passed  bool
-	dead    map[string]bool // servers whose check never passes
-	fail    int             // Gate calls to fail first
+	api    *dataplanetest.Server
+	calls  []string
+	at     []int // number of API requests seen at each call
+	passed bool
+	dead   map[string]bool // servers whose check never passes
+	fail   int             // Gate calls to fail first
 	// gone: servers a reload dropped from the running HAProxy since the
 	// API added them: Gate is refused as HAProxy refuses it
-	gone map[string]bool
+	gone    map[string]bool
 	applied []plan.Plan
 	// appliedAt: the number of API requests seen at each Apply
 	appliedAt []int
