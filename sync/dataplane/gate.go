@@ -272,15 +272,16 @@ var writtenFields = map[string]bool{
 	"health_check_port": true, "backup": true, "id": true,
 }
 
-// droppedByReload turns HAProxy's "No such server" to a gate of a server
-// the API just added, or the read just saw, into a conflict: a reload ran
-// in between (another Service's frontend, a reload by others) and its new
-// process lacks the server. The retry reads again and gates it where it
-// runs now (added through the socket if haproxy.cfg holds it only); the
-// refusal is not the server's for good.
+// droppedByReload turns HAProxy's refusal of a gate of a server the API
+// just added, or the read just saw, into a conflict when a reload ran in
+// between (another Service's frontend, a reload by others): "No such
+// server" from a new process that lacks it, "Proxy is disabled" from the
+// old one, stopping, that answered the socket. The retry reads again and
+// gates it where it runs now (added through the socket if haproxy.cfg
+// holds it only); the refusal is not the server's for good.
 func droppedByReload(err error, backend, name string) error {
 	var ce *runtimeapi.CommandError
-	if errors.As(err, &ce) && strings.Contains(ce.Reply, "No such server") {
+	if errors.As(err, &ce) && (strings.Contains(ce.Reply, "No such server") || strings.Contains(ce.Reply, "Proxy is disabled")) {
 		return &failure.ConflictError{Msg: fmt.Sprintf("server %s/%s is not in the running HAProxy (reloaded since it was read or added): %v", backend, name, err)}
 	}
 	return err

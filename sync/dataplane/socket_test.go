@@ -35,9 +35,9 @@ type healthLog struct {
 	passed bool
 	dead   map[string]bool // servers whose check never passes
 	fail   int             // Gate calls to fail first
-	// gone: servers a reload dropped from the running HAProxy since the
-	// API added them: Gate is refused as HAProxy refuses it
-	gone    map[string]bool
+	// gone: servers a reload took from under the socket since the API
+	// added them: Gate is refused with HAProxy's reply
+	gone    map[string]string
 	applied []plan.Plan
 	// appliedAt: the number of API requests seen at each Apply
 	appliedAt []int
@@ -97,8 +97,8 @@ func (h *healthLog) Gate(_ context.Context, backend, server string) error {
 		h.fail--
 		return errors.New("runtime socket: connection refused")
 	}
-	if h.gone[server] {
-		return &runtimeapi.CommandError{Command: "enable health " + backend + "/" + server, Reply: "No such server.\n"}
+	if reply, ok := h.gone[server]; ok {
+		return &runtimeapi.CommandError{Command: "enable health " + backend + "/" + server, Reply: reply}
 	}
 	h.calls = append(h.calls, backend+"/"+server)
 	h.at = append(h.at, len(h.api.Requests()))
@@ -298,28 +298,32 @@ func TestFailureBetweenAddAndGate(t *testing.T) {
 // again, not a permanent refusal that would leave the Service failed until
 // the next event: the server stays parked in haproxy.cfg, never in service.
 func TestGateOfAServerAReloadDroppedIsAConflict(t *testing.T) {
-	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
-	hl := &healthLog{api: api, gone: map[string]bool{"node-a": true}}
-	u, _ := url.Parse(api.URL)
-	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
-	w := want(srv("node-a", "127.0.1.1", model.Ready))
-	cur, err := c.Read(context.Background(), "be")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = c.Apply(context.Background(), plan.CalculateWith(cur, w, c.Policy()))
-	if err == nil || !strings.Contains(err.Error(), "No such server") {
-		t.Fatalf("gate of a dropped server: %v, want HAProxy's refusal reported", err)
-	}
-	if cls := failure.Of(err); cls != failure.Temporary || !failure.Retryable(err) {
-		t.Errorf("gate of a dropped server: class %q, want temporary (a conflict the retry reads again)", cls)
-	}
-	if s := api.Servers("be"); len(s) != 1 || s[0].Maintenance != "enabled" {
-		t.Fatalf("after the refused gate haproxy.cfg holds %+v, want node-a parked", s)
-	}
-	delete(hl.gone, "node-a")
-	if p, _ := syncOnce(t, c, w); len(hl.calls) != 1 || !reflect.DeepEqual(p.Waiting, []string{"node-a"}) {
-		t.Errorf("retry: gate calls %v, plan %+v; want node-a gated, waiting", hl.calls, p)
+	// "No such server": the new process lacks it; "Proxy is disabled": the
+	// old one, stopping, answered the socket.
+	for _, reply := range []string{"No such server.\n", "Proxy is disabled.\n"} {
+		api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+		hl := &healthLog{api: api, gone: map[string]string{"node-a": reply}}
+		u, _ := url.Parse(api.URL)
+		c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+		w := want(srv("node-a", "127.0.1.1", model.Ready))
+		cur, err := c.Read(context.Background(), "be")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Apply(context.Background(), plan.CalculateWith(cur, w, c.Policy()))
+		if err == nil || !strings.Contains(err.Error(), strings.TrimSpace(reply)) {
+			t.Fatalf("gate refused %q: %v, want HAProxy's refusal reported", reply, err)
+		}
+		if cls := failure.Of(err); cls != failure.Temporary || !failure.Retryable(err) {
+			t.Errorf("gate refused %q: class %q, want temporary (a conflict the retry reads again)", reply, cls)
+		}
+		if s := api.Servers("be"); len(s) != 1 || s[0].Maintenance != "enabled" {
+			t.Fatalf("after the refused gate haproxy.cfg holds %+v, want node-a parked", s)
+		}
+		delete(hl.gone, "node-a")
+		if p, _ := syncOnce(t, c, w); len(hl.calls) != 1 || !reflect.DeepEqual(p.Waiting, []string{"node-a"}) {
+			t.Errorf("retry: gate calls %v, plan %+v; want node-a gated, waiting", hl.calls, p)
+		}
 	}
 }
 
