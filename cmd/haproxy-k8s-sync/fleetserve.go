@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"os/signal"
 	"strconv"
 	"sync"
@@ -203,33 +202,6 @@ func serveFleet(cfg config.Config, f *fleet.Fleet, checks map[string]reconcile.C
 	if err != nil {
 		return err
 	}
-	drain := cfg.ReconcileTimeout + handler.WaitMargin
-	grace := drain + 3*time.Second
-	log.Info("shutting down", "drain", drain.String())
 	p.lanes.Close()
-	again := make(chan os.Signal, 1)
-	signal.Notify(again, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(again)
-	go func() {
-		select {
-		case <-again:
-			log.Info("second signal: ending the running reconciles now")
-		case <-time.After(drain):
-			log.Warn("the running reconciles did not end in time: ending them", "drain", drain.String())
-		case <-p.lanes.Idle():
-			return
-		}
-		p.lanes.EndRuns()
-	}()
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	select { // a poked reconcile has no caller for Shutdown to wait for
-	case <-p.lanes.Idle():
-		return nil
-	case <-sctx.Done():
-		return fmt.Errorf("shutdown: a reconcile still runs after %s", grace)
-	}
+	return drainAndStop(log, srv, cfg.ReconcileTimeout+handler.WaitMargin, p.lanes.Idle(), p.lanes.EndRuns)
 }

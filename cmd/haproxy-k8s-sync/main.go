@@ -508,36 +508,42 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, checks map[string]recon
 	if err != nil {
 		return err
 	}
-	// No reconcile starts from now on (callers queued behind the running
-	// one are answered 503 at once); the running one may end by itself
-	// within drain, the longest a reconcile takes, and is cancelled then,
-	// or at a second signal.
-	drain := cfg.ReconcileTimeout + handler.WaitMargin
+	// No reconcile starts from now on: the running one ends as
+	// drainAndStop says.
+	end := make(chan struct{})
+	p.close(end)
+	return drainAndStop(log, srv, cfg.ReconcileTimeout+handler.WaitMargin, p.shared.Idle(), func() { close(end) })
+}
+
+// drainAndStop ends serve once no reconcile starts any more (callers
+// queued behind a running one are answered 503 at once): the running ones
+// may end by themselves within drain, the longest a reconcile takes, and
+// are ended (endRuns) then, or at a second signal; the HTTP server stops
+// within drain and 3 s more. idle is closed once no reconcile runs.
+func drainAndStop(log *slog.Logger, srv *http.Server, drain time.Duration, idle <-chan struct{}, endRuns func()) error {
 	grace := drain + 3*time.Second
 	log.Info("shutting down", "drain", drain.String())
 	again := make(chan os.Signal, 1)
 	signal.Notify(again, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(again)
-	end := make(chan struct{})
 	go func() {
 		select {
 		case <-again:
-			log.Info("second signal: ending the running reconcile now")
+			log.Info("second signal: ending the running reconciles now")
 		case <-time.After(drain):
-			log.Warn("the running reconcile did not end in time: ending it", "drain", drain.String())
-		case <-p.shared.Idle():
+			log.Warn("the running reconciles did not end in time: ending them", "drain", drain.String())
+		case <-idle:
 			return
 		}
-		close(end)
+		endRuns()
 	}()
-	p.close(end)
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	select { // a poked reconcile has no caller for Shutdown to wait for
-	case <-p.shared.Idle():
+	case <-idle:
 		return nil
 	case <-sctx.Done():
 		return fmt.Errorf("shutdown: a reconcile still runs after %s", grace)
