@@ -67,11 +67,13 @@ history:
 
 ## soak: the history checker for SOAK (a duration) on HAPROXY, both drivers,
 ## random seeds; ends with "histories: N histories, S steps, R requests, V
-## violations". A failed history prints its seed and how to replay it.
+## violations". A failed history prints its seed and how to replay it; its
+## service log (debug, JSON) is kept in bin/soak-logs/.
 SOAK ?= 30m
 soak:
 	@mkdir -p bin; echo "soak: $(SOAK) on $(HAPROXY) at $$(git describe --always --dirty 2>/dev/null), log in bin/soak.log"
-	@HKS_SOAK=$(SOAK) HKS_HAPROXY=$(HAPROXY) $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v ./sync/history > bin/soak.log 2>&1; rc=$$?; \
+	@rm -rf bin/soak-logs; mkdir -p bin/soak-logs
+	@HKS_SOAK=$(SOAK) HKS_HAPROXY=$(HAPROXY) HKS_HISTORY_LOG_DIR=$(CURDIR)/bin/soak-logs $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v ./sync/history > bin/soak.log 2>&1; rc=$$?; \
 	grep -E -- '^ *(--- FAIL|[a-z-]+ after step|seed [0-9]+ \()' bin/soak.log | head -60; \
 	grep -E '^histories:' bin/soak.log || { tail -20 bin/soak.log; echo "histories: none finished"; }; exit $$rc
 

@@ -279,12 +279,14 @@ func (h *HAProxy) Died() string {
 }
 
 // Alerts returns the last n lines HAProxy's own processes printed as
-// alerts, or about a process that exited (a worker that crashed, a reload
-// that failed), oldest first.
+// alerts, or about a process that exited with a failure (a worker that
+// crashed, a reload that failed; not a former worker that finished its
+// sessions after a reload), oldest first.
 func (h *HAProxy) Alerts(n int) []string {
 	var out []string
 	for line := range strings.Lines(h.Logs()) {
-		if strings.HasPrefix(line, "[ALERT]") || strings.Contains(line, "exited with code") || strings.Contains(line, "exit-on-failure") {
+		failed := strings.Contains(line, "exited with code") && !strings.Contains(line, "exited with code 0 ")
+		if strings.HasPrefix(line, "[ALERT]") || failed || strings.Contains(line, "exit-on-failure") {
 			out = append(out, strings.TrimSpace(line))
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -239,13 +240,31 @@ func reconcilerOf(t testing.TB, cfg config.Config, log *slog.Logger) (*reconcile
 	}, checks, watched
 }
 
-// logEnv names a file for the service's own log (make replay LOG=…).
-const logEnv = "HKS_HISTORY_LOG"
+// logEnv names a file for the service's own log (make replay LOG=…);
+// logDirEnv a folder for one log a history (make soak), kept only for a
+// history that failed (keepLog), so a finding that does not replay can be
+// read still.
+const (
+	logEnv    = "HKS_HISTORY_LOG"
+	logDirEnv = "HKS_HISTORY_LOG_DIR"
+)
 
 // serviceLog is where the service under test logs: nowhere, or, for a replay
-// worth reading, the file HKS_HISTORY_LOG names (debug level, JSON).
+// worth reading, the file HKS_HISTORY_LOG names, or one file a history in
+// HKS_HISTORY_LOG_DIR (debug level, JSON).
 func serviceLog(t testing.TB) *slog.Logger {
 	path := os.Getenv(logEnv)
+	if dir := os.Getenv(logDirEnv); path == "" && dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		path = historyLog(t, dir)
+		t.Cleanup(func() {
+			if !t.Failed() {
+				os.Remove(path)
+			}
+		})
+	}
 	if path == "" {
 		return slog.New(slog.NewJSONHandler(io.Discard, nil))
 	}
@@ -255,6 +274,12 @@ func serviceLog(t testing.TB) *slog.Logger {
 	}
 	t.Cleanup(func() { f.Close() })
 	return slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// historyLog is the file of t's history in dir: its test's name, with the
+// seed in it.
+func historyLog(t testing.TB, dir string) string {
+	return filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+".log")
 }
 
 // input is what Kubernetes holds now: the Service and its EndpointSlices, ten
