@@ -166,6 +166,18 @@ func loading(s *model.Server) bool {
 // address.
 func (c *Client) gate(ctx context.Context, inh inheritance, backend string, st step, version int64, out *plan.Applied) (int64, error) {
 	ch := st.changes[0]
+	if st.parkFirst {
+		// Out of traffic where it runs before the PUT moves it: the API
+		// changes its address before its state (parksFirst).
+		parked := *ch.Old
+		parked.State = model.Maint
+		rp := plan.Plan{Backend: backend, Changes: []plan.Change{{Action: plan.Maint, Name: ch.Name, Old: ch.Old, New: &parked}}}
+		applied, err := c.runtime.Apply(ctx, rp)
+		out.Add(applied)
+		if err != nil {
+			return version, fmt.Errorf("park %s/%s before its move: %w", backend, ch.Name, err)
+		}
+	}
 	if st.park {
 		parked := *ch.New
 		parked.State = model.Maint

@@ -503,3 +503,43 @@ func TestLoadingServerRefusedBySocket(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestMoveInTrafficParkedOnTheSocketFirst: a server in service moves (a
+// StatefulSet pod recreated at a new IP). The API applies the move's PUT
+// at runtime address first and maintenance next, so between the two the
+// server would take clients at the new address, where no check ran (found
+// by the history checker's soak, seed 340110989, checked-before-traffic).
+// The socket parks it where it runs before that PUT.
+func TestMoveInTrafficParkedOnTheSocketFirst(t *testing.T) {
+	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	hl := &healthLog{api: api, passed: true}
+	u, _ := url.Parse(api.URL)
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+	at := func(addr string) model.Backend { return want(srv("node-a", addr, model.Ready)) }
+	for i := 0; i < 3; i++ {
+		syncOnce(t, c, at("127.0.1.1"))
+	}
+	if s := api.Servers("be"); len(s) != 1 || s[0].Maintenance == "enabled" {
+		t.Fatalf("node-a not in service at A to begin with: %+v", s)
+	}
+	hl.applied, hl.appliedAt = nil, nil
+	from := len(api.Requests())
+	syncOnce(t, c, at("127.0.1.9"))
+
+	put := slices.IndexFunc(api.Requests()[from:], func(q dataplanetest.Request) bool {
+		return q.Method == http.MethodPut && strings.HasSuffix(q.Path, "/servers/node-a")
+	})
+	if put += from; put < from {
+		t.Fatalf("no PUT of node-a: %v", api.Requests())
+	}
+	if len(hl.applied) == 0 {
+		t.Fatal("nothing went through the socket")
+	}
+	first := hl.applied[0].Changes
+	if len(first) != 1 || first[0].Action != plan.Maint || first[0].New.State != model.Maint || first[0].New.Address != "127.0.1.1" || hl.appliedAt[0] > put {
+		t.Errorf("the socket's first change: %+v at request %d, the PUT at %d; want node-a parked at A before the PUT", first, hl.appliedAt[0], put)
+	}
+	if s := api.Servers("be"); len(s) != 1 || s[0].Address != "127.0.1.9" || s[0].Maintenance != "enabled" {
+		t.Errorf("haproxy.cfg: %+v, want node-a parked at B until its check passes there", s)
+	}
+}

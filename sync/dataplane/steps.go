@@ -34,6 +34,7 @@ import (
 //	a server gated (back from maintenance)  parked, id known, only our keywords    gate (park PUT if needed, renew; else in place or move)
 //	a server gated                          API reloads for adds, keywords carried gate (renew, else in place): the same
 //	a move (new address), gated             running at the old address             gate (park PUT at new address, socket gate then move): never checked at the old address
+//	  the same, in traffic                  running, not parked                    gate (socket park where it runs first: the PUT moves it before parking it)
 //	a gated server                          loading (haproxy.cfg only), carried    gate (socket add, gated)
 //	a gated server                          loading, keyword not carried           gate (parked in haproxy.cfg, left to the reload)
 //	weight, drain, maintenance              haproxy.cfg differs                    put (202: the socket too, reported)
@@ -70,7 +71,7 @@ func steps(p plan.Plan, f facts) []step {
 	}
 	for _, ch := range r.gated {
 		h, orElse := gateHow(ch, f)
-		out = append(out, step{via: viaGate, changes: []plan.Change{ch}, how: h, orElse: orElse, park: parks(ch)})
+		out = append(out, step{via: viaGate, changes: []plan.Change{ch}, how: h, orElse: orElse, park: parks(ch), parkFirst: parksFirst(ch)})
 	}
 	for _, ch := range r.puts {
 		out = append(out, step{via: viaPut, changes: []plan.Change{ch}, onReload: putOnReload(ch, f)})
@@ -209,6 +210,9 @@ type step struct {
 	// park: a gate's versioned PUT, writing the server parked (and at its
 	// new address) where haproxy.cfg does not hold it so.
 	park bool
+	// parkFirst: before a gate's PUT moves a server in traffic, the socket
+	// parks it where it runs (parksFirst).
+	parkFirst bool
 	// holds: a server this step's socket refuses is not written (nor shut)
 	// by the steps that come after it with preTaken.
 	holds bool
@@ -218,6 +222,9 @@ type step struct {
 // "via(how, else orElse, 202: onReload, park) names [if pre]".
 func (s step) String() string {
 	var detail []string
+	if s.parkFirst {
+		detail = append(detail, "socket park")
+	}
 	if s.park {
 		detail = append(detail, "park")
 	}
@@ -293,6 +300,15 @@ func putOnReload(ch plan.Change, f facts) how {
 func parks(ch plan.Change) bool {
 	n := ch.New
 	return ch.Old.State != model.Maint || ch.Old.Address != n.Address || ch.Old.Port != n.Port || ch.Old.Check != n.Check
+}
+
+// parksFirst reports whether gated change ch moves a server the running
+// HAProxy has in traffic (not parked, not loading): the API applies a PUT
+// at runtime address first, maintenance next ("set server addr", then
+// "state maint"), and in between the server takes clients at the new
+// address, where no check ran. Parked on the socket first, it takes none.
+func parksFirst(ch plan.Change) bool {
+	return movesOnSocket(ch) && ch.Old.State != model.Maint
 }
 
 // gateHow is what the socket does with a gated existing server, and what it

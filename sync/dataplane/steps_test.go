@@ -80,14 +80,16 @@ func TestSteps(t *testing.T) {
 			"gate(in place) r"}},
 		{"a parked server that moves while the API reloads for adds: renewed, else moved", one(gated(parked("m"), moved)), false, reloadsAdds, []string{"gate(park, renew, else move) m"}},
 		{"back from maintenance, a keyword not carried: gated in place", one(gated(parked("r"), nil)), false, uncarried("r"), []string{"gate(in place) r"}},
-		{"a move (new address) the API may reload for: parked there, gated, then moved on the socket", one(gated(server("m", model.Ready, model.Ready), moved)), false, socket, []string{
-			"gate(park, move) m"}},
+		{"a move (new address) the API may reload for: parked on the socket where it runs (the API moves before it parks), parked there, gated, then moved on the socket", one(gated(server("m", model.Ready, model.Ready), moved)), false, socket, []string{
+			"gate(socket park, park, move) m"}},
+		{"a draining server that moves: parked on the socket first the same", one(gated(server("m", model.Drain, model.Drain), moved)), false, socket, []string{
+			"gate(socket park, park, move) m"}},
 		{"a parked server that moves: renewed, else moved", one(gated(parked("m"), moved)), false, socket, []string{"gate(park, renew, else move) m"}},
 		{"a backup server that moves: moved the same (backup kept as read)", one(gated(func() *model.Server {
 			s := server("b", model.Ready, model.Ready)
 			s.Backup = true
 			return s
-		}(), moved)), false, socket, []string{"gate(park, move) b"}},
+		}(), moved)), false, socket, []string{"gate(socket park, park, move) b"}},
 		{"haproxy.cfg holds it, the running HAProxy not yet (loading): added on the socket, gated", one(gated(loadingParked(), nil)), false, socket, []string{"gate(add) l"}},
 		{"loading, a keyword not carried: parked in haproxy.cfg, the reload loads it", one(gated(loadingParked(), nil)), false, uncarried("l"), []string{"gate(left) l"}},
 		{"loading and in service in haproxy.cfg: parked by the PUT first", one(gated(loadingServer("l"), nil)), false, socket, []string{"gate(park, add) l"}},
