@@ -203,5 +203,5 @@ func serveFleet(cfg config.Config, f *fleet.Fleet, checks map[string]reconcile.C
 		return err
 	}
 	p.lanes.Close()
-	return drainAndStop(log, srv, cfg.ReconcileTimeout+handler.WaitMargin, p.lanes.Idle(), p.lanes.EndRuns)
+	return drainAndStop(log, srv, cfg.ReconcileTimeout+handler.WaitMargin, p.lanes.Idle, p.lanes.EndRuns)
 }

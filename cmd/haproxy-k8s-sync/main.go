@@ -512,15 +512,17 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, checks map[string]recon
 	// drainAndStop says.
 	end := make(chan struct{})
 	p.close(end)
-	return drainAndStop(log, srv, cfg.ReconcileTimeout+handler.WaitMargin, p.shared.Idle(), func() { close(end) })
+	return drainAndStop(log, srv, cfg.ReconcileTimeout+handler.WaitMargin, p.shared.Idle, func() { close(end) })
 }
 
 // drainAndStop ends serve once no reconcile starts any more (callers
 // queued behind a running one are answered 503 at once): the running ones
 // may end by themselves within drain, the longest a reconcile takes, and
 // are ended (endRuns) then, or at a second signal; the HTTP server stops
-// within drain and 3 s more. idle is closed once no reconcile runs.
-func drainAndStop(log *slog.Logger, srv *http.Server, drain time.Duration, idle <-chan struct{}, endRuns func()) error {
+// within drain and 3 s more. idle returns a channel closed once no
+// reconcile runs (asked again after the HTTP server stopped: a request it
+// answered meanwhile may have started one).
+func drainAndStop(log *slog.Logger, srv *http.Server, drain time.Duration, idle func() <-chan struct{}, endRuns func()) error {
 	grace := drain + 3*time.Second
 	log.Info("shutting down", "drain", drain.String())
 	again := make(chan os.Signal, 1)
@@ -532,7 +534,7 @@ func drainAndStop(log *slog.Logger, srv *http.Server, drain time.Duration, idle 
 			log.Info("second signal: ending the running reconciles now")
 		case <-time.After(drain):
 			log.Warn("the running reconciles did not end in time: ending them", "drain", drain.String())
-		case <-idle:
+		case <-idle():
 			return
 		}
 		endRuns()
@@ -543,7 +545,7 @@ func drainAndStop(log *slog.Logger, srv *http.Server, drain time.Duration, idle 
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	select { // a poked reconcile has no caller for Shutdown to wait for
-	case <-idle:
+	case <-idle():
 		return nil
 	case <-sctx.Done():
 		return fmt.Errorf("shutdown: a reconcile still runs after %s", grace)

@@ -285,16 +285,23 @@ var writtenFields = map[string]bool{
 }
 
 // droppedByReload turns HAProxy's refusal of a gate of a server the API
-// just added, or the read just saw, into a conflict when a reload ran in
-// between (another Service's frontend, a reload by others): "No such
-// server" from a new process that lacks it, "Proxy is disabled" from the
-// old one, stopping, that answered the socket. The retry reads again and
-// gates it where it runs now (added through the socket if haproxy.cfg
-// holds it only); the refusal is not the server's for good.
+// just added, or the read just saw, into a conflict, as after a reload
+// (another Service's frontend, a reload by others): "No such server" from
+// a new process that lacks it, "Proxy is disabled" from the old one,
+// stopping, that answered the socket. The retry reads again and gates it
+// where it runs now (added through the socket if haproxy.cfg holds it
+// only). A backend configured "disabled" answers the same for good: its
+// reconciles then retry until RECONCILE_TIMEOUT and fail temporary.
 func droppedByReload(err error, backend, name string) error {
 	var ce *runtimeapi.CommandError
-	if errors.As(err, &ce) && (strings.Contains(ce.Reply, "No such server") || strings.Contains(ce.Reply, "Proxy is disabled")) {
-		return &failure.ConflictError{Msg: fmt.Sprintf("server %s/%s is not in the running HAProxy (reloaded since it was read or added): %v", backend, name, err)}
+	if !errors.As(err, &ce) {
+		return err
+	}
+	switch {
+	case strings.Contains(ce.Reply, "No such server"):
+		return &failure.ConflictError{Msg: fmt.Sprintf("server %s/%s is not in the running HAProxy (reloaded since it was read or added?): %v", backend, name, err)}
+	case strings.Contains(ce.Reply, "Proxy is disabled"):
+		return &failure.ConflictError{Msg: fmt.Sprintf("backend %s answered disabled for %s (a stopping process after a reload?): %v", backend, name, err)}
 	}
 	return err
 }

@@ -248,7 +248,9 @@ func (h *HAProxy) start(bin string, ports []int) error {
 }
 
 func (h *HAProxy) stop() {
-	h.stopping.Store(true)
+	if h.stopping.Swap(true) {
+		return // stopped already
+	}
 	_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGTERM)
 	select {
 	case <-h.exited:
@@ -285,7 +287,7 @@ func (h *HAProxy) Died() string {
 func (h *HAProxy) Alerts(n int) []string {
 	var out []string
 	for line := range strings.Lines(h.Logs()) {
-		failed := strings.Contains(line, "exited with code") && !strings.Contains(line, "exited with code 0 ")
+		failed := strings.Contains(line, "exited with code") && !(strings.Contains(line, "Former worker") && strings.Contains(line, "exited with code 0 "))
 		if strings.HasPrefix(line, "[ALERT]") || failed || strings.Contains(line, "exit-on-failure") {
 			out = append(out, strings.TrimSpace(line))
 		}

@@ -106,8 +106,9 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 		case v.Invariant == Converges:
 			rep.Violations[i].HAProxy = w.targets[v.Target].stateNow()
 		}
-		if v.Target < len(w.targets) {
-			// An HAProxy that stopped answering says why, if it did.
+		if v.Target < len(w.targets) && (v.Invariant == NoFailedRequest || v.Invariant == Converges) {
+			// An HAProxy that stopped answering, or failed a reload, says
+			// why, if it did.
 			h := w.targets[v.Target].h
 			if d := h.Died(); d != "" {
 				rep.Violations[i].HAProxy = append(rep.Violations[i].HAProxy, "the master exited: "+d)
