@@ -93,9 +93,9 @@ func (s *services) check(tg *target, sw *svcWatch) {
 	}
 	if a.window && b.window {
 		s.mu.Lock()
-		snap := s.snap[tg.i]
+		snap, at := s.snap[tg.i], s.snapReloads[tg.i]
 		s.mu.Unlock()
-		if d := diffView(snap, view(be), false); d != "" {
+		if d := diffView(snap, withoutDropped(snap, view(be), at != a.reloads+a.others), false); d != "" {
 			viol(RefusedChangesNothing, "", "%s changed while %s and %s both named it (both refused): %s", backend, service, service3, d)
 		}
 	}
@@ -218,6 +218,25 @@ func diffView(a, b map[string]string, ignoreGone bool) string {
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// withoutDropped is now less nothing, plus what a reload since the snapshot
+// (reloaded) took away without the service: a server out of traffic that
+// the running HAProxy alone held (added through the socket, its check not
+// passed yet, so not in haproxy.cfg) is dropped by any reload, the API's
+// for another backend's write included. Such a removal is not a change
+// the refused Services made, so it is put back before comparing.
+func withoutDropped(snap, now map[string]string, reloaded bool) map[string]string {
+	if !reloaded {
+		return now
+	}
+	out := maps.Clone(now)
+	for name, v := range snap {
+		if _, ok := now[name]; !ok && strings.HasSuffix(v, " out") {
+			out[name] = v
+		}
+	}
+	return out
 }
 
 // podOfAddr is the pod whose address addr is (podAddr's inverse).

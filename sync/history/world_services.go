@@ -67,8 +67,11 @@ type services struct {
 	window bool      // be must not change: web and web3 are refused
 	// windows counts the duplicates' windows.
 	windows int
-	// snap is be as each target ran it when the window began.
-	snap map[int]map[string]string
+	// snap is be as each target ran it when the window began, and
+	// snapReloads each target's count of reloads (the API's and others')
+	// then.
+	snap        map[int]map[string]string
+	snapReloads map[int]int64
 	// epoch counts web2's steps, so that a monitor read that spans one is
 	// not judged.
 	epoch atomic.Int64
@@ -302,8 +305,9 @@ func (s *services) apply(st Step) error {
 		// it is refused, and none that read before still runs when be is
 		// read for the window.
 		s.doKey(service)
-		snap := map[int]map[string]string{}
+		snap, reloads := map[int]map[string]string{}, map[int]int64{}
 		for _, tg := range w.targets {
+			reloads[tg.i] = tg.reloads.Load() + tg.othersReloads.Load()
 			v, err := viewOf(tg, backend)
 			if err != nil {
 				return fmt.Errorf("duplicate: %w", err)
@@ -311,7 +315,7 @@ func (s *services) apply(st Step) error {
 			snap[tg.i] = v
 		}
 		s.mu.Lock()
-		s.snap, s.window = snap, true
+		s.snap, s.snapReloads, s.window = snap, reloads, true
 		s.windows++
 		s.mu.Unlock()
 		s.pokeKey(service3) // what the watch pokes for web3's creation
