@@ -272,11 +272,7 @@ func TestFailureBetweenAddAndGate(t *testing.T) {
 	u, _ := url.Parse(api.URL)
 	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
 	w := want(srv("node-a", "127.0.1.1", model.Ready))
-	cur, err := c.Read(context.Background(), "be")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Apply(context.Background(), plan.CalculateWith(cur, w, c.Policy())); err == nil {
+	if err := applyOnce(t, c, w); err == nil {
 		t.Fatal("a failed gate was not reported")
 	}
 	if s := api.Servers("be"); len(s) != 1 || s[0].Maintenance != "enabled" {
@@ -306,11 +302,7 @@ func TestGateOfAServerAReloadDroppedIsAConflict(t *testing.T) {
 		u, _ := url.Parse(api.URL)
 		c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
 		w := want(srv("node-a", "127.0.1.1", model.Ready))
-		cur, err := c.Read(context.Background(), "be")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = c.Apply(context.Background(), plan.CalculateWith(cur, w, c.Policy()))
+		err := applyOnce(t, c, w)
 		if err == nil || !strings.Contains(err.Error(), strings.TrimSpace(reply)) {
 			t.Fatalf("gate refused %q: %v, want HAProxy's refusal reported", reply, err)
 		}
@@ -325,6 +317,18 @@ func TestGateOfAServerAReloadDroppedIsAConflict(t *testing.T) {
 			t.Errorf("retry: gate calls %v, plan %+v; want node-a gated, waiting", hl.calls, p)
 		}
 	}
+}
+
+// applyOnce reads be, plans w against it and applies the plan once,
+// returning what Apply returned.
+func applyOnce(t *testing.T, c *dataplane.Client, w model.Backend) error {
+	t.Helper()
+	cur, err := c.Read(context.Background(), "be")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Apply(context.Background(), plan.CalculateWith(cur, w, c.Policy()))
+	return err
 }
 
 func TestStaticAlgorithmIsRefused(t *testing.T) {
