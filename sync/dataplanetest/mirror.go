@@ -120,7 +120,7 @@ func (m *mirror) update(backend string, old, s models.Server) error {
 		}
 		// HAProxy 3.0 answers a port-only change "port changed ..."
 		// (conformance table v3.3.0-haproxy-3.0.11: 200, no reload).
-		if err := m.expect(fmt.Sprintf("set server %s addr %s port %d", srv, s.Address, port), "IP changed|no need to change|port changed"); err != nil {
+		if err := m.expect(fmt.Sprintf("set server %s addr %s port %d", srv, s.Address, port), "IP changed|no need to change|port changed|nothing changed"); err != nil {
 			return err
 		}
 	}

@@ -98,6 +98,9 @@ type Options struct {
 	// test that mirrors a real HAProxy reloads it there with ServerLines, so
 	// what the API wrote is what HAProxy loads, as with the real API.
 	Reload func()
+	// OnWrite, when set, is told of every request other than a GET, as it
+	// comes: refused when an injected fault answered it (InjectFault).
+	OnWrite func(refused bool)
 }
 
 // Request is one request the server received.
@@ -398,7 +401,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Auth: r.Header.Get("Authorization")})
 	intercept := s.intercept
 	s.mu.Unlock()
-	if s.injectFault(w, r) {
+	refused := s.injectFault(w, r)
+	if s.opts.OnWrite != nil && r.Method != http.MethodGet {
+		s.opts.OnWrite(refused)
+	}
+	if refused {
 		return
 	}
 	if intercept != nil && intercept(w, r) {

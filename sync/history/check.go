@@ -106,6 +106,12 @@ const (
 	// Kubernetes says is ready does not answer (HAProxy loads it UP until
 	// its first check; a server-state-file would keep it DOWN).
 	ExcuseReloadLoadsUp = "a reload loaded a dead pod UP"
+	// ExcuseAPIRefused: the target's Data Plane API refused every write for
+	// longer than a server's entry (an outage, not a refused write now and
+	// then), and within Bounds.Entry of the first write it took again.
+	// The Data Plane driver waits for its API: it does not carry
+	// Kubernetes changes through the socket alone meanwhile.
+	ExcuseAPIRefused = "its Data Plane API refused every write"
 )
 
 // Evaluation is what the invariants found in one history.
@@ -155,9 +161,53 @@ type targetTrack struct {
 	hungSince   time.Time // zero when not hung
 	unhungAt    time.Time
 	lastFail    time.Time
-	lastBackup  time.Time // the last LocalFirst violation
-	lastSeen    time.Time // the last violation a pod or monitor saw
-	lastReload  time.Time // the end of its last reload, by others or by the API
+	lastBackup  time.Time      // the last LocalFirst violation
+	lastSeen    time.Time      // the last violation a pod or monitor saw
+	lastReload  time.Time      // the end of its last reload, by others or by the API
+	apiReload   time.Time      // the start of a reload by the API under way; zero when none
+	outages     [][2]time.Time // its API refused every write from [0] to [1] (apiOutages)
+}
+
+// apiOutages are the spans, per target, in which a Data Plane API refused
+// every write for at least least: from its first refused write to the first
+// it took again (or the last observation, if none).
+func apiOutages(all []obs, targets int, least time.Duration) [][][2]time.Time {
+	out := make([][][2]time.Time, targets)
+	since := make([]time.Time, targets)
+	var last time.Time
+	for _, o := range all {
+		last = o.at
+		if o.kind != obsAPIWrite {
+			continue
+		}
+		i := min(o.target, targets-1)
+		switch {
+		case o.refused && since[i].IsZero():
+			since[i] = o.at
+		case !o.refused && !since[i].IsZero():
+			if o.at.Sub(since[i]) >= least {
+				out[i] = append(out[i], [2]time.Time{since[i], o.at})
+			}
+			since[i] = time.Time{}
+		}
+	}
+	for i, t := range since {
+		if !t.IsZero() && last.Sub(t) >= least {
+			out[i] = append(out[i], [2]time.Time{t, last})
+		}
+	}
+	return out
+}
+
+// apiRefusing says whether at falls in one of tt's API outages or within
+// after of its end.
+func (tt *targetTrack) apiRefusing(at time.Time, after time.Duration) bool {
+	for _, o := range tt.outages {
+		if !at.Before(o[0]) && !at.After(o[1].Add(after)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (tt *targetTrack) pod(n int) *seen {
@@ -197,8 +247,9 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		return pods[n]
 	}
 	tts := make([]*targetTrack, max(targets, 1))
+	outages := apiOutages(all, len(tts), b.Entry)
 	for i := range tts {
-		tts[i] = &targetTrack{pods: map[int]*seen{}}
+		tts[i] = &targetTrack{pods: map[int]*seen{}, outages: outages[i]}
 	}
 	step := -1
 	var deaths []time.Time
@@ -230,6 +281,9 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		if !tt.hungSince.IsZero() || !tt.unhungAt.IsZero() && at.Sub(tt.unhungAt) <= HungAfter {
 			return ExcuseHung
 		}
+		if tt.apiRefusing(at, b.Entry) {
+			return ExcuseAPIRefused
+		}
 		if runtimeOnly {
 			if !tt.reloadStart.IsZero() {
 				return ExcuseReload // a reload by others is under way
@@ -254,7 +308,9 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		// A reload loads every server haproxy.cfg has in service UP, a
 		// dead node's too (Kubernetes still says ready), until its first
 		// check: retries can all land on dead ones.
-		if !tt.lastReload.IsZero() && at.Sub(tt.lastReload) <= b.Abrupt {
+		// The new worker takes clients before its reload is over.
+		reloading := !tt.reloadStart.IsZero() || !tt.apiReload.IsZero()
+		if reloading || !tt.lastReload.IsZero() && at.Sub(tt.lastReload) <= b.Abrupt {
 			for _, p := range pods {
 				if p.inK8s && p.state == live && !p.alive {
 					return ExcuseReloadLoadsUp
@@ -324,6 +380,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		case obsReloadStart:
 			tt.reloadStart = o.at
 		case obsReload:
+			tt.apiReload = time.Time{}
 			if o.err != "" {
 				add(Converges, o.target, o.at, "HAProxy reload failed: %s", o.err)
 				continue
@@ -333,8 +390,10 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				tt.reloadStart = time.Time{}
 			}
 			tt.lastReload = o.at
+		case obsAPIReloadStart:
+			tt.apiReload = o.at
 		case obsAPIReload:
-			tt.lastReload = o.at
+			tt.lastReload, tt.apiReload = o.at, time.Time{}
 		case obsHang:
 			if o.hung {
 				tt.hungSince = o.at
@@ -416,6 +475,12 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				}
 				if !tt.unhungAt.IsZero() && tt.unhungAt.Add(HungAfter).After(due) {
 					due = tt.unhungAt.Add(HungAfter)
+				}
+				// An add the API refused waits for the first write it takes.
+				for _, out := range tt.outages {
+					if !out[0].After(due) && !out[1].Before(q.since) && out[1].Add(q.entry(b)).After(due) {
+						due = out[1].Add(q.entry(b))
+					}
 				}
 				if o.at.After(due) && tt.answered-sn.hitCount > 3*avail+10 && sn.lastHit.Before(due) {
 					add(InService, o.target, o.at, "%s has been ready and answering since %s; %d requests answered since, none by it",

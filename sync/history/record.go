@@ -14,18 +14,20 @@ import (
 type obsKind int
 
 const (
-	obsListen      obsKind = iota // a pod began to listen
-	obsStop                       // a pod stopped listening
-	obsCheck                      // a health check reached a pod
-	obsClient                     // a client connection reached a pod
-	obsRequest                    // a client's request ended: answered by pod, or failed
-	obsStep                       // a step was applied (step is its index)
-	obsReload                     // HAProxy finished a reload nobody told the service of
-	obsK8s                        // Kubernetes changed a pod's endpoint (state)
-	obsViolation                  // a monitor saw a violation as it happened (inv, err)
-	obsReloadStart                // a reload by others begins
-	obsHang                       // a target began (hung) or stopped hanging
-	obsAPIReload                  // the Data Plane API reloaded HAProxy (what it wrote)
+	obsListen         obsKind = iota // a pod began to listen
+	obsStop                          // a pod stopped listening
+	obsCheck                         // a health check reached a pod
+	obsClient                        // a client connection reached a pod
+	obsRequest                       // a client's request ended: answered by pod, or failed
+	obsStep                          // a step was applied (step is its index)
+	obsReload                        // HAProxy finished a reload nobody told the service of
+	obsK8s                           // Kubernetes changed a pod's endpoint (state)
+	obsViolation                     // a monitor saw a violation as it happened (inv, err)
+	obsReloadStart                   // a reload by others begins
+	obsHang                          // a target began (hung) or stopped hanging
+	obsAPIReload                     // the Data Plane API reloaded HAProxy (what it wrote)
+	obsAPIReloadStart                // the Data Plane API begins a reload
+	obsAPIWrite                      // the Data Plane API got a write (refused: a fault answered it)
 )
 
 // obs is one observation, as the history's recorder keeps it.
@@ -40,8 +42,9 @@ type obs struct {
 	inv   Invariant // obsViolation
 	// target is the HAProxy target concerned: the one a request went
 	// through, whose check or client reached a pod, that reloaded or hung.
-	target int
-	hung   bool // obsHang
+	target  int
+	hung    bool // obsHang
+	refused bool // obsAPIWrite
 }
 
 // recorder keeps every observation of a history, in the order they came.

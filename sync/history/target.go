@@ -66,7 +66,8 @@ func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder) *target 
 	}
 	static := fmt.Sprintf("server static %s:%d check", podAddr(staticPod), port)
 	if s.Driver == Dataplane {
-		tg.api = dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: tg.h.AdminSocket, ReloadDelay: s.ReloadDelay, Reload: tg.apiReload, RuntimeFails: s.RuntimeFails})
+		tg.api = dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: tg.h.AdminSocket, ReloadDelay: s.ReloadDelay, Reload: tg.apiReload, RuntimeFails: s.RuntimeFails,
+			OnWrite: func(refused bool) { tg.rec.add(obs{kind: obsAPIWrite, target: tg.i, refused: refused}) }})
 		rr, on, one, three := "roundrobin", "enabled", int64(1), int64(3)
 		tg.api.AddDefaults(models.Defaults{DefaultsBase: models.DefaultsBase{Name: "base", Mode: "tcp",
 			Redispatch: &models.Redispatch{Enabled: &on, Interval: &one}, Retries: &three}})
@@ -102,6 +103,7 @@ func (tg *target) apiReload() {
 	defer tg.reloadMu.Unlock()
 	tg.reloads.Add(1)
 	defer tg.reloads.Add(1)
+	tg.rec.add(obs{kind: obsAPIReloadStart, target: tg.i})
 	for _, b := range tg.backends {
 		if err := tg.h.TrySetServers(b, tg.api.ServerLines(b)); err != nil {
 			tg.rec.add(obs{kind: obsReload, target: tg.i, err: err.Error()})

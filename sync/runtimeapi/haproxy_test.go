@@ -873,3 +873,29 @@ func serveHTTP(t *testing.T, name, host string) model.Server {
 	t.Cleanup(func() { _ = s.Close() })
 	return srv(name, host, ln.Addr().(*net.TCPAddr).Port, model.Ready)
 }
+
+// TestAMoveAlreadyMadeIsNoRefusal: a move planned from a read older than
+// the address HAProxy has (an attempt that was cut after its "set server
+// addr", a second replica) is done, not refused. HAProxy 3.0 and later
+// answer "nothing changed" where 2.6 said "no need to change the addr";
+// the history checker found it on 3.4.0 (seed 490652228, Data Plane
+// driver), where the refusal left the moved server out of traffic.
+func TestAMoveAlreadyMadeIsNoRefusal(t *testing.T) {
+	h, direct, a, b, _ := twoAndADeadPort(t, chk)
+	converge(t, direct, want(a, b), 5*time.Second)
+	pc := haproxytest.FreePorts(t, "127.0.0.1", 1)[0]
+	haproxytest.Listen(t, "c", fmt.Sprintf("127.0.0.1:%d", pc))
+	cur, err := direct.Read(context.Background(), "be")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Command(fmt.Sprintf("set server be/a addr 127.0.0.1 port %d", pc)); err != nil {
+		t.Fatal(err)
+	}
+	moved := a
+	moved.Port = pc
+	if _, err := direct.Apply(context.Background(), plan.CalculateWith(cur, want(moved, b), direct.Policy())); err != nil {
+		t.Fatalf("a move HAProxy had made already was refused: %v", err)
+	}
+	converge(t, direct, want(moved, b), 5*time.Second)
+}

@@ -730,8 +730,11 @@ func updateSteps(srv string, ch plan.Change) []Step {
 	}
 	if old.Address != s.Address || old.Port != s.Port {
 		steps = append(steps, Step{fmt.Sprintf("set server %s addr %s port %d", srv, s.Address, s.Port), func(r string) bool {
-			// 3.0 says "port changed from" when only the port moves.
-			return strings.HasPrefix(r, "IP changed from") || strings.HasPrefix(r, "no need to change the addr") || strings.HasPrefix(r, "port changed from")
+			// 3.0 says "port changed from" when only the port moves; a
+			// server already there is "no need to change the addr" before
+			// 3.0 and "nothing changed" since.
+			return strings.HasPrefix(r, "IP changed from") || strings.HasPrefix(r, "port changed from") ||
+				strings.HasPrefix(r, "no need to change the addr") || strings.HasPrefix(r, "nothing changed")
 		}})
 	}
 	if old.Check.Port != s.Check.Port {

@@ -1,0 +1,109 @@
+package history
+
+import (
+	"testing"
+	"time"
+)
+
+// TestEvaluateExcuses: what evaluate excuses and what it reports, on
+// observations written by hand. Pod 1 is ready and answers throughout; pod
+// 2 is ready in Kubernetes but dead (a killed node nobody noticed yet).
+func TestEvaluateExcuses(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	b := Bounds{Entry: 2 * time.Second, Move: 2 * time.Second, Abrupt: 700 * time.Millisecond, Reload: 2 * time.Second, Converge: 10 * time.Second}
+	start := []obs{
+		{at: at(0), kind: obsListen, pod: 1},
+		{at: at(0), kind: obsK8s, pod: 1, state: live},
+		{at: at(0), kind: obsCheck, pod: 1},
+		{at: at(0), kind: obsK8s, pod: 2, state: live}, // never listens
+	}
+	failed := func(ms int) obs { return obs{at: at(ms), kind: obsRequest, err: "unexpected EOF"} }
+	answered := func(ms, pod int) obs { return obs{at: at(ms), kind: obsRequest, pod: pod} }
+	write := func(ms int, refused bool) obs { return obs{at: at(ms), kind: obsAPIWrite, refused: refused} }
+	// Requests answered from..to every 10 ms, by pods in turn:
+	// ready-pod-in-service counts on traffic.
+	traffic := func(from, to int, pods ...int) []obs {
+		var out []obs
+		for ms := from; ms < to; ms += 10 {
+			pod := pods[ms/10%len(pods)]
+			out = append(out, obs{at: at(ms), kind: obsClient, pod: pod}, answered(ms, pod))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name   string
+		obs    []obs
+		want   []Invariant
+		excuse string
+	}{
+		{
+			// Seed 490652229 on 3.4.0: the new worker took a client before
+			// the reload had ended, at a dead pod it loaded UP.
+			name:   "a failure while an API reload is under way, a dead pod ready",
+			obs:    []obs{{at: at(5000), kind: obsAPIReloadStart}, failed(5100), {at: at(5300), kind: obsAPIReload}},
+			excuse: ExcuseReloadLoadsUp,
+		},
+		{
+			name:   "a failure while a reload by others is under way, a dead pod ready",
+			obs:    []obs{{at: at(5000), kind: obsReloadStart}, failed(5100), {at: at(5300), kind: obsReload}},
+			excuse: ExcuseReloadLoadsUp,
+		},
+		{
+			name: "a failure long after a reload",
+			obs:  []obs{{at: at(1000), kind: obsAPIReloadStart}, {at: at(1100), kind: obsAPIReload}, failed(5000)},
+			want: []Invariant{NoFailedRequest},
+		},
+		{
+			// Seed 456559020 on 3.0.11: the API refused 12 writes in a row
+			// over 15 s.
+			name:   "a failure while the API refuses every write for longer than an entry",
+			obs:    []obs{write(1000, true), write(2000, true), failed(3000), write(4000, true), write(5000, false)},
+			excuse: ExcuseAPIRefused,
+		},
+		{
+			name:   "a failure within an entry of the API's first accepted write",
+			obs:    []obs{write(1000, true), write(4000, false), failed(5500)},
+			excuse: ExcuseAPIRefused,
+		},
+		{
+			name: "a failure after a refused write now and then",
+			obs:  []obs{write(3000, true), write(3100, true), failed(3200), write(3300, false)},
+			want: []Invariant{NoFailedRequest},
+		},
+		{
+			name: "a failure an entry after the API took writes again",
+			obs:  []obs{write(1000, true), write(4000, false), failed(6100)},
+			want: []Invariant{NoFailedRequest},
+		},
+		{
+			// Pod 3 is ready from 2 s, while the API refuses every write
+			// until 6 s: it may take its first client until 8 s.
+			name: "a pod ready during an outage, in service an entry after it",
+			obs: append(append([]obs{write(1000, true), write(5900, true), write(6000, false),
+				{at: at(2000), kind: obsListen, pod: 3}, {at: at(2000), kind: obsK8s, pod: 3, state: live},
+				{at: at(7000), kind: obsCheck, pod: 3}}, traffic(0, 7900, 1)...), traffic(7900, 9000, 1, 3)...),
+		},
+		{
+			name: "a pod ready during an outage, never in service",
+			obs: append([]obs{write(1000, true), write(5900, true), write(6000, false),
+				{at: at(2000), kind: obsListen, pod: 3}, {at: at(2000), kind: obsK8s, pod: 3, state: live}},
+				traffic(0, 9000, 1)...),
+			want: []Invariant{InService},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ev := evaluate(append(append([]obs{}, start...), c.obs...), evalOptions{Bounds: b, Targets: 1})
+			var got []Invariant
+			for _, v := range ev.Violations {
+				got = append(got, v.Invariant)
+			}
+			if len(got) != len(c.want) || len(got) > 0 && got[0] != c.want[0] {
+				t.Fatalf("violations %v, want %v: %+v", got, c.want, ev.Violations)
+			}
+			if c.excuse != "" && ev.Excused[c.excuse] == 0 {
+				t.Fatalf("not excused as %q: %v", c.excuse, ev.Excused)
+			}
+		})
+	}
+}
