@@ -79,7 +79,7 @@ soak:
 
 ## replay: one history again, from its seed: make replay SEED=N DRIVER=runtime|dataplane SHAPE=short|soak|services [LOG=file for the service log]
 replay:
-	HKS_HISTORY_SEED=$(SEED) HKS_HISTORY_DRIVER=$(DRIVER) HKS_HISTORY_SHAPE=$(SHAPE) HKS_HAPROXY=$(HAPROXY) HKS_HISTORY_LOG=$(if $(LOG),$(abspath $(LOG))) $(GO) test -count=1 -timeout 0 -run '^TestReplay$$' -v ./sync/history
+	HKS_HISTORY_SEED=$(SEED) HKS_HISTORY_DRIVER=$(DRIVER) HKS_HISTORY_SHAPE=$(SHAPE) HKS_HAPROXY=$(HAPROXY) HKS_HISTORY_LOG=$(if $(LOG),$(abspath $(LOG))) HKS_HISTORY_TRACE=$(if $(TRACE),$(abspath $(TRACE))) $(GO) test -count=1 -timeout 0 -run '^TestReplay$$' -v ./sync/history
 
 ## record-dataplaneapi: record what a real Data Plane API does into
 ## testdata/dataplaneapi/ (the table the conformance test replays; see

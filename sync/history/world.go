@@ -147,6 +147,7 @@ func newWorld(t testing.TB, s Setup) *world {
 			apis = append(apis, tg.api.URL)
 		}
 	}
+	traceServers(t, w.targets)
 	env := map[string]string{
 		"TARGET_ADDRESS": "pod", "INGRESS_NAMESPACE": namespace, "INGRESS_SERVICE_NAME": service,
 		"HAPROXY_BACKEND_NAME": backend, "ALLOWED_SERVER_CIDRS": "127.0.0.0/8",
