@@ -72,18 +72,21 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 				out.Servers[i].Runtime = &model.Runtime{Loading: true, Addable: addable}
 				continue
 			}
-			// The running HAProxy's state is what serves traffic, and what
-			// a plan must change: it differs from haproxy.cfg while a
-			// server is gated, or after a change through the socket. But
-			// where haproxy.cfg holds a server more in traffic than the
-			// running HAProxy does (taken out through the socket, and the
-			// transaction that was to persist it failed; or loaded parked
-			// by a reload after it was written in service), haproxy.cfg's
-			// state is reported: a reload would load it so, and the plan
-			// must write it out again (and gate it, if it is to serve).
+			// The running HAProxy's state and weight are what serve
+			// traffic, and what a plan must change: they differ from
+			// haproxy.cfg while a server is gated, or after a change
+			// through the socket. Where haproxy.cfg holds a server more in
+			// traffic than the running HAProxy does, a reload would load
+			// it so (model.Runtime.Behind): the plan writes it again, or
+			// brings the running HAProxy up to it. Reporting haproxy.cfg's
+			// state instead left a server it had ready at weight 0 for
+			// good, as no plan saw it out of traffic.
 			cfg := out.Servers[i].State
-			if cfg.Rank() <= r.State.Rank() {
-				out.Servers[i].State = r.State
+			out.Servers[i].State, out.Servers[i].Weight = r.State, r.Weight
+			if r.Runtime != nil && cfg.Rank() > r.State.Rank() {
+				rt := *r.Runtime
+				rt.Behind = true
+				r.Runtime = &rt
 			}
 			if r.Runtime != nil && r.State == model.Ready && cfg != model.Ready {
 				// In service through the socket, and the write that was

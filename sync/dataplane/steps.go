@@ -299,7 +299,8 @@ func putOnReload(ch plan.Change, f facts) how {
 // check settings.
 func parks(ch plan.Change) bool {
 	n := ch.New
-	return ch.Old.State != model.Maint || ch.Old.Address != n.Address || ch.Old.Port != n.Port || ch.Old.Check != n.Check
+	behind := ch.Old.Runtime != nil && ch.Old.Runtime.Behind // haproxy.cfg has it in traffic
+	return ch.Old.State != model.Maint || behind || ch.Old.Address != n.Address || ch.Old.Port != n.Port || ch.Old.Check != n.Check
 }
 
 // parksFirst reports whether gated change ch moves a server the running

@@ -169,6 +169,13 @@ type Runtime struct {
 	// the socket, and the write that was to follow failed. A reload would
 	// take it out; the plan writes it again.
 	Unwritten bool
+	// Behind: the running HAProxy has the server less in traffic than
+	// haproxy.cfg does (taken out through the socket, and the write that
+	// was to follow failed; loaded parked by a reload after it was written
+	// in service; left at weight 0 by a cut move). A reload would put it
+	// back: the plan writes haproxy.cfg as wanted, or brings the running
+	// HAProxy up to it.
+	Behind bool
 	// CheckL4: the last check was a bare TCP connect that succeeded
 	// (HAProxy's L4OK): nothing was asked of the server, so a health port
 	// that answers 503 still passes.

@@ -220,7 +220,7 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 		switch {
 		case !ok:
 			p.Changes = append(p.Changes, Change{Action: Add, Name: d.Name, New: d})
-		case old.SameTraffic(*d) && (old.Runtime == nil || !old.Runtime.Unwritten):
+		case old.SameTraffic(*d) && (old.Runtime == nil || !old.Runtime.Unwritten) && !behind(old):
 		case d.State == model.Drain && old.State != model.Drain:
 			p.Changes = append(p.Changes, Change{Action: Drain, Name: d.Name, Old: old, New: d})
 		case d.State == model.Maint && old.State != model.Maint:
@@ -258,7 +258,7 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 	// unwanted, and every replacement UP.
 	allParked := true
 	for _, u := range unwanted {
-		allParked = allParked && u.State == model.Maint
+		allParked = allParked && u.State == model.Maint && !behind(u.Server)
 	}
 	guarded := pol.GuardPercent > 0 && len(unwanted) > 0 &&
 		len(unwanted)*100 >= pol.GuardPercent*(len(unwanted)+upDesired) &&
@@ -289,7 +289,8 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 		switch {
 		case (deleteNow && old.due || makeRoom) && old.free:
 			p.Changes = append(p.Changes, Change{Action: Delete, Name: old.Name, Old: old.Server, Kill: old.kill})
-		case old.State != model.Maint:
+		case old.State != model.Maint || behind(old.Server):
+			// Parked in the running HAProxy only: written parked too.
 			parked := *old.Server
 			parked.State = model.Maint
 			p.Changes = append(p.Changes, Change{Action: Maint, Name: old.Name, Old: old.Server, New: &parked})
@@ -342,6 +343,10 @@ func handingOver(have map[string]*model.Server, want []model.Server, pol Policy)
 	}
 	return out
 }
+
+// behind reports whether haproxy.cfg holds s more in traffic than the
+// running HAProxy does (model.Runtime.Behind).
+func behind(s *model.Server) bool { return s.Runtime != nil && s.Runtime.Behind }
 
 // mustEarn reports whether desired ready server d must pass its check
 // before it takes traffic: it is new, or HAProxy shows it out of service
