@@ -177,6 +177,16 @@ func TestRoleChangeHandsOver(t *testing.T) {
 	if p := CalculateWith(gated, want, pol); len(summary(p)) != 0 || !slices.Equal(p.HandingOver, []string{"a-n1", "a-n2"}) || !p.Pending() {
 		t.Fatalf("while the new ones wait: %v, handing over %v; want nothing, both old ones listed", summary(p), p.HandingOver)
 	}
+	// An old one that no longer serves (down, or drained: its pod is
+	// going) leaves no hole: it is not kept for a replacement whose check
+	// may never pass (seed 490652228 on 3.4.0 kept one for good).
+	down := gated
+	down.Servers = slices.Clone(gated.Servers)
+	down.Servers[0].Up = false
+	down.Servers[1].State, down.Servers[1].Weight = model.Drain, 0
+	if p := CalculateWith(down, want, pol); len(p.HandingOver) != 0 {
+		t.Errorf("old ones down and drained: handing over %v, want none", p.HandingOver)
+	}
 	// The reconcile that puts the new ones in service removes the old ones:
 	// nothing is left for a later reconcile nobody would ask for.
 	passed := gated

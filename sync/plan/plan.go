@@ -336,7 +336,11 @@ func handingOver(have map[string]*model.Server, want []model.Server, pol Policy)
 			continue
 		}
 		for _, r := range d.Replaces {
-			if have[r] != nil {
+			// Only one that serves: one HAProxy has down or out of
+			// traffic leaves no hole, and kept for a replacement whose
+			// check never passes it would stay for good (seed 490652228
+			// on 3.4.0: a backup for a gone pod).
+			if old := have[r]; old != nil && old.State == model.Ready && (old.Runtime == nil || old.Up) {
 				out[r] = true
 			}
 		}
