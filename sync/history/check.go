@@ -377,6 +377,26 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				add(CheckedFirst, o.target, o.at, "a client connection reached %s before any health check since it began to listen", podName(o.pod))
 				sn.checked = true // once per listening period
 			}
+			// Judged when the client reached the backup, not when its
+			// request began: HAProxy's retries (a turn-around of up to
+			// timeout connect each, redispatch) can land a request begun
+			// before a local pod died on a backup seconds later.
+			if backup(o.pod) && lagging(tt, o.at) == "" {
+				// A backup serves only while no server of the local zone
+				// can: none has been ready and answering for its entry.
+				for n, q := range pods {
+					if !backup(n) && q.available() && o.at.Sub(q.since) >= q.entry(b) {
+						if k := len(ev.Violations); k > 0 && ev.Violations[k-1].Invariant == LocalFirst && o.at.Sub(tt.lastBackup) < time.Second {
+							ev.Violations[k-1].Count++
+						} else {
+							add(LocalFirst, o.target, o.at, "%s (another zone) took a client while %s (the local zone) was ready and answering since %s",
+								podName(o.pod), podName(n), q.since.Format("15:04:05.000"))
+						}
+						tt.lastBackup = o.at
+						break
+					}
+				}
+			}
 		case obsReloadStart:
 			tt.reloadStart = o.at
 		case obsReload:
@@ -430,22 +450,6 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			}
 			if lagging(tt, o.at) != "" {
 				continue
-			}
-			if backup(o.pod) {
-				// A backup serves only while no server of the local zone
-				// can: none has been ready and answering for its entry.
-				for n, q := range pods {
-					if !backup(n) && q.available() && o.at.Sub(q.since) >= q.entry(b) {
-						if k := len(ev.Violations); k > 0 && ev.Violations[k-1].Invariant == LocalFirst && o.at.Sub(tt.lastBackup) < time.Second {
-							ev.Violations[k-1].Count++
-						} else {
-							add(LocalFirst, o.target, o.at, "%s (another zone) took a client while %s (the local zone) was ready and answering since %s",
-								podName(o.pod), podName(n), q.since.Format("15:04:05.000"))
-						}
-						tt.lastBackup = o.at
-						break
-					}
-				}
 			}
 			// Every pod that has been ready and answering for its entry
 			// bound, and took none of the requests this target answered

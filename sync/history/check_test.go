@@ -107,3 +107,50 @@ func TestEvaluateExcuses(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalFirstJudgedWhenTheBackupIsReached: a backup may take a client
+// only while no local pod has been ready for its entry; what counts is when
+// the client reached it, not when its request began. Seed 456559020 on
+// 3.0.11, both drivers: a request begun while local p-59 served reached a
+// backup a second later, through HAProxy's retry after p-59 was killed.
+func TestLocalFirstJudgedWhenTheBackupIsReached(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	b := Bounds{Entry: 2 * time.Second, Move: 2 * time.Second, Abrupt: 700 * time.Millisecond, Reload: 2 * time.Second, Converge: 10 * time.Second}
+	const local, other = 1, 3 // zoneOf: 3 is in the other zone
+	if zoneOf(local) != localZone || zoneOf(other) == localZone {
+		t.Fatal("set-up: zones")
+	}
+	start := []obs{
+		{at: at(0), kind: obsListen, pod: local}, {at: at(0), kind: obsK8s, pod: local, state: live}, {at: at(0), kind: obsCheck, pod: local},
+		{at: at(0), kind: obsListen, pod: other}, {at: at(0), kind: obsK8s, pod: other, state: live}, {at: at(0), kind: obsCheck, pod: other},
+	}
+	for _, c := range []struct {
+		name string
+		obs  []obs
+		want int
+	}{
+		{"reached after the local pod died, begun before", []obs{
+			{at: at(5000), kind: obsRequest, pod: other},
+			{at: at(5005), kind: obsStop, pod: local},
+			{at: at(6000), kind: obsClient, pod: other},
+		}, 0},
+		{"reached while the local pod served", []obs{
+			{at: at(5000), kind: obsClient, pod: other},
+			{at: at(5000), kind: obsRequest, pod: other},
+		}, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ev := evaluate(append(append([]obs{}, start...), c.obs...), evalOptions{Bounds: b, Targets: 1, Zones: true})
+			n := 0
+			for _, v := range ev.Violations {
+				if v.Invariant == LocalFirst {
+					n++
+				}
+			}
+			if n != c.want {
+				t.Fatalf("%d local-zone-first violations, want %d: %+v", n, c.want, ev.Violations)
+			}
+		})
+	}
+}
