@@ -708,9 +708,8 @@ func TestUnwrittenServersAreWritten(t *testing.T) {
 }
 
 func behindCfg(s model.Server) model.Server {
-	r := *s.Runtime
-	r.Behind = true
-	s.Runtime = &r
+	s = unwritten(s)
+	s.Runtime.Unwritten, s.Runtime.Behind = false, true
 	return s
 }
 
