@@ -9,7 +9,8 @@ import (
 )
 
 // traceEnv names a file where a replay writes each target's "show servers
-// state" every 100 ms, a line for each server line that changed: what
+// state" every 100 ms, and with the Data Plane API the server lines it
+// holds for haproxy.cfg, a line for each that changed: what
 // HAProxy held between the service's log lines, for a finding that the
 // observations alone do not explain. Off unless set: it costs commands.
 const traceEnv = "HKS_HISTORY_TRACE"
@@ -62,9 +63,21 @@ func traceServers(t testing.TB, targets []*target) {
 					}
 				}
 				for name := range last[i] {
-					if !seen[name] {
+					if !seen[name] && !strings.HasPrefix(name, "cfg ") {
 						fmt.Fprintf(f, "%s t%d %s gone\n", now, i, name)
 						delete(last[i], name)
+					}
+				}
+				if tg.api == nil {
+					continue
+				}
+				// What the API holds for haproxy.cfg, each line that changed.
+				for _, line := range tg.api.ServerLines(backend) {
+					if fields := strings.Fields(line); len(fields) > 1 {
+						if key := "cfg " + fields[1]; last[i][key] != line {
+							fmt.Fprintf(f, "%s t%d cfg %s\n", now, i, line)
+							last[i][key] = line
+						}
 					}
 				}
 			}

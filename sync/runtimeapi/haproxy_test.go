@@ -899,3 +899,30 @@ func TestAMoveAlreadyMadeIsNoRefusal(t *testing.T) {
 	}
 	converge(t, direct, want(moved, b), 5*time.Second)
 }
+
+// TestReadSeesTheBackupRole: a backup server reads as one, from the
+// running HAProxy. Before, every server read through the socket was
+// active: the Data Plane driver wrote a backup that the running HAProxy
+// alone held (added through the socket), kept in service by
+// make-before-break, to haproxy.cfg without "backup", and after the reload
+// it took traffic beside the local zone's servers (the history checker's
+// seed 87532989 on 3.0.11, local-zone-first).
+func TestReadSeesTheBackupRole(t *testing.T) {
+	h, direct, a, b, _ := twoAndADeadPort(t, chk)
+	b.Name, b.Backup = "b_bk", true
+	converge(t, direct, want(a, b), 5*time.Second)
+	cur, err := direct.Read(context.Background(), "be")
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string]bool{}
+	for _, s := range cur.Servers {
+		roles[s.Name] = s.Backup
+	}
+	if !roles["b_bk"] || roles["a"] {
+		t.Fatalf("roles read %v, want b_bk backup and a active", roles)
+	}
+	if got := haproxytest.Spread(h.Frontends["be"], 4); got["b"] != 0 {
+		t.Fatalf("the backup took traffic beside an active server: %v", got)
+	}
+}

@@ -208,7 +208,7 @@ const (
 )
 
 // Read lists the backend's servers with "show servers state", and their
-// sessions with "show stat".
+// sessions and role with "show stat".
 func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error) {
 	servers, err := c.ReadRuntime(ctx, backend)
 	if err != nil {
@@ -236,12 +236,13 @@ func (c *Client) ReadRuntime(ctx context.Context, backend string) ([]model.Serve
 	if err != nil {
 		return nil, err
 	}
-	sessions, err := ParseSessions(reply, backend)
+	stats, err := ParseStat(reply, backend)
 	if err != nil {
 		return nil, &CommandError{Command: cmd, Reply: err.Error()}
 	}
 	for i := range servers {
-		servers[i].Runtime.Sessions = sessions[servers[i].Name]
+		st := stats[servers[i].Name]
+		servers[i].Runtime.Sessions, servers[i].Backup = st.Sessions, st.Backup
 	}
 	return servers, nil
 }
@@ -277,9 +278,20 @@ func (c *Client) ReadChecks(ctx context.Context, backend string) (map[string]boo
 	return out, nil
 }
 
-// ParseSessions reads the reply to "show stat <backend> 4 -1" (CSV) into the
-// current sessions plus queued requests of each server.
-func ParseSessions(reply, backend string) (map[string]int, error) {
+// Stat is what "show stat" says of a server that "show servers state" does
+// not.
+type Stat struct {
+	// Sessions counts its current sessions plus queued requests.
+	Sessions int
+	// Backup: it is a backup server. Read, not assumed: a server the
+	// running HAProxy alone holds is written to haproxy.cfg as read, and
+	// written without its role it would take traffic as an active one.
+	Backup bool
+}
+
+// ParseStat reads the reply to "show stat <backend> 4 -1" (CSV) into each
+// server's Stat.
+func ParseStat(reply, backend string) (map[string]Stat, error) {
 	sc := bufio.NewScanner(strings.NewReader(reply))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "# pxname,svname,") {
@@ -291,18 +303,19 @@ func ParseSessions(reply, backend string) (map[string]int, error) {
 	}
 	qcur, ok1 := col["qcur"]
 	scur, ok2 := col["scur"]
-	if !ok1 || !ok2 {
-		return nil, fmt.Errorf("no qcur/scur columns: %.200s", reply)
+	bck, ok3 := col["bck"]
+	if !ok1 || !ok2 || !ok3 {
+		return nil, fmt.Errorf("no qcur/scur/bck columns: %.200s", reply)
 	}
-	out := map[string]int{}
+	out := map[string]Stat{}
 	for sc.Scan() {
 		f := strings.Split(sc.Text(), ",")
-		if len(f) <= max(qcur, scur) || f[0] != backend {
+		if len(f) <= max(qcur, scur, bck) || f[0] != backend {
 			continue
 		}
 		q, _ := strconv.Atoi(f[qcur])
 		n, _ := strconv.Atoi(f[scur])
-		out[f[1]] = q + n
+		out[f[1]] = Stat{Sessions: q + n, Backup: f[bck] == "1"}
 	}
 	return out, sc.Err()
 }

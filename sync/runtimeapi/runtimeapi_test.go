@@ -365,13 +365,13 @@ func TestParseVersion(t *testing.T) {
 	}
 }
 
-func TestParseSessions(t *testing.T) {
-	reply := "# pxname,svname,qcur,qmax,scur,smax,slim\nbe,a,1,0,2,3,\nbe,b,0,0,0,0,\nbe,BACKEND,0,0,2,3,\nother,a,9,9,9,9,\n"
-	got, err := ParseSessions(reply, "be")
-	if err != nil || got["a"] != 3 || got["b"] != 0 || got["x"] != 0 {
+func TestParseStat(t *testing.T) {
+	reply := "# pxname,svname,qcur,qmax,scur,smax,slim,act,bck\nbe,a,1,0,2,3,,1,0\nbe,b,0,0,0,0,,0,1\nbe,BACKEND,0,0,2,3,,1,1\nother,a,9,9,9,9,,1,0\n"
+	got, err := ParseStat(reply, "be")
+	if err != nil || got["a"] != (Stat{Sessions: 3}) || got["b"] != (Stat{Backup: true}) || got["x"] != (Stat{}) {
 		t.Fatalf("got %v, %v", got, err)
 	}
-	if _, err := ParseSessions("No such backend.\n", "be"); err == nil {
+	if _, err := ParseStat("No such backend.\n", "be"); err == nil {
 		t.Error("error reply accepted")
 	}
 }
