@@ -38,6 +38,11 @@ func TestSteps(t *testing.T) {
 		}
 		return plan.Change{Action: plan.Drain, Name: old.Name, Old: old, New: &n, Gate: true}
 	}
+	behindParked := func(name string) *model.Server {
+		s := server(name, model.Maint, model.Ready)
+		s.Runtime = &model.Runtime{ID: 7, Behind: true}
+		return s
+	}
 	moved := func(s *model.Server) { s.Address = "192.0.2.9" }
 	one := func(chs ...plan.Change) []plan.Change { return chs }
 	notReady := plan.Change{Action: plan.Add, Name: "p", New: server("p", model.Maint, "")}
@@ -80,6 +85,12 @@ func TestSteps(t *testing.T) {
 			"gate(in place) r"}},
 		{"a parked server that moves while the API reloads for adds: renewed, else moved", one(gated(parked("m"), moved)), false, reloadsAdds, []string{"gate(park, renew, else move) m"}},
 		{"back from maintenance, a keyword not carried: gated in place", one(gated(parked("r"), nil)), false, uncarried("r"), []string{"gate(in place) r"}},
+		// Seed 456559019 (3.0.11): a reload loaded a server parked that an
+		// entry had put in service in haproxy.cfg meanwhile (the running
+		// HAProxy is behind it). Gated in place, its first check would wait
+		// for its tick in the new worker's start-up spread, up to inter.
+		{"parked by a reload, in service in haproxy.cfg (behind): parked by the PUT, renewed, else gated in place", one(gated(behindParked("r"), nil)), false, socket, []string{
+			"gate(park, renew, else in place) r"}},
 		{"a move (new address) the API may reload for: parked on the socket where it runs (the API moves before it parks), parked there, gated, then moved on the socket", one(gated(server("m", model.Ready, model.Ready), moved)), false, socket, []string{
 			"gate(socket park, park, move) m"}},
 		{"a draining server that moves: parked on the socket first the same", one(gated(server("m", model.Drain, model.Drain), moved)), false, socket, []string{
