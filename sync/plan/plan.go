@@ -153,9 +153,11 @@ type Policy struct {
 	// Parking is undone by one runtime write; a deletion is not.
 	//
 	// The guard holds until a later reconcile finds those servers parked
-	// and every desired server in the backend and UP (model.Server.Up,
-	// read from HAProxy each time, so nothing is kept between reconciles):
-	// only then are they deleted. A shrink whose remaining servers are all
+	// and every desired server meant to serve (Ready) in the backend and UP
+	// (model.Server.Up, read from HAProxy each time, so nothing is kept
+	// between reconciles): only then are they deleted. A desired server in
+	// drain or maintenance (a not-ready pod, a Node pinned) is not waited
+	// for; with no desired server meant to serve, the guard holds. A shrink whose remaining servers are all
 	// UP is thus confirmed by a second read of Kubernetes before anything
 	// goes. When MaxServers leaves desired servers out, parked servers
 	// make room for them whatever the guard says: they are out of traffic
@@ -190,6 +192,22 @@ type Policy struct {
 // their order does not matter.
 func Calculate(current, desired model.Backend) Plan {
 	return CalculateWith(current, desired, Policy{})
+}
+
+// guardReplacements counts the desired servers the mass-deletion guard
+// waits for, those meant to serve (Ready), and how many of them the current
+// backend shows UP.
+func guardReplacements(have map[string]*model.Server, desired []model.Server) (replacements, up int) {
+	for i := range desired {
+		if desired[i].State != model.Ready {
+			continue
+		}
+		replacements++
+		if cur, ok := have[desired[i].Name]; ok && cur.Up {
+			up++
+		}
+	}
+	return replacements, up
 }
 
 // CalculateWith is Calculate under a policy.
@@ -246,23 +264,22 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 	// The guard's share counts the unwanted servers against those that
 	// serve or will once UP: a replacement that is not UP yet does not
 	// count, so the guard keeps holding on the next reconcile too, until
-	// every replacement is UP.
-	upDesired := 0
-	for i := range desired.Servers {
-		if cur, ok := have[desired.Servers[i].Name]; ok && cur.Up {
-			upDesired++
-		}
-	}
+	// every replacement is UP. The replacements are the desired servers
+	// meant to serve (Ready): one desired in drain or maintenance (a
+	// terminating or not-ready pod, a Node pinned) takes no new traffic
+	// and may never be UP, so it is neither counted nor waited for.
+	replacements, upReplacements := guardReplacements(have, desired.Servers)
 	// A share at or past the guard is parked first and deleted only once a
 	// later reconcile, reading Kubernetes afresh, finds it parked and still
-	// unwanted, and every replacement UP.
+	// unwanted, and every replacement UP (at least one: with none meant to
+	// serve, the parked servers stay parked).
 	allParked := true
 	for _, u := range unwanted {
 		allParked = allParked && u.State == model.Maint && !behind(u.Server)
 	}
 	guarded := pol.GuardPercent > 0 && len(unwanted) > 0 &&
-		len(unwanted)*100 >= pol.GuardPercent*(len(unwanted)+upDesired) &&
-		(upDesired < len(desired.Servers) || !allParked)
+		len(unwanted)*100 >= pol.GuardPercent*(len(unwanted)+upReplacements) &&
+		(replacements == 0 || upReplacements < replacements || !allParked)
 	// The cap needs room when the adds do not fit beside every current
 	// server: then parked servers (out of traffic, confirmed unwanted by
 	// the reconcile that finds them parked) give way to the desired ones,
@@ -304,6 +321,7 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 	sort.Strings(p.Draining)
 	sort.Strings(p.HandingOver)
 	p.capAdds(len(current.Servers), pol.MaxServers)
+	p.roomForRoles(desired, pol) // a role change at the cap: the old server gives its room
 	if pol.GateChecks {
 		// After the cap: a capped server waits for nothing, and at the cap
 		// with every server renamed the old ones must make room first.

@@ -259,6 +259,58 @@ func TestCalculateWithDeletionGuard(t *testing.T) {
 	}
 }
 
+// TestGuardReleasesBesideAServerDesiredInMaintenance: the guard waits for
+// the replacements meant to serve (desired Ready) to be UP, not for a server
+// desired in drain or maintenance (a not-ready or terminating pod, a Node
+// pinned), which may never be UP: beside one, the parked servers still go.
+func TestGuardReleasesBesideAServerDesiredInMaintenance(t *testing.T) {
+	a, n1 := srv("a", "10.0.0.1", 80, model.Ready), srv("n1", "10.0.1.1", 80, model.Ready)
+	parkedB, parkedC := srv("b", "10.0.0.2", 80, model.Maint), srv("c", "10.0.0.3", 80, model.Maint)
+	m, d := srv("m", "10.0.2.1", 80, model.Maint), srv("d", "10.0.2.2", 80, model.Drain)
+	tests := []struct {
+		name        string
+		current     model.Backend
+		desired     model.Backend
+		want        map[Action][]string
+		wantGuarded []string
+	}{
+		{name: "scale down beside a not-ready pod: parked first",
+			current: be(up(a), srv("b", "10.0.0.2", 80, model.Ready), srv("c", "10.0.0.3", 80, model.Ready), m), desired: be(a, m),
+			want:        map[Action][]string{Maint: {"b", "c"}},
+			wantGuarded: []string{"b", "c"}},
+		{name: "confirmed, the ready replacement UP, one desired in maintenance: deleted",
+			current: be(up(a), parkedB, parkedC, m), desired: be(a, m),
+			want: map[Action][]string{Delete: {"b", "c"}}},
+		{name: "every server replaced, one replacement not ready: deleted once the ready one is UP",
+			current: be(parkedB, parkedC, up(n1), m), desired: be(n1, m),
+			want: map[Action][]string{Delete: {"b", "c"}}},
+		{name: "beside a server desired in drain: deleted",
+			current: be(up(a), parkedB, parkedC, d), desired: be(a, d),
+			want: map[Action][]string{Delete: {"b", "c"}}},
+		{name: "a ready replacement not UP yet: still parked",
+			current: be(up(a), parkedB, parkedC, n1, m), desired: be(a, n1, m),
+			want: map[Action][]string{}, wantGuarded: []string{"b", "c"}},
+		{name: "no desired server meant to serve: still parked",
+			current: be(parkedB, parkedC, m), desired: be(m),
+			want: map[Action][]string{}, wantGuarded: []string{"b", "c"}},
+		{name: "a server going to maintenance does not count as serving for the share",
+			current: be(up(a), up(srv("m", "10.0.2.1", 80, model.Ready)), srv("b", "10.0.0.2", 80, model.Ready)), desired: be(a, m),
+			want:        map[Action][]string{Maint: {"b", "m"}},
+			wantGuarded: []string{"b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := CalculateWith(tt.current, tt.desired, Policy{GuardPercent: 50})
+			if got := summary(p); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("changes = %v, want %v", got, tt.want)
+			}
+			if !reflect.DeepEqual(p.Guarded, tt.wantGuarded) {
+				t.Errorf("guarded = %v, want %v", p.Guarded, tt.wantGuarded)
+			}
+		})
+	}
+}
+
 func TestCalculateWithMaxServers(t *testing.T) {
 	a, b := srv("a", "10.0.0.1", 80, model.Ready), srv("b", "10.0.0.2", 80, model.Ready)
 	c, d, e := srv("c", "10.0.0.3", 80, model.Ready), srv("d", "10.0.0.4", 80, model.Ready), srv("e", "10.0.0.5", 80, model.Ready)

@@ -600,8 +600,9 @@ func statesAfter(cur model.Backend, p plan.Plan) map[string]int {
 }
 
 // releaseGuard reads which servers are UP when the driver's Read did not
-// say, and plans again: the guard releases once every replacement is UP. If
-// that cannot be read, the guard keeps holding.
+// say, and plans again: the guard releases once every replacement meant to
+// serve (desired Ready; plan.Policy.GuardPercent) is UP. If that cannot be
+// read, the guard keeps holding.
 func (r *Reconciler) releaseGuard(ctx context.Context, t Driver, cur, want model.Backend, pol plan.Policy, p plan.Plan) plan.Plan {
 	ur, ok := t.(UpReader)
 	if !ok || slices.ContainsFunc(cur.Servers, func(s model.Server) bool { return s.Runtime != nil }) {

@@ -193,6 +193,34 @@ func TestDeletionGuardParksAndReports(t *testing.T) {
 	}
 }
 
+// TestDeletionGuardDeletesBesideANotReadyPod: a scale-down parked by the
+// guard beside a pod that is not ready (its server desired in maintenance,
+// never UP) is deleted by the confirming reconcile: the guard waits for the
+// servers meant to serve, not for that one.
+func TestDeletionGuardDeletesBesideANotReadyPod(t *testing.T) {
+	d := &reconciletest.Driver{}
+	src := &desiredtest.Source{In: cluster("10.244.0.1", "10.244.0.2", "10.244.0.3")}
+	r := reconciler(src, d)
+	r.GuardPercent = 50
+	if _, err := r.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	src.In = cluster("10.244.0.1", "10.244.0.4")
+	no := false
+	src.In.Slices[0].Endpoints[1].Conditions.Ready = &no // 10.244.0.4 is not ready
+	res, err := r.Reconcile(context.Background(), false)
+	if err != nil || len(res.Targets[0].Guarded) != 2 || len(res.Targets[0].Delete) != 0 {
+		t.Fatalf("first: %v %+v", err, res.Targets[0])
+	}
+	res, err = r.Reconcile(context.Background(), false)
+	if err != nil || len(res.Targets[0].Guarded) != 0 || strings.Join(res.Targets[0].Delete, ",") != "10-244-0-2,10-244-0-3" {
+		t.Fatalf("confirming: %v %+v", err, res.Targets[0])
+	}
+	if got := d.States(); len(got) != 2 || got["10.244.0.1"] != "ready" || got["10.244.0.4"] != "maint" {
+		t.Errorf("servers = %v", got)
+	}
+}
+
 func TestRoundRobinPast4095ServersIsWarned(t *testing.T) {
 	for _, n := range []int{4095, 4096} {
 		ips := make([]string, n)
