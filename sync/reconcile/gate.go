@@ -88,11 +88,22 @@ func inService(cur model.Backend, p plan.Plan) (in map[string]bool, out map[stri
 // pod: in service only when each of the pod's servers (one per backend, and
 // one per address family for a dual-stack pod) is in service on every
 // target. A pod counts only when every target and backend was read and
-// applied: a failed one cannot say whether its servers are in service.
+// applied: a failed one cannot say whether its servers are in service, and
+// then nothing is said. A target whose only failure is changes HAProxy
+// refused for their one server each (plan.ServerErrors, the rest applied)
+// counts: the refused servers are not in service, the others are judged as
+// usual, so one refused server does not stall every pod's gate.
 func gateInput(results []TargetResult, backends []model.Backend, pods []corev1.Pod) (GateInput, bool) {
-	for _, t := range results {
-		if t.Error != "" {
+	refused := make([]map[string]string, len(results)) // per result: server → refusal
+	for i, t := range results {
+		if t.Error != "" && !t.onlyRefused {
 			return GateInput{}, false
+		}
+		for _, f := range t.Failed {
+			if refused[i] == nil {
+				refused[i] = map[string]string{}
+			}
+			refused[i][f.Server] = f.Error
 		}
 	}
 	in := GateInput{Pods: make(map[string]*corev1.Pod, len(pods))}
@@ -108,12 +119,15 @@ func gateInput(results []TargetResult, backends []model.Backend, pods []corev1.P
 			}
 			seen[s.Pod] = true
 			checked := 0
-			for _, t := range results {
+			for i, t := range results {
 				if t.Backend != b.Name {
 					continue
 				}
 				checked++
+				refusal, isRefused := refused[i][s.Name]
 				switch {
+				case isRefused:
+					why[s.Pod] = append(why[s.Pod], fmt.Sprintf("%s refused on %s %s: %s", s.Name, t.Target, t.Backend, refusal))
 				case t.inService[s.Name]:
 				case t.notInService[s.Name] != "":
 					why[s.Pod] = append(why[s.Pod], fmt.Sprintf("%s %s on %s %s", s.Name, t.notInService[s.Name], t.Target, t.Backend))

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
 )
@@ -36,6 +37,53 @@ func TestGateInput(t *testing.T) {
 	failed.Error = "connection refused"
 	if _, ok := gateInput([]TargetResult{mk("t1", map[string]bool{"web-a": true}, nil), failed}, backends, nil); ok {
 		t.Error("a failed target still let the gate be set")
+	}
+}
+
+// TestGateGoesOnPastARefusedServer: a target whose only failure is changes
+// HAProxy refused for their one server each (plan.ServerErrors, the rest
+// applied) still counts: the refused servers' pods are not in service, with
+// the refusal as why, and every other pod gets its verdict. A target that
+// failed otherwise (unreachable, a failed read) still says nothing at all.
+func TestGateGoesOnPastARefusedServer(t *testing.T) {
+	backends := []model.Backend{{Name: "be", Servers: []model.Server{{Name: "web-a", Pod: "web-a"}, {Name: "web-b", Pod: "web-b"}}}}
+	ok := func(target string) TargetResult {
+		return TargetResult{Target: target, Backend: "be", inService: map[string]bool{"web-a": true, "web-b": true}}
+	}
+	refusedB := func(target string) TargetResult {
+		tr := ok(target)
+		refused := plan.ServerErrors{{Server: "web-b", Error: "no such server"}}
+		tr.Failed, tr.Error, tr.ErrorClass, tr.onlyRefused = refused, refused.Error(), failure.Permanent, true
+		return tr
+	}
+	down := func(target string) TargetResult {
+		return TargetResult{Target: target, Backend: "be", Error: "dial tcp: connection refused", ErrorClass: failure.Unreachable}
+	}
+	refusedThenFailed := refusedB("t2") // an error beside the refusals: not to be trusted
+	refusedThenFailed.onlyRefused = false
+	tests := []struct {
+		name    string
+		results []TargetResult
+		want    []GateServer // nil: nothing said
+	}{
+		{name: "one server refused: the other pod in service, the refused one not",
+			results: []TargetResult{refusedB("t1")},
+			want:    []GateServer{{Pod: "web-a", InService: true}, {Pod: "web-b", Why: "web-b refused on t1 be: no such server"}}},
+		{name: "refused on one target of two",
+			results: []TargetResult{ok("t1"), refusedB("t2")},
+			want:    []GateServer{{Pod: "web-a", InService: true}, {Pod: "web-b", Why: "web-b refused on t2 be: no such server"}}},
+		{name: "a refusal beside an unreachable target: nothing said",
+			results: []TargetResult{refusedB("t1"), down("t2")}},
+		{name: "refusals and another failure on one target: nothing said",
+			results: []TargetResult{ok("t1"), refusedThenFailed}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, said := gateInput(tt.results, backends, nil)
+			if said != (tt.want != nil) || fmt.Sprint(got.Servers) != fmt.Sprint(tt.want) {
+				t.Errorf("got %v %+v, want %+v", said, got.Servers, tt.want)
+			}
+		})
 	}
 }
 

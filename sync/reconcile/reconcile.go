@@ -287,6 +287,10 @@ type TargetResult struct {
 	// reconcile's plan is applied (for the readiness gate).
 	inService    map[string]bool
 	notInService map[string]string
+	// onlyRefused says Error is no more than the refusals in Failed (a
+	// plan.ServerErrors): the rest of the plan was applied, and inService
+	// and notInService say where the other servers stand.
+	onlyRefused bool
 }
 
 // Pending reports whether some target has servers waiting for their check
@@ -475,6 +479,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 	pol.Owner = r.Options.NamePrefix
 	err := retry.Do(ctx, r.backoff(), func(ctx context.Context) error {
 		tr.Attempts++
+		tr.onlyRefused = false
 		cur, err := t.Read(ctx, backend)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -549,6 +554,13 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			tr.Loading = slices.DeleteFunc(slices.Clone(tr.Loading), func(n string) bool { return refused[n] })
 			r.transitions(tr.Target, p, want, se)
 			r.programmed(tr.Target, p, want, se, readAt)
+			// The other servers were applied: the readiness gate goes on
+			// for their pods (gateInput), the refused ones' are not in
+			// service.
+			tr.onlyRefused = true
+			if r.Gate != nil {
+				tr.inService, tr.notInService = inService(cur, p)
+			}
 		} else if err == nil {
 			r.transitions(tr.Target, p, want, nil)
 			r.programmed(tr.Target, p, want, nil, readAt)

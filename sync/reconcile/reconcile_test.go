@@ -283,6 +283,32 @@ func TestGateIsToldOnlyWhatItCanTrust(t *testing.T) {
 	}
 }
 
+// TestGateIsToldPastARefusedServer: HAProxy refuses one pod's server; the
+// reconcile fails for that server alone, and the gate still hears of every
+// pod: the other in service, the refused one not, saying why.
+func TestGateIsToldPastARefusedServer(t *testing.T) {
+	in := cluster("10.244.0.1", "10.244.0.2")
+	in.Slices[0].Endpoints[0].TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: "web-0"}
+	in.Slices[0].Endpoints[1].TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: "web-1"}
+	d := &reconciletest.Driver{Refuse: map[string]bool{"web-1": true}} // pod mode: servers are named for their pods
+	g := &gateRecorder{}
+	r := reconciler(&desiredtest.Source{In: in}, d)
+	r.Gate = g
+	for range 2 { // the first adds web-0's server (no check passed yet); the next sees it in service
+		if _, err := r.Reconcile(context.Background(), false); !errors.Is(err, reconcile.ErrTargets) {
+			t.Fatalf("err = %v, want the refusal", err)
+		}
+	}
+	if len(g.calls) != 2 {
+		t.Fatalf("gate told %d times, want 2: %+v", len(g.calls), g.calls)
+	}
+	got := g.calls[1].Servers
+	if len(got) != 2 || got[0] != (reconcile.GateServer{Pod: "web-0", InService: true}) ||
+		got[1].Pod != "web-1" || got[1].InService || !strings.Contains(got[1].Why, "web-1 refused on mem be") {
+		t.Errorf("verdicts %+v", got)
+	}
+}
+
 // TestWithPass: a pass is made once and kept by contexts under it, so that
 // a many-Services pass shares one across its Services' reconciles.
 func TestWithPass(t *testing.T) {
