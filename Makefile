@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Every timestamp of the image: the commit's time, so a rebuild is identical.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: all build image demo test deps matrix vet fmt-check unit history soak replay bench fuzz clean record-dataplaneapi
+.PHONY: all build image demo test deps matrix vet fmt-check unit history soak soak-run replay bench fuzz clean record-dataplaneapi
 
 all: build
 
@@ -71,6 +71,12 @@ history:
 ## service log (debug, JSON) is kept in bin/soak-logs/.
 SOAK ?= 30m
 soak:
+	@h="$(HAPROXY)"; if [ ! -x "$$h" ]; then \
+	  if command -v haproxy >/dev/null; then echo "soak: $$h is missing (make deps builds it); using the system's $$(command -v haproxy) instead"; \
+	  else echo "soak: $$h is missing and no haproxy is on PATH: run make deps (apt-get install haproxy, and builds HAProxy 3.0), or name one: make soak HAPROXY=/path/to/haproxy"; exit 2; fi; fi
+	@$(MAKE) --no-print-directory soak-run HAPROXY="$$( [ -x "$(HAPROXY)" ] && echo "$(HAPROXY)" || command -v haproxy)"
+
+soak-run:
 	@mkdir -p bin; echo "soak: $(SOAK) on $(HAPROXY) at $$(git describe --always --dirty 2>/dev/null), log in bin/soak.log"
 	@rm -rf bin/soak-logs; mkdir -p bin/soak-logs
 	@HKS_SOAK=$(SOAK) HKS_HAPROXY=$(HAPROXY) HKS_HISTORY_LOG_DIR=$(CURDIR)/bin/soak-logs $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v ./sync/history > bin/soak.log 2>&1; rc=$$?; \

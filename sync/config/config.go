@@ -101,10 +101,10 @@ type Config struct {
 	// RuntimeTLS reads the files of tls:// runtime URLs; nil without one.
 	RuntimeTLS *tlsfiles.Loader `ignored:"true"`
 	// Many-Services mode, derived from its variables (many.go).
-	ByAnnotation, ByClass bool
-	Namespaces            []string
-	AllowedBackends       []string
-	VIPs                  []netip.Addr
+	ByAnnotation, ByClass bool         `ignored:"true"`
+	Namespaces            []string     `ignored:"true"`
+	AllowedBackends       []string     `ignored:"true"`
+	VIPs                  []netip.Addr `ignored:"true"`
 	// Warnings are what Load found suspect but not wrong (an unknown
 	// variable with the service's prefixes, an admin socket in clear
 	// across the network): the caller logs each once.

@@ -126,3 +126,6 @@ func levenshtein(a, b string) int {
 	}
 	return prev[len(b)]
 }
+
+// Variables are the variables the service reads, as help lists them.
+func Variables() []string { return knownVariables() }

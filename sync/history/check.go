@@ -2,7 +2,10 @@ package history
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
@@ -38,6 +41,19 @@ const (
 	// Kubernetes says within Bounds.Converge, haproxy.cfg holds what runs
 	// (Data Plane driver), and again after one more reload by others.
 	Converges Invariant = "converges"
+	// FailuresExplained: a reconcile fails on a target only for what the
+	// history did to it, each excuse bounded (failureExcuse): the target
+	// hung, its API refused a write, it reloaded, or HAProxy refused the
+	// refused pod's server and nothing else. Two writers colliding, or one
+	// bad server failing the others', are not excused.
+	FailuresExplained Invariant = "failures-explained"
+	// GateTruthful (POD_READINESS_GATE): once the history is quiet every
+	// ready pod that answers has its gate True (Converges waits for it),
+	// and a pod whose server HAProxy refused never has it True.
+	GateTruthful Invariant = "gate-truthful"
+	// OneBadItem: a client never reaches the pod whose server HAProxy
+	// refused (there is no server for it).
+	OneBadItem Invariant = "one-bad-item"
 )
 
 // Violation is one invariant that did not hold.
@@ -166,6 +182,7 @@ type targetTrack struct {
 	lastReload  time.Time      // the end of its last reload, by others or by the API
 	apiReload   time.Time      // the start of a reload by the API under way; zero when none
 	outages     [][2]time.Time // its API refused every write from [0] to [1] (apiOutages)
+	lastFault   time.Time      // its API's last refused write (an injected fault)
 }
 
 // apiOutages are the spans, per target, in which a Data Plane API refused
@@ -231,6 +248,13 @@ type evalOptions struct {
 	Targets     int
 	// Zones: pods outside the local zone are backups (zoneOf).
 	Zones bool
+	// Refused is the pod whose server HAProxy refuses (Config.Refused).
+	Refused int
+	// MaxServers is MAX_SERVERS when it may bind (Config.MaxServers).
+	MaxServers int
+	// TargetOf names a target by its index, from a driver's name (-1:
+	// unknown).
+	TargetOf func(name string) int
 }
 
 // evaluate checks the observations of a history against the invariants.
@@ -253,6 +277,10 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 	}
 	step := -1
 	var deaths []time.Time
+	// capUntil: MAX_SERVERS binds (more pods in Kubernetes than it), or did
+	// within Bounds.Converge before: a pod may have no server meanwhile.
+	var capUntil time.Time
+	inK8s := 0
 	reachedOther := map[[2]int]bool{} // target, pod: reported once
 	add := func(inv Invariant, target int, at time.Time, format string, args ...any) {
 		what := fmt.Sprintf(format, args...)
@@ -367,11 +395,25 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		case obsK8s:
 			p := track(o.pod)
 			was := p.available()
+			if p.inK8s {
+				inK8s--
+			}
 			p.state, p.inK8s, p.moved = o.state, o.state != absent, o.moved
+			if p.inK8s {
+				inK8s++
+			}
+			if opt.MaxServers > 0 && inK8s > opt.MaxServers {
+				capUntil = o.at.Add(time.Hour)
+			} else if capUntil.After(o.at.Add(b.Converge)) {
+				capUntil = o.at.Add(b.Converge)
+			}
 			becomes(o.pod, p, o.at, was)
 		case obsCheck:
 			tt.pod(o.pod).checked = true
 		case obsClient:
+			if o.pod == opt.Refused && opt.Refused > 0 {
+				add(OneBadItem, o.target, o.at, "a client reached %s, whose server HAProxy refused", podName(o.pod))
+			}
 			sn := tt.pod(o.pod)
 			if !sn.checked {
 				add(CheckedFirst, o.target, o.at, "a client connection reached %s before any health check since it began to listen", podName(o.pod))
@@ -463,7 +505,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			}
 			for n, q := range pods {
 				sn := tt.pod(n)
-				if !q.available() || sn.reported || backup(n) {
+				if !q.available() || sn.reported || backup(n) || n == opt.Refused || o.at.Before(capUntil) {
 					continue
 				}
 				// A reload restarts every check: a server not in service
@@ -492,6 +534,27 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 					sn.reported = true
 				}
 			}
+		case obsAPIWrite:
+			if o.refused {
+				tt.lastFault = o.at
+			}
+		case obsGate:
+			if o.gate && o.pod == opt.Refused && opt.Refused > 0 {
+				add(GateTruthful, o.target, o.at, "the gate of %s turned True, though HAProxy refused its server", podName(o.pod))
+			}
+		case obsReconcile:
+			for _, f := range o.failures {
+				i := -1
+				if opt.TargetOf != nil {
+					i = opt.TargetOf(f.target)
+				}
+				if why := failureExcuse(tts, i, o, f, opt.Refused); why != "" {
+					ev.Excused["reconcile: "+why]++
+					continue
+				}
+				what := fmt.Sprintf("replica %d: a reconcile failed on %s for nothing the history did: %s", o.target, f.target, f.err)
+				add(FailuresExplained, max(i, 0), o.at, "%s", what)
+			}
 		case obsViolation:
 			if k := len(ev.Violations); k > 0 && ev.Violations[k-1].Invariant == o.inv && o.at.Sub(tt.lastSeen) < time.Second {
 				ev.Violations[k-1].Count++
@@ -503,3 +566,58 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 	}
 	return ev
 }
+
+// failureBound is how far before a reconcile began a reload or a refused
+// API write may explain its failure: a retry's backoff and a read.
+const failureBound = time.Second
+
+// failureExcuse says why target i's failure f in reconcile o breaks no
+// invariant, empty when nothing the history did explains it. Each excuse is
+// bounded to the reconcile's own span (less failureBound before it began):
+// the target hung (or stopped within HungAfter), its Data Plane API refused
+// a write (an injected fault), it reloaded, or every change HAProxy refused
+// was the refused pod's server's.
+func failureExcuse(tts []*targetTrack, i int, o obs, f targetFailure, refused int) string {
+	if i < 0 || i >= len(tts) {
+		return ""
+	}
+	tt, from := tts[i], o.began.Add(-failureBound)
+	if refused > 0 && len(f.servers) > 0 && strings.Contains(f.err, refusedKeyword) {
+		only := true
+		for _, s := range f.servers {
+			only = only && serverPod(s) == refused
+		}
+		if only {
+			return "HAProxy refused the refused pod's server"
+		}
+	}
+	switch {
+	case !tt.hungSince.IsZero() && tt.hungSince.Before(o.at),
+		!tt.unhungAt.IsZero() && tt.unhungAt.After(o.began.Add(-HungAfter)):
+		return ExcuseHung
+	case !tt.lastFault.IsZero() && tt.lastFault.After(from):
+		return "its Data Plane API refused a write"
+	case !tt.reloadStart.IsZero() || !tt.apiReload.IsZero() || tt.lastReload.After(from):
+		return "it reloaded"
+	}
+	return ""
+}
+
+// refusedKeyword is what makes HAProxy refuse the refused pod's server.
+const refusedKeyword = "hks-refused-by-history"
+
+// serverPod is the number of the pod whose server is named name (pod mode:
+// [CLUSTER_NAME-]p-N, "_bk" after a backup's), -1 if none.
+func serverPod(name string) int {
+	m := serverName.FindStringSubmatch(name)
+	if m == nil {
+		return -1
+	}
+	n, err := strconv.Atoi(m[1])
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+var serverName = regexp.MustCompile(`(?:^|-)p-(\d+)(?:_bk)?$`)

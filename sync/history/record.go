@@ -28,6 +28,9 @@ const (
 	obsAPIReload                     // the Data Plane API reloaded HAProxy (what it wrote)
 	obsAPIReloadStart                // the Data Plane API begins a reload
 	obsAPIWrite                      // the Data Plane API got a write (refused: a fault answered it)
+	obsGate                          // the readiness gate's verdict for a pod (gate), by replica target
+	obsReconcile                     // a reconcile of replica target ended (err, failures; began)
+	obsRefused                       // HAProxy refused a write for the refused pod's server (target)
 )
 
 // obs is one observation, as the history's recorder keeps it.
@@ -45,6 +48,18 @@ type obs struct {
 	target  int
 	hung    bool // obsHang
 	refused bool // obsAPIWrite
+	gate    bool // obsGate: in service on every target
+	// obsReconcile: when it began, and what failed on which target.
+	began    time.Time
+	failures []targetFailure
+}
+
+// targetFailure is one target's failure in a reconcile: its error and the
+// servers whose changes HAProxy refused.
+type targetFailure struct {
+	target  string
+	err     string
+	servers []string
 }
 
 // recorder keeps every observation of a history, in the order they came.

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
 )
 
@@ -44,8 +43,8 @@ func Run(t testing.TB, s Setup, shape Shape) Report {
 // service: a history someone wrote, a named regression test's.
 func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 	t.Helper()
-	b := BoundsOf(config.ShippedCheck())
 	w := newWorld(t, s)
+	b := BoundsOf(w.check)
 	w.startPods(start)
 	if why := w.waitConverged(b.Converge); why != "" {
 		w.rec.add(obs{kind: obsViolation, inv: Converges, err: fmt.Sprintf("the first %d pods, not within %v: %s", start, b.Converge, why)})
@@ -97,7 +96,13 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 	w.stopAll()
 
 	all := w.rec.snapshot()
-	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, evalOptions{Bounds: b, RuntimeOnly: s.Driver == Runtime, Targets: len(w.targets), Zones: s.Zones})}
+	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, evalOptions{Bounds: b, RuntimeOnly: s.Driver == Runtime, Targets: len(w.targets), Zones: s.Zones,
+		Refused: s.Config.Refused, MaxServers: s.Config.MaxServers, TargetOf: func(name string) int {
+			if i, ok := w.targetOf[name]; ok {
+				return i
+			}
+			return -1
+		}})}
 	for i, v := range rep.Violations {
 		switch {
 		case v.Target >= len(w.targets):
@@ -187,7 +192,7 @@ func (w *world) waitConverged(d time.Duration) string {
 // server as configured; with the Data Plane driver, haproxy.cfg as running.
 // Empty: no difference.
 func (w *world) converged() string {
-	var diffs []string
+	diffs := w.gateDiffs()
 	for _, tg := range w.targets {
 		d := w.convergedOn(tg)
 		if w.svc != nil {
@@ -227,9 +232,25 @@ func (w *world) convergedOn(tg *target) []string {
 	for n, st := range k8s {
 		anyReady = anyReady || st == live && alive[n]
 	}
+	refused := w.setup.Config.Refused
+	own := len(running)
+	if _, ok := running["static"]; ok {
+		own--
+	}
+	capped := w.setup.Config.MaxServers > 0 && len(k8s) > w.setup.Config.MaxServers
+	if capped && own < w.setup.Config.MaxServers {
+		diffs = append(diffs, fmt.Sprintf("%d pods, %d servers, though MAX_SERVERS is %d", len(k8s), own, w.setup.Config.MaxServers))
+	}
 	for n, st := range k8s {
 		s, ok := byAddr[podAddr(n)]
 		switch {
+		case !ok && n == refused:
+			// HAProxy refuses its server: no server is what it gets.
+		case ok && n == refused:
+			diffs = append(diffs, podName(n)+": HAProxy refused its server, yet one runs")
+		case !ok && capped:
+			// MAX_SERVERS binds: the backend is full of this instance's
+			// servers (checked above), and some pod has none.
 		case !ok:
 			diffs = append(diffs, podName(n)+": no server")
 		case st == live && alive[n] && (s.Maint() || s.Drain() || !s.Up()):

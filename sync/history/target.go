@@ -1,9 +1,15 @@
 package history
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -60,14 +66,20 @@ func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder) *target 
 	tg.h = haproxytest.Start(t, bes...)
 	tg.front = tg.h.Frontends[backend]
 	tg.runtimeURL = tg.h.RuntimeURL()
-	if i > 0 {
+	if i > 0 || s.Config.Refused > 0 {
 		tg.relay = startRelay(t, tg.h.AdminSocket)
 		tg.runtimeURL = "tcp://" + tg.relay.addr
+		if n := s.Config.Refused; n > 0 {
+			tg.relay.rewrite = tg.refuseOnSocket(podAddr(n))
+		}
 	}
 	static := fmt.Sprintf("server static %s:%d check", podAddr(staticPod), port)
 	if s.Driver == Dataplane {
 		tg.api = dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: tg.h.AdminSocket, ReloadDelay: s.ReloadDelay, Reload: tg.apiReload, RuntimeFails: s.RuntimeFails,
 			OnWrite: func(refused bool) { tg.rec.add(obs{kind: obsAPIWrite, target: tg.i, refused: refused}) }})
+		if n := s.Config.Refused; n > 0 {
+			tg.api.Intercept(tg.refuseOnAPI(podAddr(n)))
+		}
 		rr, on, one, three := "roundrobin", "enabled", int64(1), int64(3)
 		tg.api.AddDefaults(models.Defaults{DefaultsBase: models.DefaultsBase{Name: "base", Mode: "tcp",
 			Redispatch: &models.Redispatch{Enabled: &on, Interval: &one}, Retries: &three}})
@@ -158,6 +170,9 @@ type relay struct {
 	to   string
 	ln   net.Listener
 
+	// rewrite, when set, rewrites each line sent to the socket.
+	rewrite func(string) string
+
 	mu      sync.Mutex
 	hanging bool
 	held    []net.Conn
@@ -201,11 +216,72 @@ func (r *relay) serve() {
 			}
 			defer up.Close()
 			done := make(chan struct{})
-			go func() { _, _ = io.Copy(up, c); _ = up.(*net.UnixConn).CloseWrite(); close(done) }()
+			go func() { r.copyTo(up, c); _ = up.(*net.UnixConn).CloseWrite(); close(done) }()
 			_, _ = io.Copy(c, up)
 			_ = c.(*net.TCPConn).CloseWrite()
 			<-done
 		}()
+	}
+}
+
+// copyTo copies what the service sends to the socket, line by line
+// through rewrite when it is set.
+func (r *relay) copyTo(up io.Writer, c io.Reader) {
+	if r.rewrite == nil {
+		_, _ = io.Copy(up, c)
+		return
+	}
+	br := bufio.NewReader(c)
+	for {
+		line, err := br.ReadString('\n')
+		if line != "" {
+			if _, werr := io.WriteString(up, r.rewrite(line)); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// refuseOnSocket makes HAProxy refuse every "add server" of a server at
+// addr: the line gets a keyword HAProxy does not know, so the refusal is
+// HAProxy's own, in its place among the replies.
+func (tg *target) refuseOnSocket(addr string) func(string) string {
+	re := regexp.MustCompile(`(add server \S+ ` + regexp.QuoteMeta(addr) + `:\d+)`)
+	return func(line string) string {
+		if !re.MatchString(line) {
+			return line
+		}
+		tg.rec.add(obs{kind: obsRefused, target: tg.i})
+		return re.ReplaceAllString(line, "$1 "+refusedKeyword)
+	}
+}
+
+// refuseOnAPI makes the Data Plane API refuse every write of a server at
+// addr with a 400, as the real API answers a server HAProxy would not load.
+func (tg *target) refuseOnAPI(addr string) func(http.ResponseWriter, *http.Request) bool {
+	return func(w http.ResponseWriter, r *http.Request) bool {
+		if (r.Method != http.MethodPost && r.Method != http.MethodPut) || !strings.Contains(r.URL.Path, "/servers") {
+			return false
+		}
+		body, err := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if err != nil {
+			return false
+		}
+		var srv struct {
+			Address string `json:"address"`
+		}
+		if json.Unmarshal(body, &srv) != nil || srv.Address != addr {
+			return false
+		}
+		tg.rec.add(obs{kind: obsRefused, target: tg.i})
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"code":400,"message":"[ALERT] parsing [haproxy.cfg]: 'server' : unknown keyword '`+refusedKeyword+`'"}`)
+		return true
 	}
 }
 

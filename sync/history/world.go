@@ -26,6 +26,8 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reloads"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
@@ -83,6 +85,8 @@ type Setup struct {
 	// through the fleet: web names be, and a second Service, web2, may
 	// name be2 (ServiceJoin); see world_services.go.
 	Services bool
+	// Config is the service's configuration, drawn from the seed too.
+	Config Config
 }
 
 // localZone is HAPROXY_LOCAL_ZONE in histories with zones.
@@ -100,7 +104,7 @@ func zoneOf(n int) string {
 func SetupOf(seed uint64, driver Driver) Setup {
 	return Setup{Seed: seed, Driver: driver, Static: seed%2 == 1, ReloadDelay: time.Duration(1+seed%2) * time.Second,
 		Targets: 1 + int(seed/2%2), Zones: seed/4%2 == 1, DefaultServer: driver == Dataplane && seed/8%2 == 1,
-		RuntimeFails: driver == Dataplane && seed/16%2 == 1}
+		RuntimeFails: driver == Dataplane && seed/16%2 == 1, Config: ConfigOf(seed)}
 }
 
 // world is one history's HAProxy targets, pods, Kubernetes and service.
@@ -120,6 +124,12 @@ type world struct {
 	close func()
 	// svc is the many-Services part (Setup.Services), nil otherwise.
 	svc *services
+	// check is the check the service writes (cfg.Check): the bounds' base.
+	check model.Check
+	// gates are the pods' last readiness gate verdicts (Config.Gate).
+	gates map[int]bool
+	// targetOf names a target by index from a driver's name.
+	targetOf map[string]int
 }
 
 // newWorld starts the HAProxy targets (and their Data Plane test APIs when
@@ -128,7 +138,8 @@ type world struct {
 // (config.Load), with pod mode on loopback addresses.
 func newWorld(t testing.TB, s Setup) *world {
 	t.Helper()
-	w := &world{t: t, setup: s, rec: &recorder{}, pods: map[int]*pod{}, k8s: map[int]podState{}, names: map[int]string{}}
+	w := &world{t: t, setup: s, rec: &recorder{}, pods: map[int]*pod{}, k8s: map[int]podState{}, names: map[int]string{},
+		gates: map[int]bool{}, targetOf: map[string]int{}}
 	w.port = haproxytest.FreePort(t, "127.0.1.1")
 	if s.Static {
 		st := w.newPod(staticPod)
@@ -143,8 +154,10 @@ func newWorld(t testing.TB, s Setup) *world {
 		tg := startTarget(t, i, s, w.port, w.rec)
 		w.targets = append(w.targets, tg)
 		runtimes = append(runtimes, tg.runtimeURL)
+		w.targetOf[tg.runtimeURL] = i
 		if tg.api != nil {
 			apis = append(apis, tg.api.URL)
+			w.targetOf[tg.api.URL] = i
 		}
 	}
 	traceServers(t, w.targets)
@@ -163,6 +176,9 @@ func newWorld(t testing.TB, s Setup) *world {
 	if s.Services {
 		env["SERVICE_SELECTION"], env["ANNOTATION_BACKENDS"] = "annotation", backend+","+backend2
 	}
+	for k, v := range s.Config.env() {
+		env[k] = v
+	}
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
@@ -170,31 +186,114 @@ func newWorld(t testing.TB, s Setup) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.check = cfg.Check()
 	w.live = desiredtest.NewLive(w.input())
 	if s.Services {
 		w.poke, w.close = w.startFleet(cfg)
 	} else {
-		w.poke, w.close = startService(t, cfg, w.live)
+		w.poke, w.close = startService(t, cfg, w.live, w.writer(0))
+		if s.Config.Replica {
+			// A second replica on the same targets, poked by the same
+			// changes: two writers at once.
+			poke, stop := startService(t, cfg, w.live, w.writer(1))
+			poke0, stop0 := w.poke, w.close
+			w.poke = func() { poke0(); poke() }
+			w.close = func() { stop0(); stop() }
+		}
 	}
 	t.Cleanup(w.close)
 	return w
 }
 
 func (w *world) newPod(n int) *pod {
-	return &pod{n: n, addr: net.JoinHostPort(podAddr(n), strconv.Itoa(w.port)), rec: w.rec, proxy: w.setup.DefaultServer}
+	// The static server is haproxy.cfg's: HAPROXY_SEND_PROXY_V2 is none
+	// of its business.
+	proxy := w.setup.DefaultServer || w.setup.Config.SendProxy && n != staticPod
+	return &pod{n: n, addr: net.JoinHostPort(podAddr(n), strconv.Itoa(w.port)), rec: w.rec, proxy: proxy}
+}
+
+// writer is what one replica of the service reports to the history: its
+// reconciles' results and, with POD_READINESS_GATE, the pods' verdicts.
+type writer struct {
+	i int
+	w *world
+}
+
+func (w *world) writer(i int) writer { return writer{i: i, w: w} }
+
+// podNumber is the number of the pod named name, -1 if none.
+func (w *world) podNumber(name string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for n, nm := range w.names {
+		if nm == name {
+			if _, ok := w.k8s[n]; ok {
+				return n
+			}
+		}
+	}
+	var n int
+	if _, err := fmt.Sscanf(name, "p-%d", &n); err != nil {
+		return -1
+	}
+	return n
+}
+
+// Update is the readiness gate as the history reads it: each pod's verdict
+// (serve's gate patches it into the pod's status condition).
+func (wr writer) Update(_ context.Context, in reconcile.GateInput) {
+	now := time.Now()
+	for _, s := range in.Servers {
+		if n := wr.w.podNumber(s.Pod); n >= 0 {
+			wr.w.rec.add(obs{at: now, kind: obsGate, pod: n, gate: s.InService, target: wr.i, err: s.Why})
+			wr.w.mu.Lock()
+			wr.w.gates[n] = s.InService
+			wr.w.mu.Unlock()
+		}
+	}
+}
+
+// reconciled records one reconcile's end: its error, and each target's.
+func (wr writer) reconciled(began time.Time, res reconcile.Result, err error) {
+	o := obs{kind: obsReconcile, began: began, target: wr.i}
+	if err != nil {
+		o.err = err.Error()
+		for _, t := range res.Targets {
+			if t.Error != "" {
+				o.failures = append(o.failures, targetFailure{target: t.Target, err: t.Error, servers: serversOf(t.Failed)})
+			}
+		}
+	}
+	wr.w.rec.add(o)
+}
+
+func serversOf(failed []plan.ServerError) []string {
+	var out []string
+	for _, f := range failed {
+		out = append(out, f.Server)
+	}
+	return out
 }
 
 // startService wires the reconcile loop the way serve does (a Reconciler from
 // cfg, a Coalescer with the follow-up, the reload watcher) and returns its poke, what the watch
 // calls on a Kubernetes change, and what stops it.
-func startService(t testing.TB, cfg config.Config, src reconcile.Source) (poke func(), stop func()) {
+func startService(t testing.TB, cfg config.Config, src reconcile.Source, wr writer) (poke func(), stop func()) {
 	log := serviceLog(t)
+	if wr.i > 0 {
+		log = log.With("replica", wr.i)
+	}
 	rec, checks, watched := reconcilerOf(t, cfg, log)
 	rec.Source = src
+	if cfg.ReadinessGate {
+		rec.Gate = wr
+	}
 	follow := &reconcile.FollowUp{Checks: checks}
 	co := reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) {
+		began := time.Now()
 		res, err := rec.Reconcile(ctx, false)
 		log.Debug("reconciled", "result", res, "err", err)
+		wr.reconciled(began, res, err)
 		return res, err
 	})
 	co.Follow(follow, nil)
@@ -499,4 +598,32 @@ func (w *world) stopAll() {
 	for _, p := range pods {
 		p.stop()
 	}
+}
+
+// gateDiffs says, with POD_READINESS_GATE, which ready pods that answer do
+// not have their gate True, and which pod whose server HAProxy refused has.
+func (w *world) gateDiffs() []string {
+	if !w.setup.Config.Gate {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var diffs []string
+	for n, st := range w.k8s {
+		p := w.pods[n]
+		alive := false
+		if p != nil {
+			p.mu.Lock()
+			alive = p.ln != nil
+			p.mu.Unlock()
+		}
+		switch {
+		case n == w.setup.Config.Refused && w.gates[n]:
+			diffs = append(diffs, podName(n)+": gate True, though HAProxy refused its server")
+		case n != w.setup.Config.Refused && st == live && alive && !w.gates[n]:
+			diffs = append(diffs, podName(n)+": ready and answering, its gate not True")
+		}
+	}
+	sort.Strings(diffs)
+	return diffs
 }

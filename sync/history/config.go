@@ -1,0 +1,141 @@
+package history
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Config is the service's configuration in one history, drawn from its seed
+// (ConfigOf) beside the events: the settings of docs/configuration.md that
+// change what the service writes or when. The zero Config is the shipped
+// one.
+type Config struct {
+	// Guard is HAPROXY_DELETE_GUARD_PERCENT; 0 here is the shipped 100,
+	// GuardOff is 0 (the guard off).
+	Guard int
+	// MaxServers is MAX_SERVERS, small enough to bind; 0: the shipped 4000.
+	MaxServers int
+	// DeleteBatch is HAPROXY_DELETE_BATCH (the Data Plane driver's); 0:
+	// the shipped 10.
+	DeleteBatch int
+	// Gate is POD_READINESS_GATE: the checker reads each pod's verdict.
+	Gate bool
+	// OnError is HAPROXY_CHECK_ON_ERROR; empty: the shipped sudden-death.
+	OnError string
+	// Fall is HAPROXY_CHECK_FALL; 0: the shipped 2.
+	Fall int
+	// SendProxy is HAPROXY_SEND_PROXY_V2: the service's servers and their
+	// checks send the PROXY v2 header, and every pod but the static one
+	// refuses a connection without it (invariant default-server-kept).
+	SendProxy bool
+	// Replica runs a second replica of the service on the same targets,
+	// with its own reconcile loop, poked by the same Kubernetes changes:
+	// two writers adding at once.
+	Replica bool
+	// Refused is the pod whose server every HAProxy refuses (its address
+	// is rewritten to one HAProxy cannot parse on the admin socket, and the
+	// Data Plane API answers 400): one bad item beside the others; 0: none.
+	Refused int
+}
+
+// GuardOff is Config.Guard for HAPROXY_DELETE_GUARD_PERCENT=0.
+const GuardOff = -1
+
+// configEnv forces the shipped configuration (make replay CONFIG=shipped):
+// a seed found before the configuration was drawn replays as it ran then.
+const configEnv = "HKS_HISTORY_CONFIG"
+
+// ConfigOf draws seed's configuration from a stream of its own, so that the
+// events and the setup of the seed stay what they were. About one history in
+// three runs the shipped values of each setting.
+func ConfigOf(seed uint64) Config {
+	if os.Getenv(configEnv) == "shipped" {
+		return Config{}
+	}
+	r := rand.New(rand.NewPCG(seed^0xc0f1, seed*31+7))
+	one := func(n int) bool { return r.IntN(n) == 0 }
+	var c Config
+	switch r.IntN(4) {
+	case 0:
+		c.Guard = GuardOff
+	case 1:
+		c.Guard = 10 + 10*r.IntN(5) // 10..50: a removal of one server in a few is guarded
+	}
+	if one(3) {
+		c.MaxServers = 6 + r.IntN(5) // 6..10: binds beside 12 or 16 pods
+	}
+	if one(2) {
+		c.DeleteBatch = []int{1, 2, 3}[r.IntN(3)]
+	}
+	c.Gate = one(2)
+	if one(3) {
+		c.OnError = []string{"none", "fastinter", "fail-check", "mark-down"}[r.IntN(4)]
+	}
+	if one(4) {
+		c.Fall = 1
+	}
+	c.SendProxy = one(4)
+	c.Replica = one(3)
+	if one(3) {
+		c.Refused = 5 + r.IntN(6) // a pod added during the history
+	}
+	return c
+}
+
+// env is the configuration as the service's variables.
+func (c Config) env() map[string]string {
+	e := map[string]string{
+		"HAPROXY_DELETE_GUARD_PERCENT": "100", "MAX_SERVERS": "4000", "HAPROXY_DELETE_BATCH": "10",
+		"POD_READINESS_GATE": "false", "HAPROXY_CHECK_ON_ERROR": "sudden-death", "HAPROXY_CHECK_FALL": "2",
+		"HAPROXY_SEND_PROXY_V2": "false",
+	}
+	if c.SendProxy {
+		e["HAPROXY_SEND_PROXY_V2"] = "true"
+	}
+	switch {
+	case c.Guard == GuardOff:
+		e["HAPROXY_DELETE_GUARD_PERCENT"] = "0"
+	case c.Guard > 0:
+		e["HAPROXY_DELETE_GUARD_PERCENT"] = strconv.Itoa(c.Guard)
+	}
+	if c.MaxServers > 0 {
+		e["MAX_SERVERS"] = strconv.Itoa(c.MaxServers)
+	}
+	if c.DeleteBatch > 0 {
+		e["HAPROXY_DELETE_BATCH"] = strconv.Itoa(c.DeleteBatch)
+	}
+	if c.Gate {
+		e["POD_READINESS_GATE"] = "true"
+	}
+	if c.OnError != "" {
+		e["HAPROXY_CHECK_ON_ERROR"] = c.OnError
+	}
+	if c.Fall > 0 {
+		e["HAPROXY_CHECK_FALL"] = strconv.Itoa(c.Fall)
+	}
+	return e
+}
+
+func (c Config) String() string {
+	var out []string
+	for k, v := range c.env() {
+		if shipped := (Config{}).env()[k]; v != shipped {
+			out = append(out, k+"="+v)
+		}
+	}
+	if c.Replica {
+		out = append(out, "replica")
+	}
+	if c.Refused > 0 {
+		out = append(out, fmt.Sprintf("refused=%s", podName(c.Refused)))
+	}
+	if len(out) == 0 {
+		return "shipped"
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}

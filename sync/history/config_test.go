@@ -1,0 +1,149 @@
+package history
+
+import (
+	"sort"
+	"testing"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
+)
+
+// drawn are the variables a history's configuration or setup draws, with
+// what draws them.
+var drawn = map[string]string{
+	"HAPROXY_DELETE_GUARD_PERCENT": "Config.Guard: 100, 0 or 10..50",
+	"MAX_SERVERS":                  "Config.MaxServers: 6..10 beside up to 16 pods",
+	"HAPROXY_DELETE_BATCH":         "Config.DeleteBatch: 1..3 or 10",
+	"POD_READINESS_GATE":           "Config.Gate: every pod's verdict is read (invariant gate-truthful)",
+	"HAPROXY_CHECK_ON_ERROR":       "Config.OnError",
+	"HAPROXY_CHECK_FALL":           "Config.Fall: 1 or 2",
+	"HAPROXY_SEND_PROXY_V2":        "Config.SendProxy: pods refuse a connection without the header",
+	"CLUSTER_NAME":                 "Setup.Static: a server of another instance beside this one's",
+	"HAPROXY_LOCAL_ZONE":           "Setup.Zones",
+	"HAPROXY_RUNTIME_URL":          "Setup.Driver and Setup.Targets: one or two sockets",
+	"HAPROXY_DATAPLANE_URL":        "Setup.Driver: the Data Plane driver with both URLs",
+	"SERVICE_SELECTION":            "the services shape: annotation",
+	"ANNOTATION_BACKENDS":          "the services shape: be,be2",
+	"TARGET_ADDRESS":               "pod only: see notDrawn",
+}
+
+// invisible are the variables that change nothing a history could see,
+// with why.
+var invisible = map[string]string{
+	"INGRESS_NAMESPACE":               "a name: the history's Service is hist/web",
+	"INGRESS_SERVICE_NAME":            "a name: the history's Service is hist/web",
+	"HAPROXY_BACKEND_NAME":            "a name: the history's backend is be",
+	"HAPROXY_DATAPLANE_USERNAME":      "credentials: the test API takes any",
+	"HAPROXY_DATAPLANE_PASSWORD":      "credentials: the test API takes any",
+	"HAPROXY_DATAPLANE_TOKEN":         "credentials: the test API takes any",
+	"HAPROXY_DATAPLANE_CA_FILE":       "transport: http on loopback",
+	"ALLOWED_SERVER_CIDRS":            "a filter of addresses: the histories' are all allowed (127.0.0.0/8); TestHostileEndpointsPodMode covers the rest",
+	"ENDPOINTSLICE_MANAGED_BY":        "a filter of slices: the histories' slices are all the controller's",
+	"WEBHOOK_TOKEN":                   "the HTTP routes' auth: histories poke the loop as the watch does",
+	"WEBHOOK_TOKEN_FILE":              "the HTTP routes' auth",
+	"WEBHOOK_AUTH":                    "the HTTP routes' auth",
+	"WEBHOOK_AUDIENCE":                "the HTTP routes' auth",
+	"WEBHOOK_ALLOWED_SERVICEACCOUNTS": "the HTTP routes' auth",
+	"WATCH":                           "serve's own watch: histories poke the loop as it does",
+	"PORT":                            "the HTTP listener",
+	"LOG_LEVEL":                       "logs only",
+	"LOG_FORMAT":                      "logs only",
+	"KUBECONFIG":                      "how Kubernetes is reached: histories hand the loop Kubernetes' view",
+	"KUBE_CONTEXT":                    "how Kubernetes is reached",
+	"RECONCILE_TIMEOUT":               "kept at the shipped 30 s: the HA pair's hang (HangFor) is drawn against it",
+	"HAPROXY_VIP_HOSTNAME":            "class mode's status only: see notDrawn (class mode)",
+}
+
+// notDrawn are the variables that change what a history could see and
+// that no history draws yet, with why: said aloud by the test, and in
+// docs/guarantees.md.
+var notDrawn = map[string]string{
+	"TARGET_ADDRESS":                  "node mode needs Nodes in the histories' Kubernetes",
+	"HAPROXY_BACKENDS":                "several ports of one Service: one backend per history",
+	"HAPROXY_BACKEND_PORT":            "a fixed port: node mode's",
+	"HAPROXY_RUNTIME_TLS_CA":          "a TLS admin socket and its rotation",
+	"HAPROXY_RUNTIME_TLS_CERT":        "a TLS admin socket and its rotation",
+	"HAPROXY_RUNTIME_TLS_KEY":         "a TLS admin socket and its rotation",
+	"HAPROXY_RUNTIME_TLS_SERVER_NAME": "a TLS admin socket and its rotation",
+	"HAPROXY_BALANCE":                 "the service writing the backend's balance and checks",
+	"HAPROXY_CHECK_INTER":             "the bounds are the shipped check's (BoundsOf)",
+	"HAPROXY_CHECK_FASTINTER":         "the bounds are the shipped check's (BoundsOf)",
+	"HAPROXY_CHECK_DOWNINTER":         "the bounds are the shipped check's (BoundsOf)",
+	"HAPROXY_CHECK_RISE":              "the bounds are the shipped check's (BoundsOf)",
+	"HAPROXY_CHECK_HEALTH_NODE_PORT":  "node mode",
+	"HAPROXY_CHECK_KUBE_PROXY_PORT":   "node mode",
+	"HAPROXY_WEIGHT":                  "node mode",
+	"HAPROXY_DRAIN_TIMEOUT":           "long-lived client sessions: the histories' requests are short",
+	"CORDONED_NODES":                  "node mode",
+	"SERVICE_EVENTS":                  "Events need a Kubernetes API",
+	"RESYNC_PERIOD":                   "serve's resync: the histories wire the loop without it",
+	"WATCH_NAMESPACES":                "many-Services histories run one namespace",
+	"LOAD_BALANCER_CLASS":             "class mode (frontends on VIP ports)",
+	"HAPROXY_VIP":                     "class mode (frontends on VIP ports)",
+}
+
+// TestEveryVariableIsDrawnOrExcused: each variable of help is drawn by the
+// histories, or listed with why no history draws it. A new variable fails
+// here until it is one or the other.
+func TestEveryVariableIsDrawnOrExcused(t *testing.T) {
+	var gaps []string
+	for _, v := range config.Variables() {
+		_, d := drawn[v]
+		_, i := invisible[v]
+		why, n := notDrawn[v]
+		switch {
+		case !d && !i && !n:
+			t.Errorf("%s is neither drawn by the histories (ConfigOf, SetupOf) nor listed with its reason", v)
+		case n:
+			gaps = append(gaps, v+": "+why)
+		}
+	}
+	for _, list := range []map[string]string{drawn, invisible, notDrawn} {
+		for v := range list {
+			if !contains(config.Variables(), v) {
+				t.Errorf("%s is listed but is no variable of the service", v)
+			}
+		}
+	}
+	sort.Strings(gaps)
+	for _, g := range gaps {
+		t.Logf("not drawn yet: %s", g)
+	}
+}
+
+// TestConfigOfDrawsEverySetting: over a hundred seeds, each drawn setting
+// takes each of its kinds of value, and the draw is a function of the seed.
+func TestConfigOfDrawsEverySetting(t *testing.T) {
+	seen := map[string]bool{}
+	for seed := uint64(0); seed < 100; seed++ {
+		c := ConfigOf(seed)
+		if c != ConfigOf(seed) {
+			t.Fatalf("seed %d: two draws differ", seed)
+		}
+		seen["guard-off"] = seen["guard-off"] || c.Guard == GuardOff
+		seen["guard-low"] = seen["guard-low"] || c.Guard > 0
+		seen["guard-shipped"] = seen["guard-shipped"] || c.Guard == 0
+		seen["cap"] = seen["cap"] || c.MaxServers > 0
+		seen["batch"] = seen["batch"] || c.DeleteBatch > 0
+		seen["gate"] = seen["gate"] || c.Gate
+		seen["on-error"] = seen["on-error"] || c.OnError != ""
+		seen["fall"] = seen["fall"] || c.Fall == 1
+		seen["send-proxy"] = seen["send-proxy"] || c.SendProxy
+		seen["replica"] = seen["replica"] || c.Replica
+		seen["refused"] = seen["refused"] || c.Refused > 0
+		seen["shipped"] = seen["shipped"] || c == Config{}
+	}
+	for _, k := range []string{"guard-off", "guard-low", "guard-shipped", "cap", "batch", "gate", "on-error", "fall", "send-proxy", "replica", "refused"} {
+		if !seen[k] {
+			t.Errorf("no seed of 100 draws %s", k)
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
