@@ -416,7 +416,9 @@ func ParseServersState(reply, backend string, rise, fall int) ([]model.Server, e
 }
 
 // Apply sends the plan's commands. Changes HAProxy refuses for one server
-// do not stop the others (plan.ServerErrors); a server whose deletion must
+// do not stop the others (plan.ServerErrors); nor does a server HAProxy no
+// longer has, which makes the apply a failure.ConflictError (droppedSince);
+// a server whose deletion must
 // wait for its sessions, or for a later reconcile on versions older than
 // 3.0, stays parked and is listed in Applied.Deferred.
 func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
@@ -443,7 +445,11 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	}
 	// refusedOne records a change HAProxy refused for its one server (the
 	// others are independent and still go; retrying would not help) and
-	// returns any other error, which ends the apply.
+	// returns any other error, which ends the apply. A server HAProxy does
+	// not know (droppedSince) is no refusal: the others still go, and the
+	// apply ends in a conflict, which the reconcile retries from a fresh
+	// read.
+	var conflict error
 	refusedOne := func(ch plan.Change, err error) error {
 		var refused *CommandError
 		var backendErr *failure.BackendError
@@ -452,6 +458,12 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			return nil
 		case errors.As(err, &backendErr):
 			return err
+		case errors.As(err, &refused) && droppedSince(refused):
+			if conflict == nil {
+				conflict = &failure.ConflictError{Msg: fmt.Sprintf(
+					"server %s/%s is not in the running HAProxy (reloaded since it was read?): %v", p.Backend, ch.Name, err)}
+			}
+			return nil
 		case errors.As(err, &refused):
 			failed = append(failed, plan.ServerError{Server: ch.Name, Error: err.Error(), Err: err})
 			return nil
@@ -497,10 +509,25 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			return out, err
 		}
 	}
+	if conflict != nil {
+		return out, conflict
+	}
 	if len(failed) > 0 {
 		return out, failed
 	}
 	return out, nil
+}
+
+// droppedSince reports whether HAProxy refused a command because the server
+// is not there: "No such server." to a server the read just saw, or this
+// apply just added, means a reload (by another writer, or another Service's
+// change through the Data Plane API) came in between and the new process
+// lacks it; or another writer deleted it. Not the server's fault: the
+// retry reads again and plans from there (a server back from haproxy.cfg
+// parked is gated again, one gone is added again or no longer wanted).
+// "add server" never answers it: its refusals stay the server's.
+func droppedSince(ce *CommandError) bool {
+	return strings.Contains(ce.Reply, "No such server")
 }
 
 // Adds and updates go on one interactive connection in rounds of steps

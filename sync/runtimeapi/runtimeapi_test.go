@@ -9,6 +9,7 @@ import (
 	"net"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -376,15 +377,19 @@ func TestParseStat(t *testing.T) {
 	}
 }
 
+// staticWeight is HAProxy 2.6.12's refusal of a weight in a static-rr
+// backend.
+const staticWeight = "Backend is using a static LB algorithm and only accepts weights '0%' and '100%'.\n"
+
 func TestRefusedCommandIsAnError(t *testing.T) {
-	_, u := serveScript(t, map[string]string{"set server be/gone state maint": "No such server.\n"})
+	_, u := serveScript(t, map[string]string{"set server be/static weight 4": staticWeight})
 	c, _ := New(u, model.Settings{}, chk)
-	old := model.Server{Name: "gone", State: model.Ready}
+	old := model.Server{Name: "static", State: model.Ready, Weight: 1}
 	newS := old
-	newS.State = model.Maint
-	_, err := c.Apply(context.Background(), plan.Plan{Backend: "be", Changes: []plan.Change{{Action: plan.Maint, Name: "gone", Old: &old, New: &newS}}})
+	newS.Weight = 4
+	_, err := c.Apply(context.Background(), plan.Plan{Backend: "be", Changes: []plan.Change{{Action: plan.Update, Name: "static", Old: &old, New: &newS}}})
 	var ce *CommandError
-	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "No such server.") {
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "static LB algorithm") {
 		t.Fatalf("err = %v", err)
 	}
 	if failure.Retryable(err) {
@@ -426,23 +431,61 @@ func TestNewRejectsBadURLs(t *testing.T) {
 // refused server and is not temporary.
 func TestARefusedCommandDoesNotStopTheOthers(t *testing.T) {
 	sc, u := serveScript(t, map[string]string{
-		"set server be/gone state maint": "No such server.\n",
+		"set server be/refused weight 4": staticWeight,
 		"set server be/ok state maint":   "\n",
 	})
 	c, _ := New(u, model.Settings{}, chk)
-	gone, ok := model.Server{Name: "gone", State: model.Ready}, model.Server{Name: "ok", State: model.Ready}
-	goneM, okM := gone, ok
-	goneM.State, okM.State = model.Maint, model.Maint
+	refused, ok := model.Server{Name: "refused", State: model.Ready, Weight: 1}, model.Server{Name: "ok", State: model.Ready}
+	refusedW, okM := refused, ok
+	refusedW.Weight, okM.State = 4, model.Maint
 	_, err := c.Apply(context.Background(), plan.Plan{Backend: "be", Changes: []plan.Change{
-		{Action: plan.Maint, Name: "gone", Old: &gone, New: &goneM},
+		{Action: plan.Update, Name: "refused", Old: &refused, New: &refusedW},
 		{Action: plan.Maint, Name: "ok", Old: &ok, New: &okM},
 	}})
 	var se plan.ServerErrors
-	if !errors.As(err, &se) || len(se) != 1 || se[0].Server != "gone" {
+	if !errors.As(err, &se) || len(se) != 1 || se[0].Server != "refused" {
 		t.Fatalf("err = %v", err)
 	}
 	if got := sc.commands(); len(got) != 2 || got[1] != "set server be/ok state maint" {
 		t.Errorf("commands %q", got)
+	}
+}
+
+// TestNoSuchServerAfterReadIsAConflict: "No such server" to a command for a
+// server the read just saw means a reload (another writer's) came between
+// the read and the command; CI saw "set server be/lb06-a state ready: No
+// such server." fail a reconcile as a permanent refusal. It is a conflict:
+// the reconcile reads again at once. The plan's other changes still go,
+// and a refusal of another server's change does not hide the conflict.
+func TestNoSuchServerAfterReadIsAConflict(t *testing.T) {
+	sc, u := serveScript(t, map[string]string{
+		"show info":                        "Version: 3.0.11-9e587df\n",
+		"set server be/lb06-a state ready": "No such server.\n",
+		"set server be/refused weight 4":   staticWeight,
+		"set server be/ok state maint":     "\n",
+		"set server be/gone state maint":   "No such server.\n",
+	})
+	c, _ := New(u, model.Settings{}, chk)
+	drained := model.Server{Name: "lb06-a", Address: "10.0.0.6", Port: 80, Weight: 1, State: model.Drain, Check: chk}
+	ready := drained
+	ready.State = model.Ready
+	refused, ok, gone := model.Server{Name: "refused", State: model.Ready, Weight: 1}, model.Server{Name: "ok", State: model.Ready}, model.Server{Name: "gone", State: model.Ready}
+	refusedW, okM := refused, ok
+	refusedW.Weight, okM.State = 4, model.Maint
+	_, err := c.Apply(context.Background(), plan.Plan{Backend: "be", Changes: []plan.Change{
+		{Action: plan.Delete, Name: "gone", Old: &gone},
+		{Action: plan.Update, Name: "lb06-a", Old: &drained, New: &ready},
+		{Action: plan.Maint, Name: "ok", Old: &ok, New: &okM},
+		{Action: plan.Update, Name: "refused", Old: &refused, New: &refusedW},
+	}})
+	if got := failure.Of(err); got != failure.Temporary || !errors.As(err, new(*failure.ConflictError)) {
+		t.Fatalf("err = %v, class %q; want a conflict (temporary)", err, got)
+	}
+	if !strings.Contains(err.Error(), "lb06-a") {
+		t.Errorf("err = %v, want it to name lb06-a", err)
+	}
+	if got := sc.commands(); !slices.Contains(got, "set server be/ok state maint") || !slices.Contains(got, "set server be/gone state maint") {
+		t.Errorf("commands %q: the other changes were not sent", got)
 	}
 }
 
