@@ -195,15 +195,23 @@ func Calculate(current, desired model.Backend) Plan {
 }
 
 // guardReplacements counts the desired servers the mass-deletion guard
-// waits for, those meant to serve (Ready), and how many of them the current
-// backend shows UP.
+// waits for, and how many of them the current backend shows UP: those meant
+// to serve (Ready) that HAProxy holds, less those whose check has kept
+// failing for deadReplacement (a pod on a node HAProxy cannot reach). One
+// HAProxy refused or MAX_SERVERS left out is not there to wait for, nor is
+// a dead one: waiting for either held the parked servers for ever, and
+// every later removal of the backend with them.
 func guardReplacements(have map[string]*model.Server, desired []model.Server) (replacements, up int) {
 	for i := range desired {
 		if desired[i].State != model.Ready {
 			continue
 		}
+		cur, ok := have[desired[i].Name]
+		if !ok || cur.Runtime != nil && cur.Runtime.CheckFailed && cur.Runtime.Since >= deadReplacement {
+			continue
+		}
 		replacements++
-		if cur, ok := have[desired[i].Name]; ok && cur.Up {
+		if cur.Up {
 			up++
 		}
 	}

@@ -293,6 +293,15 @@ func TestGuardReleasesBesideAServerDesiredInMaintenance(t *testing.T) {
 		{name: "no desired server meant to serve: still parked",
 			current: be(parkedB, parkedC, m), desired: be(m),
 			want: map[Action][]string{}, wantGuarded: []string{"b", "c"}},
+		{name: "a ready replacement HAProxy refused (never added): deleted, it is not waited for",
+			current: be(up(a), parkedB, parkedC), desired: be(a, n1),
+			want: map[Action][]string{Add: {"n1"}, Delete: {"b", "c"}}},
+		{name: "a ready replacement whose check has failed for 3 s (a dead node): deleted",
+			current: be(up(a), parkedB, parkedC, deadFor(n1, deadReplacement)), desired: be(a, n1),
+			want: map[Action][]string{Delete: {"b", "c"}}},
+		{name: "a ready replacement whose check failed just now: still parked",
+			current: be(up(a), parkedB, parkedC, deadFor(n1, time.Second)), desired: be(a, n1),
+			want: map[Action][]string{}, wantGuarded: []string{"b", "c"}},
 		{name: "a server going to maintenance does not count as serving for the share",
 			current: be(up(a), up(srv("m", "10.0.2.1", 80, model.Ready)), srv("b", "10.0.0.2", 80, model.Ready)), desired: be(a, m),
 			want:        map[Action][]string{Maint: {"b", "m"}},
@@ -845,4 +854,10 @@ func TestReplacingEveryServerNeverEmptiesTheBackend(t *testing.T) {
 			t.Errorf("in the end: %s %s", s.Name, s.State)
 		}
 	}
+}
+
+// deadFor is s as HAProxy shows it after its check has failed for d.
+func deadFor(s model.Server, d time.Duration) model.Server {
+	s.Runtime = &model.Runtime{CheckRunning: true, CheckFailed: true, Since: d}
+	return s
 }
