@@ -926,3 +926,91 @@ func TestReadSeesTheBackupRole(t *testing.T) {
 		t.Fatalf("the backup took traffic beside an active server: %v", got)
 	}
 }
+
+// TestAddRetriesWhenAnotherWriterTookTheID: two writers add different
+// servers to one backend at once (two replicas of the service, or two
+// instances with different CLUSTER_NAMEs): both read the same next id, and
+// HAProxy refuses the second add ("custom id 16777216 already used"). That
+// failed the reconcile though nothing was wrong. The refused add is sent
+// again with the next id read afresh, in the same apply.
+func TestAddRetriesWhenAnotherWriterTookTheID(t *testing.T) {
+	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance roundrobin", "option tcp-check"}})
+	settings := model.Settings{Balance: "roundrobin", TCPCheck: true}
+	first, err := runtimeapi.New(h.RuntimeURL(), settings, chk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := haproxytest.FreePorts(t, "127.0.0.1", 2)
+	mine, theirs := srv("mine", "127.0.0.1", ports[0], model.Ready), srv("theirs", "127.0.0.1", ports[1], model.Ready)
+	// The other writer adds its server between this one's read of the next
+	// id and its add: this one's socket holds its first add line until
+	// the other's apply is done.
+	var once sync.Once
+	relay := beforeFirstAdd(t, h.AdminSocket, func() {
+		once.Do(func() {
+			if _, err := first.Apply(context.Background(), plan.CalculateWith(want(), want(theirs), first.Policy())); err != nil {
+				t.Errorf("the other writer's apply: %v", err)
+			}
+		})
+	})
+	second, err := runtimeapi.New("unix://"+relay, settings, chk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := plan.CalculateWith(want(), want(mine), second.Policy())
+	if _, err := second.Apply(context.Background(), p); err != nil {
+		t.Fatalf("apply beside another writer: %v (class %s)", err, failure.Of(err))
+	}
+	s := h.Servers(t, "be")
+	if len(s) != 2 || s["mine"].ID == s["theirs"].ID || s["mine"].ID < 1<<24 || s["theirs"].ID < 1<<24 {
+		t.Fatalf("servers %+v, want mine and theirs with their own ids from 2^24", s)
+	}
+}
+
+// beforeFirstAdd forwards a unix socket to HAProxy's, and runs hook before
+// it passes the first "add server" line on.
+func beforeFirstAdd(t *testing.T, target string, hook func()) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "race.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer in.Close()
+				up, err := net.Dial("unix", target)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				done := make(chan struct{})
+				go func() { _, _ = io.Copy(in, up); close(done) }()
+				r := bufio.NewReader(in)
+				for {
+					line, err := r.ReadString('\n')
+					if line != "" {
+						if strings.HasPrefix(line, "add server ") {
+							hook()
+						}
+						if _, err := io.WriteString(up, line); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						_ = up.(*net.UnixConn).CloseWrite()
+						<-done
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return path
+}

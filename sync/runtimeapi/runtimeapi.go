@@ -22,7 +22,8 @@
 // srv-removable" then "del server" on 3.0+, and only by a later reconcile on
 // older versions, where "del server" with live streams can crash HAProxy
 // (haproxy#2298). Each server added gets an explicit unique id: without one,
-// HAProxy searches for a free id on every add.
+// HAProxy searches for a free id on every add; one that another writer took
+// meanwhile is replaced by a fresh one.
 package runtimeapi
 
 import (
@@ -417,7 +418,8 @@ func ParseServersState(reply, backend string, rise, fall int) ([]model.Server, e
 
 // Apply sends the plan's commands. Changes HAProxy refuses for one server
 // do not stop the others (plan.ServerErrors); nor does a server HAProxy no
-// longer has, which makes the apply a failure.ConflictError (droppedSince);
+// longer has, or an add whose id other writers kept taking, which make the
+// apply a failure.ConflictError (droppedSince, idTaken);
 // a server whose deletion must
 // wait for its sessions, or for a later reconcile on versions older than
 // 3.0, stays parked and is listed in Applied.Deferred.
@@ -446,9 +448,9 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	// refusedOne records a change HAProxy refused for its one server (the
 	// others are independent and still go; retrying would not help) and
 	// returns any other error, which ends the apply. A server HAProxy does
-	// not know (droppedSince) is no refusal: the others still go, and the
-	// apply ends in a conflict, which the reconcile retries from a fresh
-	// read.
+	// not know (droppedSince), or an add whose id other writers kept taking
+	// (idTaken), is no refusal: the others still go, and the apply ends in
+	// a conflict, which the reconcile retries from a fresh read.
 	var conflict error
 	refusedOne := func(ch plan.Change, err error) error {
 		var refused *CommandError
@@ -462,6 +464,12 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			if conflict == nil {
 				conflict = &failure.ConflictError{Msg: fmt.Sprintf(
 					"server %s/%s is not in the running HAProxy (reloaded since it was read?): %v", p.Backend, ch.Name, err)}
+			}
+			return nil
+		case idTaken(err): // still, after idRetries fresh ids: writers add there right now
+			if conflict == nil {
+				conflict = &failure.ConflictError{Msg: fmt.Sprintf(
+					"add server %s/%s: its id taken %d times by other writers: %v", p.Backend, ch.Name, idRetries+1, err)}
 			}
 			return nil
 		case errors.As(err, &refused):
@@ -538,6 +546,13 @@ const sequenceChunk = 500
 // sequences runs each change's steps and returns, for each, the error that
 // stopped it (nil when every step passed); the error it returns itself
 // means the connection failed.
+//
+// An add refused because its id is used (idTaken: another writer, a second
+// replica or another CLUSTER_NAME's instance on the same backend, added a
+// server with the same next id since nextID read it) is sent again with
+// the next id read afresh, up to idRetries times: HAProxy added nothing,
+// and the add itself is fine. Its steps are an add's even for a re-add
+// (reAdds), whose delete went already.
 func (c *Client) sequences(ctx context.Context, a *applier, changes []plan.Change) ([]error, error) {
 	seqs := make([][]Step, len(changes))
 	for i, ch := range changes {
@@ -551,6 +566,53 @@ func (c *Client) sequences(ctx context.Context, a *applier, changes []plan.Chang
 			seqs[i] = updateSteps(srv, ch)
 		}
 	}
+	errs, err := c.run(ctx, a, seqs)
+	if err != nil {
+		return nil, err
+	}
+	for range idRetries {
+		var again []int
+		for i := range changes {
+			if idTaken(errs[i]) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		next, err := c.nextID(ctx, a.backend)
+		if err != nil {
+			return nil, err
+		}
+		a.nextID = max(a.nextID, next)
+		retry := make([][]Step, len(again))
+		for j, i := range again {
+			retry[j] = a.addSteps(a.backend+"/"+changes[i].Name, changes[i])
+		}
+		got, err := c.run(ctx, a, retry)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range again {
+			errs[i] = got[j]
+		}
+	}
+	for i, ch := range changes {
+		if ch.Action == plan.Add {
+			errs[i] = a.backendRefusal(errs[i])
+		}
+	}
+	return errs, nil
+}
+
+// idRetries bounds how often one apply sends an add again after its id was
+// taken (sequences): each retry reads the next id afresh, so only writers
+// adding at that very moment again could take it once more.
+const idRetries = 3
+
+// run sends seqs (Socket.Sequences), counts the steps done, and returns the
+// error that stopped each.
+func (c *Client) run(ctx context.Context, a *applier, seqs [][]Step) ([]error, error) {
 	got, err := c.sock.Sequences(ctx, seqs)
 	for _, o := range got {
 		for range o.Done {
@@ -560,14 +622,20 @@ func (c *Client) sequences(ctx context.Context, a *applier, changes []plan.Chang
 	if err != nil {
 		return nil, err
 	}
-	errs := make([]error, len(changes))
-	for i, ch := range changes {
+	errs := make([]error, len(seqs))
+	for i := range seqs {
 		errs[i] = stopped(seqs[i], got[i])
-		if ch.Action == plan.Add {
-			errs[i] = a.backendRefusal(errs[i])
-		}
 	}
 	return errs, nil
+}
+
+// idTaken reports whether err is HAProxy's refusal of an "add server"
+// because another server has its id: "'id' : custom id 16777216 already
+// used at (null):0 ('server x')." (2.6.12; the same words to 3.5).
+func idTaken(err error) bool {
+	var ce *CommandError
+	return errors.As(err, &ce) && strings.HasPrefix(ce.Command, "add server ") &&
+		strings.Contains(ce.Reply, "custom id") && strings.Contains(ce.Reply, "already used")
 }
 
 func has(p plan.Plan, a plan.Action) bool {
@@ -576,6 +644,8 @@ func has(p plan.Plan, a plan.Action) bool {
 
 // nextID returns the first server id above every id the backend uses, so
 // that each add names its id (HAProxy otherwise searches for a free one).
+// Another writer adding to the same backend at the same time reads the same
+// one: the add HAProxy refuses for it is sent again (sequences).
 func (c *Client) nextID(ctx context.Context, backend string) (int, error) {
 	cmd := "show servers state " + backend
 	reply, err := c.sock.Command(ctx, cmd)

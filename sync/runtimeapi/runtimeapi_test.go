@@ -124,7 +124,10 @@ func TestParseServersStateChecks(t *testing.T) {
 type script struct {
 	mu      sync.Mutex
 	replies map[string]string
-	got     []string
+	// prefixed answers the commands that begin with a key and have no
+	// reply of their own.
+	prefixed map[string]string
+	got      []string
 }
 
 func serveScript(t *testing.T, replies map[string]string) (*script, string) {
@@ -178,6 +181,11 @@ func (s *script) answer(line string) string {
 	defer s.mu.Unlock()
 	s.got = append(s.got, cmd)
 	reply, ok := s.replies[cmd]
+	for prefix, r := range s.prefixed {
+		if !ok && strings.HasPrefix(cmd, prefix) {
+			reply, ok = r, true
+		}
+	}
 	if !ok {
 		reply = "Unknown command, but maybe one of the following ones is a better match:\n"
 	}
@@ -643,5 +651,32 @@ func TestSequencesKeepAFewCommandsInFlight(t *testing.T) {
 	}
 	if got := maxAhead.Load(); got > 17 || got < 2 { // window is 16
 		t.Errorf("%d commands in flight at most, want 2 to 17", got)
+	}
+}
+
+// TestIDTakenOverAndOverIsAConflict: an add whose id other writers take
+// each time it is sent with a fresh one is sent idRetries+1 times at most,
+// then the apply is a conflict, which the reconcile retries from a fresh
+// read: not a refusal of the server.
+func TestIDTakenOverAndOverIsAConflict(t *testing.T) {
+	sc, u := serveScript(t, map[string]string{"show servers state be": header})
+	sc.prefixed = map[string]string{"add server be/mine ": "'id' : custom id 16777216 already used at (null):0 ('server theirs').\n"}
+	c, _ := New(u, model.Settings{}, chk)
+	mine := model.Server{Name: "mine", Address: "127.0.0.1", Port: 80, Weight: 1, State: model.Drain, Check: chk}
+	_, err := c.Apply(context.Background(), plan.Plan{Backend: "be", Changes: []plan.Change{{Action: plan.Add, Name: "mine", New: &mine, Gate: true}}})
+	if got := failure.Of(err); got != failure.Temporary || !errors.As(err, new(*failure.ConflictError)) {
+		t.Fatalf("err = %v, class %q; want a conflict (temporary)", err, got)
+	}
+	adds, reads := 0, 0
+	for _, cmd := range sc.commands() {
+		switch {
+		case strings.HasPrefix(cmd, "add server be/mine "):
+			adds++
+		case cmd == "show servers state be":
+			reads++
+		}
+	}
+	if adds != idRetries+1 || reads != idRetries+1 {
+		t.Errorf("%d adds after %d reads of the next id, want %d of each", adds, reads, idRetries+1)
 	}
 }
