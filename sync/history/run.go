@@ -230,7 +230,7 @@ func (w *world) convergedOn(tg *target) []string {
 	var diffs []string
 	anyReady := false
 	for n, st := range k8s {
-		anyReady = anyReady || st == live && alive[n]
+		anyReady = anyReady || st == live && alive[n] && n != w.setup.Config.Refused
 	}
 	refused := w.setup.Config.Refused
 	own := len(running)
@@ -278,7 +278,10 @@ func (w *world) convergedOn(tg *target) []string {
 	for addr, s := range byAddr {
 		// The Data Plane driver deletes in batches (a reload each): a
 		// server of a pod that is gone waits in maintenance for its batch.
-		if tg.api == nil || !s.Maint() {
+		// The guard keeps what it parked while no pod could replace it
+		// (plan: no replacement to wait for): out of traffic either way.
+		guardKeeps := s.Maint() && !anyReady && w.setup.Config.Guard != GuardOff
+		if (tg.api == nil || !s.Maint()) && !guardKeeps {
 			diffs = append(diffs, fmt.Sprintf("server %s (%s) runs for no pod (maint=%v drain=%v)", s.Name, addr, s.Maint(), s.Drain()))
 		}
 	}

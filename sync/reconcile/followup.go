@@ -89,6 +89,7 @@ type FollowUp struct {
 	drainingSince map[serverKey]time.Time
 	starting      time.Time // when gated pods began to wait for their containers
 	handover      time.Time // when servers began to be kept until their replacement serves
+	guarding      time.Time // when the guard began to hold servers an earlier reconcile parked
 	failures      int       // consecutive failed reconciles
 	stopped       bool
 }
@@ -176,12 +177,23 @@ func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
 	if !res.handingOver() {
 		f.handover = time.Time{}
 	}
-	if !res.draining() && (res.guardParked() || res.handingOver()) {
+	if !res.guardHolds() {
+		f.guarding = time.Time{}
+	}
+	if !res.draining() && (res.guardParked() || res.guardHolds() || res.handingOver()) {
 		// Kept until a replacement serves, which may take long (a check
-		// that never passes): every Drain, every Slow past Patience.
+		// that never passes): every Drain, every Slow past Patience. A
+		// guard that holds what an earlier reconcile parked is looked at
+		// again too: a replacement put in service without a wait for its
+		// check (a not-ready pod ready again) is UP at the next read, and
+		// nothing else would ask for it (found by the history checker,
+		// seed 32: parked for good beside a refused server).
 		d := f.dur(f.Drain, time.Second)
-		if res.handingOver() {
+		switch {
+		case res.handingOver():
 			d = f.paced(&f.handover, d)
+		case !res.guardParked():
+			d = f.paced(&f.guarding, d)
 		}
 		f.stops = append(f.stops, f.after(d, func() { f.fire("guarded servers wait for a confirming read") }))
 	}
@@ -404,6 +416,16 @@ func (r Result) guardParked() bool {
 			if slices.Contains(t.Maint, g) {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// guardHolds reports whether the guard keeps servers parked.
+func (r Result) guardHolds() bool {
+	for _, t := range r.Targets {
+		if len(t.Guarded) > 0 {
+			return true
 		}
 	}
 	return false

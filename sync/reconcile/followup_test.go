@@ -298,10 +298,34 @@ func TestFollowUpConfirmsWhatTheGuardParked(t *testing.T) {
 	if want := []string{"guarded servers wait for a confirming read"}; !reflect.DeepEqual(p.got(), want) {
 		t.Errorf("pokes %v, want %v", p.got(), want)
 	}
+}
+
+// TestFollowUpLooksAgainWhileTheGuardHolds: a guard that holds servers an
+// earlier reconcile parked (a replacement was not UP at the read) is looked
+// at again, every Drain, then every Slow past Patience: a replacement put in
+// service without a wait for its check asks for nothing else (history
+// checker, seed 32).
+func TestFollowUpLooksAgainWhileTheGuardHolds(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)}
+	f := newFollowUp(clock, nil)
+	var p pokes
 	held := Result{Targets: []TargetResult{{Target: "a", Backend: "be", Guarded: []string{"old1", "old2"}}}}
 	f.Observe(held, nil, p.poke)
+	if got := clock.pending(); !reflect.DeepEqual(got, []time.Duration{time.Second}) {
+		t.Fatalf("timers %v after a result whose guard holds, want one of 1s", got)
+	}
+	clock.advance(time.Second)
+	if want := []string{"guarded servers wait for a confirming read"}; !reflect.DeepEqual(p.got(), want) {
+		t.Errorf("pokes %v, want %v", p.got(), want)
+	}
+	clock.advance(3 * time.Minute)
+	f.Observe(held, nil, p.poke)
+	if got := clock.pending(); !reflect.DeepEqual(got, []time.Duration{10 * time.Second}) {
+		t.Fatalf("past patience: timers %v, want one of 10s", got)
+	}
+	f.Observe(Result{Targets: []TargetResult{{Target: "a", Backend: "be"}}}, nil, p.poke)
 	if got := clock.pending(); len(got) != 0 {
-		t.Errorf("timers %v after a result that parked nothing, want none", got)
+		t.Errorf("timers %v once the guard let go, want none", got)
 	}
 }
 
