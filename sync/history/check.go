@@ -423,7 +423,9 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			// request began: HAProxy's retries (a turn-around of up to
 			// timeout connect each, redispatch) can land a request begun
 			// before a local pod died on a backup seconds later.
-			if backup(o.pod) && lagging(tt, o.at) == "" {
+			// MAX_SERVERS binding leaves some pods without a server, a
+			// local one's too: local-first is not promised then.
+			if backup(o.pod) && lagging(tt, o.at) == "" && !o.at.Before(capUntil) {
 				// A backup serves only while no server of the local zone
 				// can: none has been ready and answering for its entry.
 				for n, q := range pods {

@@ -448,8 +448,9 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 	// refusedOne records a change HAProxy refused for its one server (the
 	// others are independent and still go; retrying would not help) and
 	// returns any other error, which ends the apply. A server HAProxy does
-	// not know (droppedSince), or an add whose id other writers kept taking
-	// (idTaken), is no refusal: the others still go, and the apply ends in
+	// not know (droppedSince), an add whose id other writers kept taking
+	// (idTaken), or an add of a name another writer added (nameTaken), is
+	// no refusal: the others still go, and the apply ends in
 	// a conflict, which the reconcile retries from a fresh read.
 	var conflict error
 	refusedOne := func(ch plan.Change, err error) error {
@@ -470,6 +471,12 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			if conflict == nil {
 				conflict = &failure.ConflictError{Msg: fmt.Sprintf(
 					"add server %s/%s: its id taken %d times by other writers: %v", p.Backend, ch.Name, idRetries+1, err)}
+			}
+			return nil
+		case nameTaken(err): // another writer added it since the read
+			if conflict == nil {
+				conflict = &failure.ConflictError{Msg: fmt.Sprintf(
+					"add server %s/%s: another writer added it since the read: %v", p.Backend, ch.Name, err)}
 			}
 			return nil
 		case errors.As(err, &refused):
@@ -636,6 +643,17 @@ func idTaken(err error) bool {
 	var ce *CommandError
 	return errors.As(err, &ce) && strings.HasPrefix(ce.Command, "add server ") &&
 		strings.Contains(ce.Reply, "custom id") && strings.Contains(ce.Reply, "already used")
+}
+
+// nameTaken reports whether err is HAProxy's refusal of an "add server"
+// whose name the backend has: the plan adds only servers its read did not
+// show, so another writer (a second replica) added it since, or a reload
+// loaded it from haproxy.cfg. Not the server's fault: the retry reads again
+// and finds it (history checker, seed 4: two replicas adding the same pods).
+func nameTaken(err error) bool {
+	var ce *CommandError
+	return errors.As(err, &ce) && strings.HasPrefix(ce.Command, "add server ") &&
+		strings.Contains(ce.Reply, "Already exists a server with the same name")
 }
 
 func has(p plan.Plan, a plan.Action) bool {

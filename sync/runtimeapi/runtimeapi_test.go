@@ -506,7 +506,7 @@ func TestARefusedStepStopsItsChange(t *testing.T) {
 	sc, u := serveScript(t, map[string]string{
 		"show servers state be":   header,
 		"enable health be/static": "Health check was not configured on this server, cannot enable.\n",
-		"add server be/taken 127.0.0.1:81 weight 1 check inter 2000ms rise 2 fall 3 id 16777216": "Already exists a server with the same name in backend.\n",
+		"add server be/taken 127.0.0.1:81 weight 1 check inter 2000ms rise 2 fall 3 id 16777216": "'server be/taken' : unknown keyword 'bogus'.\n",
 		"add server be/new 127.0.0.1:82 weight 1 check inter 2000ms rise 2 fall 3 id 16777217":   "New server registered.\n",
 		"enable health be/new":          "\n",
 		"set server be/new state drain": "\n",
@@ -534,6 +534,35 @@ func TestARefusedStepStopsItsChange(t *testing.T) {
 	}
 	if a.Writes != 4 {
 		t.Errorf("writes = %d, want the 4 steps of new", a.Writes)
+	}
+}
+
+// TestAddOfANameAnotherWriterAddedIsAConflict: two replicas add the same
+// pod's server at once; HAProxy refuses the second add ("Already exists a
+// server with the same name"). That is no refusal of the server: the apply
+// ends in a conflict, which the reconcile retries from a fresh read that
+// shows the server (history checker, seed 4, two replicas).
+func TestAddOfANameAnotherWriterAddedIsAConflict(t *testing.T) {
+	sc, u := serveScript(t, map[string]string{
+		"show servers state be": header,
+		"add server be/twin 127.0.0.1:81 weight 1 check inter 2000ms rise 2 fall 3 id 16777216": "Already exists a server with the same name in backend.\n",
+		"add server be/new 127.0.0.1:82 weight 1 check inter 2000ms rise 2 fall 3 id 16777217":  "New server registered.\n",
+		"enable health be/new":          "\n",
+		"set server be/new state drain": "\n",
+		"set server be/new health down": "\n",
+	})
+	c, _ := New(u, model.Settings{}, chk)
+	twin := model.Server{Name: "twin", Address: "127.0.0.1", Port: 81, Weight: 1, State: model.Drain, Check: chk}
+	fresh := model.Server{Name: "new", Address: "127.0.0.1", Port: 82, Weight: 1, State: model.Drain, Check: chk}
+	_, err := c.Apply(context.Background(), plan.Plan{Backend: "be", Changes: []plan.Change{
+		{Action: plan.Add, Name: "twin", New: &twin, Gate: true},
+		{Action: plan.Add, Name: "new", New: &fresh, Gate: true},
+	}})
+	if got := failure.Of(err); got != failure.Temporary || !errors.As(err, new(*failure.ConflictError)) || !strings.Contains(err.Error(), "twin") {
+		t.Fatalf("err = %v, class %q; want a conflict naming twin", err, got)
+	}
+	if !slices.Contains(sc.commands(), "set server be/new health down") {
+		t.Errorf("commands %q: the other add did not go on", sc.commands())
 	}
 }
 
