@@ -281,6 +281,16 @@ func (s *Server) ServerLines(backend string) []string {
 // States summarises a backend's servers as address → "ready", "drain"
 // (weight 0) or "maint", the way tests compare them with the cluster.
 func (s *Server) States(backend string) map[string]string {
+	return s.states(backend, func(m models.Server) string { return m.Address })
+}
+
+// StatesByName is States keyed by server name: two instances (CLUSTER_NAME)
+// each have a server at the same address.
+func (s *Server) StatesByName(backend string) map[string]string {
+	return s.states(backend, func(m models.Server) string { return m.Name })
+}
+
+func (s *Server) states(backend string, key func(models.Server) string) map[string]string {
 	out := map[string]string{}
 	for _, srv := range s.Servers(backend) {
 		st := "ready"
@@ -290,7 +300,7 @@ func (s *Server) States(backend string) map[string]string {
 		case srv.Weight != nil && *srv.Weight == 0:
 			st = "drain"
 		}
-		out[srv.Address] = st
+		out[key(srv)] = st
 	}
 	return out
 }

@@ -32,10 +32,13 @@ type Config struct {
 	// checks send the PROXY v2 header, and every pod but the static one
 	// refuses a connection without it (invariant default-server-kept).
 	SendProxy bool
-	// Replica runs a second replica of the service on the same targets,
-	// with its own reconcile loop, poked by the same Kubernetes changes:
-	// two writers adding at once.
-	Replica bool
+	// Writer2 runs a second writer on the same targets, with its own
+	// reconcile loop, poked by the same Kubernetes changes: "replica", a
+	// second replica of the service (the same configuration); "cluster",
+	// a second instance with CLUSTER_NAME west on the same backend, whose
+	// servers for the same pods are its own (the first is then east).
+	// Two writers adding at once.
+	Writer2 string
 	// Refused is the pod whose server every HAProxy refuses (its address
 	// is rewritten to one HAProxy cannot parse on the admin socket, and the
 	// Data Plane API answers 400): one bad item beside the others; 0: none.
@@ -79,7 +82,13 @@ func ConfigOf(seed uint64) Config {
 		c.Fall = 1
 	}
 	c.SendProxy = one(4)
-	c.Replica = one(3)
+	switch r.IntN(6) {
+	case 0:
+		c.Writer2 = "replica"
+	case 1:
+		c.Writer2 = "cluster"
+		c.MaxServers = 0 // MAX_SERVERS is per backend, both writers' servers counted: not judged together
+	}
 	if one(3) {
 		c.Refused = 5 + r.IntN(6) // a pod added during the history
 	}
@@ -127,8 +136,8 @@ func (c Config) String() string {
 			out = append(out, k+"="+v)
 		}
 	}
-	if c.Replica {
-		out = append(out, "replica")
+	if c.Writer2 != "" {
+		out = append(out, "writer2="+c.Writer2)
 	}
 	if c.Refused > 0 {
 		out = append(out, fmt.Sprintf("refused=%s", podName(c.Refused)))

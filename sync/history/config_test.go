@@ -17,7 +17,7 @@ var drawn = map[string]string{
 	"HAPROXY_CHECK_ON_ERROR":       "Config.OnError",
 	"HAPROXY_CHECK_FALL":           "Config.Fall: 1 or 2",
 	"HAPROXY_SEND_PROXY_V2":        "Config.SendProxy: pods refuse a connection without the header",
-	"CLUSTER_NAME":                 "Setup.Static: a server of another instance beside this one's",
+	"CLUSTER_NAME":                 "Setup.Static: a server of another instance beside this one's; Config.Writer2 cluster: a second instance (west) on the same backend",
 	"HAPROXY_LOCAL_ZONE":           "Setup.Zones",
 	"HAPROXY_RUNTIME_URL":          "Setup.Driver and Setup.Targets: one or two sockets",
 	"HAPROXY_DATAPLANE_URL":        "Setup.Driver: the Data Plane driver with both URLs",
@@ -128,11 +128,12 @@ func TestConfigOfDrawsEverySetting(t *testing.T) {
 		seen["on-error"] = seen["on-error"] || c.OnError != ""
 		seen["fall"] = seen["fall"] || c.Fall == 1
 		seen["send-proxy"] = seen["send-proxy"] || c.SendProxy
-		seen["replica"] = seen["replica"] || c.Replica
+		seen["replica"] = seen["replica"] || c.Writer2 == "replica"
+		seen["cluster"] = seen["cluster"] || c.Writer2 == "cluster"
 		seen["refused"] = seen["refused"] || c.Refused > 0
 		seen["shipped"] = seen["shipped"] || c == Config{}
 	}
-	for _, k := range []string{"guard-off", "guard-low", "guard-shipped", "cap", "batch", "gate", "on-error", "fall", "send-proxy", "replica", "refused"} {
+	for _, k := range []string{"guard-off", "guard-low", "guard-shipped", "cap", "batch", "gate", "on-error", "fall", "send-proxy", "replica", "cluster", "refused"} {
 		if !seen[k] {
 			t.Errorf("no seed of 100 draws %s", k)
 		}

@@ -210,7 +210,35 @@ func (w *world) convergedOn(tg *target) []string {
 	if err != nil {
 		return []string{"show servers state: " + err.Error()}
 	}
-	running := haproxytest.ParseServers(reply, backend)
+	all := haproxytest.ParseServers(reply, backend)
+	var diffs []string
+	if w.setup.Config.Writer2 == "cluster" {
+		// Two instances, each with its own server for every pod: each
+		// instance's servers are judged by themselves.
+		west, rest := map[string]haproxytest.Server{}, map[string]haproxytest.Server{}
+		for name, s := range all {
+			if strings.HasPrefix(name, cluster2+"-") {
+				west[name] = s
+			} else {
+				rest[name] = s
+			}
+		}
+		diffs = append(diffs, w.convergedServers(tg, rest, true)...)
+		for _, d := range w.convergedServers(tg, west, false) {
+			diffs = append(diffs, cluster2+": "+d)
+		}
+	} else {
+		diffs = w.convergedServers(tg, all, true)
+	}
+	if tg.api != nil {
+		diffs = append(diffs, persistedDiffs(tg, backend, all)...)
+	}
+	return diffs
+}
+
+// convergedServers judges running, one instance's servers (and the static
+// one's, when withStatic), against Kubernetes.
+func (w *world) convergedServers(tg *target, running map[string]haproxytest.Server, withStatic bool) []string {
 	byAddr := map[string]haproxytest.Server{}
 	for _, s := range running {
 		byAddr[s.Address] = s
@@ -269,7 +297,7 @@ func (w *world) convergedOn(tg *target) []string {
 		}
 		delete(byAddr, podAddr(n))
 	}
-	if w.setup.Static {
+	if w.setup.Static && withStatic {
 		if s, ok := byAddr[podAddr(staticPod)]; !ok || s.Name != "static" || s.Maint() || s.Drain() {
 			diffs = append(diffs, "the static server is not as configured")
 		}
@@ -285,9 +313,6 @@ func (w *world) convergedOn(tg *target) []string {
 			diffs = append(diffs, fmt.Sprintf("server %s (%s) runs for no pod (maint=%v drain=%v)", s.Name, addr, s.Maint(), s.Drain()))
 		}
 	}
-	if tg.api != nil {
-		diffs = append(diffs, persistedDiffs(tg, backend, running)...)
-	}
 	return diffs
 }
 
@@ -298,13 +323,13 @@ func persistedDiffs(tg *target, be string, running map[string]haproxytest.Server
 	// In traffic or out of it: a server drained at runtime and written
 	// in maintenance (a gated server that never served) loses nothing
 	// to a reload.
-	persisted := tg.api.States(be)
+	persisted := tg.api.StatesByName(be)
 	for _, s := range running {
 		st := "ready"
 		if s.Maint() || s.Drain() || s.Weight == 0 { // a written drain is weight 0
 			st = "out"
 		}
-		switch p, ok := persisted[s.Address]; {
+		switch p, ok := persisted[s.Name]; {
 		case !ok && st == "ready":
 			diffs = append(diffs, fmt.Sprintf("server %s (%s) runs in traffic, haproxy.cfg lacks it", s.Name, s.Address))
 		case !ok:
@@ -314,10 +339,10 @@ func persistedDiffs(tg *target, be string, running map[string]haproxytest.Server
 		case (p == "ready") != (st == "ready"):
 			diffs = append(diffs, fmt.Sprintf("server %s (%s) runs %s, haproxy.cfg has it %s", s.Name, s.Address, st, p))
 		}
-		delete(persisted, s.Address)
+		delete(persisted, s.Name)
 	}
-	for addr := range persisted {
-		diffs = append(diffs, fmt.Sprintf("haproxy.cfg holds %s, HAProxy does not run it", addr))
+	for name := range persisted {
+		diffs = append(diffs, fmt.Sprintf("haproxy.cfg holds %s, HAProxy does not run it", name))
 	}
 	return diffs
 }

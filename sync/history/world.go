@@ -52,6 +52,9 @@ const (
 	// cluster is CLUSTER_NAME in histories with a static server: the
 	// static server is someone else's, the pods' servers this instance's.
 	cluster = "east"
+	// cluster2 is the second instance's CLUSTER_NAME (Config.Writer2
+	// cluster): its servers for the same pods are named west-….
+	cluster2 = "west"
 	// staticPod is the number of the static server's pod.
 	staticPod = 0
 )
@@ -170,7 +173,7 @@ func newWorld(t testing.TB, s Setup) *world {
 	if s.Zones {
 		env["HAPROXY_LOCAL_ZONE"] = localZone
 	}
-	if s.Static {
+	if s.Static || s.Config.Writer2 == "cluster" {
 		env["CLUSTER_NAME"] = cluster
 	}
 	if s.Services {
@@ -192,10 +195,17 @@ func newWorld(t testing.TB, s Setup) *world {
 		w.poke, w.close = w.startFleet(cfg)
 	} else {
 		w.poke, w.close = startService(t, cfg, w.live, w.writer(0))
-		if s.Config.Replica {
-			// A second replica on the same targets, poked by the same
-			// changes: two writers at once.
-			poke, stop := startService(t, cfg, w.live, w.writer(1))
+		if s.Config.Writer2 != "" {
+			// A second writer on the same targets, poked by the same
+			// changes: a replica, or another CLUSTER_NAME's instance.
+			cfg2 := cfg
+			if s.Config.Writer2 == "cluster" {
+				t.Setenv("CLUSTER_NAME", cluster2)
+				if cfg2, err = config.Load(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			poke, stop := startService(t, cfg2, w.live, w.writer(1))
 			poke0, stop0 := w.poke, w.close
 			w.poke = func() { poke0(); poke() }
 			w.close = func() { stop0(); stop() }
@@ -600,28 +610,63 @@ func (w *world) stopAll() {
 	}
 }
 
-// gateDiffs says, with POD_READINESS_GATE, which ready pods that answer do
-// not have their gate True, and which pod whose server HAProxy refused has.
+// gateDiffs says, with POD_READINESS_GATE, how the pods' gates differ from
+// what HAProxy runs once the history is quiet: True exactly for the pods
+// whose every server is in service (not parked, not draining, UP) on every
+// target. A pod MAX_SERVERS left without a server, or whose server HAProxy
+// refused, is not in service.
 func (w *world) gateDiffs() []string {
 	if !w.setup.Config.Gate {
 		return nil
+	}
+	byAddr := map[string]int{}
+	w.mu.Lock()
+	for n := range w.k8s {
+		byAddr[podAddr(n)] = n
+	}
+	w.mu.Unlock()
+	inService := map[int]bool{}
+	for i, tg := range w.targets {
+		reply, err := tg.h.Command("show servers state " + backend)
+		if err != nil {
+			return []string{"gate: show servers state: " + err.Error()}
+		}
+		here := map[int]bool{}
+		for _, s := range haproxytest.ParseServers(reply, backend) {
+			n, known := byAddr[s.Address] // a recreated pod's server keeps its name (p-4 at pod 6's address)
+			if !known {
+				continue
+			}
+			ok := !s.Maint() && !s.Drain() && s.Up() && s.Weight > 0
+			if prev, seen := here[n]; seen {
+				ok = ok && prev
+			}
+			here[n] = ok
+		}
+		for n, ok := range here {
+			if i == 0 {
+				inService[n] = ok
+			} else {
+				inService[n] = inService[n] && ok
+			}
+		}
+		for n := range inService {
+			if _, ok := here[n]; !ok {
+				inService[n] = false
+			}
+		}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var diffs []string
 	for n, st := range w.k8s {
-		p := w.pods[n]
-		alive := false
-		if p != nil {
-			p.mu.Lock()
-			alive = p.ln != nil
-			p.mu.Unlock()
-		}
 		switch {
-		case n == w.setup.Config.Refused && w.gates[n]:
-			diffs = append(diffs, podName(n)+": gate True, though HAProxy refused its server")
-		case n != w.setup.Config.Refused && st == live && alive && !w.gates[n]:
-			diffs = append(diffs, podName(n)+": ready and answering, its gate not True")
+		case st != live:
+			// Not ready: what its gate says is the kubelet's business.
+		case inService[n] && !w.gates[n]:
+			diffs = append(diffs, podName(n)+": in service on every target, its gate not True")
+		case !inService[n] && w.gates[n]:
+			diffs = append(diffs, podName(n)+": gate True, its server not in service on every target")
 		}
 	}
 	sort.Strings(diffs)
