@@ -130,7 +130,8 @@ type world struct {
 	// check is the check the service writes (cfg.Check): the bounds' base.
 	check model.Check
 	// gates are the pods' last readiness gate verdicts (Config.Gate).
-	gates map[int]bool
+	gates   map[int]bool
+	gateWhy map[int]string // the last verdict's why, and when
 	// targetOf names a target by index from a driver's name.
 	targetOf map[string]int
 }
@@ -142,7 +143,7 @@ type world struct {
 func newWorld(t testing.TB, s Setup) *world {
 	t.Helper()
 	w := &world{t: t, setup: s, rec: &recorder{}, pods: map[int]*pod{}, k8s: map[int]podState{}, names: map[int]string{},
-		gates: map[int]bool{}, targetOf: map[string]int{}}
+		gates: map[int]bool{}, gateWhy: map[int]string{}, targetOf: map[string]int{}}
 	w.port = haproxytest.FreePort(t, "127.0.1.1")
 	if s.Static {
 		st := w.newPod(staticPod)
@@ -258,6 +259,7 @@ func (wr writer) Update(_ context.Context, in reconcile.GateInput) {
 			wr.w.rec.add(obs{at: now, kind: obsGate, pod: n, gate: s.InService, target: wr.i, err: s.Why})
 			wr.w.mu.Lock()
 			wr.w.gates[n] = s.InService
+			wr.w.gateWhy[n] = fmt.Sprintf("%s at %s", cmp.Or(s.Why, "True"), now.Format("15:04:05.000"))
 			wr.w.mu.Unlock()
 		}
 	}
@@ -664,7 +666,7 @@ func (w *world) gateDiffs() []string {
 		case st != live:
 			// Not ready: what its gate says is the kubelet's business.
 		case inService[n] && !w.gates[n]:
-			diffs = append(diffs, podName(n)+": in service on every target, its gate not True")
+			diffs = append(diffs, fmt.Sprintf("%s: in service on every target, its gate not True (last verdict: %s)", podName(n), cmp.Or(w.gateWhy[n], "none")))
 		case !inService[n] && w.gates[n]:
 			diffs = append(diffs, podName(n)+": gate True, its server not in service on every target")
 		}

@@ -49,8 +49,16 @@ func inService(cur model.Backend, p plan.Plan) (in map[string]bool, out map[stri
 	after := make(map[string]st, len(cur.Servers))
 	for _, s := range cur.Servers {
 		checked := s.Up
-		if s.Runtime != nil {
-			checked = s.Runtime.CheckRunning && s.Runtime.CheckPassed
+		if rt := s.Runtime; rt != nil {
+			// A server in traffic that HAProxy runs UP with a check whose
+			// first result has not come is in service: a reload (by anyone)
+			// loads every server haproxy.cfg has in service UP, with no
+			// result yet. Saying "no passed check" then turned every
+			// serving pod's gate False after each reload, and nothing
+			// turned it back (the history checker, seed 109, Data Plane).
+			// A server entering service was gated: its check passed first.
+			reloaded := s.State == model.Ready && s.Up && rt.CheckRunning && !rt.CheckFailed && !rt.CheckStale
+			checked = rt.CheckRunning && rt.CheckPassed || reloaded
 		}
 		after[s.Name] = st{s.State, checked}
 	}

@@ -146,3 +146,22 @@ func TestInService(t *testing.T) {
 		t.Errorf("in %v, out %v", in, out)
 	}
 }
+
+// TestGateStaysTrueAcrossAReload: a reload loads every server in service UP
+// with no check result yet; such a server is in service (HAProxy sends it
+// traffic), not "no passed check", or every serving pod's gate turned False
+// after each reload by others (history checker, seed 109, Data Plane). One
+// whose check failed since is not.
+func TestGateStaysTrueAcrossAReload(t *testing.T) {
+	loaded := func(name string, failed bool) model.Server {
+		return model.Server{Name: name, Address: "10.244.0.1", Port: 80, Weight: 1, State: model.Ready, Check: chk, Up: !failed,
+			Runtime: &model.Runtime{CheckRunning: true, CheckFailed: failed}}
+	}
+	current := model.Backend{Name: "be", Servers: []model.Server{loaded("reloaded", false), loaded("dead", true)}}
+	want := model.Backend{Name: "be", Servers: []model.Server{wantSrv("reloaded", model.Ready, stamp), wantSrv("dead", model.Ready, stamp)}}
+	p := plan.CalculateWith(current, want, plan.Policy{GateChecks: true})
+	in, out := inService(current, p)
+	if !in["reloaded"] || in["dead"] || out["dead"] == "" {
+		t.Errorf("in %v, out %v: want reloaded in service, dead not", in, out)
+	}
+}
