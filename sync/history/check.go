@@ -260,7 +260,12 @@ type evalOptions struct {
 // evaluate checks the observations of a history against the invariants.
 func evaluate(all []obs, opt evalOptions) Evaluation {
 	b, runtimeOnly, targets := opt.Bounds, opt.RuntimeOnly, opt.Targets
-	backup := func(n int) bool { return opt.Zones && zoneOf(n) != localZone }
+	// local is the service's local zone; a Crash with "rezone" changes it,
+	// and every server's role with it: the old roles serve until their
+	// replacements do (a hand-over), Bounds.Converge at most (rezonedAt).
+	local := localZone
+	var rezonedAt time.Time
+	backup := func(n int) bool { return opt.Zones && zoneOf(n) != local }
 	ev := Evaluation{Excused: map[string]int{}}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].at.Before(all[j].at) })
 	pods := map[int]*podTrack{}
@@ -425,7 +430,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			// before a local pod died on a backup seconds later.
 			// MAX_SERVERS binding leaves some pods without a server, a
 			// local one's too: local-first is not promised then.
-			if backup(o.pod) && lagging(tt, o.at) == "" && !o.at.Before(capUntil) {
+			if backup(o.pod) && lagging(tt, o.at) == "" && !o.at.Before(capUntil) && (rezonedAt.IsZero() || o.at.Sub(rezonedAt) > b.Converge) {
 				// A backup serves only while no server of the local zone
 				// can: none has been ready and answering for its entry.
 				for n, q := range pods {
@@ -521,6 +526,9 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 						due = tt.reloads[k-1][1].Add(b.Reload)
 					}
 				}
+				if !rezonedAt.IsZero() && rezonedAt.Add(b.Entry+time.Second).After(due) {
+					due = rezonedAt.Add(b.Entry + time.Second) // a fresh process, every role handed over
+				}
 				if !tt.unhungAt.IsZero() && tt.unhungAt.Add(HungAfter).After(due) {
 					due = tt.unhungAt.Add(HungAfter)
 				}
@@ -536,6 +544,8 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 					sn.reported = true
 				}
 			}
+		case obsLocalZone:
+			local, rezonedAt = o.err, o.at
 		case obsAPIWrite:
 			if o.refused {
 				tt.lastFault = o.at

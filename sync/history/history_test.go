@@ -17,11 +17,11 @@ const (
 )
 
 // shortShape is a history of make test's short budget: about 20 s.
-var shortShape = Shape{Name: "short", Start: 4, Steps: 30, MaxPods: 12, MaxWait: 1200 * time.Millisecond, Grace: time.Second}
+var shortShape = Shape{Name: "short", Start: 4, Steps: 30, MaxPods: 12, MaxWait: 1200 * time.Millisecond, Grace: time.Second, Crashes: true}
 
 // soakShape is a soak's history: longer, so waits and timers that build up
 // over minutes have a chance to.
-var soakShape = Shape{Name: "soak", Start: 5, Steps: 400, MaxPods: 16, MaxWait: 1500 * time.Millisecond, Grace: time.Second, Faults: true}
+var soakShape = Shape{Name: "soak", Start: 5, Steps: 400, MaxPods: 16, MaxWait: 1500 * time.Millisecond, Grace: time.Second, Faults: true, Crashes: true}
 
 // servicesShape is a many-Services history (ServicesSetupOf): the short
 // shape's steps with web2 joining and leaving be2 and a refused duplicate

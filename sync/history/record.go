@@ -31,6 +31,7 @@ const (
 	obsGate                          // the readiness gate's verdict for a pod (gate), by replica target
 	obsReconcile                     // a reconcile of replica target ended (err, failures; began)
 	obsRefused                       // HAProxy refused a write for the refused pod's server (target)
+	obsLocalZone                     // the service's HAPROXY_LOCAL_ZONE changed (err: the zone)
 )
 
 // obs is one observation, as the history's recorder keeps it.

@@ -243,6 +243,13 @@ func (w *world) convergedServers(tg *target, running map[string]haproxytest.Serv
 	for _, s := range running {
 		byAddr[s.Address] = s
 	}
+	var roles map[string]bool
+	if w.setup.Zones {
+		var err error
+		if roles, err = backupRoles(tg); err != nil {
+			return []string{"show stat: " + err.Error()}
+		}
+	}
 	w.mu.Lock()
 	k8s := map[int]podState{}
 	for n, s := range w.k8s {
@@ -283,6 +290,8 @@ func (w *world) convergedServers(tg *target, running map[string]haproxytest.Serv
 			diffs = append(diffs, podName(n)+": no server")
 		case st == live && alive[n] && (s.Maint() || s.Drain() || !s.Up()):
 			diffs = append(diffs, fmt.Sprintf("%s: ready and answering, server maint=%v drain=%v up=%v", podName(n), s.Maint(), s.Drain(), s.Up()))
+		case roles != nil && st == live && alive[n] && roles[s.Name] != (zoneOf(n) != w.local):
+			diffs = append(diffs, fmt.Sprintf("%s (%s, HAPROXY_LOCAL_ZONE %s): server %s backup=%v", podName(n), zoneOf(n), w.local, s.Name, roles[s.Name]))
 		case (st == notReady || st == noticed) && !s.Maint() && (anyReady || w.setup.Static):
 			// Kept in traffic only while no other server could serve
 			// (make-before-break): not beside a ready pod, nor beside the
@@ -366,4 +375,31 @@ func (r Report) Shortened() string {
 		fmt.Fprintf(&b, "  %3d %s\n", i, r.Steps[i])
 	}
 	return b.String()
+}
+
+// backupRoles reads which of backend be's servers are backups, by name,
+// from HAProxy's "show stat" (the bck column).
+func backupRoles(tg *target) (map[string]bool, error) {
+	reply, err := tg.h.Command("show stat")
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.Split(reply, "\n")
+	if len(lines) == 0 || !strings.HasPrefix(lines[0], "# ") {
+		return nil, fmt.Errorf("no header: %.100q", reply)
+	}
+	col := map[string]int{}
+	for i, h := range strings.Split(strings.TrimPrefix(lines[0], "# "), ",") {
+		col[h] = i
+	}
+	px, sv, bck := col["pxname"], col["svname"], col["bck"]
+	out := map[string]bool{}
+	for _, l := range lines[1:] {
+		f := strings.Split(l, ",")
+		if len(f) <= max(px, sv, bck) || f[px] != backend || f[sv] == "BACKEND" || f[sv] == "FRONTEND" {
+			continue
+		}
+		out[f[sv]] = f[bck] == "1"
+	}
+	return out, nil
 }

@@ -79,6 +79,13 @@ const (
 	// lasts. DuplicateEnd deletes web3.
 	Duplicate    Kind = "duplicate"
 	DuplicateEnd Kind = "duplicate-end"
+	// Crash kills the service (its first writer) wherever it is, a
+	// reconcile's writes cut between any two, and starts a fresh process
+	// in its place, as a pod restarted by Kubernetes (Sieve's intermediate
+	// states). Fault "rezone": the fresh process runs with the other zone
+	// as HAPROXY_LOCAL_ZONE (an operator's change; every server's role
+	// changes, histories with zones).
+	Crash Kind = "crash"
 )
 
 // Step is one thing that happens, after Wait.
@@ -110,6 +117,8 @@ func (s Step) String() string {
 		ps = append(ps, service2)
 	case Duplicate, DuplicateEnd:
 		ps = append(ps, service3+" names "+backend)
+	case Crash:
+		ps = append(ps, s.Fault)
 	}
 	return fmt.Sprintf("+%v %s %s", s.Wait.Round(time.Millisecond), s.Kind, strings.Join(ps, ","))
 }
@@ -137,6 +146,8 @@ type Shape struct {
 	Faults bool
 	// Services adds the many-Services steps (withServices).
 	Services bool
+	// Crashes adds, in one history of two, Crash steps (withCrashes).
+	Crashes bool
 }
 
 // podState is a pod as the generator tracks it.
@@ -346,7 +357,34 @@ func Generate(seed uint64, shape Shape) []Step {
 	if shape.Faults {
 		steps = withFaults(seed, shape, steps)
 	}
+	if shape.Crashes {
+		steps = withCrashes(seed, steps)
+	}
 	return steps
+}
+
+// withCrashes inserts, in one history of two, a Crash before about one step
+// in twelve, a third of them with a zone flip ("rezone"), at a moment of
+// its own (0 to 300 ms after the step before: inside a reconcile's writes
+// or between them). Drawn from a stream of its own, so the steps are those
+// of the seed without crashes.
+func withCrashes(seed uint64, steps []Step) []Step {
+	r := rand.New(rand.NewPCG(seed^0xc4a5, seed+3))
+	if r.IntN(2) == 0 {
+		return steps
+	}
+	out := make([]Step, 0, len(steps)+len(steps)/10)
+	for _, st := range steps {
+		out = append(out, st)
+		if r.IntN(12) == 0 {
+			c := Step{Kind: Crash, Wait: time.Duration(r.IntN(300)) * time.Millisecond}
+			if r.IntN(3) == 0 {
+				c.Fault = "rezone"
+			}
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // faults are what an APIFault step does.

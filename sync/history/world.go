@@ -134,6 +134,11 @@ type world struct {
 	gateWhy map[int]string // the last verdict's why, and when
 	// targetOf names a target by index from a driver's name.
 	targetOf map[string]int
+	// first is the first writer's process, which a Crash replaces; cfg
+	// its configuration; local its HAPROXY_LOCAL_ZONE now (Zones).
+	first *process
+	cfg   config.Config
+	local string
 }
 
 // newWorld starts the HAProxy targets (and their Data Plane test APIs when
@@ -173,6 +178,7 @@ func newWorld(t testing.TB, s Setup) *world {
 	}
 	if s.Zones {
 		env["HAPROXY_LOCAL_ZONE"] = localZone
+		w.local = localZone
 	}
 	if s.Static || s.Config.Writer2 == "cluster" {
 		env["CLUSTER_NAME"] = cluster
@@ -195,7 +201,20 @@ func newWorld(t testing.TB, s Setup) *world {
 	if s.Services {
 		w.poke, w.close = w.startFleet(cfg)
 	} else {
-		w.poke, w.close = startService(t, cfg, w.live, w.writer(0))
+		w.cfg = cfg
+		w.first = startProcess(t, cfg, w.live, w.writer(0))
+		w.poke = func() {
+			w.mu.Lock()
+			p := w.first
+			w.mu.Unlock()
+			p.poke()
+		}
+		w.close = func() {
+			w.mu.Lock()
+			p := w.first
+			w.mu.Unlock()
+			p.stop()
+		}
 		if s.Config.Writer2 != "" {
 			// A second writer on the same targets, poked by the same
 			// changes: a replica, or another CLUSTER_NAME's instance.
@@ -291,6 +310,22 @@ func serversOf(failed []plan.ServerError) []string {
 // cfg, a Coalescer with the follow-up, the reload watcher) and returns its poke, what the watch
 // calls on a Kubernetes change, and what stops it.
 func startService(t testing.TB, cfg config.Config, src reconcile.Source, wr writer) (poke func(), stop func()) {
+	p := startProcess(t, cfg, src, wr)
+	return p.poke, p.stop
+}
+
+// process is one running service: what the watch pokes, what stops it
+// (waiting for its reconcile), and what kills it where it is.
+type process struct {
+	poke, stop, crash func()
+}
+
+// startProcess is startService's process: crash cancels every reconcile of
+// it at once, wherever its writes are, and stops its timers and watch
+// without waiting; its reconciles after that are not recorded (a dead
+// process says nothing).
+func startProcess(t testing.TB, cfg config.Config, src reconcile.Source, wr writer) *process {
+	alive, kill := context.WithCancel(context.Background())
 	log := serviceLog(t)
 	if wr.i > 0 {
 		log = log.With("replica", wr.i)
@@ -303,9 +338,14 @@ func startService(t testing.TB, cfg config.Config, src reconcile.Source, wr writ
 	follow := &reconcile.FollowUp{Checks: checks}
 	co := reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) {
 		began := time.Now()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(alive, cancel)()
 		res, err := rec.Reconcile(ctx, false)
 		log.Debug("reconciled", "result", res, "err", err)
-		wr.reconciled(began, res, err)
+		if alive.Err() == nil {
+			wr.reconciled(began, res, err)
+		}
 		return res, err
 	})
 	co.Follow(follow, nil)
@@ -313,14 +353,28 @@ func startService(t testing.TB, cfg config.Config, src reconcile.Source, wr writ
 	rw := &reloads.Watcher{Targets: watched, Poke: func(string) { co.Poke() }}
 	watching := make(chan struct{})
 	go func() { rw.Run(ctx); close(watching) }()
-	return func() { co.Poke() }, func() {
-		cancel()
-		<-watching
-		follow.Stop()
-		select {
-		case <-co.Idle():
-		case <-time.After(cfg.ReconcileTimeout + 5*time.Second):
-		}
+	return &process{
+		poke: func() {
+			if alive.Err() == nil {
+				co.Poke()
+			}
+		},
+		stop: func() {
+			cancel()
+			<-watching
+			follow.Stop()
+			select {
+			case <-co.Idle():
+			case <-time.After(cfg.ReconcileTimeout + 5*time.Second):
+			}
+			kill()
+		},
+		crash: func() {
+			log.Debug("crashed")
+			kill()
+			cancel()
+			follow.Stop()
+		},
 	}
 }
 
@@ -466,6 +520,8 @@ func (w *world) apply(st Step, index int) error {
 		return w.rollout(st)
 	case ServiceJoin, ServiceLeave, Duplicate, DuplicateEnd:
 		return w.svc.apply(st)
+	case Crash:
+		return w.crash(st)
 	}
 	for _, n := range st.Pods {
 		w.mu.Lock()
@@ -673,4 +729,30 @@ func (w *world) gateDiffs() []string {
 	}
 	sort.Strings(diffs)
 	return diffs
+}
+
+// crash carries out a Crash: the first writer is killed where it is, and a
+// fresh process takes over and reconciles, as one started by Kubernetes
+// does; with "rezone" (histories with zones) it runs with the other zone as
+// HAPROXY_LOCAL_ZONE.
+func (w *world) crash(st Step) error {
+	if w.first == nil {
+		return nil // many-Services histories: the fleet is not restarted
+	}
+	w.mu.Lock()
+	old := w.first
+	w.mu.Unlock()
+	old.crash()
+	cfg := w.cfg
+	if st.Fault == "rezone" && w.setup.Zones {
+		w.local = map[string]string{localZone: "zone-b", "zone-b": localZone}[w.local]
+		cfg.LocalZone = w.local
+		w.rec.add(obs{kind: obsLocalZone, err: w.local})
+	}
+	p := startProcess(w.t, cfg, w.live, w.writer(0))
+	w.mu.Lock()
+	w.first = p
+	w.mu.Unlock()
+	p.poke()
+	return nil
 }
