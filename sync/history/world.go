@@ -746,8 +746,10 @@ func (w *world) crash(st Step) error {
 	cfg := w.cfg
 	if st.Fault == "rezone" && w.setup.Zones {
 		w.local = map[string]string{localZone: "zone-b", "zone-b": localZone}[w.local]
-		cfg.LocalZone = w.local
 		w.rec.add(obs{kind: obsLocalZone, err: w.local})
+	}
+	if w.setup.Zones {
+		cfg.LocalZone = w.local // a restart keeps the zone it was given last
 	}
 	p := startProcess(w.t, cfg, w.live, w.writer(0))
 	w.mu.Lock()

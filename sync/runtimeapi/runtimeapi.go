@@ -473,6 +473,12 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 					"add server %s/%s: its id taken %d times by other writers: %v", p.Backend, ch.Name, idRetries+1, err)}
 			}
 			return nil
+		case unparkedSince(err): // another writer took it out of maintenance since the read
+			if conflict == nil {
+				conflict = &failure.ConflictError{Msg: fmt.Sprintf(
+					"del server %s/%s: another writer took it out of maintenance since the read: %v", p.Backend, ch.Name, err)}
+			}
+			return nil
 		case nameTaken(err): // another writer added it since the read
 			if conflict == nil {
 				conflict = &failure.ConflictError{Msg: fmt.Sprintf(
@@ -643,6 +649,16 @@ func idTaken(err error) bool {
 	var ce *CommandError
 	return errors.As(err, &ce) && strings.HasPrefix(ce.Command, "add server ") &&
 		strings.Contains(ce.Reply, "custom id") && strings.Contains(ce.Reply, "already used")
+}
+
+// unparkedSince reports whether err is HAProxy's refusal of a "del server"
+// because the server is not in maintenance: this apply parked it, or its
+// read showed it parked, so another writer (a second replica, seed 132)
+// put it back in service since. The retry reads again.
+func unparkedSince(err error) bool {
+	var ce *CommandError
+	return errors.As(err, &ce) && strings.Contains(ce.Command, "del server ") &&
+		strings.Contains(ce.Reply, "Only servers in maintenance mode can be deleted")
 }
 
 // nameTaken reports whether err is HAProxy's refusal of an "add server"

@@ -566,6 +566,24 @@ func TestAddOfANameAnotherWriterAddedIsAConflict(t *testing.T) {
 	}
 }
 
+// TestDeleteOfAServerAnotherWriterUnparkedIsAConflict: the read showed the
+// server parked; another replica put it back in service before the delete,
+// which HAProxy refuses ("Only servers in maintenance mode can be
+// deleted"). A conflict, retried from a fresh read, not the server's
+// refusal (history checker, seed 132, two replicas).
+func TestDeleteOfAServerAnotherWriterUnparkedIsAConflict(t *testing.T) {
+	_, u := serveScript(t, map[string]string{
+		"show info":          "Version: 2.6.12\n",
+		"del server be/back": "Only servers in maintenance mode can be deleted.\n",
+	})
+	c, _ := New(u, model.Settings{}, chk)
+	parked := model.Server{Name: "back", Address: "127.0.0.1", Port: 81, Weight: 1, State: model.Maint, Check: chk}
+	_, err := c.Apply(context.Background(), plan.Plan{Backend: "be", Changes: []plan.Change{{Action: plan.Delete, Name: "back", Old: &parked}}})
+	if got := failure.Of(err); got != failure.Temporary || !errors.As(err, new(*failure.ConflictError)) {
+		t.Fatalf("err = %v, class %q; want a conflict", err, got)
+	}
+}
+
 // serveRaw is a socket that reads a connection's first line, answers reply
 // whatever it was, then closes the connection.
 func serveRaw(t *testing.T, reply []byte) string {
