@@ -70,6 +70,8 @@ history:
 ## violations". A failed history prints its seed and how to replay it; its
 ## service log (debug, JSON) is kept in bin/soak-logs/.
 SOAK ?= 30m
+# The deciding packages whose share of statements a soak reaches is said.
+DECIDING = ./sync/plan,./sync/desired,./sync/dataplane,./sync/reconcile,./sync/fleet,./sync/lb
 soak:
 	@h="$(HAPROXY)"; if [ ! -x "$$h" ]; then \
 	  if command -v haproxy >/dev/null; then echo "soak: $$h is missing (make deps builds it); using the system's $$(command -v haproxy) instead"; \
@@ -79,9 +81,11 @@ soak:
 soak-run:
 	@mkdir -p bin; echo "soak: $(SOAK) on $(HAPROXY) at $$(git describe --always --dirty 2>/dev/null), log in bin/soak.log"
 	@rm -rf bin/soak-logs; mkdir -p bin/soak-logs
-	@HKS_SOAK=$(SOAK) HKS_HAPROXY=$(HAPROXY) HKS_HISTORY_LOG_DIR=$(CURDIR)/bin/soak-logs $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v ./sync/history > bin/soak.log 2>&1; rc=$$?; \
+	@HKS_SOAK=$(SOAK) HKS_HAPROXY=$(HAPROXY) HKS_HISTORY_LOG_DIR=$(CURDIR)/bin/soak-logs $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v \
+	  -coverpkg=$(DECIDING) -coverprofile=bin/soak.cover ./sync/history > bin/soak.log 2>&1; rc=$$?; \
 	grep -E -- '^ *(--- FAIL|[a-z-]+ after step|seed [0-9]+ \()' bin/soak.log | head -60; \
-	grep -E '^histories:' bin/soak.log || { tail -20 bin/soak.log; echo "histories: none finished"; }; exit $$rc
+	grep -E '^histories:' bin/soak.log || { tail -20 bin/soak.log; echo "histories: none finished"; }; \
+	$(GO) run ./hack/soakcover bin/soak.cover; exit $$rc
 
 ## replay: one history again, from its seed: make replay SEED=N DRIVER=runtime|dataplane SHAPE=short|soak|services [LOG=file for the service log]
 replay:

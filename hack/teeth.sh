@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# teeth.sh: does the history checker find the defects of issue 43 by itself?
+# teeth.sh: does the history checker find the defects of issues 43 and 53 by itself?
 # For each fix, on a scratch worktree of HEAD with that fix's code reverted,
 # run the checker's histories alone (never the regression tests) and report
 # whether it found a violation, which, and how long it took.
@@ -24,6 +24,15 @@ table=$(cat <<'EOF'
 6-hung-target|sed@sync/reconcile/followup.go@s/\tf.reset()\n\tf.mu.Unlock()\n\tpoke(reason)/\tf.reset()\n\tfor target := range f.watches {\n\t\tf.unwatch(target)\n\t}\n\tf.mu.Unlock()\n\tpoke(reason)/+sed@sync/reconcile/followup.go@s/!f.observed\[t.Target\]/!false/+sed@sync/reconcile/followup.go@s/!f.observed\[target\]/!false/+sed@sync/reconcile/coalesce.go@s/if before != nil \&\& c.follow != nil/if false \&\& before != nil \&\& c.follow != nil/|2:runtime:soak 3:runtime:soak
 7-patience|e050e2a|8:runtime:soak 12:runtime:soak
 8-dead-replacement|sed@sync/plan/keep.go@s/return !failed\[n\] } \/\/ about to serve/return true } \/\/ about to serve/+sed@sync/reconcile/reconcile.go@s/plan.CalculateWith(all, want, pol)/plan.CalculateWith(cur, want, pol); _ = all/|5:dataplane:soak
+9-gate-refused|sed@sync/reconcile/gate.go@s/if t.Error != "" \&\& !t.onlyRefused {/if t.Error != "" {/|32:runtime:short 54:runtime:short
+10-guard-maint|sed@sync/plan/plan.go@s/if desired\[i\].State != model.Ready {/if false {/|129:runtime:short 324:runtime:short
+11-role-at-cap|sed@sync/plan/plan.go@s/\tp.roomForRoles(desired, pol)[^\n]*\n//|223:runtime:short
+12-two-replicas-name|sed@sync/runtimeapi/runtimeapi.go@s/case nameTaken(err):/case false \&\& nameTaken(err):/|4:runtime:short 12:runtime:short
+13-two-clusters-id|sed@sync/runtimeapi/runtimeapi.go@s/return errors.As(err, \&ce) \&\& strings.HasPrefix(ce.Command, "add server ") \&\&\n\t\tstrings.Contains(ce.Reply, "custom id")/return false \&\& errors.As(err, \&ce) \&\& strings.HasPrefix(ce.Command, "add server ") \&\&\n\t\tstrings.Contains(ce.Reply, "custom id")/|2:runtime:short 22:runtime:short
+14-guard-refused|sed@sync/plan/plan.go@s/if !ok || cur.Runtime != nil/if ok \&\& cur.Runtime != nil/+sed@sync/plan/plan.go@s/\t\tif cur.Up {/\t\tif ok \&\& cur.Up {/|32:runtime:short
+15-guard-looks-again|sed@sync/reconcile/followup.go@s/res.guardParked() || res.guardHolds() || res.handingOver()/res.guardParked() || res.handingOver()/|32:runtime:short
+16-gate-after-reload|sed@sync/reconcile/gate.go@s/checked = rt.CheckRunning \&\& rt.CheckPassed || reloaded/checked = rt.CheckRunning \&\& rt.CheckPassed \&\& reloaded == reloaded/|109:dataplane:short
+17-replica-unparked|sed@sync/runtimeapi/runtimeapi.go@s/case unparkedSince(err):/case false \&\& unparkedSince(err):/|132:runtime:short
 EOF
 )
 want=("$@")

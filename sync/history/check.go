@@ -250,8 +250,9 @@ type evalOptions struct {
 	Zones bool
 	// Refused is the pod whose server HAProxy refuses (Config.Refused).
 	Refused int
-	// MaxServers is MAX_SERVERS when it may bind (Config.MaxServers).
-	MaxServers int
+	// MaxServers is MAX_SERVERS when it may bind (Config.MaxServers);
+	// Others the servers of the backend that are not this instance's.
+	MaxServers, Others int
 	// TargetOf names a target by its index, from a driver's name (-1:
 	// unknown).
 	TargetOf func(name string) int
@@ -407,7 +408,9 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			if p.inK8s {
 				inK8s++
 			}
-			if opt.MaxServers > 0 && inK8s > opt.MaxServers {
+			// The static server takes room too (MAX_SERVERS counts every
+			// server of the backend).
+			if opt.MaxServers > 0 && inK8s+opt.Others > opt.MaxServers {
 				capUntil = o.at.Add(time.Hour)
 			} else if capUntil.After(o.at.Add(b.Converge)) {
 				capUntil = o.at.Add(b.Converge)

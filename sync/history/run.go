@@ -97,7 +97,7 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 
 	all := w.rec.snapshot()
 	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, evalOptions{Bounds: b, RuntimeOnly: s.Driver == Runtime, Targets: len(w.targets), Zones: s.Zones,
-		Refused: s.Config.Refused, MaxServers: s.Config.MaxServers, TargetOf: func(name string) int {
+		Refused: s.Config.Refused, MaxServers: s.Config.MaxServers, Others: others(s), TargetOf: func(name string) int {
 			if i, ok := w.targetOf[name]; ok {
 				return i
 			}
@@ -272,8 +272,17 @@ func (w *world) convergedServers(tg *target, running map[string]haproxytest.Serv
 	if _, ok := running["static"]; ok {
 		own--
 	}
-	capped := w.setup.Config.MaxServers > 0 && len(k8s) > w.setup.Config.MaxServers
-	if capped && own < w.setup.Config.MaxServers {
+	// MAX_SERVERS counts every server of the backend, the static one's
+	// too, and the plan keeps room for the refused pod's server, which
+	// HAProxy then refuses: the cap binds past that many pods, and then the
+	// backend is full less that room.
+	capRoom := w.setup.Config.MaxServers - (len(running) - own)
+	full := capRoom
+	if _, ok := k8s[refused]; ok && refused > 0 {
+		full--
+	}
+	capped := w.setup.Config.MaxServers > 0 && len(k8s) > capRoom
+	if capped && own < full {
 		diffs = append(diffs, fmt.Sprintf("%d pods, %d servers, though MAX_SERVERS is %d", len(k8s), own, w.setup.Config.MaxServers))
 	}
 	for n, st := range k8s {
@@ -402,4 +411,13 @@ func backupRoles(tg *target) (map[string]bool, error) {
 		out[f[sv]] = f[bck] == "1"
 	}
 	return out, nil
+}
+
+// others counts the servers of backend be that are not the service's: the
+// static one.
+func others(s Setup) int {
+	if s.Static {
+		return 1
+	}
+	return 0
 }
