@@ -11,7 +11,8 @@
 # (their tests, the checker and the test doubles are kept: only the service's
 # code goes back), or, where later commits built on it, by an edit:
 # sed@FILE@EXPR (EXPR must change FILE; sed -z: the file is one buffer);
-# several, joined by "+". "unwire" takes the reload watch out
+# several, joined by "+" (no '|' anywhere in an entry: it splits the fields;
+# match one with '.'). "unwire" takes the reload watch out
 # of the service's wiring that the checker runs, as serve wires it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,9 +30,9 @@ table=$(cat <<'EOF'
 11-role-at-cap|sed@sync/plan/plan.go@s/\tp.roomForRoles(desired, pol)[^\n]*\n//|223:runtime:short
 12-two-replicas-name|sed@sync/runtimeapi/runtimeapi.go@s/case nameTaken(err):/case false \&\& nameTaken(err):/|4:runtime:short 12:runtime:short
 13-two-clusters-id|sed@sync/runtimeapi/runtimeapi.go@s/return errors.As(err, \&ce) \&\& strings.HasPrefix(ce.Command, "add server ") \&\&\n\t\tstrings.Contains(ce.Reply, "custom id")/return false \&\& errors.As(err, \&ce) \&\& strings.HasPrefix(ce.Command, "add server ") \&\&\n\t\tstrings.Contains(ce.Reply, "custom id")/|2:runtime:short 22:runtime:short
-14-guard-refused|sed@sync/plan/plan.go@s/if !ok || cur.Runtime != nil/if ok \&\& cur.Runtime != nil/+sed@sync/plan/plan.go@s/\t\tif cur.Up {/\t\tif ok \&\& cur.Up {/|32:runtime:short
-15-guard-looks-again|sed@sync/reconcile/followup.go@s/res.guardParked() || res.guardHolds() || res.handingOver()/res.guardParked() || res.handingOver()/|32:runtime:short
-16-gate-after-reload|sed@sync/reconcile/gate.go@s/checked = rt.CheckRunning \&\& rt.CheckPassed || reloaded/checked = rt.CheckRunning \&\& rt.CheckPassed \&\& reloaded == reloaded/|109:dataplane:short
+14-guard-refused|sed@sync/plan/plan.go@s/if !ok .. cur.Runtime != nil/if ok \&\& cur.Runtime != nil/+sed@sync/plan/plan.go@s/\t\tif cur.Up {/\t\tif ok \&\& cur.Up {/|32:runtime:short
+15-guard-looks-again|sed@sync/reconcile/followup.go@s/res.guardParked() .. res.guardHolds() .. res.handingOver()/!(!res.guardParked() \&\& !res.handingOver())/|32:runtime:short
+16-gate-after-reload|sed@sync/reconcile/gate.go@s/checked = rt.CheckRunning \&\& rt.CheckPassed .. reloaded/checked = rt.CheckRunning \&\& rt.CheckPassed \&\& reloaded == reloaded/|109:dataplane:short
 17-replica-unparked|sed@sync/runtimeapi/runtimeapi.go@s/case unparkedSince(err):/case false \&\& unparkedSince(err):/|132:runtime:short
 EOF
 )

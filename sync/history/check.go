@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -248,8 +247,10 @@ type evalOptions struct {
 	Targets     int
 	// Zones: pods outside the local zone are backups (zoneOf).
 	Zones bool
-	// Refused is the pod whose server HAProxy refuses (Config.Refused).
-	Refused int
+	// Refused is the pod whose server HAProxy refuses (Config.Refused);
+	// RefusedName its name (a Recreate may have given it an older pod's).
+	Refused     int
+	RefusedName string
 	// MaxServers is MAX_SERVERS when it may bind (Config.MaxServers);
 	// Others the servers of the backend that are not this instance's.
 	MaxServers, Others int
@@ -563,12 +564,25 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				if opt.TargetOf != nil {
 					i = opt.TargetOf(f.target)
 				}
-				if why := failureExcuse(tts, i, o, f, opt.Refused); why != "" {
+				if why := failureExcuse(tts, i, o, f, opt.RefusedName); why != "" {
 					ev.Excused["reconcile: "+why]++
 					continue
 				}
 				what := fmt.Sprintf("replica %d: a reconcile failed on %s for nothing the history did: %s", o.target, f.target, f.err)
 				add(FailuresExplained, max(i, 0), o.at, "%s", what)
+			}
+			if o.err != "" && len(o.failures) == 0 {
+				// Failed, and no target says why: only a hang explains it
+				// (a reconcile that ran out of RECONCILE_TIMEOUT on one).
+				hung := false
+				for _, t := range tts {
+					hung = hung || !t.hungSince.IsZero() || !t.unhungAt.IsZero() && t.unhungAt.After(o.began.Add(-HungAfter))
+				}
+				if hung {
+					ev.Excused["reconcile: "+ExcuseHung]++
+				} else {
+					add(FailuresExplained, 0, o.at, "replica %d: a reconcile failed, no target saying why: %s", o.target, o.err)
+				}
 			}
 		case obsViolation:
 			if k := len(ev.Violations); k > 0 && ev.Violations[k-1].Invariant == o.inv && o.at.Sub(tt.lastSeen) < time.Second {
@@ -592,15 +606,15 @@ const failureBound = time.Second
 // the target hung (or stopped within HungAfter), its Data Plane API refused
 // a write (an injected fault), it reloaded, or every change HAProxy refused
 // was the refused pod's server's.
-func failureExcuse(tts []*targetTrack, i int, o obs, f targetFailure, refused int) string {
+func failureExcuse(tts []*targetTrack, i int, o obs, f targetFailure, refusedName string) string {
 	if i < 0 || i >= len(tts) {
 		return ""
 	}
 	tt, from := tts[i], o.began.Add(-failureBound)
-	if refused > 0 && len(f.servers) > 0 && strings.Contains(f.err, refusedKeyword) {
+	if refusedName != "" && len(f.servers) > 0 && strings.Contains(f.err, refusedKeyword) {
 		only := true
 		for _, s := range f.servers {
-			only = only && serverPod(s) == refused
+			only = only && serverPodName(s) == refusedName
 		}
 		if only {
 			return "HAProxy refused the refused pod's server"
@@ -612,8 +626,14 @@ func failureExcuse(tts []*targetTrack, i int, o obs, f targetFailure, refused in
 		return ExcuseHung
 	case !tt.lastFault.IsZero() && tt.lastFault.After(from):
 		return "its Data Plane API refused a write"
-	case !tt.reloadStart.IsZero() || !tt.apiReload.IsZero() || tt.lastReload.After(from):
-		return "it reloaded"
+	case !tt.reloadStart.IsZero():
+		return "a reload by others"
+	}
+	// A reload by others that ended since the reconcile began (less
+	// failureBound); the API's own reloads, which a reconcile that writes
+	// makes itself, excuse nothing.
+	if n := len(tt.reloads); n > 0 && tt.reloads[n-1][1].After(from) {
+		return "a reload by others"
 	}
 	return ""
 }
@@ -621,18 +641,14 @@ func failureExcuse(tts []*targetTrack, i int, o obs, f targetFailure, refused in
 // refusedKeyword is what makes HAProxy refuse the refused pod's server.
 const refusedKeyword = "hks-refused-by-history"
 
-// serverPod is the number of the pod whose server is named name (pod mode:
-// [CLUSTER_NAME-]p-N, "_bk" after a backup's), -1 if none.
-func serverPod(name string) int {
+// serverPodName is the name of the pod whose server is named name (pod
+// mode: [CLUSTER_NAME-]NAME, "_bk" after a backup's), empty if none.
+func serverPodName(name string) string {
 	m := serverName.FindStringSubmatch(name)
 	if m == nil {
-		return -1
+		return ""
 	}
-	n, err := strconv.Atoi(m[1])
-	if err != nil {
-		return -1
-	}
-	return n
+	return "p-" + m[1]
 }
 
 var serverName = regexp.MustCompile(`(?:^|-)p-(\d+)(?:_bk)?$`)

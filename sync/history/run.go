@@ -1,8 +1,10 @@
 package history
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -97,7 +99,7 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 
 	all := w.rec.snapshot()
 	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, evalOptions{Bounds: b, RuntimeOnly: s.Driver == Runtime, Targets: len(w.targets), Zones: s.Zones,
-		Refused: s.Config.Refused, MaxServers: s.Config.MaxServers, Others: others(s), TargetOf: func(name string) int {
+		Refused: s.Config.Refused, RefusedName: w.refusedName(), MaxServers: s.Config.MaxServers, Others: others(s), TargetOf: func(name string) int {
 			if i, ok := w.targetOf[name]; ok {
 				return i
 			}
@@ -268,15 +270,23 @@ func (w *world) convergedServers(tg *target, running map[string]haproxytest.Serv
 		anyReady = anyReady || st == live && alive[n] && n != w.setup.Config.Refused
 	}
 	refused := w.setup.Config.Refused
-	own := len(running)
-	if _, ok := running["static"]; ok {
-		own--
+	// The servers that hold room for pods Kubernetes has: leftovers of
+	// gone pods (parked for their batch, kept by the guard) do not count,
+	// or a backend full of them would excuse every pod left out.
+	own := 0
+	for _, sv := range running {
+		for n := range k8s {
+			if sv.Address == podAddr(n) {
+				own++
+				break
+			}
+		}
 	}
 	// MAX_SERVERS counts every server of the backend, the static one's
 	// too, and the plan keeps room for the refused pod's server, which
 	// HAProxy then refuses: the cap binds past that many pods, and then the
 	// backend is full less that room.
-	capRoom := w.setup.Config.MaxServers - (len(running) - own)
+	capRoom := w.setup.Config.MaxServers - others(w.setup)
 	full := capRoom
 	if _, ok := k8s[refused]; ok && refused > 0 {
 		full--
@@ -321,15 +331,26 @@ func (w *world) convergedServers(tg *target, running map[string]haproxytest.Serv
 		}
 		delete(byAddr, podAddr(staticPod))
 	}
+	batch := cmp.Or(w.setup.Config.DeleteBatch, 10)
+	var waiting []string
 	for addr, s := range byAddr {
-		// The Data Plane driver deletes in batches (a reload each): a
-		// server of a pod that is gone waits in maintenance for its batch.
 		// The guard keeps what it parked while no pod could replace it
 		// (plan: no replacement to wait for): out of traffic either way.
 		guardKeeps := s.Maint() && !anyReady && w.setup.Config.Guard != GuardOff
-		if (tg.api == nil || !s.Maint()) && !guardKeeps {
+		switch {
+		case guardKeeps:
+		case tg.api != nil && s.Maint():
+			// The Data Plane driver deletes in batches (a reload each): a
+			// server of a pod that is gone waits in maintenance for its
+			// batch, fewer than HAPROXY_DELETE_BATCH of them.
+			waiting = append(waiting, s.Name)
+		default:
 			diffs = append(diffs, fmt.Sprintf("server %s (%s) runs for no pod (maint=%v drain=%v)", s.Name, addr, s.Maint(), s.Drain()))
 		}
+	}
+	if len(waiting) >= batch {
+		sort.Strings(waiting)
+		diffs = append(diffs, fmt.Sprintf("%d servers of gone pods parked (%s), a batch is %d", len(waiting), strings.Join(waiting, " "), batch))
 	}
 	return diffs
 }
@@ -420,4 +441,16 @@ func others(s Setup) int {
 		return 1
 	}
 	return 0
+}
+
+// refusedName is the refused pod's name (its server's, less a prefix and
+// "_bk"), empty when none.
+func (w *world) refusedName() string {
+	n := w.setup.Config.Refused
+	if n <= 0 {
+		return ""
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return cmp.Or(w.names[n], podName(n))
 }

@@ -744,7 +744,9 @@ func (w *world) crash(st Step) error {
 	w.mu.Unlock()
 	old.crash()
 	cfg := w.cfg
-	if st.Fault == "rezone" && w.setup.Zones {
+	// A second writer keeps its zone: a rezone is drawn for the first
+	// writer alone, so it flips only where that is the whole service.
+	if st.Fault == "rezone" && w.setup.Zones && w.setup.Config.Writer2 == "" {
 		w.local = map[string]string{localZone: "zone-b", "zone-b": localZone}[w.local]
 		w.rec.add(obs{kind: obsLocalZone, err: w.local})
 	}
