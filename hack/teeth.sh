@@ -28,11 +28,11 @@ table=$(cat <<'EOF'
 9-gate-refused|sed@sync/reconcile/gate.go@s/if t.Error != "" \&\& !t.onlyRefused {/if t.Error != "" {/|32:runtime:short 54:runtime:short
 10-guard-maint|sed@sync/plan/plan.go@s/if desired\[i\].State != model.Ready {/if false {/|129:runtime:short 324:runtime:short
 11-role-at-cap|sed@sync/plan/plan.go@s/\tp.roomForRoles(desired, pol)[^\n]*\n//|223:runtime:short
-12-two-replicas-name|sed@sync/runtimeapi/runtimeapi.go@s/case nameTaken(err):/case false \&\& nameTaken(err):/|4:runtime:short 12:runtime:short
+12-two-replicas-name|sed@sync/runtimeapi/runtimeapi.go@s/case nameTaken(err):/case false \&\& nameTaken(err):/|10:runtime:short 17:runtime:short 24:runtime:short
 13-two-clusters-id|sed@sync/runtimeapi/runtimeapi.go@s/return errors.As(err, \&ce) \&\& strings.HasPrefix(ce.Command, "add server ") \&\&\n\t\tstrings.Contains(ce.Reply, "custom id")/return false \&\& errors.As(err, \&ce) \&\& strings.HasPrefix(ce.Command, "add server ") \&\&\n\t\tstrings.Contains(ce.Reply, "custom id")/|2:runtime:short 22:runtime:short
 14-guard-refused|sed@sync/plan/plan.go@s/if !ok .. cur.Runtime != nil/if ok \&\& cur.Runtime != nil/+sed@sync/plan/plan.go@s/\t\tif cur.Up {/\t\tif ok \&\& cur.Up {/|32:runtime:short
 15-guard-looks-again|sed@sync/reconcile/followup.go@s/res.guardParked() .. res.guardHolds() .. res.handingOver()/!(!res.guardParked() \&\& !res.handingOver())/|32:runtime:short
-16-gate-after-reload|sed@sync/reconcile/gate.go@s/checked = rt.CheckRunning \&\& rt.CheckPassed .. reloaded/checked = rt.CheckRunning \&\& rt.CheckPassed \&\& reloaded == reloaded/|109:dataplane:short
+16-gate-after-reload|sed@sync/reconcile/gate.go@s/checked = rt.CheckRunning \&\& rt.CheckPassed .. reloaded/checked = rt.CheckRunning \&\& rt.CheckPassed \&\& reloaded == reloaded/|109:dataplane:short 113:dataplane:short 114:dataplane:short 118:dataplane:short
 17-replica-unparked|sed@sync/runtimeapi/runtimeapi.go@s/case unparkedSince(err):/case false \&\& unparkedSince(err):/|132:runtime:short
 EOF
 )
