@@ -1,0 +1,67 @@
+package history
+
+import (
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Why a reconcile may fail (invariant failures-explained): each excuse is
+// bounded to the reconcile's own span.
+
+// failureBound is how far before a reconcile began a reload or a refused
+// API write may explain its failure: a retry's backoff and a read.
+const failureBound = time.Second
+
+// failureExcuse says why target i's failure f in reconcile o breaks no
+// invariant, empty when nothing the history did explains it. Each excuse is
+// bounded to the reconcile's own span (less failureBound before it began):
+// the target hung (or stopped within HungAfter), its Data Plane API refused
+// a write (an injected fault), it reloaded, or every change HAProxy refused
+// was the refused pod's server's.
+func failureExcuse(tts []*targetTrack, i int, o obs, f targetFailure, refusedName string) string {
+	if i < 0 || i >= len(tts) {
+		return ""
+	}
+	tt, from := tts[i], o.began.Add(-failureBound)
+	if refusedName != "" && len(f.servers) > 0 && strings.Contains(f.err, refusedKeyword) {
+		only := true
+		for _, s := range f.servers {
+			only = only && serverPodName(s) == refusedName
+		}
+		if only {
+			return "HAProxy refused the refused pod's server"
+		}
+	}
+	switch {
+	case !tt.hungSince.IsZero() && tt.hungSince.Before(o.at),
+		!tt.unhungAt.IsZero() && tt.unhungAt.After(o.began.Add(-HungAfter)):
+		return ExcuseHung
+	case !tt.lastFault.IsZero() && tt.lastFault.After(from):
+		return "its Data Plane API refused a write"
+	case !tt.reloadStart.IsZero():
+		return "a reload by others"
+	}
+	// A reload by others that ended since the reconcile began (less
+	// failureBound); the API's own reloads, which a reconcile that writes
+	// makes itself, excuse nothing.
+	if n := len(tt.reloads); n > 0 && tt.reloads[n-1][1].After(from) {
+		return "a reload by others"
+	}
+	return ""
+}
+
+// refusedKeyword is what makes HAProxy refuse the refused pod's server.
+const refusedKeyword = "hks-refused-by-history"
+
+// serverPodName is the name of the pod whose server is named name (pod
+// mode: [CLUSTER_NAME-]NAME, "_bk" after a backup's), empty if none.
+func serverPodName(name string) string {
+	m := serverName.FindStringSubmatch(name)
+	if m == nil {
+		return ""
+	}
+	return "p-" + m[1]
+}
+
+var serverName = regexp.MustCompile(`(?:^|-)p-(\d+)(?:_bk)?$`)
