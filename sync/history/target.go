@@ -67,11 +67,12 @@ func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder) *target 
 	tg.front = tg.h.Frontends[backend]
 	tg.runtimeURL = tg.h.RuntimeURL()
 	if i > 0 || s.Config.Refused > 0 {
-		tg.relay = startRelay(t, tg.h.AdminSocket)
-		tg.runtimeURL = "tcp://" + tg.relay.addr
+		var rewrite func(string) string
 		if n := s.Config.Refused; n > 0 {
-			tg.relay.rewrite = tg.refuseOnSocket(podAddr(n))
+			rewrite = tg.refuseOnSocket(podAddr(n))
 		}
+		tg.relay = startRelay(t, tg.h.AdminSocket, rewrite)
+		tg.runtimeURL = "tcp://" + tg.relay.addr
 	}
 	static := fmt.Sprintf("server static %s:%d check", podAddr(staticPod), port)
 	if s.Driver == Dataplane {
@@ -179,13 +180,13 @@ type relay struct {
 	wg      sync.WaitGroup
 }
 
-func startRelay(t testing.TB, socket string) *relay {
+func startRelay(t testing.TB, socket string, rewrite func(string) string) *relay {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &relay{addr: ln.Addr().String(), to: socket, ln: ln}
+	r := &relay{addr: ln.Addr().String(), to: socket, ln: ln, rewrite: rewrite}
 	r.wg.Add(1)
 	go r.serve()
 	t.Cleanup(func() { _ = ln.Close(); r.hang(false); r.wg.Wait() })
