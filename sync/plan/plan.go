@@ -486,9 +486,18 @@ func (p *Plan) capAdds(current, limit int) {
 	}
 	over := n - limit
 	kept := p.Changes[:0]
-	// Drop from the end of the name order, so the same servers stay in.
-	for i := len(p.Changes) - 1; i >= 0; i-- {
-		if c := p.Changes[i]; c.Action == Add && over > 0 {
+	// Drop from the end of the name order, so the same servers stay in;
+	// first the adds that would not serve (a not-ready or terminating
+	// pod's), then those that would: a ready pod left out while a parked
+	// one took the room was a backend with nothing in service (the history
+	// checker, seed 158, MAX_SERVERS=6).
+	for _, serving := range []bool{false, true} {
+		for i := len(p.Changes) - 1; i >= 0; i-- {
+			c := p.Changes[i]
+			// A gated add is a ready pod's: it serves once its check passed.
+			if c.Action != Add || over == 0 || (c.Gate || c.New != nil && c.New.State == model.Ready) != serving {
+				continue
+			}
 			over--
 			p.Capped = append(p.Capped, c.Name)
 			p.Changes[i].Action = "" // marked for removal

@@ -334,9 +334,13 @@ func TestCalculateWithMaxServers(t *testing.T) {
 		{"adds past the cap are left out, last names first", be(a, b), be(a, b, c, d, e), 3, map[Action][]string{Add: {"c"}}, []string{"d", "e"}},
 		{"deletions make room", be(a, b), be(c, d), 2, map[Action][]string{Add: {"c", "d"}, Delete: {"a", "b"}}, nil},
 		{"already over: nothing added, nothing removed for it", be(a, b, c), be(a, b, c, d), 2, map[Action][]string{}, []string{"d"}},
+		{"a ready pod's add before a parked one's, whatever the names", be(a), be(a, srv("b", "10.0.0.2", 80, model.Maint), e), 2, map[Action][]string{Add: {"e"}}, []string{"b"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p := CalculateWith(tt.current, tt.desired, Policy{MaxServers: tt.max})
+			if gated := CalculateWith(tt.current, tt.desired, Policy{MaxServers: tt.max, GateChecks: true}); !reflect.DeepEqual(gated.Capped, tt.capped) {
+				t.Errorf("gated: capped = %v, want %v", gated.Capped, tt.capped)
+			}
 			if got := summary(p); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("changes = %v, want %v", got, tt.want)
 			}
