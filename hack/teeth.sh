@@ -34,6 +34,7 @@ table=$(cat <<'EOF'
 15-guard-looks-again|sed@sync/reconcile/followup.go@s/res.guardParked() .. res.guardHolds() .. res.handingOver()/!(!res.guardParked() \&\& !res.handingOver())/|32:runtime:short
 16-gate-after-reload|sed@sync/reconcile/gate.go@s/checked = rt.CheckRunning \&\& rt.CheckPassed .. reloaded/checked = rt.CheckRunning \&\& rt.CheckPassed \&\& reloaded == reloaded/|109:dataplane:short 113:dataplane:short 114:dataplane:short 118:dataplane:short
 17-replica-unparked|sed@sync/runtimeapi/runtimeapi.go@s/case unparkedSince(err):/case false \&\& unparkedSince(err):/|132:runtime:short
+18-cap-ready-first|sed@sync/plan/plan.go@s/(c.Gate .. c.New != nil \&\& c.New.State == model.Ready) != serving/!serving/|158:runtime:short
 EOF
 )
 want=("$@")
