@@ -464,7 +464,7 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 		case errors.As(err, &refused) && droppedSince(refused):
 			if conflict == nil {
 				conflict = &failure.ConflictError{Msg: fmt.Sprintf(
-					"server %s/%s is not in the running HAProxy (reloaded since it was read?): %v", p.Backend, ch.Name, err)}
+					"server %s/%s is not in the running HAProxy, or a stopping one answered (reloaded since it was read?): %v", p.Backend, ch.Name, err)}
 			}
 			return nil
 		case idTaken(err): // still, after idRetries fresh ids: writers add there right now
@@ -547,8 +547,14 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 // retry reads again and plans from there (a server back from haproxy.cfg
 // parked is gated again, one gone is added again or no longer wanted).
 // "add server" never answers it: its refusals stay the server's.
+//
+// "Proxy is disabled" is the old process's answer, stopping after a reload
+// (the Data Plane API's own, seed 466823445 on 3.0.11): the same. A backend
+// configured "disabled" answers it for good; its reconciles then retry
+// until RECONCILE_TIMEOUT and fail temporary, as the Data Plane driver's
+// gates do (dataplane.droppedByReload).
 func droppedSince(ce *CommandError) bool {
-	return strings.Contains(ce.Reply, "No such server")
+	return strings.Contains(ce.Reply, "No such server") || strings.Contains(ce.Reply, "Proxy is disabled")
 }
 
 // Adds and updates go on one interactive connection in rounds of steps

@@ -584,6 +584,25 @@ func TestDeleteOfAServerAnotherWriterUnparkedIsAConflict(t *testing.T) {
 	}
 }
 
+// TestADisabledProxyAfterAReloadIsAConflict: during a reload the old
+// process, stopping, may answer the socket "Proxy is disabled": a conflict,
+// retried from a fresh read, not the server's refusal (history checker,
+// seed 466823445 on 3.0.11, the Data Plane API reloading for each write).
+func TestADisabledProxyAfterAReloadIsAConflict(t *testing.T) {
+	_, u := serveScript(t, map[string]string{
+		"show info":              "Version: 3.0.11\n",
+		"enable health be/web-1": "Proxy is disabled.\n",
+	})
+	c, _ := New(u, model.Settings{}, chk)
+	cur := model.Server{Name: "web-1", Address: "127.0.0.1", Port: 81, Weight: 1, State: model.Ready, Check: chk}
+	gated := cur
+	gated.State = model.Drain
+	_, err := c.Apply(context.Background(), plan.Plan{Backend: "be", Changes: []plan.Change{{Action: plan.Drain, Name: "web-1", Old: &cur, New: &gated, Gate: true}}})
+	if got := failure.Of(err); got != failure.Temporary || !errors.As(err, new(*failure.ConflictError)) {
+		t.Fatalf("err = %v, class %q; want a conflict", err, got)
+	}
+}
+
 // serveRaw is a socket that reads a connection's first line, answers reply
 // whatever it was, then closes the connection.
 func serveRaw(t *testing.T, reply []byte) string {
