@@ -51,6 +51,12 @@ const (
 	// OneBadItem: a client never reaches the pod whose server HAProxy
 	// refused (there is no server for it).
 	OneBadItem Invariant = "one-bad-item"
+	// OutOfTraffic (make-before-break, from its other side): a pod
+	// Kubernetes holds terminating or not ready — in node mode a Node with
+	// no ready pod, or drained by a taint, a cordon, a pin or the exclude
+	// label — takes no new client once Bounds.Entry passed, while another
+	// pod has been ready and answering past its own entry.
+	OutOfTraffic Invariant = "out-of-traffic"
 )
 
 // Violation is one invariant that did not hold.
@@ -145,9 +151,16 @@ type podTrack struct {
 	alive bool
 	since time.Time // when it became ready and alive; zero when not
 	moved bool      // its server moved to it (Bounds.Move applies)
+	// nodeOut (node mode): its Node takes no new clients for something
+	// beside its pods (a taint, a cordon drained, a pin, the exclude label).
+	nodeOut bool
+	// outSince: since when Kubernetes holds it terminating or not ready
+	// (zero: ready or absent); outSaid: OutOfTraffic was reported for it.
+	outSince time.Time
+	outSaid  bool
 }
 
-func (p *podTrack) available() bool { return p.inK8s && p.state == live && p.alive }
+func (p *podTrack) available() bool { return p.inK8s && p.state == live && p.alive && !p.nodeOut }
 
 // entry is how long p may take to enter service.
 func (p *podTrack) entry(b Bounds) time.Duration {
@@ -249,12 +262,15 @@ type evalOptions struct {
 	// RefusedName its name (a Recreate may have given it an older pod's).
 	Refused     int
 	RefusedName string
-	// MaxServers is MAX_SERVERS when it may bind (Config.MaxServers);
-	// Others the servers of the backend that are not this instance's.
-	MaxServers, Others int
+	// MaxServers is MAX_SERVERS when it may bind (Config.MaxServers): it
+	// counts this instance's servers (the plan's, owned by its prefix).
+	MaxServers int
 	// TargetOf names a target by its index, from a driver's name (-1:
 	// unknown).
 	TargetOf func(name string) int
+	// Nodes, when not 0, is node mode: the pods run on that many Nodes
+	// (nodeOf), HAProxy's servers are the Nodes.
+	Nodes int
 }
 
 // evaluate checks the observations of a history against the invariants.
@@ -267,13 +283,100 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 	var rezonedAt time.Time
 	backup := func(n int) bool { return opt.Zones && zoneOf(n) != local }
 	ev := Evaluation{Excused: map[string]int{}}
+	// capUntil: MAX_SERVERS binds (more pods, or Nodes, in Kubernetes than
+	// it), or did within Bounds.Converge before: a pod may have no server
+	// meanwhile.
+	var capUntil time.Time
+	inK8s := 0
+	var deaths []time.Time
 	sort.SliceStable(all, func(i, j int) bool { return all[i].at.Before(all[j].at) })
 	pods := map[int]*podTrack{}
+	// Node mode: whether each Node serves and is labelled out (obsNode).
+	nodeOut, excluded := map[int]bool{}, map[int]bool{}
+	nodeOf := func(n int) int { return nodeOf(n, opt.Nodes, opt.Zones) }
 	track := func(n int) *podTrack {
 		if pods[n] == nil {
-			pods[n] = &podTrack{state: absent}
+			pods[n] = &podTrack{state: absent, nodeOut: opt.Nodes > 0 && n != staticPod && nodeOut[nodeOf(n)]}
 		}
 		return pods[n]
+	}
+	// servers counts what the servers are for among what Kubernetes holds:
+	// pods, or in node mode the Nodes hosting them that are not labelled
+	// out (MAX_SERVERS counts servers).
+	// answering (node mode) says whether Node k's kube-proxy has a pod to
+	// hand a connection to: a ready one that answers, else (none ready) a
+	// terminating one. When it loses the last one while Kubernetes still
+	// holds a ready pod there, the Node dies for HAProxy as a pod does in
+	// pod mode: its server takes clients until its check fails (deaths).
+	answering := func(k int) bool {
+		ready, readyAlive, termAlive := false, false, false
+		for n, p := range pods {
+			if n == staticPod || nodeOf(n) != k || !p.inK8s {
+				continue
+			}
+			switch p.state {
+			case live:
+				ready = true
+				readyAlive = readyAlive || p.alive
+			case terminating:
+				termAlive = termAlive || p.alive
+			}
+		}
+		if ready {
+			return readyAlive
+		}
+		return termAlive
+	}
+	// outSince (node mode): since when each Node takes no new client,
+	// for its flags or for having no ready pod; outSaid: reported.
+	outSince, outSaid := map[int]time.Time{}, map[int]bool{}
+	nodeTraffic := func(k int, at time.Time) {
+		out := nodeOut[k]
+		if !out {
+			out = true
+			for n, p := range pods {
+				if n != staticPod && nodeOf(n) == k && p.inK8s && p.state == live {
+					out = false
+				}
+			}
+		}
+		switch {
+		case !out:
+			outSince[k], outSaid[k] = time.Time{}, false
+		case outSince[k].IsZero():
+			outSince[k] = at
+		}
+	}
+	nodeAnswered := map[int]bool{}
+	nodeDeath := func(n int, at time.Time) {
+		if opt.Nodes == 0 || n == staticPod {
+			return
+		}
+		k := nodeOf(n)
+		now := answering(k)
+		if nodeAnswered[k] && !now {
+			deaths = append(deaths, at)
+		}
+		nodeAnswered[k] = now
+	}
+	servers := func() int {
+		if opt.Nodes == 0 {
+			return inK8s
+		}
+		hosting := map[int]bool{}
+		for n, p := range pods {
+			if k := nodeOf(n); p.inK8s && n != staticPod && !excluded[k] {
+				hosting[k] = true
+			}
+		}
+		return len(hosting)
+	}
+	capNow := func(at time.Time) {
+		if opt.MaxServers > 0 && servers() > opt.MaxServers {
+			capUntil = at.Add(time.Hour)
+		} else if capUntil.After(at.Add(b.Converge)) {
+			capUntil = at.Add(b.Converge)
+		}
 	}
 	tts := make([]*targetTrack, max(targets, 1))
 	outages := apiOutages(all, len(tts), b.Entry)
@@ -281,11 +384,6 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		tts[i] = &targetTrack{pods: map[int]*seen{}, outages: outages[i]}
 	}
 	step := -1
-	var deaths []time.Time
-	// capUntil: MAX_SERVERS binds (more pods in Kubernetes than it), or did
-	// within Bounds.Converge before: a pod may have no server meanwhile.
-	var capUntil time.Time
-	inK8s := 0
 	reachedOther := map[[2]int]bool{} // target, pod: reported once
 	add := func(inv Invariant, target int, at time.Time, format string, args ...any) {
 		what := fmt.Sprintf(format, args...)
@@ -344,8 +442,10 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		// The new worker takes clients before its reload is over.
 		reloading := !tt.reloadStart.IsZero() || !tt.apiReload.IsZero()
 		if reloading || !tt.lastReload.IsZero() && at.Sub(tt.lastReload) <= b.Abrupt {
-			for _, p := range pods {
-				if p.inK8s && p.state == live && !p.alive {
+			for n, p := range pods {
+				// Node mode: a Node's server is dead only when its
+				// kube-proxy has no pod to hand a connection to.
+				if p.inK8s && p.state == live && !p.alive && (opt.Nodes == 0 || n == staticPod || !answering(nodeOf(n))) {
 					return ExcuseReloadLoadsUp
 				}
 			}
@@ -357,8 +457,51 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		}
 		return ExcuseNoReadyPod
 	}
+	// outTaken says why a client that reached what has been out of traffic
+	// since since, through tt at at, breaks OutOfTraffic: another pod, not
+	// on skip's side, ready and answering well past its entry; empty when
+	// nothing does or the target may lag (a hang, an API outage, a reload
+	// under way or just done, a rezone, a binding cap).
+	outTaken := func(tt *targetTrack, at, since time.Time, skip func(n int) bool) string {
+		if since.IsZero() || at.Sub(since) < b.Entry || lagging(tt, at) != "" || !tt.reloadStart.IsZero() || !tt.apiReload.IsZero() ||
+			!tt.lastReload.IsZero() && at.Sub(tt.lastReload) <= b.Entry || !rezonedAt.IsZero() && at.Sub(rezonedAt) <= b.Converge || at.Before(capUntil) {
+			return ""
+		}
+		for n, q := range pods {
+			if !skip(n) && q.available() && at.Sub(q.since) >= q.entry(b)+time.Second {
+				return fmt.Sprintf("%s ready and answering since %s", podName(n), q.since.Format("15:04:05.000"))
+			}
+		}
+		return ""
+	}
 	for _, o := range all {
 		tt := tts[min(o.target, len(tts)-1)]
+		if o.pod >= nodeBase {
+			// A Node's kube-proxy (node mode): HAProxy's servers are the
+			// Nodes, and a Node's server takes a client only after a check
+			// of it passed since its kube-proxy began to listen.
+			switch o.kind {
+			case obsListen:
+				for _, t := range tts {
+					t.pod(o.pod).checked = false
+				}
+			case obsCheck:
+				tt.pod(o.pod).checked = true
+			case obsClient:
+				k := o.pod - nodeBase
+				if sn := tt.pod(o.pod); !sn.checked {
+					add(CheckedFirst, o.target, o.at, "a client connection reached Node %s before any health check since its kube-proxy began to listen", nodeName(k))
+					sn.checked = true
+				}
+				if !outSaid[k] {
+					if who := outTaken(tt, o.at, outSince[k], func(n int) bool { return nodeOf(n) == k && n != staticPod }); who != "" {
+						add(OutOfTraffic, o.target, o.at, "a new client reached Node %s, out of traffic since %s, while %s", nodeName(k), outSince[k].Format("15:04:05.000"), who)
+						outSaid[k] = true
+					}
+				}
+			}
+			continue
+		}
 		if o.pod >= otherPods {
 			// Another Service's pod (many-Services histories): its checks
 			// and its life are none of web's; a client of be reaching it is
@@ -389,6 +532,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				p.inK8s, p.state = true, live
 			}
 			becomes(o.pod, p, o.at, was)
+			nodeDeath(o.pod, o.at)
 		case obsStop:
 			p := track(o.pod)
 			was := p.available()
@@ -397,6 +541,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			}
 			p.alive = false
 			becomes(o.pod, p, o.at, was)
+			nodeDeath(o.pod, o.at)
 		case obsK8s:
 			p := track(o.pod)
 			was := p.available()
@@ -407,22 +552,34 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			if p.inK8s {
 				inK8s++
 			}
-			// The static server takes room too (MAX_SERVERS counts every
-			// server of the backend).
-			if opt.MaxServers > 0 && inK8s+opt.Others > opt.MaxServers {
-				capUntil = o.at.Add(time.Hour)
-			} else if capUntil.After(o.at.Add(b.Converge)) {
-				capUntil = o.at.Add(b.Converge)
+			switch {
+			case o.state == live || o.state == absent:
+				p.outSince, p.outSaid = time.Time{}, false
+			case p.outSince.IsZero():
+				p.outSince = o.at
 			}
+			capNow(o.at)
 			becomes(o.pod, p, o.at, was)
+			nodeDeath(o.pod, o.at)
+			if opt.Nodes > 0 && o.pod != staticPod {
+				nodeTraffic(nodeOf(o.pod), o.at)
+			}
 		case obsCheck:
 			tt.pod(o.pod).checked = true
 		case obsClient:
 			if o.pod == opt.Refused && opt.Refused > 0 {
 				add(OneBadItem, o.target, o.at, "a client reached %s, whose server HAProxy refused", podName(o.pod))
 			}
+			if p := track(o.pod); opt.Nodes == 0 && !p.outSaid {
+				if who := outTaken(tt, o.at, p.outSince, func(n int) bool { return n == o.pod }); who != "" {
+					add(OutOfTraffic, o.target, o.at, "a new client reached %s, out of traffic since %s (%s), while %s", podName(o.pod), p.outSince.Format("15:04:05.000"), stateName(p.state), who)
+					p.outSaid = true
+				}
+			}
 			sn := tt.pod(o.pod)
-			if !sn.checked {
+			// Node mode: kube-proxy hands a client to any of a Node's
+			// pods, a check to one of them; checks are judged per Node.
+			if !sn.checked && opt.Nodes == 0 {
 				add(CheckedFirst, o.target, o.at, "a client connection reached %s before any health check since it began to listen", podName(o.pod))
 				sn.checked = true // once per listening period
 			}
@@ -479,7 +636,14 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 					if n := len(ev.Violations); n > 0 && ev.Violations[n-1].Invariant == NoFailedRequest && o.at.Sub(tt.lastFail) < time.Second {
 						ev.Violations[n-1].Count++
 					} else {
-						add(NoFailedRequest, o.target, o.at, "a request failed (%s) while a ready pod answered", o.err)
+						who := ""
+						for n, p := range pods {
+							if p.available() && o.at.Sub(p.since) >= p.entry(b) {
+								who = fmt.Sprintf(" (%s, since %s)", podName(n), p.since.Format("15:04:05.000"))
+								break
+							}
+						}
+						add(NoFailedRequest, o.target, o.at, "a request failed (%s) while a ready pod answered%s", o.err, who)
 					}
 					tt.lastFail = o.at
 					continue
@@ -506,11 +670,23 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			// bound, and took none of the requests this target answered
 			// since (each pod's share three times over), is not in service
 			// there.
-			avail := 0
-			for _, q := range pods {
+			// share bounds how many requests go round before a pod's turn:
+			// every available pod's in pod mode; in node mode (equal weights
+			// the worse case) the Nodes with one times the pods on its own.
+			avail, onNode, nodesUp := 0, map[int]int{}, 0
+			for n, q := range pods {
 				if q.available() {
 					avail++
+					if onNode[nodeOf(n)]++; onNode[nodeOf(n)] == 1 {
+						nodesUp++
+					}
 				}
+			}
+			share := func(n int) int {
+				if opt.Nodes == 0 {
+					return avail
+				}
+				return nodesUp * onNode[nodeOf(n)]
 			}
 			for n, q := range pods {
 				sn := tt.pod(n)
@@ -540,7 +716,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 						due = out[1].Add(q.entry(b))
 					}
 				}
-				if o.at.After(due) && tt.answered-sn.hitCount > 3*avail+10 && sn.lastHit.Before(due) {
+				if o.at.After(due) && tt.answered-sn.hitCount > 3*share(n)+10 && sn.lastHit.Before(due) {
 					add(InService, o.target, o.at, "%s has been ready and answering since %s; %d requests answered since, none by it",
 						podName(n), q.since.Format("15:04:05.000"), tt.answered-sn.hitCount)
 					sn.reported = true
@@ -548,6 +724,17 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			}
 		case obsLocalZone:
 			local, rezonedAt = o.err, o.at
+		case obsNode:
+			nodeOut[o.pod], excluded[o.pod] = !o.gate, o.excluded
+			for n, p := range pods {
+				if n != staticPod && nodeOf(n) == o.pod {
+					was := p.available()
+					p.nodeOut = !o.gate
+					becomes(n, p, o.at, was)
+				}
+			}
+			nodeTraffic(o.pod, o.at)
+			capNow(o.at)
 		case obsAPIWrite:
 			if o.refused {
 				tt.lastFault = o.at
@@ -592,4 +779,15 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		}
 	}
 	return ev
+}
+
+// stateName names a pod state in a violation.
+func stateName(s podState) string {
+	switch s {
+	case terminating:
+		return "terminating"
+	case notReady, noticed:
+		return "not ready"
+	}
+	return "ready"
 }

@@ -43,6 +43,12 @@ type Config struct {
 	// is rewritten to one HAProxy cannot parse on the admin socket, and the
 	// Data Plane API answers 400): one bad item beside the others; 0: none.
 	Refused int
+	// Weight is HAPROXY_WEIGHT=endpoints (node mode): a Node's weight is
+	// its number of ready endpoints, and Converges compares it.
+	Weight bool
+	// DrainCordoned is CORDONED_NODES=drain (node mode): a cordoned Node's
+	// server drains.
+	DrainCordoned bool
 }
 
 // GuardOff is Config.Guard for HAPROXY_DELETE_GUARD_PERCENT=0.
@@ -95,12 +101,36 @@ func ConfigOf(seed uint64) Config {
 	return c
 }
 
+// NodeSetupOf is SetupOf in node mode (TARGET_ADDRESS=node, the shipped
+// default): 3 to 5 Nodes, HAPROXY_WEIGHT and CORDONED_NODES drawn, a
+// MAX_SERVERS that binds counted in Nodes. The readiness gate (pod mode's)
+// and the refused pod (an address HAProxy refuses: a pod's) are pod mode's.
+func NodeSetupOf(seed uint64, driver Driver) Setup {
+	s := SetupOf(seed, driver)
+	r := rand.New(rand.NewPCG(seed^0x90de, seed*7+1))
+	s.Nodes = 3 + r.IntN(3)
+	c := &s.Config
+	c.Gate, c.Refused = false, 0
+	c.Weight = r.IntN(2) == 0
+	c.DrainCordoned = r.IntN(2) == 0
+	if c.MaxServers > 0 {
+		c.MaxServers = 2 + r.IntN(s.Nodes-1) // 2..Nodes: binds beside the static server or all Nodes in use
+	}
+	return s
+}
+
 // env is the configuration as the service's variables.
 func (c Config) env() map[string]string {
 	e := map[string]string{
 		"HAPROXY_DELETE_GUARD_PERCENT": "100", "MAX_SERVERS": "4000", "HAPROXY_DELETE_BATCH": "10",
 		"POD_READINESS_GATE": "false", "HAPROXY_CHECK_ON_ERROR": "sudden-death", "HAPROXY_CHECK_FALL": "2",
-		"HAPROXY_SEND_PROXY_V2": "false",
+		"HAPROXY_SEND_PROXY_V2": "false", "HAPROXY_WEIGHT": "equal", "CORDONED_NODES": "ignore",
+	}
+	if c.Weight {
+		e["HAPROXY_WEIGHT"] = "endpoints"
+	}
+	if c.DrainCordoned {
+		e["CORDONED_NODES"] = "drain"
 	}
 	if c.SendProxy {
 		e["HAPROXY_SEND_PROXY_V2"] = "true"

@@ -1,6 +1,7 @@
 package history
 
 import (
+	"fmt"
 	"sort"
 	"testing"
 
@@ -23,7 +24,9 @@ var drawn = map[string]string{
 	"HAPROXY_DATAPLANE_URL":        "Setup.Driver: the Data Plane driver with both URLs",
 	"SERVICE_SELECTION":            "the services shape: annotation",
 	"ANNOTATION_BACKENDS":          "the services shape: be,be2",
-	"TARGET_ADDRESS":               "pod only: see notDrawn",
+	"TARGET_ADDRESS":               "NodeSetupOf (shapes nodes, nodes-soak; half of make soak's single-Service histories): node, beside 3 to 5 Nodes' kube-proxies; pod elsewhere",
+	"HAPROXY_WEIGHT":               "Config.Weight (node mode): endpoints or equal, the weight compared by converges",
+	"CORDONED_NODES":               "Config.DrainCordoned (node mode): drain or ignore, beside NodeCordon steps",
 }
 
 // invisible are the variables that change nothing a history could see,
@@ -57,7 +60,6 @@ var invisible = map[string]string{
 // that no history draws yet, with why: said aloud by the test, and in
 // docs/guarantees.md.
 var notDrawn = map[string]string{
-	"TARGET_ADDRESS":                  "node mode needs Nodes in the histories' Kubernetes",
 	"HAPROXY_BACKENDS":                "several ports of one Service: one backend per history",
 	"HAPROXY_BACKEND_PORT":            "a fixed port: node mode's",
 	"HAPROXY_RUNTIME_TLS_CA":          "a TLS admin socket and its rotation",
@@ -69,11 +71,9 @@ var notDrawn = map[string]string{
 	"HAPROXY_CHECK_FASTINTER":         "the bounds are the shipped check's (BoundsOf)",
 	"HAPROXY_CHECK_DOWNINTER":         "the bounds are the shipped check's (BoundsOf)",
 	"HAPROXY_CHECK_RISE":              "the bounds are the shipped check's (BoundsOf)",
-	"HAPROXY_CHECK_HEALTH_NODE_PORT":  "node mode",
-	"HAPROXY_CHECK_KUBE_PROXY_PORT":   "node mode",
-	"HAPROXY_WEIGHT":                  "node mode",
+	"HAPROXY_CHECK_HEALTH_NODE_PORT":  "HTTP checks of kube-proxy's health ports: the histories' checks are tcp-check lines every pod answers",
+	"HAPROXY_CHECK_KUBE_PROXY_PORT":   "HTTP checks of kube-proxy's health ports: the histories' checks are tcp-check lines every pod answers",
 	"HAPROXY_DRAIN_TIMEOUT":           "long-lived client sessions: the histories' requests are short",
-	"CORDONED_NODES":                  "node mode",
 	"SERVICE_EVENTS":                  "Events need a Kubernetes API",
 	"RESYNC_PERIOD":                   "serve's resync: the histories wire the loop without it",
 	"WATCH_NAMESPACES":                "many-Services histories run one namespace",
@@ -133,7 +133,18 @@ func TestConfigOfDrawsEverySetting(t *testing.T) {
 		seen["refused"] = seen["refused"] || c.Refused > 0
 		seen["shipped"] = seen["shipped"] || c == Config{}
 	}
-	for _, k := range []string{"guard-off", "guard-low", "guard-shipped", "cap", "batch", "gate", "on-error", "fall", "send-proxy", "replica", "cluster", "refused"} {
+	for seed := uint64(0); seed < 100; seed++ {
+		s := NodeSetupOf(seed, Runtime)
+		if s.Nodes < 3 || s.Nodes > 5 || s.Config.Gate || s.Config.Refused != 0 || s.Config.MaxServers > s.Nodes {
+			t.Fatalf("seed %d: node setup %+v", seed, s)
+		}
+		seen["nodes-"+fmt.Sprint(s.Nodes)] = true
+		seen["weight"] = seen["weight"] || s.Config.Weight
+		seen["drain-cordoned"] = seen["drain-cordoned"] || s.Config.DrainCordoned
+		seen["node-cap"] = seen["node-cap"] || s.Config.MaxServers > 0
+	}
+	for _, k := range []string{"guard-off", "guard-low", "guard-shipped", "cap", "batch", "gate", "on-error", "fall", "send-proxy", "replica", "cluster", "refused",
+		"nodes-3", "nodes-4", "nodes-5", "weight", "drain-cordoned", "node-cap"} {
 		if !seen[k] {
 			t.Errorf("no seed of 100 draws %s", k)
 		}

@@ -135,3 +135,67 @@ func TestServicesLeaveTheHistory(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeStepsKeepThePodsTrue: in node mode, steps on Nodes come in every
+// kind; no pod is added, revived or recreated onto a Node that is down; at
+// most one Node is down at once and NodeUp brings back only its own pods;
+// and a pod shape (Nodes 0) draws none of them.
+func TestNodeStepsKeepThePodsTrue(t *testing.T) {
+	kinds := map[Kind]bool{}
+	for seed := range uint64(40) {
+		for _, zones := range []bool{false, true} {
+			shape := soakShape
+			shape.Steps, shape.Targets, shape.HangFor = 300, 2, HangFor
+			shape.Nodes, shape.Zones = 3+int(seed%3), zones
+			if plain := Generate(seed, Shape{Start: 5, Steps: 100, MaxPods: 16, MaxWait: time.Second, Grace: time.Second}); len(plain) == 0 {
+				t.Fatal("no steps")
+			} else {
+				for _, st := range plain {
+					if nodeKind(st.Kind) {
+						t.Fatalf("seed %d: a pod shape drew %s", seed, st)
+					}
+				}
+			}
+			down := map[int]bool{}
+			for i, st := range Generate(seed, shape) {
+				kinds[st.Kind] = true
+				onDown := func(n int) bool { return down[nodeOf(n, shape.Nodes, shape.Zones)] }
+				switch st.Kind {
+				case NodeDown:
+					if len(down) > 0 {
+						t.Fatalf("seed %d step %d: %s while %v is down", seed, i, st, down)
+					}
+					down[st.Node] = true
+				case NodeUp:
+					for _, n := range st.Pods {
+						if nodeOf(n, shape.Nodes, shape.Zones) != st.Node {
+							t.Errorf("seed %d step %d: %s brings back p-%d of another Node", seed, i, st, n)
+						}
+					}
+					delete(down, st.Node)
+				case Add, AddDead, Revive:
+					for _, n := range st.Pods {
+						if onDown(n) {
+							t.Errorf("seed %d step %d: %s puts p-%d on a Node that is down", seed, i, st, n)
+						}
+					}
+				case Recreate:
+					if onDown(st.Pods[1]) {
+						t.Errorf("seed %d step %d: %s puts p-%d on a Node that is down", seed, i, st, st.Pods[1])
+					}
+				case Rollout:
+					for _, n := range st.Pods[len(st.Pods)/2:] {
+						if onDown(n) {
+							t.Errorf("seed %d step %d: %s puts p-%d on a Node that is down", seed, i, st, n)
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, k := range []Kind{NodeTaint, NodeUntaint, NodeCordon, NodeUncordon, NodePin, NodeUnpin, NodeExclude, NodeInclude, NodeDown, NodeUp} {
+		if !kinds[k] {
+			t.Errorf("no history drew %s", k)
+		}
+	}
+}

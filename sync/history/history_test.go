@@ -28,6 +28,24 @@ var soakShape = Shape{Name: "soak", Start: 5, Steps: 400, MaxPods: 16, MaxWait: 
 // claim of be in each 30 of them. Steps: 30, plus those it adds.
 var servicesShape = Shape{Name: "services", Start: 4, Steps: 30, MaxPods: 12, MaxWait: 1200 * time.Millisecond, Grace: time.Second, Services: true}
 
+// nodesShape and nodesSoakShape are the short and soak shapes in node mode
+// (NodeSetupOf): the same pod steps, and steps on the Nodes.
+var (
+	nodesShape     = withName(shortShape, "nodes")
+	nodesSoakShape = withName(soakShape, "nodes-soak")
+)
+
+func withName(s Shape, name string) Shape {
+	s.Name = name
+	return s
+}
+
+// nodeRuns are the node-mode histories make test runs.
+var nodeRuns = []struct {
+	seed   uint64
+	driver Driver
+}{{1, Runtime}, {2, Dataplane}}
+
 // ServicesSetupOf is SetupOf for a many-Services history: one target (the
 // HA pair's hang is the single-Service histories' to try), the rest drawn
 // as there.
@@ -65,6 +83,23 @@ func TestHistories(t *testing.T) {
 	}
 }
 
+// TestHistoriesNodeMode runs node-mode histories, the shipped default:
+// servers for Nodes, whose kube-proxies take the clients to their pods,
+// and Nodes tainted, cordoned, pinned, excluded, dying.
+func TestHistoriesNodeMode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real HAProxy histories")
+	}
+	if os.Getenv(soakEnv) != "" || os.Getenv(seedEnv) != "" {
+		t.Skip("make soak / make replay run TestSoak / TestReplay")
+	}
+	for _, r := range nodeRuns {
+		t.Run(fmt.Sprintf("%s-%d", r.driver, r.seed), func(t *testing.T) {
+			expectNone(t, Run(t, NodeSetupOf(r.seed, r.driver), nodesShape))
+		})
+	}
+}
+
 // TestHistoriesManyServices runs many-Services histories: web's pod steps
 // through the fleet, web2 joining and leaving be2, a third Service claiming
 // be beside web (both refused).
@@ -99,8 +134,12 @@ func TestReplay(t *testing.T) {
 		shape = shortShape
 	case servicesShape.Name:
 		shape, setupOf = servicesShape, ServicesSetupOf
+	case nodesShape.Name:
+		shape, setupOf = nodesShape, NodeSetupOf
+	case nodesSoakShape.Name:
+		shape, setupOf = nodesSoakShape, NodeSetupOf
 	default:
-		t.Fatalf("%s=%q: want %s, %s or %s", shapeEnv, raw, shortShape.Name, soakShape.Name, servicesShape.Name)
+		t.Fatalf("%s=%q: want %s, %s, %s, %s or %s", shapeEnv, raw, shortShape.Name, soakShape.Name, servicesShape.Name, nodesShape.Name, nodesSoakShape.Name)
 	}
 	d := Driver(os.Getenv(driverEnv))
 	if d == "" {
@@ -110,8 +149,9 @@ func TestReplay(t *testing.T) {
 }
 
 // TestSoak runs histories with both drivers for HKS_SOAK, from a seed drawn
-// from the clock (every third one a many-Services history), and ends with one line: histories, steps, requests and
-// violations.
+// from the clock: for each seed, a soak history in pod mode and one in node
+// mode (the shipped default) with each driver, then a many-Services one;
+// it ends with one line: histories, steps, requests and violations.
 func TestSoak(t *testing.T) {
 	raw := os.Getenv(soakEnv)
 	if raw == "" {
@@ -125,15 +165,18 @@ func TestSoak(t *testing.T) {
 	seed := uint64(time.Now().UnixNano() % 1_000_000_000)
 	histories, steps, requests, violations := 0, 0, 0, 0
 	for i := 0; time.Now().Before(end); i++ {
-		// Each seed: a soak history with each driver, then a many-Services
-		// one, the drivers in turn.
-		k := uint64(i / 3)
+		// Each seed: pod mode with each driver, node mode with each
+		// driver, then a many-Services one, the drivers in turn.
+		k := uint64(i / 5)
 		drv, shape, s := Runtime, soakShape, SetupOf(seed+k, Runtime)
-		switch i % 3 {
+		switch i % 5 {
 		case 1:
 			drv = Dataplane
 			s = SetupOf(seed+k, drv)
-		case 2:
+		case 2, 3:
+			drv, shape = []Driver{Runtime, Dataplane}[i%5-2], nodesSoakShape
+			s = NodeSetupOf(seed+k, drv)
+		case 4:
 			drv, shape = []Driver{Runtime, Dataplane}[k%2], servicesShape
 			s = ServicesSetupOf(seed+k, drv)
 		}
@@ -153,7 +196,7 @@ func TestSoak(t *testing.T) {
 // that replays it and its steps up to the first violation.
 func expectNone(t *testing.T, r Report) {
 	t.Helper()
-	t.Logf("seed %d %s static=%v targets=%d zones=%v default-server=%v runtime-fails=%v services=%v config=[%s]: %d steps, %d requests, %d failed %v, a reload by others cost %v", r.Setup.Seed, r.Setup.Driver, r.Setup.Static, r.Setup.Targets, r.Setup.Zones, r.Setup.DefaultServer, r.Setup.RuntimeFails, r.Setup.Services, r.Setup.Config, len(r.Steps), r.Requests, r.Failed, r.Excused, r.ReloadCost)
+	t.Logf("seed %d %s static=%v targets=%d zones=%v default-server=%v runtime-fails=%v services=%v nodes=%d config=[%s]: %d steps, %d requests, %d failed %v, a reload by others cost %v", r.Setup.Seed, r.Setup.Driver, r.Setup.Static, r.Setup.Targets, r.Setup.Zones, r.Setup.DefaultServer, r.Setup.RuntimeFails, r.Setup.Services, r.Setup.Nodes, r.Setup.Config, len(r.Steps), r.Requests, r.Failed, r.Excused, r.ReloadCost)
 	if len(r.Violations) == 0 {
 		return
 	}

@@ -32,6 +32,7 @@ const (
 	obsReconcile                     // a reconcile of replica target ended (err, failures; began)
 	obsRefused                       // HAProxy refused a write for the refused pod's server (target)
 	obsLocalZone                     // the service's HAPROXY_LOCAL_ZONE changed (err: the zone)
+	obsNode                          // Node pod changed (gate: it serves; excluded: labelled out)
 )
 
 // obs is one observation, as the history's recorder keeps it.
@@ -49,6 +50,8 @@ type obs struct {
 	target  int
 	hung    bool // obsHang
 	refused bool // obsAPIWrite
+	// excluded (obsNode): the Node is labelled out of load balancers.
+	excluded bool
 	gate    bool // obsGate: in service on every target
 	// obsReconcile: when it began, and what failed on which target.
 	began    time.Time

@@ -36,6 +36,7 @@ type Report struct {
 func Run(t testing.TB, s Setup, shape Shape) Report {
 	t.Helper()
 	shape.Targets, shape.HangFor = max(s.Targets, 1), HangFor
+	shape.Nodes, shape.Zones = s.Nodes, s.Zones
 	r := RunSteps(t, s, shape.Start, Generate(s.Seed, shape))
 	r.Shape = shape.Name
 	return r
@@ -99,7 +100,7 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 
 	all := w.rec.snapshot()
 	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, evalOptions{Bounds: b, RuntimeOnly: s.Driver == Runtime, Targets: len(w.targets), Zones: s.Zones,
-		Refused: s.Config.Refused, RefusedName: w.refusedName(), MaxServers: s.Config.MaxServers, Others: others(s), TargetOf: func(name string) int {
+		Refused: s.Config.Refused, RefusedName: w.refusedName(), MaxServers: s.Config.MaxServers, Nodes: s.Nodes, TargetOf: func(name string) int {
 			if i, ok := w.targetOf[name]; ok {
 				return i
 			}
@@ -252,78 +253,70 @@ func (w *world) convergedServers(tg *target, running map[string]haproxytest.Serv
 			return []string{"show stat: " + err.Error()}
 		}
 	}
-	w.mu.Lock()
-	k8s := map[int]podState{}
-	for n, s := range w.k8s {
-		k8s[n] = s
-	}
-	alive := map[int]bool{}
-	for n, p := range w.pods {
-		p.mu.Lock()
-		alive[n] = p.ln != nil
-		p.mu.Unlock()
-	}
-	w.mu.Unlock()
+	units := w.units()
 	var diffs []string
 	anyReady := false
-	for n, st := range k8s {
-		anyReady = anyReady || st == live && alive[n] && n != w.setup.Config.Refused
+	for _, u := range units {
+		anyReady = anyReady || u.st == live && u.alive && !u.refused
 	}
-	refused := w.setup.Config.Refused
 	// The servers that hold room for pods Kubernetes has: leftovers of
 	// gone pods (parked for their batch, kept by the guard) do not count,
 	// or a backend full of them would excuse every pod left out.
 	own := 0
 	for _, sv := range running {
-		for n := range k8s {
-			if sv.Address == podAddr(n) {
+		for _, u := range units {
+			if sv.Address == u.addr {
 				own++
 				break
 			}
 		}
 	}
-	// MAX_SERVERS counts every server of the backend, the static one's
-	// too, and the plan keeps room for the refused pod's server, which
+	// MAX_SERVERS counts this instance's servers (the static one is not),
+	// and the plan keeps room for the refused pod's server, which
 	// HAProxy then refuses: the cap binds past that many pods, and then the
 	// backend is full less that room.
-	capRoom := w.setup.Config.MaxServers - others(w.setup)
+	capRoom := w.setup.Config.MaxServers
 	full := capRoom
-	if _, ok := k8s[refused]; ok && refused > 0 {
-		full--
+	for _, u := range units {
+		if u.refused {
+			full--
+		}
 	}
-	capped := w.setup.Config.MaxServers > 0 && len(k8s) > capRoom
+	capped := w.setup.Config.MaxServers > 0 && len(units) > capRoom
 	if capped && own < full {
-		diffs = append(diffs, fmt.Sprintf("%d pods, %d servers, though MAX_SERVERS is %d", len(k8s), own, w.setup.Config.MaxServers))
+		diffs = append(diffs, fmt.Sprintf("%d pods or Nodes, %d servers, though MAX_SERVERS is %d", len(units), own, w.setup.Config.MaxServers))
 	}
-	for n, st := range k8s {
-		s, ok := byAddr[podAddr(n)]
+	for _, u := range units {
+		s, ok := byAddr[u.addr]
 		switch {
-		case !ok && n == refused:
+		case !ok && u.refused:
 			// HAProxy refuses its server: no server is what it gets.
-		case ok && n == refused:
-			diffs = append(diffs, podName(n)+": HAProxy refused its server, yet one runs")
+		case ok && u.refused:
+			diffs = append(diffs, u.name+": HAProxy refused its server, yet one runs")
 		case !ok && capped:
 			// MAX_SERVERS binds: the backend is full of this instance's
 			// servers (checked above), and some pod has none.
 		case !ok:
-			diffs = append(diffs, podName(n)+": no server")
-		case st == live && alive[n] && (s.Maint() || s.Drain() || !s.Up()):
-			diffs = append(diffs, fmt.Sprintf("%s: ready and answering, server maint=%v drain=%v up=%v", podName(n), s.Maint(), s.Drain(), s.Up()))
-		case roles != nil && st == live && alive[n] && roles[s.Name] != (zoneOf(n) != w.local):
-			diffs = append(diffs, fmt.Sprintf("%s (%s, HAPROXY_LOCAL_ZONE %s): server %s backup=%v", podName(n), zoneOf(n), w.local, s.Name, roles[s.Name]))
-		case (st == notReady || st == noticed) && !s.Maint() && (anyReady || w.setup.Static):
+			diffs = append(diffs, u.name+": no server")
+		case u.st == live && u.alive && (s.Maint() || s.Drain() || !s.Up()):
+			diffs = append(diffs, fmt.Sprintf("%s: ready and answering, server maint=%v drain=%v up=%v", u.name, s.Maint(), s.Drain(), s.Up()))
+		case roles != nil && u.st == live && u.alive && roles[s.Name] != (u.zone != w.local):
+			diffs = append(diffs, fmt.Sprintf("%s (%s, HAPROXY_LOCAL_ZONE %s): server %s backup=%v", u.name, u.zone, w.local, s.Name, roles[s.Name]))
+		case u.st == live && u.alive && s.Weight != u.weight:
+			diffs = append(diffs, fmt.Sprintf("%s: weight %d, server %s has %d", u.name, u.weight, s.Name, s.Weight))
+		case (u.st == notReady || u.st == noticed) && !s.Maint() && (anyReady || w.setup.Static):
 			// Kept in traffic only while no other server could serve
 			// (make-before-break): not beside a ready pod, nor beside the
 			// static server.
-			diffs = append(diffs, podName(n)+": not ready, server not in maintenance")
-		case st == terminating && s.Maint():
-			diffs = append(diffs, fmt.Sprintf("%s: terminating, server in maintenance", podName(n)))
-		case st == terminating && !s.Drain() && s.Weight != 0 && anyReady:
+			diffs = append(diffs, u.name+": not ready, server not in maintenance")
+		case u.st == terminating && s.Maint():
+			diffs = append(diffs, fmt.Sprintf("%s: terminating, server in maintenance", u.name))
+		case u.st == terminating && !s.Drain() && s.Weight != 0 && anyReady:
 			// Kept in traffic only while no other pod of this instance
 			// could serve (make-before-break).
-			diffs = append(diffs, fmt.Sprintf("%s: terminating, server in traffic beside a ready pod", podName(n)))
+			diffs = append(diffs, fmt.Sprintf("%s: terminating, server in traffic beside a ready pod", u.name))
 		}
-		delete(byAddr, podAddr(n))
+		delete(byAddr, u.addr)
 	}
 	if w.setup.Static && withStatic {
 		if s, ok := byAddr[podAddr(staticPod)]; !ok || s.Name != "static" || s.Maint() || s.Drain() {
@@ -353,6 +346,101 @@ func (w *world) convergedServers(tg *target, running map[string]haproxytest.Serv
 		diffs = append(diffs, fmt.Sprintf("%d servers of gone pods parked (%s), a batch is %d", len(waiting), strings.Join(waiting, " "), batch))
 	}
 	return diffs
+}
+
+// unit is what one of the service's servers stands for, as Kubernetes and
+// the history say it should be: a pod, or in node mode a Node.
+type unit struct {
+	name, addr string
+	st         podState // live: ready; terminating: drain; notReady: maintenance
+	alive      bool     // it answers: a check of its server passes
+	refused    bool     // HAProxy refuses its server (Config.Refused)
+	zone       string
+	weight     int // the weight its server must have in service
+}
+
+// units are the servers Kubernetes asks for now: one per pod, or in node
+// mode one per Node hosting pods (not labelled out), its state the best of
+// its pods' (ready, else terminating, else not ready) lowered by what the
+// Node has (a taint or a drained cordon: drain at most; a pin: that state).
+func (w *world) units() []unit {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	alive := func(n int) bool {
+		p := w.pods[n]
+		if p == nil {
+			return false
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.ln != nil
+	}
+	var out []unit
+	if w.setup.Nodes == 0 {
+		for n, st := range w.k8s {
+			out = append(out, unit{name: podName(n), addr: podAddr(n), st: st, alive: alive(n),
+				refused: n == w.setup.Config.Refused && n > 0, zone: zoneOf(n), weight: 1})
+		}
+		return out
+	}
+	type acc struct{ ready, term, any, answering int }
+	by := map[int]*acc{}
+	for n, st := range w.k8s {
+		k := nodeOf(n, w.setup.Nodes, w.setup.Zones)
+		a := by[k]
+		if a == nil {
+			a = &acc{}
+			by[k] = a
+		}
+		a.any++
+		switch st {
+		case live:
+			a.ready++
+			if alive(n) {
+				a.answering++
+			}
+		case terminating:
+			a.term++
+		}
+	}
+	rank := map[podState]int{live: 2, terminating: 1, notReady: 0}
+	for k, a := range by {
+		f := w.nflags[k]
+		if f.excluded {
+			continue
+		}
+		st := notReady
+		switch {
+		case a.ready > 0:
+			st = live
+		case a.term > 0:
+			st = terminating
+		}
+		lower := func(to podState) {
+			if rank[st] > rank[to] {
+				st = to
+			}
+		}
+		if f.taint != "" || f.cordoned && w.setup.Config.DrainCordoned {
+			lower(terminating)
+		}
+		switch f.pin {
+		case "drain":
+			st = terminating
+		case "maint":
+			st = notReady
+		}
+		u := unit{name: "Node " + nodeName(k), addr: nodeAddr(k), st: st, alive: !f.down && a.answering > 0, zone: nodeZone(k, w.setup.Nodes)}
+		if !w.setup.Zones {
+			u.zone = ""
+		}
+		u.weight = 1
+		if w.setup.Config.Weight {
+			u.weight = min(max(a.ready, 1), 256)
+		}
+		out = append(out, u)
+	}
+	return out
 }
 
 // persistedDiffs says how haproxy.cfg, as the Data Plane API wrote it,
@@ -432,15 +520,6 @@ func backupRoles(tg *target) (map[string]bool, error) {
 		out[f[sv]] = f[bck] == "1"
 	}
 	return out, nil
-}
-
-// others counts the servers of backend be that are not the service's: the
-// static one.
-func others(s Setup) int {
-	if s.Static {
-		return 1
-	}
-	return 0
 }
 
 // refusedName is the refused pod's name (its server's, less a prefix and

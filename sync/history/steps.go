@@ -86,7 +86,27 @@ const (
 	// as HAPROXY_LOCAL_ZONE (an operator's change; every server's role
 	// changes, histories with zones).
 	Crash Kind = "crash"
+	// Node steps (node mode): NodeTaint puts the autoscaler's or
+	// Karpenter's taint on Node (Fault), NodeCordon cordons it, NodePin
+	// pins its server's state with the annotation (Fault: drain or maint),
+	// NodeExclude labels it out of load balancers; each has its undoing.
+	// NodeDown: the Node dies, its kube-proxy and every pod process on it
+	// (Pods) at once, Kubernetes noticing late (Notice); NodeUp: it comes
+	// back, and its pods that died with it (Pods) with it.
+	NodeTaint    Kind = "node-taint"
+	NodeUntaint  Kind = "node-untaint"
+	NodeCordon   Kind = "node-cordon"
+	NodeUncordon Kind = "node-uncordon"
+	NodePin      Kind = "node-pin"
+	NodeUnpin    Kind = "node-unpin"
+	NodeExclude  Kind = "node-exclude"
+	NodeInclude  Kind = "node-include"
+	NodeDown     Kind = "node-down"
+	NodeUp       Kind = "node-up"
 )
+
+// nodeKind says whether k is a step on a Node.
+func nodeKind(k Kind) bool { return strings.HasPrefix(string(k), "node-") }
 
 // Step is one thing that happens, after Wait.
 type Step struct {
@@ -101,6 +121,8 @@ type Step struct {
 	// Fault and Times say what an APIFault does.
 	Fault string
 	Times int
+	// Node is the Node a node step concerns (node mode).
+	Node int
 }
 
 func (s Step) String() string {
@@ -119,6 +141,12 @@ func (s Step) String() string {
 		ps = append(ps, service3+" names "+backend)
 	case Crash:
 		ps = append(ps, s.Fault)
+	}
+	if nodeKind(s.Kind) {
+		ps = append(ps, nodeName(s.Node))
+		if s.Fault != "" {
+			ps = append(ps, s.Fault)
+		}
 	}
 	return fmt.Sprintf("+%v %s %s", s.Wait.Round(time.Millisecond), s.Kind, strings.Join(ps, ","))
 }
@@ -148,6 +176,11 @@ type Shape struct {
 	Services bool
 	// Crashes adds, in one history of two, Crash steps (withCrashes).
 	Crashes bool
+	// Nodes, when not 0, runs the pods on that many Nodes (node mode) and
+	// draws steps on the Nodes too, one draw in five; Zones places them
+	// (nodeOf). Run sets both from the setup.
+	Nodes int
+	Zones bool
 }
 
 // podState is a pod as the generator tracks it.
@@ -176,6 +209,19 @@ func Generate(seed uint64, shape Shape) []Step {
 	var now, pending time.Duration
 	var steps []Step
 	hungAt := time.Duration(-1) // when the second target began to hang; -1: it does not
+	var ng *nodeGen
+	if shape.Nodes > 0 {
+		ng = newNodeGen(shape.Nodes, shape.Zones)
+	}
+	// alloc is the next new pod's number: none lands on a Node that is down.
+	alloc := func() int {
+		for ng.downAt(next) {
+			next++
+		}
+		n := next
+		next++
+		return n
+	}
 	in := func(states ...podState) []int {
 		var out []int
 		for n := 1; n < next; n++ {
@@ -215,6 +261,13 @@ func Generate(seed uint64, shape Shape) []Step {
 		pending += wait
 		var st Step
 		var ok bool
+		if ng != nil && r.IntN(5) == 0 {
+			if st, ok = ng.step(r, pods); ok {
+				st.Wait, pending = pending, 0
+				steps = append(steps, st)
+			}
+			continue
+		}
 		if shape.Targets > 1 {
 			// The second target hangs now and then, for HangFor at least:
 			// longer than RECONCILE_TIMEOUT, so that a reconcile fails on
@@ -246,9 +299,9 @@ func Generate(seed uint64, shape Shape) []Step {
 			}
 			st = Step{Kind: Add}
 			for range n {
-				pods[next] = live
-				st.Pods = append(st.Pods, next)
-				next++
+				p := alloc()
+				pods[p] = live
+				st.Pods = append(st.Pods, p)
 			}
 		case roll < 38:
 			if hungAt >= 0 {
@@ -290,9 +343,19 @@ func Generate(seed uint64, shape Shape) []Step {
 				continue
 			}
 		case roll < 71:
-			if st, ok = transition(Revive, noticed, live); !ok {
+			// A pod of a Node that is down comes back with it (NodeUp).
+			var c []int
+			for _, p := range in(noticed) {
+				if !ng.downAt(p) {
+					c = append(c, p)
+				}
+			}
+			if len(c) == 0 {
 				continue
 			}
+			p := pick(c)
+			pods[p] = live
+			st = Step{Kind: Revive, Pods: []int{p}}
 		case roll < 80:
 			if st, ok = transition(NotReady, live, notReady); !ok {
 				continue
@@ -307,9 +370,9 @@ func Generate(seed uint64, shape Shape) []Step {
 				st.Target = r.IntN(shape.Targets)
 			}
 		case roll < 97 && len(pods) < shape.MaxPods:
-			pods[next] = unreachable
-			st = Step{Kind: AddDead, Pods: []int{next}}
-			next++
+			p := alloc()
+			pods[p] = unreachable
+			st = Step{Kind: AddDead, Pods: []int{p}}
 		case roll == 97:
 			old := in(live)
 			if hungAt >= 0 || len(old) == 0 || len(pods)+len(old) > shape.MaxPods {
@@ -320,9 +383,9 @@ func Generate(seed uint64, shape Shape) []Step {
 				pods[p], termAt[p] = terminating, now
 			}
 			for range old {
-				pods[next] = live
-				st.Pods = append(st.Pods, next)
-				next++
+				p := alloc()
+				pods[p] = live
+				st.Pods = append(st.Pods, p)
 			}
 		case roll >= 98 && len(pods) < shape.MaxPods:
 			if hungAt >= 0 {
@@ -339,9 +402,9 @@ func Generate(seed uint64, shape Shape) []Step {
 			}
 			p := pick(c)
 			delete(pods, p)
-			pods[next] = live
-			st = Step{Kind: Recreate, Pods: []int{p, next}}
-			next++
+			n := alloc()
+			pods[n] = live
+			st = Step{Kind: Recreate, Pods: []int{p, n}}
 		default:
 			continue
 		}

@@ -77,6 +77,10 @@ type Setup struct {
 	// through the fleet: web names be, and a second Service, web2, may
 	// name be2 (ServiceJoin); see world_services.go.
 	Services bool
+	// Nodes, when not 0, is node mode (TARGET_ADDRESS=node, the shipped
+	// default): the pods run on that many Nodes, each a kube-proxy of its
+	// own (nodes.go). NodeSetupOf draws it.
+	Nodes int
 	// Config is the service's configuration, drawn from the seed too.
 	Config Config
 }
@@ -128,6 +132,10 @@ type world struct {
 	first *process
 	cfg   config.Config
 	local string
+	// nodes are the Nodes' kube-proxies, nflags what the history did to
+	// them (node mode).
+	nodes  map[int]*nodeProxy
+	nflags map[int]*nodeFlags
 }
 
 // newWorld starts the HAProxy targets (and their Data Plane test APIs when
@@ -159,8 +167,13 @@ func newWorld(t testing.TB, s Setup) *world {
 		}
 	}
 	traceServers(t, w.targets)
+	mode := "pod"
+	if s.Nodes > 0 {
+		mode = "node"
+		w.startNodes()
+	}
 	env := map[string]string{
-		"TARGET_ADDRESS": "pod", "INGRESS_NAMESPACE": namespace, "INGRESS_SERVICE_NAME": service,
+		"TARGET_ADDRESS": mode, "INGRESS_NAMESPACE": namespace, "INGRESS_SERVICE_NAME": service,
 		"HAPROXY_BACKEND_NAME": backend, "ALLOWED_SERVER_CIDRS": "127.0.0.0/8",
 		"HAPROXY_RUNTIME_URL": strings.Join(runtimes, ","), "HAPROXY_DATAPLANE_URL": strings.Join(apis, ","),
 		"CLUSTER_NAME": "", "HAPROXY_LOCAL_ZONE": "",
@@ -186,11 +199,11 @@ func newWorld(t testing.TB, s Setup) *world {
 		t.Fatal(err)
 	}
 	w.check = cfg.Check()
+	w.cfg = cfg
 	w.live = desiredtest.NewLive(w.input())
 	if s.Services {
 		w.poke, w.close = w.startFleet(cfg)
 	} else {
-		w.cfg = cfg
 		w.first = startProcess(t, cfg, w.live, w.writer(0))
 		w.poke = func() {
 			w.mu.Lock()
@@ -273,15 +286,23 @@ func (w *world) input() desired.Input {
 			z := zoneOf(n)
 			ep.Zone = &z
 		}
+		if w.setup.Nodes > 0 {
+			node := nodeName(nodeOf(n, w.setup.Nodes, w.setup.Zones))
+			ep.NodeName = &node
+		}
 		sl.Endpoints = append(sl.Endpoints, ep)
 	}
 	for _, i := range order {
 		slices = append(slices, *bySlice[i])
 	}
-	return desired.Input{
+	in := desired.Input{
 		Service: w.serviceObject(service, backend),
 		Slices:  slices,
 	}
+	if w.setup.Nodes > 0 {
+		in.Nodes = w.nodeObjects()
+	}
+	return in
 }
 
 // setPods starts pods 1..n, ready, and tells the service.
@@ -305,6 +326,9 @@ func (w *world) apply(st Step, index int) error {
 		return w.svc.apply(st)
 	case Crash:
 		return w.crash(st)
+	}
+	if nodeKind(st.Kind) {
+		return w.nodeStep(st)
 	}
 	for _, n := range st.Pods {
 		w.mu.Lock()

@@ -91,6 +91,13 @@ func (w *world) serviceObject(name, be string) *corev1.Service {
 	if w.setup.Services && be != "" {
 		svc.Annotations = map[string]string{svcs.Annotation: be}
 	}
+	if w.setup.Nodes > 0 {
+		// Every Node's kube-proxy takes the Service on the port the pods
+		// listen on, at its own address, and only to its own pods.
+		svc.Spec.Type = corev1.ServiceTypeNodePort
+		svc.Spec.Ports[0].NodePort = int32(w.port)
+		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	}
 	return svc
 }
 
