@@ -52,7 +52,7 @@ type obs struct {
 	refused bool // obsAPIWrite
 	// excluded (obsNode): the Node is labelled out of load balancers.
 	excluded bool
-	gate    bool // obsGate: in service on every target
+	gate     bool // obsGate: in service on every target
 	// obsReconcile: when it began, and what failed on which target.
 	began    time.Time
 	failures []targetFailure
