@@ -88,7 +88,7 @@ func run(args []string) int {
 	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	var dryRun *bool
-	usage := "usage: haproxy-k8s-sync serve [--manifests PATH]\n\nThe HTTP service: watches the Service and reconciles on every change, and on POST /reconcile."
+	usage := "usage: haproxy-k8s-sync serve [--manifests PATH]\n\nThe HTTP service: watches the Service (with --manifests, the files: at start and on every change) and reconciles on every change, and on POST /reconcile."
 	if cmd == "reconcile" {
 		dryRun = fs.Bool("dry-run", false, "plan only, apply nothing; with --manifests and no HAProxy URL, plan against empty backends")
 		usage = "usage: haproxy-k8s-sync reconcile [--dry-run] [--manifests PATH]\n\nOne reconcile, the result as JSON on stdout; exit 0 on success, 1 on failure."
@@ -172,7 +172,7 @@ func run(args []string) int {
 	}
 	log.Info("configured", "command", "serve", "source", source, "config", cfg.String(), "owns", cfg.Owns(),
 		"watch", cfg.Watch && kc != nil, "resync", cfg.ResyncPeriod.String(), "webhookAuth", cfg.WebhookAuth)
-	if err := serve(cfg, rec, checks, kc, log, m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
+	if err := serve(cfg, *manifests, rec, checks, kc, log, m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
 		log.Error("serve", "error", err)
 		return 1
 	}
@@ -462,8 +462,10 @@ func newSource(cfg config.Config, manifests string, nodes bool) (reconcile.Sourc
 // requests and the running reconcile (bounded by the reconcile timeout) and
 // returns. With WATCH (and a Kubernetes client) it watches the Service's
 // objects and reconciles by itself on every change that can matter; with
-// RESYNC_PERIOD it also reconciles on that period.
-func serve(cfg config.Config, rec *reconcile.Reconciler, checks map[string]reconcile.CheckReader, kc *kube.Client, log *slog.Logger, m *metrics.Metrics, metricsHandler http.Handler) error {
+// manifests (--manifests' path) it reconciles at start and whenever the
+// files change (watch.Manifests); with RESYNC_PERIOD it also reconciles on
+// that period.
+func serve(cfg config.Config, manifests string, rec *reconcile.Reconciler, checks map[string]reconcile.CheckReader, kc *kube.Client, log *slog.Logger, m *metrics.Metrics, metricsHandler http.Handler) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	wrapped := m.WrapReconciler(rec)
@@ -474,7 +476,7 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, checks map[string]recon
 		go ev.Run(ctx)
 		wrapped = ev.Wrap(wrapped)
 	}
-	p := newPokes(cfg, wrapped, checks, kc, rec.Options.Mode == desired.NodeMode, log, m)
+	p := newPokes(cfg, wrapped, checks, kc, manifests, rec.Options.Mode == desired.NodeMode, log, m)
 	authn, err := newAuthenticator(cfg, kc)
 	if err != nil {
 		return err
