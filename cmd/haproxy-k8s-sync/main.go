@@ -88,7 +88,7 @@ func run(args []string) int {
 	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	var dryRun *bool
-	usage := "usage: haproxy-k8s-sync serve [--manifests PATH]\n\nThe HTTP service: watches the Service and reconciles on every change, and on POST /reconcile."
+	usage := "usage: haproxy-k8s-sync serve [--manifests PATH]\n\nThe HTTP service: watches the Service (with --manifests, the files: at start and on every change) and reconciles on every change, and on POST /reconcile."
 	if cmd == "reconcile" {
 		dryRun = fs.Bool("dry-run", false, "plan only, apply nothing; with --manifests and no HAProxy URL, plan against empty backends")
 		usage = "usage: haproxy-k8s-sync reconcile [--dry-run] [--manifests PATH]\n\nOne reconcile, the result as JSON on stdout; exit 0 on success, 1 on failure."
@@ -172,7 +172,7 @@ func run(args []string) int {
 	}
 	log.Info("configured", "command", "serve", "source", source, "config", cfg.String(), "owns", cfg.Owns(),
 		"watch", cfg.Watch && kc != nil, "resync", cfg.ResyncPeriod.String(), "webhookAuth", cfg.WebhookAuth)
-	if err := serve(cfg, rec, checks, kc, log, m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
+	if err := serve(cfg, *manifests, rec, checks, kc, log, m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
 		log.Error("serve", "error", err)
 		return 1
 	}
@@ -205,35 +205,37 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code
 const settleTime = time.Minute
 
 // reconcileOnce runs the reconcile command: one reconcile, then, unless it
-// is a dry run, more while servers it gated wait for their first passed
-// check or servers it parked wait for their sessions to end (up to
-// settleTime), so that what it started is finished when it exits; it says
-// at info what it waits for, once. The reconciles' result, together
-// (reconcile.Settle), goes to stdout; exit 1 when one failed or servers
-// still wait for their check.
+// is a dry run, more of each target while servers it gated there wait for
+// their first passed check or servers it parked wait for their sessions to
+// end (up to settleTime), so that what it started is finished when it
+// exits; it says at info what it waits for, once a target. Each target is
+// followed on its own (reconcile.Settler): one down or hung holds back
+// nothing on the others, and the run then exits 1 naming it. The
+// reconciles' result, together, goes to stdout; exit 1 when a target
+// failed or servers still wait for their check.
 func reconcileOnce(rec *reconcile.Reconciler, checks map[string]reconcile.CheckReader, dryRun bool, log *slog.Logger) int {
 	ctx := context.Background()
-	var told bool
-	run := func(ctx context.Context) (reconcile.Result, error) {
-		res, err := rec.Reconcile(ctx, dryRun)
-		if err == nil && !dryRun && !told {
-			told = tellWait(log, res)
-		}
-		return res, err
-	}
+	run := func(ctx context.Context) (reconcile.Result, error) { return rec.Reconcile(ctx, dryRun) }
 	var res reconcile.Result
 	var err error
 	if dryRun {
 		res, err = run(ctx)
 	} else {
 		sctx, cancel := context.WithTimeout(ctx, settleTime)
-		res, err = reconcile.Settle(sctx, run, checks, 25*time.Millisecond)
+		s := &reconcile.Settler{Run: run, Checks: checks, Poll: 25 * time.Millisecond,
+			Waits: func(target string, trs []reconcile.TargetResult) {
+				tellWait(log.With("target", target), reconcile.Result{Targets: trs})
+			}}
+		res, err = s.Settle(sctx)
 		cancel()
 		if errors.Is(err, reconcile.ErrStillWaiting) {
 			log.Error("servers never passed their health check: does something answer at their address and port (in node mode the Node's InternalIP and nodePort)?",
 				"waited", settleTime.String(), "servers", held(res, func(t reconcile.TargetResult) []string { return t.Waiting }))
 		} else if d := held(res, func(t reconcile.TargetResult) []string { return t.Draining }); err == nil && len(d) > 0 {
 			log.Info("servers still have sessions: parked, out of traffic; the next reconcile deletes them once their sessions end", "waited", settleTime.String(), "servers", d)
+		}
+		if errors.Is(err, reconcile.ErrTargets) {
+			log.Error("reconcile failed on a target; the other targets were reconciled and their servers waited for", "error", err.Error(), "errorClass", res.ErrorClass)
 		}
 	}
 	res.LogWarnings(log)
@@ -245,8 +247,8 @@ func reconcileOnce(rec *reconcile.Reconciler, checks map[string]reconcile.CheckR
 }
 
 // tellWait logs, at info, what a one-shot reconcile waits for before it
-// exits, and reports whether it did: a run that waits silently looks hung.
-func tellWait(log *slog.Logger, res reconcile.Result) bool {
+// exits: a run that waits silently looks hung.
+func tellWait(log *slog.Logger, res reconcile.Result) {
 	w := held(res, func(t reconcile.TargetResult) []string { return t.Waiting })
 	d := held(res, func(t reconcile.TargetResult) []string { return t.Draining })
 	if len(w) > 0 {
@@ -255,7 +257,6 @@ func tellWait(log *slog.Logger, res reconcile.Result) bool {
 	if len(d) > 0 {
 		log.Info("waiting for removed servers' sessions to end before deleting them", "servers", d, "upTo", settleTime.String())
 	}
-	return len(w) > 0 || len(d) > 0
 }
 
 // held lists, as target/backend/server, the servers pick takes from each
@@ -461,8 +462,10 @@ func newSource(cfg config.Config, manifests string, nodes bool) (reconcile.Sourc
 // requests and the running reconcile (bounded by the reconcile timeout) and
 // returns. With WATCH (and a Kubernetes client) it watches the Service's
 // objects and reconciles by itself on every change that can matter; with
-// RESYNC_PERIOD it also reconciles on that period.
-func serve(cfg config.Config, rec *reconcile.Reconciler, checks map[string]reconcile.CheckReader, kc *kube.Client, log *slog.Logger, m *metrics.Metrics, metricsHandler http.Handler) error {
+// manifests (--manifests' path) it reconciles at start and whenever the
+// files change (watch.Manifests); with RESYNC_PERIOD it also reconciles on
+// that period.
+func serve(cfg config.Config, manifests string, rec *reconcile.Reconciler, checks map[string]reconcile.CheckReader, kc *kube.Client, log *slog.Logger, m *metrics.Metrics, metricsHandler http.Handler) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	wrapped := m.WrapReconciler(rec)
@@ -473,7 +476,7 @@ func serve(cfg config.Config, rec *reconcile.Reconciler, checks map[string]recon
 		go ev.Run(ctx)
 		wrapped = ev.Wrap(wrapped)
 	}
-	p := newPokes(cfg, wrapped, checks, kc, rec.Options.Mode == desired.NodeMode, log, m)
+	p := newPokes(cfg, wrapped, checks, kc, manifests, rec.Options.Mode == desired.NodeMode, log, m)
 	authn, err := newAuthenticator(cfg, kc)
 	if err != nil {
 		return err

@@ -23,8 +23,10 @@ import (
 )
 
 // pokes is everything that asks serve's coalescer for a reconcile besides
-// the HTTP callers: the watch, the first reconcile, the resync tick, the
-// follow-up, and a reload of HAProxy that the service did not cause. Each poke is counted and logged by its source.
+// the HTTP callers: the watch (or, with --manifests, the files' poll), the
+// first reconcile, the resync tick, the follow-up, and a reload of HAProxy
+// that the service did not cause. Each poke is counted and logged by its
+// source.
 type pokes struct {
 	shared *reconcile.Coalescer
 	// runs is the context every reconcile of shared runs in: endRuns
@@ -34,13 +36,16 @@ type pokes struct {
 	closing    atomic.Bool
 	follow     *reconcile.FollowUp
 	watcher    *watch.Watcher   // nil without WATCH or a Kubernetes client
+	manifests  *watch.Manifests // nil without --manifests
 	reloads    *reloads.Watcher // nil without a runtime socket
 	reconciled atomic.Bool      // a poked reconcile has run, whatever its result
 	log        *slog.Logger
 	m          *metrics.Metrics
 }
 
-func newPokes(cfg config.Config, r reconcile.Runner, checks map[string]reconcile.CheckReader, kc *kube.Client, nodeMode bool, log *slog.Logger, m *metrics.Metrics) *pokes {
+// newPokes wires the pokes of serve; manifests is --manifests' path, empty
+// when Kubernetes is read.
+func newPokes(cfg config.Config, r reconcile.Runner, checks map[string]reconcile.CheckReader, kc *kube.Client, manifests string, nodeMode bool, log *slog.Logger, m *metrics.Metrics) *pokes {
 	p := &pokes{log: log, m: m, follow: &reconcile.FollowUp{Checks: checks}}
 	p.runs, p.endRuns = context.WithCancel(context.Background())
 	p.shared = reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) { return p.run(ctx, r) })
@@ -57,6 +62,9 @@ func newPokes(cfg config.Config, r reconcile.Runner, checks map[string]reconcile
 	})
 	if rw := reloadWatcher(checks, log, func(target string) { p.poke("reload", "HAProxy reloaded: "+target) }); rw != nil {
 		p.reloads = rw
+	}
+	if manifests != "" {
+		p.manifests = &watch.Manifests{Version: func() (string, error) { return kube.ManifestsVersion(manifests) }, Poke: p.poke, Log: log}
 	}
 	if cfg.Watch && kc != nil {
 		p.watcher = &watch.Watcher{
@@ -122,13 +130,17 @@ func (p *pokes) ready() bool {
 }
 
 // start runs the watch (and the first reconcile: whatever happened before
-// the watches began) and the resync tick until stop, which waits for them.
+// the watches began), or the manifests' poll (which asks for the first
+// reconcile itself), and the resync tick until stop, which waits for them.
 func (p *pokes) start(ctx context.Context, resync time.Duration) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	if p.watcher != nil {
 		wg.Go(func() { p.watcher.Run(ctx) })
 		p.poke("start", "start")
+	}
+	if p.manifests != nil {
+		wg.Go(func() { p.manifests.Run(ctx) })
 	}
 	if p.reloads != nil {
 		wg.Go(func() { p.reloads.Run(ctx) })

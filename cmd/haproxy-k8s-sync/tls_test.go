@@ -12,8 +12,9 @@ import (
 
 // TestReconcileThroughTLSAdminSocket: the command reaches a real HAProxy's
 // admin socket through HAProxy's TLS listener with the files the
-// HAPROXY_RUNTIME_TLS_ variables name, and a wrong CA fails the read as a
-// permanent failure.
+// HAPROXY_RUNTIME_TLS_ variables name; a wrong CA, or a client certificate
+// HAProxy refuses, fails the read as a permanent failure at the first
+// attempt.
 func TestReconcileThroughTLSAdminSocket(t *testing.T) {
 	if _, err := haproxytest.Binary(); err != nil {
 		t.Skip(err)
@@ -31,9 +32,10 @@ func TestReconcileThroughTLSAdminSocket(t *testing.T) {
 	var res struct {
 		Status  string
 		Targets []struct {
-			Error string
-			Class string `json:"errorClass"`
-			Add   []string
+			Error    string
+			Class    string `json:"errorClass"`
+			Add      []string
+			Attempts int
 		}
 	}
 	code, stdout, stderr := runCommand(t, "reconcile --dry-run --manifests "+demoCluster, env...)
@@ -49,7 +51,17 @@ func TestReconcileThroughTLSAdminSocket(t *testing.T) {
 	haproxytest.WriteFile(t, filepath.Join(dir, "ca.crt"), other.PEM)
 	code, stdout, _ = runCommand(t, "reconcile --dry-run --manifests "+demoCluster, env...)
 	if code != 1 || json.Unmarshal([]byte(stdout), &res) != nil || len(res.Targets) != 1 ||
-		!strings.Contains(res.Targets[0].Error, "unknown authority") || res.Targets[0].Class != "permanent" {
+		!strings.Contains(res.Targets[0].Error, "unknown authority") || res.Targets[0].Class != "permanent" || res.Targets[0].Attempts != 1 {
 		t.Errorf("server certificate from another CA: exit %d, stdout %s", code, stdout)
+	}
+
+	// The right CA, and a client certificate another CA issued: HAProxy
+	// refuses it (an alert, at the first read under TLS 1.3).
+	haproxytest.WriteFile(t, filepath.Join(dir, "ca.crt"), ca.PEM)
+	other.Issue(t, "haproxy-k8s-sync", true, time.Now().Add(time.Hour)).Write(t, dir, "tls")
+	code, stdout, _ = runCommand(t, "reconcile --manifests "+demoCluster, env...)
+	if code != 1 || json.Unmarshal([]byte(stdout), &res) != nil || len(res.Targets) != 1 ||
+		!strings.Contains(res.Targets[0].Error, "remote error") || res.Targets[0].Class != "permanent" || res.Targets[0].Attempts != 1 {
+		t.Errorf("a client certificate HAProxy refuses: exit %d, stdout %s", code, stdout)
 	}
 }

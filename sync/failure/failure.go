@@ -14,9 +14,11 @@
 //     follow-up and the caller try again later;
 //   - Permanent: the target refuses what is asked, or cannot be managed as
 //     configured (a balance algorithm that cannot take runtime servers, a
-//     4xx from the Data Plane API, a refused runtime command, a TLS
-//     handshake refused by either side). Nothing helps until someone
-//     changes the configuration.
+//     backend HAProxy does not have, a 4xx from the Data Plane API, a
+//     refused runtime command, a TLS handshake refused by either side, a
+//     socket this process may not open). Nothing helps until someone
+//     changes the configuration: it is said at the first attempt, not
+//     retried until the reconcile's timeout.
 package failure
 
 import (
@@ -46,9 +48,16 @@ type Classed interface {
 // Of returns err's class: Permanent for an *InputError, Unreachable when
 // nothing listened (connection
 // refused, no such socket) or the host name does not exist, wherever that
-// sits in the chain, Temporary when a deadline ran out, else the class of
-// the first error in the chain that has one, else Permanent: an error
-// nobody classed is not retried. Of(nil) is "".
+// sits in the chain, Permanent for permission denied (EACCES: a unix
+// socket whose mode or directory this process's user may not open; the
+// NetworkError around it would say Temporary, and 30 s of retries would
+// only delay saying it) and for a TLS handshake refused, Temporary when a
+// deadline ran out, else the class of the first error in the chain that
+// has one, else Permanent: an error nobody classed is not retried. Of(nil)
+// is "".
+//
+// EPERM stays with the chain's class: a connect refused by a local
+// firewall rule says so, but so does a full conntrack table, which clears.
 //
 // A name that does not resolve is answered by the resolver at once and
 // stays so until someone creates it or fixes the URL: retrying it for the
@@ -68,7 +77,7 @@ func Of(err error) Class {
 	if errors.As(err, &dns) && dns.IsNotFound {
 		return Unreachable
 	}
-	if TLSRefused(err) {
+	if errors.Is(err, syscall.EACCES) || TLSRefused(err) {
 		return Permanent
 	}
 	if errors.Is(err, context.DeadlineExceeded) {

@@ -3,6 +3,8 @@ package kube
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -76,6 +78,29 @@ func (f *FileSource) keep(in *desired.Input, o runtime.Object) {
 			in.Nodes = append(in.Nodes, *x)
 		}
 	}
+}
+
+// ManifestsVersion is a digest of what FileSource reads at path (the file,
+// or the manifest files of the directory): their names and contents. It
+// changes when an edit, a file added or a file removed changes what a read
+// would see, and not when a file is only touched; nor does it miss a file
+// replaced with an older modification time (cp -p, a tar extract, a
+// ConfigMap's symlink swap), which a check of modification times would.
+func ManifestsVersion(path string) (string, error) {
+	files, err := manifestFiles(path)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("manifests: %w", err)
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", filepath.Base(f), len(data))
+		h.Write(data)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func manifestFiles(path string) ([]string, error) {

@@ -75,3 +75,51 @@ func TestFileSourceErrors(t *testing.T) {
 		t.Error("missing path accepted")
 	}
 }
+
+// TestManifestsVersion: the version changes with what a read would see (an
+// edit, a file added to or removed from the directory, even one written
+// with its old modification time) and not with a touch, nor with a file of
+// another extension.
+func TestManifestsVersion(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	write("a.yaml", "kind: Service\n")
+	for _, tt := range []struct {
+		step    string
+		do      func()
+		changes bool
+	}{
+		{"nothing", func() {}, false},
+		{"a touch", func() { _ = os.Chtimes(filepath.Join(dir, "a.yaml"), time.Now(), time.Now()) }, false},
+		{"a file of another kind", func() { write("notes.txt", "x") }, false},
+		{"an edit", func() { write("a.yaml", "kind: Node\n") }, true},
+		{"an edit of the same size, its old time kept", func() {
+			write("a.yaml", "kind: Nope\n")
+			_ = os.Chtimes(filepath.Join(dir, "a.yaml"), old, old)
+		}, true},
+		{"a file added", func() { write("b.json", "{}") }, true},
+		{"a file removed", func() { _ = os.Remove(filepath.Join(dir, "b.json")) }, true},
+	} {
+		before, err := ManifestsVersion(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tt.do()
+		after, err := ManifestsVersion(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (before != after) != tt.changes {
+			t.Errorf("%s: changed %v, want %v", tt.step, before != after, tt.changes)
+		}
+	}
+	if _, err := ManifestsVersion(filepath.Join(dir, "gone.yaml")); err == nil {
+		t.Error("a path that is not there has a version")
+	}
+}

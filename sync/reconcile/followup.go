@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -449,93 +448,6 @@ func (r Result) draining() bool {
 		}
 	}
 	return false
-}
-
-// Settle runs reconciles until no server waits for its check and no
-// unwanted server waits for its sessions to end, reading the targets'
-// checks through checks between them (a reconcile as soon as one passed, at
-// least every second), or until ctx ends: what a one-shot reconcile does so
-// that it finishes what it started (a removed server is parked first, and
-// deleted by a later reconcile once its sessions ended). It returns the
-// last result; the error is the last reconcile's, or ErrStillWaiting when
-// ctx ended with servers still waiting for their check. Servers still
-// draining then are no error: their sessions are the clients' to end, and
-// the result lists them.
-//
-// The result is the reconciles' together: each target's lists hold what
-// any of them did, its attempts add up, and its waiting, guarded, capped,
-// draining and server counts are the last one's.
-func Settle(ctx context.Context, run func(context.Context) (Result, error), checks map[string]CheckReader, poll time.Duration) (Result, error) {
-	start := time.Now()
-	f := &FollowUp{Checks: checks, Poll: poll}
-	defer f.Stop()
-	woke := make(chan struct{}, 1)
-	wake := func(string) {
-		select {
-		case woke <- struct{}{}:
-		default:
-		}
-	}
-	res, err := run(ctx)
-	for err == nil && (len(waitingByTarget(res)) > 0 || res.draining()) {
-		f.Observe(res, nil, wake)
-		limit := time.NewTimer(time.Second)
-		ended := false
-		select {
-		case <-woke:
-		case <-limit.C:
-		case <-ctx.Done():
-			ended = true
-		}
-		limit.Stop()
-		if ended {
-			if len(waitingByTarget(res)) > 0 {
-				err = ErrStillWaiting
-			}
-			break
-		}
-		var next Result
-		next, err = run(ctx)
-		res = merged(res, next)
-	}
-	res.DurationMs = float64(time.Since(start).Microseconds()) / 1000
-	if errors.Is(err, ErrStillWaiting) {
-		res.Status, res.Error = StatusError, err.Error()
-	}
-	return res, err
-}
-
-// merged is next with each target's lists joined to prev's (see Settle).
-func merged(prev, next Result) Result {
-	before := map[[2]string]TargetResult{}
-	for _, t := range prev.Targets {
-		before[[2]string{t.Target, t.Backend}] = t
-	}
-	if next.Status == StatusUnchanged && prev.Status == StatusApplied {
-		next.Status = StatusApplied
-	}
-	targets := make([]TargetResult, len(next.Targets))
-	for i, t := range next.Targets {
-		if p, ok := before[[2]string{t.Target, t.Backend}]; ok {
-			t.Add, t.Update, t.Drain = union(p.Add, t.Add), union(p.Update, t.Update), union(p.Drain, t.Drain)
-			t.Maint, t.Delete = union(p.Maint, t.Maint), union(p.Delete, t.Delete)
-			t.Reload = t.Reload || p.Reload
-			t.Attempts += p.Attempts
-		}
-		targets[i] = t
-	}
-	next.Targets = targets
-	return next
-}
-
-// ErrStillWaiting means servers still waited for their first passed check
-// when the time given to them ended.
-var ErrStillWaiting = errStillWaiting{}
-
-type errStillWaiting struct{}
-
-func (errStillWaiting) Error() string {
-	return "servers still wait for their first passed health check"
 }
 
 // dueCount counts, on cr, the servers of backends (their waiting servers)

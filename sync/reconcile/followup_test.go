@@ -423,42 +423,6 @@ func TestFollowUpLooksAgainWhilePodsStart(t *testing.T) {
 	}
 }
 
-func TestSettleRunsUntilNothingWaits(t *testing.T) {
-	a := &checks{passed: map[string]bool{"n1": true}}
-	runs := 0
-	run := func(context.Context) (Result, error) {
-		runs++
-		tr := TargetResult{Target: "a", Backend: "be", Attempts: 1, Add: []string{}, Update: []string{}}
-		if runs == 1 {
-			tr.Add, tr.Waiting = []string{"n1"}, []string{"n1"}
-			return Result{Status: StatusApplied, Targets: []TargetResult{tr}}, nil
-		}
-		tr.Update = []string{"n1"}
-		return Result{Status: StatusApplied, Targets: []TargetResult{tr}}, nil
-	}
-	res, err := Settle(context.Background(), run, map[string]CheckReader{"a": a}, time.Millisecond)
-	if err != nil || runs != 2 {
-		t.Fatalf("err %v after %d runs, want nil after 2", err, runs)
-	}
-	tr := res.Targets[0]
-	if !reflect.DeepEqual(tr.Add, []string{"n1"}) || !reflect.DeepEqual(tr.Update, []string{"n1"}) || tr.Attempts != 2 || len(tr.Waiting) != 0 {
-		t.Errorf("merged result %+v", tr)
-	}
-}
-
-func TestSettleGivesUpWithServersWaiting(t *testing.T) {
-	a := &checks{passed: map[string]bool{"n1": false}}
-	run := func(context.Context) (Result, error) {
-		return Result{Status: StatusApplied, Targets: []TargetResult{waiting("a", "n1")}}, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
-	defer cancel()
-	res, err := Settle(ctx, run, map[string]CheckReader{"a": a}, time.Millisecond)
-	if !errors.Is(err, ErrStillWaiting) || res.Status != StatusError || len(res.Targets[0].Waiting) != 1 {
-		t.Fatalf("err %v, result %+v; want ErrStillWaiting, status error, n1 still waiting", err, res)
-	}
-}
-
 // TestFollowUpDrainingSlowsDown: a server parked with a long-lived session
 // (the shipped drain timeout is 0) is asked after every second at first,
 // then every 10 s past the patience, not every second for the session's
@@ -565,41 +529,5 @@ func TestFollowUpEntersTargetByTarget(t *testing.T) {
 	clock.advance(0)
 	if want := []string{"the readiness gate needs every target"}; !reflect.DeepEqual(p.got(), want) {
 		t.Errorf("pokes %v, want %v", p.got(), want)
-	}
-}
-
-// TestSettleDeletesWhatItParked: a removed server is parked first and
-// deleted by a later reconcile once its sessions ended; the one-shot
-// reconcile runs that one too, so one command removes it. Sessions that
-// outlive the bound are no failure: the result lists them as draining.
-func TestSettleDeletesWhatItParked(t *testing.T) {
-	runs := 0
-	run := func(context.Context) (Result, error) {
-		runs++
-		tr := TargetResult{Target: "a", Backend: "be", Attempts: 1, Add: []string{}, Update: []string{}}
-		if runs == 1 {
-			tr.Maint, tr.Draining = []string{"n3"}, []string{"n3"}
-		} else {
-			tr.Delete = []string{"n3"}
-		}
-		return Result{Status: StatusApplied, Targets: []TargetResult{tr}}, nil
-	}
-	res, err := Settle(context.Background(), run, nil, time.Millisecond)
-	if err != nil || runs != 2 {
-		t.Fatalf("err %v after %d runs, want nil after 2", err, runs)
-	}
-	if tr := res.Targets[0]; !reflect.DeepEqual(tr.Maint, []string{"n3"}) || !reflect.DeepEqual(tr.Delete, []string{"n3"}) || len(tr.Draining) != 0 {
-		t.Errorf("merged result %+v", tr)
-	}
-
-	held := func(context.Context) (Result, error) {
-		tr := TargetResult{Target: "a", Backend: "be", Attempts: 1, Draining: []string{"n3"}}
-		return Result{Status: StatusUnchanged, Targets: []TargetResult{tr}}, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
-	defer cancel()
-	res, err = Settle(ctx, held, nil, time.Millisecond)
-	if err != nil || res.Status == StatusError || len(res.Targets[0].Draining) != 1 {
-		t.Errorf("sessions that outlive the bound: err %v, result %+v; want no error, n3 draining", err, res)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -158,6 +160,39 @@ func TestPermanentErrorIsNotRetried(t *testing.T) {
 	res, err := r.Reconcile(context.Background(), false)
 	if err == nil || res.Targets[0].Attempts != 1 || !strings.Contains(res.Targets[0].Error, "bad config") || res.Targets[0].ErrorClass != failure.Permanent {
 		t.Fatalf("err %v %+v", err, res.Targets)
+	}
+}
+
+// TestUnmendableFailuresAreNotRetried: a read that fails for what cannot
+// mend until someone changes the configuration fails the target at the
+// first attempt, permanent, not after RECONCILE_TIMEOUT of retries: the
+// admin socket's permission denied (as the runtime driver wraps it), a
+// backend HAProxy does not have, a client certificate HAProxy refuses. A
+// connection that broke, for contrast, is retried.
+func TestUnmendableFailuresAreNotRetried(t *testing.T) {
+	denied := &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", syscall.EACCES)}
+	for _, tt := range []struct {
+		name  string
+		err   error
+		class failure.Class
+	}{
+		{"permission denied on the admin socket", &failure.NetworkError{Err: fmt.Errorf("dial /run/haproxy/admin.sock: %w", denied)}, failure.Permanent},
+		{"a backend HAProxy does not have", &failure.BackendError{Backend: "be", Reason: "the running HAProxy has no backend of that name"}, failure.Permanent},
+		{"a client certificate HAProxy refuses", &failure.NetworkError{Err: fmt.Errorf("read reply to \"show servers state be\": %w",
+			&net.OpError{Op: "remote error", Err: errors.New("tls: unknown certificate authority")})}, failure.Permanent},
+		{"a connection that broke", &failure.NetworkError{Err: &net.OpError{Op: "read", Net: "unix", Err: syscall.ECONNRESET}}, failure.Temporary},
+	} {
+		d := &reconciletest.Driver{ID: "a", ReadErr: tt.err}
+		r := reconciler(&desiredtest.Source{In: cluster("10.244.0.1")}, d)
+		r.Timeout = 300 * time.Millisecond
+		start := time.Now()
+		res, err := r.Reconcile(context.Background(), false)
+		took := time.Since(start)
+		tr := res.Targets[0]
+		once := tt.class == failure.Permanent
+		if err == nil || tr.ErrorClass != tt.class || res.ErrorClass != tt.class || (tr.Attempts == 1) != once || once && took > 200*time.Millisecond {
+			t.Errorf("%s: %d attempts in %s, class %q (result %q), err %v; want %s, retried %v", tt.name, tr.Attempts, took, tr.ErrorClass, res.ErrorClass, err, tt.class, !once)
+		}
 	}
 }
 

@@ -248,12 +248,18 @@ func (c *Client) ReadRuntime(ctx context.Context, backend string) ([]model.Serve
 	return servers, nil
 }
 
-// serversState reads "show servers state" of backend.
+// serversState reads "show servers state" of backend. A backend the
+// running HAProxy does not have (it answers "Can't find backend.", 2.6 as
+// 3.x) is a failure.BackendError: permanent, and said as what to fix.
 func (c *Client) serversState(ctx context.Context, backend string) ([]model.Server, error) {
 	cmd := "show servers state " + backend
 	reply, err := c.sock.Command(ctx, cmd)
 	if err != nil {
 		return nil, err
+	}
+	if strings.HasPrefix(strings.TrimSpace(reply), "Can't find backend") {
+		return nil, &failure.BackendError{Backend: backend, Reason: fmt.Sprintf(
+			"the running HAProxy has no backend of that name (%q answered %q): HAPROXY_BACKEND_NAME or HAPROXY_BACKENDS must name a backend its haproxy.cfg declares and it has loaded", cmd, strings.TrimSpace(reply))}
 	}
 	servers, err := ParseServersState(reply, backend, c.check.Rise, c.check.Fall)
 	if err != nil {

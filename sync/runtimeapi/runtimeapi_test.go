@@ -408,8 +408,10 @@ func TestRefusedCommandIsAnError(t *testing.T) {
 func TestReadUnknownBackend(t *testing.T) {
 	_, u := serveScript(t, map[string]string{"show servers state nope": "Can't find backend.\n"})
 	c, _ := New(u, model.Settings{}, chk)
-	if _, err := c.Read(context.Background(), "nope"); err == nil || !strings.Contains(err.Error(), "Can't find backend") {
-		t.Fatalf("err = %v", err)
+	_, err := c.Read(context.Background(), "nope")
+	var be *failure.BackendError
+	if !errors.As(err, &be) || be.Backend != "nope" || !strings.Contains(err.Error(), "Can't find backend") || failure.Of(err) != failure.Permanent {
+		t.Fatalf("err = %v, want a permanent BackendError quoting HAProxy", err)
 	}
 }
 

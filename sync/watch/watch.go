@@ -26,7 +26,9 @@
 // Watcher follows one Service (the single-Service mode). Many follows every
 // Service that may select itself (many-Services mode) with the same loops,
 // and pokes only the Service an event concerns, through a Queue that
-// coalesces pokes per Service and bounds them.
+// coalesces pokes per Service and bounds them. Manifests does the same for
+// the files `serve --manifests` reads instead of the Kubernetes API, by
+// polling a digest of them.
 package watch
 
 import (
