@@ -49,6 +49,9 @@ type Config struct {
 	// DrainCordoned is CORDONED_NODES=drain (node mode): a cordoned Node's
 	// server drains.
 	DrainCordoned bool
+	// OneShot runs the one-shot reconcile command beside serve every few
+	// steps (oneshot.go), as a CronJob would.
+	OneShot bool
 }
 
 // GuardOff is Config.Guard for HAPROXY_DELETE_GUARD_PERCENT=0.
@@ -103,7 +106,8 @@ func ConfigOf(seed uint64) Config {
 
 // NodeSetupOf is SetupOf in node mode (TARGET_ADDRESS=node, the shipped
 // default): 3 to 5 Nodes, HAPROXY_WEIGHT and CORDONED_NODES drawn, a
-// MAX_SERVERS that binds counted in Nodes. The readiness gate (pod mode's)
+// MAX_SERVERS that binds counted in Nodes, and in a third the one-shot
+// reconcile command run beside serve every few steps. The readiness gate (pod mode's)
 // and the refused pod (an address HAProxy refuses: a pod's) are pod mode's.
 func NodeSetupOf(seed uint64, driver Driver) Setup {
 	s := SetupOf(seed, driver)
@@ -114,8 +118,9 @@ func NodeSetupOf(seed uint64, driver Driver) Setup {
 	c.Weight = r.IntN(2) == 0
 	c.DrainCordoned = r.IntN(2) == 0
 	if c.MaxServers > 0 {
-		c.MaxServers = 2 + r.IntN(s.Nodes-1) // 2..Nodes: binds beside the static server or all Nodes in use
+		c.MaxServers = 2 + r.IntN(s.Nodes-1) // 2..Nodes: binds when every Node hosts pods
 	}
+	c.OneShot = r.IntN(3) == 0
 	return s
 }
 
@@ -171,6 +176,9 @@ func (c Config) String() string {
 	}
 	if c.Refused > 0 {
 		out = append(out, fmt.Sprintf("refused=%s", podName(c.Refused)))
+	}
+	if c.OneShot {
+		out = append(out, "oneshot")
 	}
 	if len(out) == 0 {
 		return "shipped"

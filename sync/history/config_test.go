@@ -142,9 +142,10 @@ func TestConfigOfDrawsEverySetting(t *testing.T) {
 		seen["weight"] = seen["weight"] || s.Config.Weight
 		seen["drain-cordoned"] = seen["drain-cordoned"] || s.Config.DrainCordoned
 		seen["node-cap"] = seen["node-cap"] || s.Config.MaxServers > 0
+		seen["oneshot"] = seen["oneshot"] || s.Config.OneShot
 	}
 	for _, k := range []string{"guard-off", "guard-low", "guard-shipped", "cap", "batch", "gate", "on-error", "fall", "send-proxy", "replica", "cluster", "refused",
-		"nodes-3", "nodes-4", "nodes-5", "weight", "drain-cordoned", "node-cap"} {
+		"nodes-3", "nodes-4", "nodes-5", "weight", "drain-cordoned", "node-cap", "oneshot"} {
 		if !seen[k] {
 			t.Errorf("no seed of 100 draws %s", k)
 		}

@@ -136,6 +136,8 @@ type world struct {
 	// them (node mode).
 	nodes  map[int]*nodeProxy
 	nflags map[int]*nodeFlags
+	// oneShot runs the one-shot command every few steps (Config.OneShot).
+	oneShot *oneShot
 }
 
 // newWorld starts the HAProxy targets (and their Data Plane test APIs when
@@ -234,6 +236,9 @@ func newWorld(t testing.TB, s Setup) *world {
 		}
 	}
 	t.Cleanup(w.close)
+	if s.Config.OneShot && !s.Services {
+		w.oneShot = w.startOneShot()
+	}
 	return w
 }
 
@@ -316,6 +321,9 @@ func (w *world) startPods(n int) {
 // Kubernetes' view, the watch's poke, the processes last when they stop.
 func (w *world) apply(st Step, index int) error {
 	w.rec.add(obs{kind: obsStep, step: index})
+	if w.oneShot != nil && index >= 0 {
+		w.oneShot.maybeRun(index)
+	}
 	changed := false
 	switch st.Kind {
 	case Recreate:
