@@ -185,6 +185,13 @@ type Policy struct {
 	// share, the zero-endpoints rule nor MaxServers. Empty: every server
 	// of the backend is this instance's.
 	Owner string
+	// Refused names the servers whose change HAProxy refused on the last
+	// reconcile of this backend on this target (ServerErrors: trying
+	// again is refused again). Such a server waits for nothing that will
+	// come: make-before-break (keepUntilReplaced) does not keep a leaving
+	// server in traffic for it, as for a replacement whose check has
+	// failed for deadReplacement. Its change is planned again all the same.
+	Refused []string
 }
 
 // Calculate returns the plan that turns current into desired, deleting
@@ -333,7 +340,7 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 	if pol.GateChecks {
 		// After the cap: a capped server waits for nothing, and at the cap
 		// with every server renamed the old ones must make room first.
-		p.keepUntilReplaced(desired)
+		p.keepUntilReplaced(desired, pol.Refused)
 		sort.Strings(p.HandingOver)
 	}
 	return p
