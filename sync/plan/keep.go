@@ -44,8 +44,12 @@ const deadReplacement = 3 * time.Second
 // take. So once no replacement of the role is about to serve, the leaving
 // servers are kept only where no server at all would serve, another
 // cluster's (CLUSTER_NAME) included: better a pod Kubernetes calls not
-// ready than an empty backend.
-func (p *Plan) keepUntilReplaced(desired model.Backend) {
+// ready than an empty backend. So is a replacement HAProxy refused on the
+// last reconcile (Policy.Refused): it is added again, and refused again,
+// for as long as its pod stays; before, a not-ready local pod was kept in
+// traffic beside the other zones' ready backups for all that time (the
+// history checker, seed 324, runtime, short).
+func (p *Plan) keepUntilReplaced(desired model.Backend, refused []string) {
 	if len(p.Waiting) == 0 || !slices.ContainsFunc(desired.Servers, func(s model.Server) bool { return s.State == model.Ready }) {
 		return
 	}
@@ -72,9 +76,12 @@ func (p *Plan) keepUntilReplaced(desired model.Backend) {
 			activeAfter = activeAfter || !backup[s.Name]
 		}
 	}
-	failed := map[string]bool{} // failing for deadReplacement at least
+	failed := map[string]bool{} // failing for deadReplacement at least, or refused
 	for _, s := range p.current {
 		failed[s.Name] = s.Runtime != nil && s.Runtime.CheckFailed && s.Runtime.Since >= deadReplacement
+	}
+	for _, n := range refused {
+		failed[n] = true
 	}
 	pending := func(n string) bool { return !failed[n] } // about to serve
 	keeps := func(string) bool { return true }

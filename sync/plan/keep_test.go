@@ -195,3 +195,64 @@ func TestKeepUntilReplacedWithAnotherClusters(t *testing.T) {
 		})
 	}
 }
+
+// TestMakeBeforeBreakWaitsForNoRefusedReplacement: a replacement HAProxy
+// refused on the last reconcile (Policy.Refused: added again, refused
+// again, for as long as its pod stays) is not about to serve, as one whose
+// check has failed for deadReplacement is not: a leaving local server is
+// not kept in traffic for it beside the other zones' serving backups, nor
+// beside another cluster's serving server; where no server at all would
+// serve, it is kept all the same. (The history checker, seed 324, runtime,
+// short: a not-ready pod kept in traffic beside ready backups for as long
+// as the refused pod's server was refused.)
+func TestMakeBeforeBreakWaitsForNoRefusedReplacement(t *testing.T) {
+	serving := func(name, addr string) model.Server {
+		return rt(srv(name, addr, 80, model.Ready), true, true, 0, 0)
+	}
+	other := backup(srv("c_bk", "10.0.9.1", 80, model.Ready))
+	otherServing := serving("c_bk", "10.0.9.1")
+	newReady := srv("new", "10.0.1.1", 80, model.Ready)
+	notReady := srv("old", "10.0.0.1", 80, model.Maint) // the leaving pod is not ready
+	tests := []struct {
+		name     string
+		current  model.Backend
+		desired  model.Backend
+		refused  []string
+		owner    string
+		want     map[Action][]string
+		handover []string
+	}{
+		{name: "the local replacement was refused, a backup serves: the leaving local server goes, the add is tried again",
+			current: be(serving("old", "10.0.0.1"), otherServing), desired: be(newReady, other), refused: []string{"new"},
+			want: map[Action][]string{Add: {"new"}, Delete: {"old"}}},
+		{name: "the seed's: a not-ready local pod, its would-be replacement refused, a backup serves: parked",
+			current: be(serving("old", "10.0.0.1"), otherServing), desired: be(notReady, newReady, other), refused: []string{"new"},
+			want: map[Action][]string{Add: {"new"}, Maint: {"old"}}},
+		{name: "one local replacement refused, another waits for its first check: kept for that one",
+			current: be(serving("old", "10.0.0.1"), otherServing),
+			desired: be(notReady, newReady, srv("new2", "10.0.1.2", 80, model.Ready), other), refused: []string{"new"},
+			want: map[Action][]string{Add: {"new", "new2"}}, handover: []string{"old"}},
+		{name: "refused, and no other server serves: kept all the same (no empty backend)",
+			current: be(serving("old", "10.0.0.1")), desired: be(notReady, newReady), refused: []string{"new"},
+			want: map[Action][]string{Add: {"new"}}, handover: []string{"old"}},
+		{name: "refused, another cluster's server serves: ours goes",
+			current: be(serving("east-old", "10.0.0.1"), serving("static", "10.0.9.1")),
+			desired: be(srv("east-new", "10.0.1.1", 80, model.Ready)), refused: []string{"east-new"}, owner: "east-",
+			want: map[Action][]string{Add: {"east-new"}, Delete: {"east-old"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := CalculateWith(tt.current, tt.desired, Policy{GateChecks: true, Refused: tt.refused, Owner: tt.owner})
+			if got := summary(p); !equalSummary(got, tt.want) {
+				t.Errorf("plan = %v, want %v", got, tt.want)
+			}
+			if !slices.Equal(p.HandingOver, tt.handover) {
+				t.Errorf("handing over %v, want %v", p.HandingOver, tt.handover)
+			}
+			without := CalculateWith(tt.current, tt.desired, Policy{GateChecks: true, Owner: tt.owner})
+			if len(without.Waiting) == 0 || !slices.Contains(without.Waiting, tt.refused[0]) {
+				t.Errorf("the refused server is not waited for even unrefused (waiting %v): the case tests nothing", without.Waiting)
+			}
+		})
+	}
+}

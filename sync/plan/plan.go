@@ -185,6 +185,13 @@ type Policy struct {
 	// share, the zero-endpoints rule nor MaxServers. Empty: every server
 	// of the backend is this instance's.
 	Owner string
+	// Refused names the servers whose change HAProxy refused on the last
+	// reconcile of this backend on this target (ServerErrors: trying
+	// again is refused again). Such a server waits for nothing that will
+	// come: make-before-break (keepUntilReplaced) does not keep a leaving
+	// server in traffic for it, as for a replacement whose check has
+	// failed for deadReplacement. Its change is planned again all the same.
+	Refused []string
 }
 
 // Calculate returns the plan that turns current into desired, deleting
@@ -328,12 +335,12 @@ func CalculateWith(current, desired model.Backend, pol Policy) Plan {
 	sort.Strings(p.Loading)
 	sort.Strings(p.Draining)
 	sort.Strings(p.HandingOver)
-	p.capAdds(len(current.Servers), pol.MaxServers)
+	p.capAdds(len(current.Servers), pol.MaxServers, roomGivers(have, desired.Servers), pol.Refused)
 	p.roomForRoles(desired, pol) // a role change at the cap: the old server gives its room
 	if pol.GateChecks {
 		// After the cap: a capped server waits for nothing, and at the cap
 		// with every server renamed the old ones must make room first.
-		p.keepUntilReplaced(desired)
+		p.keepUntilReplaced(desired, pol.Refused)
 		sort.Strings(p.HandingOver)
 	}
 	return p
@@ -467,8 +474,49 @@ func (p Plan) Deferring(deferred []string) Plan {
 	return p
 }
 
+// roomGivers lists the current servers that may give their room to a ready
+// pod's server at MaxServers when nothing else would serve (capAdds): those
+// of pods Kubernetes sends no traffic to (desired in maintenance or drain:
+// not ready, terminating, pinned out) that are out of traffic already
+// (parked or draining) and hold no session. Parked ones first, then
+// draining ones, each in name order.
+func roomGivers(have map[string]*model.Server, desired []model.Server) []*model.Server {
+	var out []*model.Server
+	for i := range desired {
+		d := &desired[i]
+		old, ok := have[d.Name]
+		if !ok || d.State == model.Ready || old.State == model.Ready {
+			continue
+		}
+		if free, kill := sessionsEnded(old, 0); free && !kill {
+			out = append(out, old)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if a, b := out[i].State == model.Maint, out[j].State == model.Maint; a != b {
+			return a
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
 // capAdds drops the adds that would take the backend past limit servers.
-func (p *Plan) capAdds(current, limit int) {
+// Where that would leave nothing in service, any cluster's server, and no
+// ready pod's server about to serve (its check pending, and not refused on
+// the last reconcile: refused), the ready pods' adds that would be dropped take instead the
+// room of givers (roomGivers), deleted by this plan: a backend at its cap
+// full of servers that would not serve (pods not ready or terminating) left
+// the ready pods without a server and nothing in service (the history
+// checker, seed 126, runtime, short, MAX_SERVERS=8: 28 requests failed while
+// three ready pods answered). Only then: a server of a pod that is not
+// ready keeps its room otherwise, or a pod flapping at the cap would have
+// its server deleted and added again each time (through the Data Plane API,
+// a reload each). Make-before-break (keepUntilReplaced) then keeps what
+// this plan takes out of traffic until a new server passes its check. The
+// given server's pod gets its server back, through an add, once there is
+// room.
+func (p *Plan) capAdds(current, limit int, givers []*model.Server, refused []string) {
 	if limit <= 0 {
 		return
 	}
@@ -485,34 +533,90 @@ func (p *Plan) capAdds(current, limit int) {
 		return
 	}
 	over := n - limit
-	kept := p.Changes[:0]
+	var given []Change // deletes of givers, each for a ready pod's add
 	// Drop from the end of the name order, so the same servers stay in;
 	// first the adds that would not serve (a not-ready or terminating
 	// pod's), then those that would: a ready pod left out while a parked
 	// one took the room was a backend with nothing in service (the history
 	// checker, seed 158, MAX_SERVERS=6).
 	for _, serving := range []bool{false, true} {
-		for i := len(p.Changes) - 1; i >= 0; i-- {
+		var drop []int // from the end of the name order
+		for i := len(p.Changes) - 1; i >= 0 && len(drop) < over; i-- {
 			c := p.Changes[i]
 			// A gated add is a ready pod's: it serves once its check passed.
-			if c.Action != Add || over == 0 || (c.Gate || c.New != nil && c.New.State == model.Ready) != serving {
-				continue
+			if c.Action == Add && (c.Gate || c.New != nil && c.New.State == model.Ready) == serving {
+				drop = append(drop, i)
 			}
-			over--
-			p.Capped = append(p.Capped, c.Name)
+		}
+		over -= len(drop)
+		if serving && len(drop) > 0 && len(givers) > 0 && !p.servesAfter(drop, refused) {
+			// The first names of those a ready pod's add would lose take
+			// the room of servers that would not serve, as far as they go.
+			g := min(len(givers), len(drop))
+			for k := range g {
+				gv := givers[k]
+				for j := range p.Changes {
+					if p.Changes[j].Name == gv.Name {
+						p.Changes[j].Action = "" // replaced by its delete
+					}
+				}
+				given = append(given, Change{Action: Delete, Name: gv.Name, Old: gv})
+			}
+			drop = drop[:len(drop)-g]
+		}
+		for _, i := range drop {
+			p.Capped = append(p.Capped, p.Changes[i].Name)
 			p.Changes[i].Action = "" // marked for removal
 		}
 	}
+	kept := p.Changes[:0]
 	for _, c := range p.Changes {
 		if c.Action != "" {
 			kept = append(kept, c)
 		}
 	}
-	p.Changes = kept
+	p.Changes = append(kept, given...)
+	sort.Slice(p.Changes, func(i, j int) bool { return p.Changes[i].Name < p.Changes[j].Name })
 	sort.Strings(p.Capped)
 	if len(p.Waiting) > 0 {
 		p.Waiting = slices.DeleteFunc(p.Waiting, func(n string) bool { _, capped := slices.BinarySearch(p.Capped, n); return capped })
 	}
+}
+
+// servesAfter reports whether, after this plan's changes less the adds at
+// drop (indexes of Changes), some server of the backend, any cluster's, is
+// in service and UP, or a ready pod's server waits for a check that may
+// pass: not refused, not failing for deadReplacement.
+func (p *Plan) servesAfter(drop []int, refused []string) bool {
+	dropped := make(map[string]bool, len(drop))
+	for _, i := range drop {
+		dropped[p.Changes[i].Name] = true
+	}
+	changed := make(map[string]*Change, len(p.Changes))
+	for i := range p.Changes {
+		changed[p.Changes[i].Name] = &p.Changes[i]
+	}
+	failed := make(map[string]bool, len(refused))
+	for _, n := range refused {
+		failed[n] = true
+	}
+	for i := range p.current {
+		s := &p.current[i]
+		after := serving(s, false)
+		if ch, ok := changed[s.Name]; ok && ch.Action != "" {
+			after = ch.New != nil && ch.New.State == model.Ready && !ch.Gate && serving(ch.Old, true)
+		}
+		if after {
+			return true
+		}
+		failed[s.Name] = failed[s.Name] || s.Runtime != nil && s.Runtime.CheckFailed && s.Runtime.Since >= deadReplacement
+	}
+	for _, n := range p.Waiting {
+		if !dropped[n] && !failed[n] {
+			return true
+		}
+	}
+	return false
 }
 
 // WriteKind says how a write reached HAProxy.

@@ -865,3 +865,90 @@ func deadFor(s model.Server, d time.Duration) model.Server {
 	s.Runtime = &model.Runtime{CheckRunning: true, CheckFailed: true, Since: d}
 	return s
 }
+
+// TestCapGivesReadyPodsTheRoomOfServersThatWouldNotServe: at MaxServers,
+// where the plan would leave nothing in service (any cluster's server) and
+// no ready pod's server about to serve, a ready pod's add that would be left
+// out takes instead the room of a server that would not serve: a not-ready
+// pod's, parked, or a terminating one's, draining with no session left
+// (parked first, in name order), deleted in the same plan; the first names
+// of the adds get the room, as the cap keeps them. Make-before-break keeps
+// what the plan takes out of traffic until the new server's check passed.
+// Where something serves or is about to, nothing is given (a pod flapping
+// at the cap would have its server deleted and added again each time).
+// (The history checker, seed 126, runtime, short, MAX_SERVERS=8: the
+// backend full of not-ready and terminating pods' servers, three ready pods
+// left out, nothing in service: 28 requests failed.)
+func TestCapGivesReadyPodsTheRoomOfServersThatWouldNotServe(t *testing.T) {
+	serving := func(name, addr string, st model.State) model.Server {
+		return rt(srv(name, addr, 80, st), true, true, 0, 0)
+	}
+	withSessions := func(s model.Server) model.Server { r := *s.Runtime; r.Sessions = 2; s.Runtime = &r; return s }
+	aDown := rt(srv("a", "10.0.0.1", 80, model.Ready), true, false, 0, 0) // a ready pod killed: its check failed, DOWN
+	a := srv("a", "10.0.0.1", 80, model.Ready)
+	bMaint, cDrain := srv("b", "10.0.0.2", 80, model.Maint), srv("c", "10.0.0.3", 80, model.Drain)
+	bParked, cDrained := serving("b", "10.0.0.2", model.Maint), serving("c", "10.0.0.3", model.Drain)
+	d, e, f := srv("d", "10.0.0.4", 80, model.Ready), srv("e", "10.0.0.5", 80, model.Ready), srv("f", "10.0.0.6", 80, model.Ready)
+	for _, tt := range []struct {
+		name             string
+		current, desired model.Backend
+		max              int
+		refused          []string
+		owner            string
+		want             map[Action][]string
+		capped, handover []string
+	}{
+		{name: "nothing serves: a parked not-ready pod's and a drained terminating one's servers give their room, the first names get it",
+			current: be(aDown, bParked, cDrained), desired: be(a, bMaint, cDrain, d, e, f), max: 3,
+			want: map[Action][]string{Add: {"d", "e"}, Delete: {"b", "c"}}, capped: []string{"f"}},
+		{name: "parked ones give first: one add, the parked server goes, the draining one stays",
+			current: be(aDown, bParked, cDrained), desired: be(a, bMaint, cDrain, d), max: 3,
+			want: map[Action][]string{Add: {"d"}, Delete: {"b"}}},
+		{name: "the seed's: the last server in service goes not ready: the room goes to a ready pod, the leaving one is kept until it serves",
+			current: be(aDown, serving("g_bk", "10.0.0.7", model.Ready), bParked), desired: be(a, srv("g_bk", "10.0.0.7", 80, model.Maint), bMaint, d), max: 3,
+			want: map[Action][]string{Add: {"d"}, Delete: {"b"}}, handover: []string{"g_bk"}},
+		{name: "a server in service: nothing given",
+			current: be(serving("a", "10.0.0.1", model.Ready), bParked, cDrained), desired: be(a, bMaint, cDrain, d), max: 3,
+			want: map[Action][]string{}, capped: []string{"d"}},
+		{name: "another cluster's server in service: nothing given",
+			current: be(rt(srv("e-a", "10.0.0.1", 80, model.Ready), true, false, 0, 0), serving("e-b", "10.0.0.2", model.Maint), serving("w-a", "10.0.0.1", model.Ready)),
+			desired: be(srv("e-a", "10.0.0.1", 80, model.Ready), srv("e-b", "10.0.0.2", 80, model.Maint), srv("e-d", "10.0.0.4", 80, model.Ready)), max: 2, owner: "e-",
+			want: map[Action][]string{}, capped: []string{"e-d"}},
+		{name: "a ready pod's server waits for its first check: nothing given",
+			current: be(rt(srv("a", "10.0.0.1", 80, model.Drain), true, false, 0, 0), bParked, cDrained), desired: be(a, bMaint, cDrain, d), max: 3,
+			want: map[Action][]string{}, capped: []string{"d"}},
+		{name: "its check has failed for 3 s (a dead node): given",
+			current: be(deadFor(srv("a", "10.0.0.1", 80, model.Drain), deadReplacement), bParked, cDrained), desired: be(a, bMaint, cDrain, d), max: 3,
+			want: map[Action][]string{Add: {"d"}, Delete: {"b"}}},
+		{name: "the only add that fits is refused on the last reconcile: given to the others",
+			current: be(aDown, bParked), desired: be(a, bMaint, d, e), max: 3, refused: []string{"d"},
+			want: map[Action][]string{Add: {"d", "e"}, Delete: {"b"}}},
+		{name: "a terminating server with sessions finishes them: not given",
+			current: be(aDown, withSessions(cDrained)), desired: be(a, cDrain, d), max: 2,
+			want: map[Action][]string{}, capped: []string{"d"}},
+		{name: "a not-ready pod's add is left out, it takes no room",
+			current: be(aDown, bParked), desired: be(a, bMaint, srv("c", "10.0.0.3", 80, model.Maint)), max: 2,
+			want: map[Action][]string{}, capped: []string{"c"}},
+		{name: "under the cap nothing is given",
+			current: be(aDown, bParked), desired: be(a, bMaint, d), max: 3,
+			want: map[Action][]string{Add: {"d"}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := CalculateWith(tt.current, tt.desired, Policy{MaxServers: tt.max, GateChecks: true, Refused: tt.refused, Owner: tt.owner})
+			if got := summary(p); !equalSummary(got, tt.want) {
+				t.Errorf("changes = %v, want %v", got, tt.want)
+			}
+			if !slices.Equal(p.Capped, tt.capped) {
+				t.Errorf("capped = %v, want %v", p.Capped, tt.capped)
+			}
+			if !slices.Equal(p.HandingOver, tt.handover) {
+				t.Errorf("handing over %v, want %v", p.HandingOver, tt.handover)
+			}
+			for _, n := range p.Capped {
+				if slices.Contains(p.Waiting, n) {
+					t.Errorf("capped %s still waited for", n)
+				}
+			}
+		})
+	}
+}

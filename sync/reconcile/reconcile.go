@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -115,6 +116,9 @@ type Reconciler struct {
 
 	locks  Locks    // see lock
 	warned sync.Map // target and backend → missing lines last logged (see warnMissingLines)
+	// refused: target and backend → the servers HAProxy refused a change
+	// of on the last apply there (plan.Policy.Refused).
+	refused sync.Map
 }
 
 // Status values of a Result.
@@ -477,6 +481,10 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 	pol.MaxServers = r.MaxServers
 	pol.DrainTimeout = r.DrainTimeout
 	pol.Owner = r.Options.NamePrefix
+	refusedKey := tr.Target + "\x00" + backend
+	if v, ok := r.refused.Load(refusedKey); ok {
+		pol.Refused = v.([]string)
+	}
 	err := retry.Do(ctx, r.backoff(), func(ctx context.Context) error {
 		tr.Attempts++
 		tr.onlyRefused = false
@@ -523,6 +531,9 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			r.log().Warn("mass-deletion guard: unwanted servers parked for now, not deleted; a later reconcile deletes them once it confirms them unwanted and their replacements are UP", "target", tr.Target, "backend", backend,
 				"servers", len(cur.Servers), "unwanted", len(p.Guarded), "guardPercent", pol.GuardPercent)
 		}
+		if !dryRun && !p.HasChanges() {
+			r.refused.Delete(refusedKey) // nothing planned: nothing refused
+		}
 		if dryRun || !p.HasChanges() {
 			tr.fill(p)
 			if dryRun {
@@ -550,6 +561,9 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			// A refused server waits for nothing: the next reconcile tries
 			// it again, and polling its check would ask every Poll.
 			refused := refusedSet(se)
+			// Nor does a leaving server wait for it in traffic
+			// (make-before-break): the next reconcile's plan knows.
+			r.refused.Store(refusedKey, slices.Sorted(maps.Keys(refused)))
 			tr.Waiting = slices.DeleteFunc(slices.Clone(tr.Waiting), func(n string) bool { return refused[n] })
 			tr.Loading = slices.DeleteFunc(slices.Clone(tr.Loading), func(n string) bool { return refused[n] })
 			r.transitions(tr.Target, p, want, se)
@@ -562,6 +576,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 				tr.inService, tr.notInService = inService(cur, p)
 			}
 		} else if err == nil {
+			r.refused.Delete(refusedKey)
 			r.transitions(tr.Target, p, want, nil)
 			r.programmed(tr.Target, p, want, nil, readAt)
 		}

@@ -359,3 +359,43 @@ func TestWithPass(t *testing.T) {
 		t.Fatal("two passes are equal")
 	}
 }
+
+// TestMakeBeforeBreakForgetsARefusedReplacement: a leaving server kept in
+// traffic while its replacement waits for a check (make-before-break) is
+// not kept for a replacement HAProxy refused: the reconcile remembers the
+// refusals of the last apply on each target and backend (plan.Policy.Refused),
+// so the next one parks the not-ready pod's server, since another cluster's
+// server serves. Before, it stayed in traffic for as long as the refused pod
+// did (the history checker, seed 324: beside ready backups).
+func TestMakeBeforeBreakForgetsARefusedReplacement(t *testing.T) {
+	d := &reconciletest.Driver{Refuse: map[string]bool{"east-10-244-0-2": true}}
+	d.Pol.GateChecks = true
+	src := desiredtest.NewLive(cluster("10.244.0.1"))
+	east, west := reconciler(src, d), reconciler(src, d)
+	east.Options.NamePrefix, west.Options.NamePrefix = "east-", "west-"
+	for range 2 { // gated, then in service
+		for _, r := range []*reconcile.Reconciler{east, west} {
+			if _, err := r.Reconcile(context.Background(), false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	in := cluster("10.244.0.1", "10.244.0.2") // web-0 not ready, web-1 ready and refused
+	no := false
+	in.Slices[0].Endpoints[0].Conditions.Ready = &no
+	src.Set(in)
+	res, err := east.Reconcile(context.Background(), false)
+	if !errors.Is(err, reconcile.ErrTargets) {
+		t.Fatalf("err = %v, want the refusal", err)
+	}
+	if got := res.Targets[0].HandingOver; len(got) != 1 || got[0] != "east-10-244-0-1" {
+		t.Fatalf("first reconcile: handing over %v, want the leaving server kept while its replacement is not known refused", got)
+	}
+	res, _ = east.Reconcile(context.Background(), false)
+	if got := d.Servers()["east-10-244-0-1"].State; got != "maint" {
+		t.Errorf("after the refusal: the not-ready pod's server is %s, handing over %v; want it parked", got, res.Targets[0].HandingOver)
+	}
+	if got := d.Servers()["west-10-244-0-1"].State; got != "ready" {
+		t.Errorf("the other cluster's server is %s", got)
+	}
+}
