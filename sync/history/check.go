@@ -55,7 +55,7 @@ const (
 	// Kubernetes holds terminating or not ready — in node mode a Node with
 	// no ready pod, or drained by a taint, a cordon, a pin or the exclude
 	// label — takes no new client once Bounds.Entry passed, while another
-	// pod has been ready and answering past its own entry.
+	// pod of this instance has been ready and answering past its own entry.
 	OutOfTraffic Invariant = "out-of-traffic"
 )
 
@@ -269,8 +269,10 @@ type evalOptions struct {
 	// unknown).
 	TargetOf func(name string) int
 	// Nodes, when not 0, is node mode: the pods run on that many Nodes
-	// (nodeOf), HAProxy's servers are the Nodes.
-	Nodes int
+	// (nodeOf), HAProxy's servers are the Nodes; Weight is
+	// HAPROXY_WEIGHT=endpoints.
+	Nodes  int
+	Weight bool
 }
 
 // evaluate checks the observations of a history against the invariants.
@@ -467,8 +469,11 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			!tt.lastReload.IsZero() && at.Sub(tt.lastReload) <= b.Entry || !rezonedAt.IsZero() && at.Sub(rezonedAt) <= b.Converge || at.Before(capUntil) {
 			return ""
 		}
+		// The static server is another instance's: make-before-break
+		// keeps a terminating pod's server in traffic beside it (only
+		// this instance's pods replace one).
 		for n, q := range pods {
-			if !skip(n) && q.available() && at.Sub(q.since) >= q.entry(b)+time.Second {
+			if n != staticPod && !skip(n) && q.available() && at.Sub(q.since) >= q.entry(b)+time.Second {
 				return fmt.Sprintf("%s ready and answering since %s", podName(n), q.since.Format("15:04:05.000"))
 			}
 		}
@@ -673,6 +678,10 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			// share bounds how many requests go round before a pod's turn:
 			// every available pod's in pod mode; in node mode (equal weights
 			// the worse case) the Nodes with one times the pods on its own.
+			// With HAPROXY_WEIGHT=endpoints a Node weighs its ready pods
+			// (those Kubernetes holds ready, answering or not): a pod's
+			// share is then at least one in the sum of the weights of the
+			// Nodes in service.
 			avail, onNode, nodesUp := 0, map[int]int{}, 0
 			for n, q := range pods {
 				if q.available() {
@@ -682,9 +691,24 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 					}
 				}
 			}
+			weights := 0
+			if opt.Weight {
+				readyOn := map[int]int{}
+				for n, q := range pods {
+					if q.inK8s && q.state == live {
+						readyOn[nodeOf(n)]++
+					}
+				}
+				for k := range onNode {
+					weights += max(readyOn[k], 1)
+				}
+			}
 			share := func(n int) int {
-				if opt.Nodes == 0 {
+				switch {
+				case opt.Nodes == 0:
 					return avail
+				case opt.Weight:
+					return weights
 				}
 				return nodesUp * onNode[nodeOf(n)]
 			}

@@ -24,8 +24,8 @@ import (
 // run on Nodes; each Node is a kube-proxy of its own: a listener at the
 // Node's address on the Service's nodePort that hands every connection to
 // one of its own pods Kubernetes holds ready (externalTrafficPolicy Local;
-// terminating ones when it has no ready one), round robin, skipping a pod
-// that refuses. HAProxy's servers are the Nodes; its checks and clients go
+// terminating ones when it has no ready one), round robin over those that
+// answer (a pod that refuses is skipped). HAProxy's servers are the Nodes; its checks and clients go
 // through them. What moves a Node's server beside its pods — a taint, a
 // cordon, the state annotation, the exclude label, the Node dying — is
 // drawn as steps of their own (NodeSetupOf, nodesShape).
@@ -83,7 +83,10 @@ type nodeProxy struct {
 	mu sync.Mutex
 	ln net.Listener
 	wg sync.WaitGroup
-	rr int
+	// rr is the round robin's place, one per target: each HAProxy's
+	// connections go round the pods by themselves, as the judge's share
+	// of requests a pod takes through one HAProxy assumes.
+	rr [2]int
 }
 
 func (np *nodeProxy) start() error {
@@ -179,8 +182,7 @@ func (np *nodeProxy) handle(c net.Conn, at time.Time) {
 	}
 	pods := np.w.localEndpoints(np.k)
 	np.mu.Lock()
-	start := np.rr
-	np.rr++
+	start := np.rr[from]
 	np.mu.Unlock()
 	d := net.Dialer{Timeout: time.Second}
 	if src != "" {
@@ -193,6 +195,12 @@ func (np *nodeProxy) handle(c net.Conn, at time.Time) {
 			continue // kube-proxy would send it on; the judge waits for no readiness probe
 		}
 		defer pc.Close()
+		// The next connection starts past this pod: the round robin goes
+		// through the pods that answer, each its share (one after a pod
+		// that refuses would take that pod's share too).
+		np.mu.Lock()
+		np.rr[from] = start + i + 1
+		np.mu.Unlock()
 		_ = pc.SetDeadline(time.Now().Add(5 * time.Second))
 		if _, err := pc.Write(head.Bytes()); err != nil {
 			return

@@ -100,7 +100,7 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 
 	all := w.rec.snapshot()
 	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, evalOptions{Bounds: b, RuntimeOnly: s.Driver == Runtime, Targets: len(w.targets), Zones: s.Zones,
-		Refused: s.Config.Refused, RefusedName: w.refusedName(), MaxServers: s.Config.MaxServers, Nodes: s.Nodes, TargetOf: func(name string) int {
+		Refused: s.Config.Refused, RefusedName: w.refusedName(), MaxServers: s.Config.MaxServers, Nodes: s.Nodes, Weight: s.Config.Weight, TargetOf: func(name string) int {
 			if i, ok := w.targetOf[name]; ok {
 				return i
 			}
