@@ -285,6 +285,7 @@ type TargetResult struct {
 	// state and weight before and after.
 	Plan []PlannedChange `json:"plan,omitempty"`
 
+	// changed: the driver wrote something to HAProxy (Applied.Writes).
 	changed bool
 	kubeErr error
 	// inService and notInService say where each server stands once this
@@ -550,6 +551,11 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		applied, err := t.Apply(ctx, p)
 		p = p.Deferring(applied.Deferred) // left parked by the driver, not deleted
 		tr.fill(p)
+		// What the driver wrote says whether anything changed, not the plan:
+		// a deletion the driver deferred for a server that still has
+		// connections is planned again each second while they last, and
+		// writes nothing (the result is "unchanged", whatever waits).
+		tr.changed = tr.changed || applied.Writes > 0 || applied.Reload
 		tr.Reload = tr.Reload || applied.Reload
 		tr.UnexpectedReloads += applied.UnexpectedReloads
 		if applied.UnexpectedReloads > 0 {
@@ -668,7 +674,6 @@ func (tr *TargetResult) fill(p plan.Plan) {
 	tr.Drain = union(tr.Drain, p.Names(plan.Drain))
 	tr.Maint = union(tr.Maint, p.Names(plan.Maint))
 	tr.Delete = union(tr.Delete, p.Names(plan.Delete))
-	tr.changed = tr.changed || p.HasChanges()
 	tr.Guarded, tr.Capped = p.Guarded, p.Capped
 	tr.Waiting, tr.Loading, tr.Draining, tr.HandingOver = p.Waiting, p.Loading, p.Draining, p.HandingOver
 	if p.Settings != nil {
