@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile/reconciletest"
 )
@@ -72,5 +76,21 @@ func TestLevel(t *testing.T) {
 		if got := reconcile.Level(c.status); got != c.want {
 			t.Errorf("Level(%s) = %v, want %v", c.status, got, c.want)
 		}
+	}
+}
+
+// TestFailedResultCarriesTheDesiredCount: every target fails before it
+// reads Kubernetes (HAProxy is read first); the result still says how many
+// servers are desired, not 0.
+func TestFailedResultCarriesTheDesiredCount(t *testing.T) {
+	down := &failure.NetworkError{Err: fmt.Errorf("dial tcp 127.0.0.1:1: %w", syscall.ECONNREFUSED)}
+	r := reconciler(&desiredtest.Source{In: cluster("10.244.0.1", "10.244.0.2", "10.244.0.3", "10.244.0.4", "10.244.0.5", "10.244.0.6")},
+		&reconciletest.Driver{ID: "a", ReadErr: down}, &reconciletest.Driver{ID: "b", ReadErr: down})
+	res, err := r.Reconcile(context.Background(), false)
+	if !errors.Is(err, reconcile.ErrTargets) || res.Status != reconcile.StatusError {
+		t.Fatalf("err %v status %s", err, res.Status)
+	}
+	if res.Desired != 6 {
+		t.Errorf("desired %d, want 6", res.Desired)
 	}
 }

@@ -310,6 +310,10 @@ func (r Result) Pending() bool {
 	return false
 }
 
+// desiredReadTimeout bounds the Kubernetes read a reconcile makes for its
+// result's desired count alone, when every target failed before reading.
+const desiredReadTimeout = 2 * time.Second
+
 // maxRoundRobin is HAProxy's limit of active servers per roundrobin backend.
 const maxRoundRobin = 4095
 
@@ -393,6 +397,17 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 		}()
 	}
 	wg.Wait()
+	if kube.latest().started.IsZero() && !slices.ContainsFunc(results, func(tr []TargetResult) bool {
+		return slices.ContainsFunc(tr, func(t TargetResult) bool { return t.kubeErr != nil })
+	}) {
+		// Every target failed before it read Kubernetes (HAProxy is read
+		// first): one read for the result alone, or it would say
+		// "desired": 0 when servers are desired. On a context of its own,
+		// bounded, since a target that hung until the deadline ended ctx.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), desiredReadTimeout)
+		_, _ = kube.after(rctx, time.Now())
+		cancel()
+	}
 	good := kube.latest()
 	var uid types.UID
 	res.Warnings, uid = kube.warnings()
