@@ -119,6 +119,9 @@ type Reconciler struct {
 	// refused: target and backend → the servers HAProxy refused a change
 	// of on the last apply there (plan.Policy.Refused).
 	refused sync.Map
+	// gated: target, backend and server → true while the server is held
+	// in drain for its check since this Reconciler gated it (named).
+	gated sync.Map
 }
 
 // Status values of a Result.
@@ -627,7 +630,8 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 	return tr, err
 }
 
-// statesAfter counts the backend's servers by state once p is applied to cur.
+// statesAfter counts the backend's servers by state (ready, gated, drain,
+// maint) once p is applied to cur.
 func statesAfter(cur model.Backend, p plan.Plan) map[string]int {
 	state := make(map[string]model.State, len(cur.Servers))
 	for _, s := range cur.Servers {
@@ -640,9 +644,17 @@ func statesAfter(cur model.Backend, p plan.Plan) map[string]int {
 			state[ch.Name] = ch.New.State
 		}
 	}
-	out := map[string]int{string(model.Ready): 0, string(model.Drain): 0, string(model.Maint): 0}
+	out := map[string]int{string(model.Ready): 0, Gated: 0, string(model.Drain): 0, string(model.Maint): 0}
 	for _, st := range state {
 		out[string(st)]++
+	}
+	// A server held in drain for its check is gated, not draining: one
+	// name per state in logs and metrics (named).
+	for _, n := range p.Waiting {
+		if state[n] == model.Drain {
+			out[string(model.Drain)]--
+			out[Gated]++
+		}
 	}
 	return out
 }
@@ -731,36 +743,6 @@ func (r *Reconciler) log() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// Transition is one change of a server's state the service applied.
-type Transition struct {
-	Target, Backend, Server string
-	// From and To are ready, drain or maint; From is "absent" for a new
-	// server, To is "deleted" for a removed one.
-	From, To string
-	// Reason says why: endpoints, annotation, taint, cordon, label (the
-	// Node's, see package desired), unwanted (no endpoint asks for it),
-	// guard (parked by the mass-deletion guard), no-endpoints (the Service
-	// has none: every server parked), check (held in drain until its
-	// health check passes).
-	Reason string
-}
-
-// logged is how a transition reads in the log. A server held out of
-// traffic until its health check passes is in drain for HAProxy (and for
-// server_transitions_total, whose labels stay as they were), but "drain"
-// reads as "being taken out": the log says "gated", awaiting its check, or
-// in maintenance awaiting the reload that loads it (plan.load).
-func logged(t Transition) (to, reason string) {
-	switch {
-	case t.Reason != "check":
-		return t.To, t.Reason
-	case t.To == string(model.Drain):
-		return "gated", "awaiting-check"
-	default:
-		return t.To, "awaiting-reload"
-	}
-}
-
 // programmed reports to OnProgrammed the changes of p that were applied
 // (all but the failed ones) and that Kubernetes asked for.
 func (r *Reconciler) programmed(target string, p plan.Plan, want model.Backend, failed plan.ServerErrors, readAt time.Time) {
@@ -779,47 +761,4 @@ func refusedSet(failed plan.ServerErrors) map[string]bool {
 		refused[f.Server] = true
 	}
 	return refused
-}
-
-// transitions logs, and reports to OnTransition, each state change of p that
-// was applied (all but the failed ones).
-func (r *Reconciler) transitions(target string, p plan.Plan, want model.Backend, failed plan.ServerErrors) {
-	refused := refusedSet(failed)
-	guarded := map[string]bool{}
-	for _, g := range p.Guarded {
-		guarded[g] = true
-	}
-	for _, ch := range p.Changes {
-		if refused[ch.Name] {
-			continue
-		}
-		t := Transition{Target: target, Backend: p.Backend, Server: ch.Name, From: "absent", To: "deleted"}
-		if ch.Old != nil {
-			t.From = string(ch.Old.State)
-		}
-		if ch.New != nil {
-			t.To = string(ch.New.State)
-		}
-		if t.From == t.To {
-			continue // an address, port or weight change: not a state transition
-		}
-		switch {
-		case ch.New != nil && ch.New.Reason != "":
-			t.Reason = ch.New.Reason
-		case want.Excluded[ch.Name] != "":
-			t.Reason = want.Excluded[ch.Name]
-		case guarded[ch.Name]:
-			t.Reason = "guard"
-		case len(want.Servers) == 0:
-			t.Reason = "no-endpoints"
-		default:
-			t.Reason = "unwanted"
-		}
-		to, reason := logged(t)
-		r.log().Info("server transition", "server", t.Server, "backend", t.Backend, "target", t.Target,
-			"from", t.From, "to", to, "reason", reason)
-		if r.OnTransition != nil {
-			r.OnTransition(t)
-		}
-	}
 }
