@@ -245,6 +245,9 @@ type TargetResult struct {
 	Error             string `json:"error"`
 	// ErrorClass is Error's class (failure.Class), empty on success.
 	ErrorClass failure.Class `json:"errorClass,omitempty"`
+	// BackendRefused says Error is the target refusing the backend as
+	// configured (a failure.BackendError), for package alarm.
+	BackendRefused bool `json:"-"`
 	// Guarded lists servers the mass-deletion guard parked instead of
 	// deleting; they are also in Maint when this reconcile parked them.
 	Guarded []string `json:"guarded,omitempty"`
@@ -620,6 +623,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 	if err != nil {
 		tr.Error = err.Error()
 		tr.ErrorClass = failure.Of(err)
+		tr.BackendRefused = errors.As(err, new(*failure.BackendError))
 		if ctx.Err() != nil && last != nil {
 			tr.Error = fmt.Sprintf("%v after %d attempts; last error: %v", err, tr.Attempts, last)
 		}
