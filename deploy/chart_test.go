@@ -517,7 +517,7 @@ func TestChartNamesWhatTheDocsCall(t *testing.T) {
 		"release sync and fullnameOverride": {"template", "sync", "helm/haproxy-k8s-sync", "-n", "ingress-nginx", "--set", "fullnameOverride=haproxy-k8s-sync"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			out, err := exec.Command(tool("helm"), append(args, "--set", "haproxy.runtimeURL=tcp://haproxy:9999", "--set", "replicaCount=1")...).Output()
+			out, err := exec.Command(tool("helm"), append(append(args, "--set", "haproxy.runtimeURL=tcp://haproxy:9999", "--set", "replicaCount=1"), testImage...)...).Output()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -537,7 +537,7 @@ func TestChartNamesWhatTheDocsCall(t *testing.T) {
 
 	namespace(t, "ingress-nginx")
 	out, err := exec.Command(tool("helm"), "install", "--dry-run=server", "--kubeconfig", api.kubeconfig, "-n", "ingress-nginx",
-		"sync", "helm/haproxy-k8s-sync", "--set", "fullnameOverride=haproxy-k8s-sync", "--set", "haproxy.dataplaneURL=http://haproxy:5555").CombinedOutput()
+		"sync", "helm/haproxy-k8s-sync", "--set", "fullnameOverride=haproxy-k8s-sync", "--set", "haproxy.dataplaneURL=http://haproxy:5555", testImage[0], testImage[1]).CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm install --dry-run: %v\n%s", err, out)
 	}
@@ -648,5 +648,27 @@ func TestChartRendersOnlyTheURLsGiven(t *testing.T) {
 	out, err := helmRefuses("--set", "haproxy.dataplaneURL=", "--set", "haproxy.runtimeURL=")
 	if err == nil || !strings.Contains(string(out), "haproxy.dataplaneURL") || !strings.Contains(string(out), "haproxy.runtimeURL") {
 		t.Errorf("the chart renders with no HAProxy URL (%v):\n%.300s", err, out)
+	}
+}
+
+// TestChartRefusesThePlaceholderImage: no registry publishes the image, and
+// the chart's shipped repository is a placeholder that installs into
+// ImagePullBackOff; the chart refuses to render it, naming the value to set
+// (its schema refuses an empty one), and renders the image once one is set.
+func TestChartRefusesThePlaceholderImage(t *testing.T) {
+	for name, set := range map[string][]string{
+		"shipped values": nil,
+		"placeholder":    {"--set", "image.repository=registry.example/haproxy-k8s-sync"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			args := append([]string{"template", "rel", "helm/haproxy-k8s-sync", "--set", "haproxy.dataplaneURL=http://haproxy-a:5555"}, set...)
+			out, err := exec.Command(tool("helm"), args...).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "set image.repository") {
+				t.Errorf("rendered (%v):\n%.300s", err, out)
+			}
+		})
+	}
+	if out := string(helm(t, "--set", "image.repository=registry.internal/team/haproxy-k8s-sync")); !strings.Contains(out, "image: registry.internal/team/haproxy-k8s-sync:"+releaseVersion(t)) {
+		t.Errorf("the image set is not rendered:\n%.500s", out)
 	}
 }

@@ -108,7 +108,10 @@ func TestDocsCommandsWork(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
 		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "PATH="+filepath.Join(root, "bin")+":"+os.Getenv("PATH"), "KUBECONFIG="+api.kubeconfig)
+		// IMAGE: the reader's pushed image, which the chart's helm install
+		// commands refuse to go without (TestChartRefusesThePlaceholderImage).
+		cmd.Env = append(os.Environ(), "PATH="+filepath.Join(root, "bin")+":"+os.Getenv("PATH"), "KUBECONFIG="+api.kubeconfig,
+			"IMAGE=registry.test/haproxy-k8s-sync")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("%s: %v\n%s", script, err, out)
 		}

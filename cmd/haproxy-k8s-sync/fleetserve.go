@@ -118,7 +118,7 @@ func (p *fleetPokes) logService(tr, key string, res reconcile.Result, err error)
 		l.Error("reconcile failed", "status", res.Status, "error", err, "errorClass", res.ErrorClass, "durationMs", res.DurationMs, "targets", res.Targets)
 		return
 	}
-	l.Info("reconcile", "status", res.Status, "desired", res.Desired, "durationMs", res.DurationMs, "targets", res.Targets)
+	l.Log(context.Background(), reconcile.Level(res.Status), "reconcile", "status", res.Status, "desired", res.Desired, "durationMs", res.DurationMs, "targets", res.Targets)
 }
 
 func (p *fleetPokes) logFleet(tr string, res fleet.Result, err error) {

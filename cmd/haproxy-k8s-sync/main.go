@@ -468,7 +468,9 @@ func newSource(cfg config.Config, manifests string, nodes bool) (reconcile.Sourc
 func serve(cfg config.Config, manifests string, rec *reconcile.Reconciler, checks map[string]reconcile.CheckReader, kc *kube.Client, log *slog.Logger, m *metrics.Metrics, metricsHandler http.Handler) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	wrapped := m.WrapReconciler(rec)
+	book := alarms(log, m)
+	go book.Run(ctx, alarmPeriod, func(ctx context.Context) { probe(ctx, book, cfg, rec) })
+	wrapped := book.Wrap(m.WrapReconciler(rec))
 	if cfg.ServiceEvents && kc != nil {
 		host, _ := os.Hostname() // the pod's name
 		ev := events.New(kc, cfg.Namespace, cfg.Service, host, log)

@@ -58,7 +58,7 @@ func newPokes(cfg config.Config, r reconcile.Runner, checks map[string]reconcile
 			l.Error("reconcile failed", "status", res.Status, "error", err, "errorClass", res.ErrorClass, "durationMs", res.DurationMs, "targets", res.Targets)
 			return
 		}
-		l.Info("reconcile", "status", res.Status, "desired", res.Desired, "durationMs", res.DurationMs, "targets", res.Targets)
+		l.Log(context.Background(), reconcile.Level(res.Status), "reconcile", "status", res.Status, "desired", res.Desired, "durationMs", res.DurationMs, "targets", res.Targets)
 	})
 	if rw := reloadWatcher(checks, log, func(target string) { p.poke("reload", "HAProxy reloaded: "+target) }); rw != nil {
 		p.reloads = rw

@@ -128,13 +128,15 @@ func TestNodeLifecycle(t *testing.T) {
 		"pinned absent>gated awaiting-check": 1, "bad absent>gated awaiting-check": 1,
 		"karpenter absent>gated awaiting-check": 1,
 		"excluded absent>gated awaiting-check":  2, "legacy absent>gated awaiting-check": 2, // and back at the end
-		"plain drain>ready endpoints": 1, "bad drain>ready endpoints": 1, "excluded drain>ready endpoints": 2, "legacy drain>ready endpoints": 2,
+		// and into service from the gate: gated on exit as on entry
+		"plain gated>ready endpoints": 1, "bad gated>ready endpoints": 1, "excluded gated>ready endpoints": 2, "legacy gated>ready endpoints": 2,
+		"tainted gated>ready endpoints": 1, "karpenter gated>ready endpoints": 1, "cordoned gated>ready endpoints": 1,
 		// labels, taints, cordon, annotation
 		"excluded ready>deleted label": 1, "legacy ready>deleted label": 1, "tainted ready>drain taint": 1, "karpenter ready>drain taint": 1,
 		"cordoned ready>drain cordon": 1, "pinned ready>maint annotation": 1,
 		// all removed: back from drain at once (checks ran), from maintenance through the gate
-		"tainted drain>ready endpoints": 2, "karpenter drain>ready endpoints": 2, "cordoned drain>ready endpoints": 2,
-		"pinned maint>gated awaiting-check": 1, "pinned drain>ready endpoints": 2,
+		"tainted drain>ready endpoints": 1, "karpenter drain>ready endpoints": 1, "cordoned drain>ready endpoints": 1,
+		"pinned maint>gated awaiting-check": 1, "pinned gated>ready endpoints": 2,
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("transitions logged %v\nwant %v", got, want)

@@ -55,6 +55,7 @@ type Metrics struct {
 	cluster         *prometheus.GaugeVec
 	zoneServers     *prometheus.GaugeVec
 	mismatched      *prometheus.GaugeVec
+	alarms          *prometheus.GaugeVec
 }
 
 // ProgrammingBuckets resolve 10 ms to 5 min, for both latency histograms.
@@ -71,7 +72,7 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "reconcile_duration_seconds",
 			Help: "Duration of a reconcile (dry runs apart), retries included.", Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12)}),
 		servers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "servers",
-			Help: "Servers of each backend by state (ready, drain, maint), as the last successful reconcile left them."}, []string{"target", "backend", "state"}),
+			Help: "Servers of each backend by state (ready, gated: held in drain until their check passes, drain, maint), as the last successful reconcile left them."}, []string{"target", "backend", "state"}),
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "servers_held",
 			Help: "Servers held by the last reconcile, by why: waiting (for their check), draining (for their sessions), guarded (mass-deletion guard), capped (MAX_SERVERS)."}, []string{"target", "backend", "why"}),
 		failures: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "consecutive_failures",
@@ -105,7 +106,7 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 		skipped: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "skipped_endpoints",
 			Help: "Endpoints and Nodes the last Kubernetes read left out (invalid or not allowed), by reason."}, []string{"reason"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "server_transitions_total",
-			Help: "Server state transitions applied, by the state reached and the reason."}, []string{"to", "reason"}),
+			Help: "Server state transitions applied, by the state reached (ready, gated, drain, maint, deleted) and the reason; a server held until its check passes is to=gated, reason awaiting-check."}, []string{"to", "reason"}),
 		programming: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "network_programming_duration_seconds",
 			Help: "From an EndpointSlice's last-change-trigger-time to the change applied in HAProxy, by target (kube-proxy's SLI).", Buckets: ProgrammingBuckets}, []string{"target"}),
 		inService: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "network_in_service_duration_seconds",
@@ -129,13 +130,15 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 		Help: "With HAPROXY_LOCAL_ZONE: this instance's desired servers of each backend by zone, role (active: the local zone; backup: the others) and whether Kubernetes says they are ready, as the last successful reconcile saw them."}, []string{"target", "backend", "zone", "role", "ready"})
 	m.mismatched = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "target_mismatched",
 		Help: "1 while a target's runtime socket and its Data Plane API reach different HAProxy (nothing is written to it), 0 once they were seen to match; by target (the Data Plane URL)."}, []string{"target"})
+	m.alarms = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "alarms",
+		Help: "1 while a problem that was warned about lasts, 0 once it mended (package alarm), by kind (unreachable, backend-refused, tls-pair, check-not-passed) and subject (the target, its backend, the server or the certificate file)."}, []string{"kind", "subject"})
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
 		Help: "Build information: version, VCS revision, Go version; always 1."}, []string{"version", "revision", "goversion"})
 	build.WithLabelValues(version, revision, runtime.Version()).Set(1)
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
 		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, m.watchEvents, m.watchRestarts,
 		m.pokes, m.pokesCoalesced, m.authFailures, m.skipped, m.transitions,
-		m.servers, m.held, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, m.podGate, m.healthPortTCP, m.missingLines, m.unexpected, m.cluster, m.zoneServers, m.mismatched, build)
+		m.servers, m.held, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, m.podGate, m.healthPortTCP, m.missingLines, m.unexpected, m.cluster, m.zoneServers, m.mismatched, m.alarms, build)
 	return m
 }
 
@@ -202,6 +205,16 @@ func (m *Metrics) Mismatched(target string, mismatched bool) {
 		v = 1
 	}
 	m.mismatched.WithLabelValues(target).Set(v)
+}
+
+// Alarm sets alarms{kind,subject}: 1 while the problem is open, 0 once it
+// mended (package alarm's Book.OnChange).
+func (m *Metrics) Alarm(kind, subject string, open bool) {
+	v := 0.0
+	if open {
+		v = 1
+	}
+	m.alarms.WithLabelValues(kind, subject).Set(v)
 }
 
 // Ignored counts an event the handler skipped.

@@ -119,6 +119,9 @@ type Reconciler struct {
 	// refused: target and backend → the servers HAProxy refused a change
 	// of on the last apply there (plan.Policy.Refused).
 	refused sync.Map
+	// gated: target, backend and server → true while the server is held
+	// in drain for its check since this Reconciler gated it (named).
+	gated sync.Map
 }
 
 // Status values of a Result.
@@ -242,6 +245,9 @@ type TargetResult struct {
 	Error             string `json:"error"`
 	// ErrorClass is Error's class (failure.Class), empty on success.
 	ErrorClass failure.Class `json:"errorClass,omitempty"`
+	// BackendRefused says Error is the target refusing the backend as
+	// configured (a failure.BackendError), for package alarm.
+	BackendRefused bool `json:"-"`
 	// Guarded lists servers the mass-deletion guard parked instead of
 	// deleting; they are also in Maint when this reconcile parked them.
 	Guarded []string `json:"guarded,omitempty"`
@@ -285,6 +291,7 @@ type TargetResult struct {
 	// state and weight before and after.
 	Plan []PlannedChange `json:"plan,omitempty"`
 
+	// changed: the driver wrote something to HAProxy (Applied.Writes).
 	changed bool
 	kubeErr error
 	// inService and notInService say where each server stands once this
@@ -308,6 +315,10 @@ func (r Result) Pending() bool {
 	}
 	return false
 }
+
+// desiredReadTimeout bounds the Kubernetes read a reconcile makes for its
+// result's desired count alone, when every target failed before reading.
+const desiredReadTimeout = 2 * time.Second
 
 // maxRoundRobin is HAProxy's limit of active servers per roundrobin backend.
 const maxRoundRobin = 4095
@@ -392,6 +403,17 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 		}()
 	}
 	wg.Wait()
+	if kube.latest().started.IsZero() && !slices.ContainsFunc(results, func(tr []TargetResult) bool {
+		return slices.ContainsFunc(tr, func(t TargetResult) bool { return t.kubeErr != nil })
+	}) {
+		// Every target failed before it read Kubernetes (HAProxy is read
+		// first): one read for the result alone, or it would say
+		// "desired": 0 when servers are desired. On a context of its own,
+		// bounded, since a target that hung until the deadline ended ctx.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), desiredReadTimeout)
+		_, _ = kube.after(rctx, time.Now())
+		cancel()
+	}
 	good := kube.latest()
 	var uid types.UID
 	res.Warnings, uid = kube.warnings()
@@ -550,6 +572,11 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		applied, err := t.Apply(ctx, p)
 		p = p.Deferring(applied.Deferred) // left parked by the driver, not deleted
 		tr.fill(p)
+		// What the driver wrote says whether anything changed, not the plan:
+		// a deletion the driver deferred for a server that still has
+		// connections is planned again each second while they last, and
+		// writes nothing (the result is "unchanged", whatever waits).
+		tr.changed = tr.changed || applied.Writes > 0 || applied.Reload
 		tr.Reload = tr.Reload || applied.Reload
 		tr.UnexpectedReloads += applied.UnexpectedReloads
 		if applied.UnexpectedReloads > 0 {
@@ -596,6 +623,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 	if err != nil {
 		tr.Error = err.Error()
 		tr.ErrorClass = failure.Of(err)
+		tr.BackendRefused = errors.As(err, new(*failure.BackendError))
 		if ctx.Err() != nil && last != nil {
 			tr.Error = fmt.Sprintf("%v after %d attempts; last error: %v", err, tr.Attempts, last)
 		}
@@ -606,7 +634,8 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 	return tr, err
 }
 
-// statesAfter counts the backend's servers by state once p is applied to cur.
+// statesAfter counts the backend's servers by state (ready, gated, drain,
+// maint) once p is applied to cur.
 func statesAfter(cur model.Backend, p plan.Plan) map[string]int {
 	state := make(map[string]model.State, len(cur.Servers))
 	for _, s := range cur.Servers {
@@ -619,9 +648,17 @@ func statesAfter(cur model.Backend, p plan.Plan) map[string]int {
 			state[ch.Name] = ch.New.State
 		}
 	}
-	out := map[string]int{string(model.Ready): 0, string(model.Drain): 0, string(model.Maint): 0}
+	out := map[string]int{string(model.Ready): 0, Gated: 0, string(model.Drain): 0, string(model.Maint): 0}
 	for _, st := range state {
 		out[string(st)]++
+	}
+	// A server held in drain for its check is gated, not draining: one
+	// name per state in logs and metrics (named).
+	for _, n := range p.Waiting {
+		if state[n] == model.Drain {
+			out[string(model.Drain)]--
+			out[Gated]++
+		}
 	}
 	return out
 }
@@ -668,7 +705,6 @@ func (tr *TargetResult) fill(p plan.Plan) {
 	tr.Drain = union(tr.Drain, p.Names(plan.Drain))
 	tr.Maint = union(tr.Maint, p.Names(plan.Maint))
 	tr.Delete = union(tr.Delete, p.Names(plan.Delete))
-	tr.changed = tr.changed || p.HasChanges()
 	tr.Guarded, tr.Capped = p.Guarded, p.Capped
 	tr.Waiting, tr.Loading, tr.Draining, tr.HandingOver = p.Waiting, p.Loading, p.Draining, p.HandingOver
 	if p.Settings != nil {
@@ -711,36 +747,6 @@ func (r *Reconciler) log() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// Transition is one change of a server's state the service applied.
-type Transition struct {
-	Target, Backend, Server string
-	// From and To are ready, drain or maint; From is "absent" for a new
-	// server, To is "deleted" for a removed one.
-	From, To string
-	// Reason says why: endpoints, annotation, taint, cordon, label (the
-	// Node's, see package desired), unwanted (no endpoint asks for it),
-	// guard (parked by the mass-deletion guard), no-endpoints (the Service
-	// has none: every server parked), check (held in drain until its
-	// health check passes).
-	Reason string
-}
-
-// logged is how a transition reads in the log. A server held out of
-// traffic until its health check passes is in drain for HAProxy (and for
-// server_transitions_total, whose labels stay as they were), but "drain"
-// reads as "being taken out": the log says "gated", awaiting its check, or
-// in maintenance awaiting the reload that loads it (plan.load).
-func logged(t Transition) (to, reason string) {
-	switch {
-	case t.Reason != "check":
-		return t.To, t.Reason
-	case t.To == string(model.Drain):
-		return "gated", "awaiting-check"
-	default:
-		return t.To, "awaiting-reload"
-	}
-}
-
 // programmed reports to OnProgrammed the changes of p that were applied
 // (all but the failed ones) and that Kubernetes asked for.
 func (r *Reconciler) programmed(target string, p plan.Plan, want model.Backend, failed plan.ServerErrors, readAt time.Time) {
@@ -759,47 +765,4 @@ func refusedSet(failed plan.ServerErrors) map[string]bool {
 		refused[f.Server] = true
 	}
 	return refused
-}
-
-// transitions logs, and reports to OnTransition, each state change of p that
-// was applied (all but the failed ones).
-func (r *Reconciler) transitions(target string, p plan.Plan, want model.Backend, failed plan.ServerErrors) {
-	refused := refusedSet(failed)
-	guarded := map[string]bool{}
-	for _, g := range p.Guarded {
-		guarded[g] = true
-	}
-	for _, ch := range p.Changes {
-		if refused[ch.Name] {
-			continue
-		}
-		t := Transition{Target: target, Backend: p.Backend, Server: ch.Name, From: "absent", To: "deleted"}
-		if ch.Old != nil {
-			t.From = string(ch.Old.State)
-		}
-		if ch.New != nil {
-			t.To = string(ch.New.State)
-		}
-		if t.From == t.To {
-			continue // an address, port or weight change: not a state transition
-		}
-		switch {
-		case ch.New != nil && ch.New.Reason != "":
-			t.Reason = ch.New.Reason
-		case want.Excluded[ch.Name] != "":
-			t.Reason = want.Excluded[ch.Name]
-		case guarded[ch.Name]:
-			t.Reason = "guard"
-		case len(want.Servers) == 0:
-			t.Reason = "no-endpoints"
-		default:
-			t.Reason = "unwanted"
-		}
-		to, reason := logged(t)
-		r.log().Info("server transition", "server", t.Server, "backend", t.Backend, "target", t.Target,
-			"from", t.From, "to", to, "reason", reason)
-		if r.OnTransition != nil {
-			r.OnTransition(t)
-		}
-	}
 }

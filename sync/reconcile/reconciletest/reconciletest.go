@@ -57,6 +57,11 @@ type Driver struct {
 	// Retry is what Read says of the backend's retry lines (nil: it cannot
 	// tell, like the runtime API).
 	Retry *model.RetryLines
+	// Busy lists servers that still have connections Read does not show:
+	// their deletion is deferred (plan.Applied.Deferred), parked, as the
+	// runtime API's "del server" answers "still has connections" for a
+	// server whose sessions the stats no longer count (idle pooled ones).
+	Busy map[string]bool
 
 	reads, applies, writes int
 }
@@ -112,7 +117,15 @@ func (d *Driver) Apply(_ context.Context, p plan.Plan) (plan.Applied, error) {
 			failed = append(failed, plan.ServerError{Server: ch.Name, Error: err.Error(), Err: err})
 			continue
 		}
-		if ch.Action == plan.Delete {
+		if ch.Action == plan.Delete && d.Busy[ch.Name] {
+			out.Deferred = append(out.Deferred, ch.Name)
+			if ch.Old.State == model.Maint {
+				continue // already parked: nothing written
+			}
+			parked := *ch.Old
+			parked.State = model.Maint
+			d.servers[ch.Name] = parked
+		} else if ch.Action == plan.Delete {
 			delete(d.servers, ch.Name)
 		} else {
 			d.servers[ch.Name] = *ch.New

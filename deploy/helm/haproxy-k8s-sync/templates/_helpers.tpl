@@ -83,7 +83,14 @@ service to an HAProxy that is not there. */}}
 {{- default (include "hks.fullname" .) .Values.secret.existingSecret -}}
 {{- end -}}
 
+{{- /*
+No registry publishes the image: the shipped repository is a placeholder,
+and rendered it installs into ImagePullBackOff. Refuse it, naming the value.
+*/ -}}
 {{- define "hks.image" -}}
+{{- if or (not .Values.image.repository) (hasPrefix "registry.example/" .Values.image.repository) -}}
+{{- fail (printf "image.repository is the placeholder %q: set image.repository to the registry you pushed make image's image to (docs/install.md, The image)" (toString .Values.image.repository)) -}}
+{{- end -}}
 {{- $tag := default .Chart.AppVersion (toString .Values.image.tag) -}}
 {{- if eq $tag "latest" -}}
 {{- fail "image.tag must name a release, not latest" -}}
