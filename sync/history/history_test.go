@@ -32,8 +32,15 @@ var servicesShape = Shape{Name: "services", Start: 4, Steps: 30, MaxPods: 12, Ma
 // (NodeSetupOf): the same pod steps, and steps on the Nodes.
 var (
 	nodesShape     = withName(shortShape, "nodes")
-	nodesSoakShape = withName(soakShape, "nodes-soak")
+	nodesSoakShape = withSteps(withName(soakShape, "nodes-soak"), 150)
 )
+
+// withSteps is s with n steps: a node-mode soak history is about 2.5
+// minutes, so that make soak reaches every mode within its first 8.
+func withSteps(s Shape, n int) Shape {
+	s.Steps = n
+	return s
+}
 
 func withName(s Shape, name string) Shape {
 	s.Name = name
@@ -149,8 +156,8 @@ func TestReplay(t *testing.T) {
 }
 
 // TestSoak runs histories with both drivers for HKS_SOAK, from a seed drawn
-// from the clock: for each seed, a soak history in pod mode and one in node
-// mode (the shipped default) with each driver, then a many-Services one;
+// from the clock: for each seed, node-mode (the shipped default),
+// many-Services and pod-mode histories with both drivers (the order below);
 // it ends with one line: histories, steps, requests and violations.
 func TestSoak(t *testing.T) {
 	raw := os.Getenv(soakEnv)
@@ -165,20 +172,23 @@ func TestSoak(t *testing.T) {
 	seed := uint64(time.Now().UnixNano() % 1_000_000_000)
 	histories, steps, requests, violations := 0, 0, 0, 0
 	for i := 0; time.Now().Before(end); i++ {
-		// Each seed: pod mode with each driver, node mode with each
-		// driver, then a many-Services one, the drivers in turn.
-		k := uint64(i / 5)
-		drv, shape, s := Runtime, soakShape, SetupOf(seed+k, Runtime)
-		switch i % 5 {
-		case 1:
-			drv = Dataplane
-			s = SetupOf(seed+k, drv)
-		case 2, 3:
-			drv, shape = []Driver{Runtime, Dataplane}[i%5-2], nodesSoakShape
-			s = NodeSetupOf(seed+k, drv)
-		case 4:
-			drv, shape = []Driver{Runtime, Dataplane}[k%2], servicesShape
-			s = ServicesSetupOf(seed+k, drv)
+		// Each seed: node mode (the shipped default), many Services and
+		// node mode with the other driver first, so that the first 8
+		// minutes reach every mode and both drivers; then pod mode's
+		// longer histories with each driver, a many-Services one between.
+		k := uint64(i / 6)
+		drv := []Driver{Runtime, Dataplane}[(k+uint64(i%6/2))%2]
+		var shape Shape
+		var s Setup
+		switch i % 6 {
+		case 0, 2:
+			shape, s = nodesSoakShape, NodeSetupOf(seed+k, drv)
+		case 1, 4:
+			drv = []Driver{Runtime, Dataplane}[(k+uint64(i%6/4))%2]
+			shape, s = servicesShape, ServicesSetupOf(seed+k, drv)
+		case 3, 5:
+			drv = []Driver{Runtime, Dataplane}[i%6/5]
+			shape, s = soakShape, SetupOf(seed+k, drv)
 		}
 		t.Run(fmt.Sprintf("%s-%s-%d", shape.Name, drv, s.Seed), func(t *testing.T) {
 			r := Run(t, s, shape)

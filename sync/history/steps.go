@@ -177,7 +177,7 @@ type Shape struct {
 	// Crashes adds, in one history of two, Crash steps (withCrashes).
 	Crashes bool
 	// Nodes, when not 0, runs the pods on that many Nodes (node mode) and
-	// draws steps on the Nodes too, one draw in five; Zones places them
+	// draws steps on the Nodes too, one draw in three; Zones places them
 	// (nodeOf). Run sets both from the setup.
 	Nodes int
 	Zones bool
@@ -261,7 +261,7 @@ func Generate(seed uint64, shape Shape) []Step {
 		pending += wait
 		var st Step
 		var ok bool
-		if ng != nil && r.IntN(5) == 0 {
+		if ng != nil && r.IntN(3) == 0 {
 			if st, ok = ng.step(r, pods); ok {
 				st.Wait, pending = pending, 0
 				steps = append(steps, st)
