@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # teeth.sh: does the history checker find the defects of issues 43 and 53 by itself?
+# Entries p1, p2, ... are defects planted on purpose where no defect was found
+# (node mode, reloads): the judge must find them too.
 # For each fix, on a scratch worktree of HEAD with that fix's code reverted,
 # run the checker's histories alone (never the regression tests) and report
 # whether it found a violation, which, and how long it took.
@@ -37,6 +39,8 @@ table=$(cat <<'EOF'
 18-cap-ready-first|sed@sync/plan/plan.go@s/(c.Gate .. c.New != nil \&\& c.New.State == model.Ready) != serving/!serving/|158:runtime:short
 19-refused-replacement|sed@sync/plan/keep.go@s/\tfor _, n := range refused {\n\t\tfailed\[n\] = true\n\t}\n//|324:runtime:short
 20-cap-givers|sed@sync/plan/plan.go@s/roomGivers(have, desired.Servers), pol.Refused)/nil, pol.Refused)/|126:runtime:short
+p1-autoscaler-taint-ignored|sed@sync/desired/node.go@s/if t.Key == TaintToBeDeleted .. t.Key == TaintKarpenterDisrupted {/if t.Key == TaintKarpenterDisrupted {/|3:runtime:nodes-soak
+p2-adds-reload|sed@sync/dataplane/route.go@s/adds > MaxRuntimeAdds/adds > 0/|1:dataplane:short 2:dataplane:short
 EOF
 )
 want=("$@")

@@ -193,6 +193,7 @@ func (s *Server) proxyHandle(op string, path map[string]string, get func(string)
 		return rep
 	}
 	if tx != nil {
+		tx.ops = append(tx.ops, op)
 		rep.status = http.StatusAccepted // nothing applies before commit
 		return rep
 	}
@@ -201,7 +202,7 @@ func (s *Server) proxyHandle(op string, path map[string]string, get func(string)
 	}
 	s.cfg, s.fes = cfg, fes
 	s.version++
-	s.askReload(force)
+	s.askReload(force, op)
 	switch {
 	case !force:
 		rep.status = http.StatusAccepted

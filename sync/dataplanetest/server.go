@@ -101,6 +101,12 @@ type Options struct {
 	// OnWrite, when set, is told of every request other than a GET, as it
 	// comes: refused when an injected fault answered it (InjectFault).
 	OnWrite func(refused bool)
+	// OnReloadAsked, when set, is told of every reload an answer asks
+	// for, with what asked it: the operation (force_reload: "forced " and
+	// the operation), or "commit" and the operations the transaction held,
+	// space-separated. It is called with the server's lock held: it must
+	// not call the server.
+	OnReloadAsked func(why string)
 }
 
 // Request is one request the server received.
@@ -173,6 +179,7 @@ type txn struct {
 	status  string
 	cfg     Config
 	fes     frontends
+	ops     []string // the operations it holds, in order (OnReloadAsked)
 }
 
 // New starts a server; it is closed, and its spec violations reported, when
@@ -328,7 +335,13 @@ func (s *Server) ReloadsRun() int { s.mu.Lock(); defer s.mu.Unlock(); return s.r
 
 // askReload counts a reload asked for, and the reloads it makes HAProxy go
 // through; s.mu is held.
-func (s *Server) askReload(force bool) {
+func (s *Server) askReload(force bool, why string) {
+	if s.opts.OnReloadAsked != nil {
+		if force {
+			why = "forced " + why
+		}
+		s.opts.OnReloadAsked(why)
+	}
 	s.reloads++
 	now := time.Now()
 	switch {
@@ -587,6 +600,7 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 		return rep
 	}
 	if tx != nil {
+		tx.ops = append(tx.ops, op)
 		rep.status = http.StatusAccepted // nothing applies before commit
 		return rep
 	}
@@ -598,7 +612,7 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 		rep.status = http.StatusCreated
 	}
 	if reload {
-		s.askReload(get("force_reload") == "true")
+		s.askReload(get("force_reload") == "true", op)
 		if rep.status != http.StatusAccepted {
 			rep.status = http.StatusAccepted
 		}
@@ -695,7 +709,7 @@ func (s *Server) commit(id string, force bool) reply {
 	}
 	s.cfg, s.fes = t.cfg, t.fes
 	s.version++
-	s.askReload(force)
+	s.askReload(force, strings.TrimSpace("commit "+strings.Join(t.ops, " ")))
 	delete(s.txns, id)
 	for _, o := range s.txns {
 		if o.status == "in_progress" && o.version <= t.version {

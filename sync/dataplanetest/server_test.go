@@ -231,7 +231,7 @@ func TestReloadsAskedTogetherRunOnce(t *testing.T) {
 	s.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: "be", Mode: "tcp", Balance: &models.Balance{Algorithm: &rr}}})
 	s.mu.Lock()
 	for range 3 {
-		s.askReload(false)
+		s.askReload(false, "test")
 	}
 	s.mu.Unlock()
 	if s.Reloads() != 3 || s.ReloadsRun() != 1 {
@@ -239,8 +239,8 @@ func TestReloadsAskedTogetherRunOnce(t *testing.T) {
 	}
 	time.Sleep(350 * time.Millisecond)
 	s.mu.Lock()
-	s.askReload(false)
-	s.askReload(true)
+	s.askReload(false, "test")
+	s.askReload(true, "test")
 	s.mu.Unlock()
 	if s.ReloadsRun() != 3 {
 		t.Errorf("ran %d; want 3 (one after the delay, one forced)", s.ReloadsRun())

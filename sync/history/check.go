@@ -3,7 +3,10 @@ package history
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 )
@@ -57,6 +60,13 @@ const (
 	// label — takes no new client once Bounds.Entry passed, while another
 	// pod of this instance has been ready and answering past its own entry.
 	OutOfTraffic Invariant = "out-of-traffic"
+	// ReloadsAsPromised (Data Plane driver with a working socket and no
+	// default-server line): the API reloads HAProxy only for what the
+	// runtime cannot carry — a deletion, or a burst of more than
+	// dataplane.MaxRuntimeAdds servers in one transaction; churn within
+	// that (adds, moves, weights, states) costs no reload. A forced reload
+	// is never the service's.
+	ReloadsAsPromised Invariant = "reloads-as-promised"
 )
 
 // Violation is one invariant that did not hold.
@@ -273,6 +283,8 @@ type evalOptions struct {
 	// HAPROXY_WEIGHT=endpoints.
 	Nodes  int
 	Weight bool
+	// Reloads: the Data Plane API's reloads are judged (ReloadsAsPromised).
+	Reloads bool
 	// Refusals are the spans in which be is refused (many-Services: a
 	// third Service names it too): it follows no Kubernetes change then,
 	// by design, until Bounds.Converge after.
@@ -768,6 +780,10 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			}
 			nodeTraffic(o.pod, o.at)
 			capNow(o.at)
+		case obsReloadAsked:
+			if why := reloadBroken(o.err); opt.Reloads && why != "" {
+				add(ReloadsAsPromised, o.target, o.at, "the Data Plane API reloaded HAProxy for %s (%s)", why, o.err)
+			}
 		case obsAPIWrite:
 			if o.refused {
 				tt.lastFault = o.at
@@ -823,4 +839,31 @@ func stateName(s podState) string {
 		return "not ready"
 	}
 	return "ready"
+}
+
+// reloadBroken says why a reload the Data Plane API was asked for (what
+// OnReloadAsked says asked it) breaks ReloadsAsPromised; empty when the
+// runtime could not have carried it: a deletion, or a transaction of more
+// than dataplane.MaxRuntimeAdds server writes.
+func reloadBroken(asked string) string {
+	f := strings.Fields(asked)
+	switch {
+	case len(f) == 0:
+		return "nothing said"
+	case f[0] == "forced":
+		return "a forced reload"
+	}
+	servers := 0
+	for _, op := range f {
+		switch {
+		case strings.HasPrefix(op, "delete"):
+			return ""
+		case op == "createServerBackend" || op == "replaceServerBackend":
+			servers++
+		}
+	}
+	if f[0] == "commit" && servers > dataplane.MaxRuntimeAdds {
+		return ""
+	}
+	return "churn the runtime carries"
 }

@@ -1,8 +1,11 @@
 package history
 
 import (
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 )
 
 // TestEvaluateExcuses: what evaluate excuses and what it reports, on
@@ -152,5 +155,31 @@ func TestLocalFirstJudgedWhenTheBackupIsReached(t *testing.T) {
 				t.Fatalf("%d local-zone-first violations, want %d: %+v", n, c.want, ev.Violations)
 			}
 		})
+	}
+}
+
+// TestReloadBroken: what a reload of the Data Plane API may be for.
+func TestReloadBroken(t *testing.T) {
+	burst := "commit" + strings.Repeat(" createServerBackend", dataplane.MaxRuntimeAdds+1)
+	small := "commit" + strings.Repeat(" createServerBackend", dataplane.MaxRuntimeAdds)
+	for _, c := range []struct {
+		asked string
+		ok    bool
+	}{
+		{"commit deleteServerBackend", true},
+		{"commit replaceServerBackend deleteServerBackend", true},
+		{"deleteServerBackend", true},
+		{burst, true},
+		{small, false},
+		{"createServerBackend", false},
+		{"replaceServerBackend", false},
+		{"commit replaceServerBackend", false},
+		{"forced createServerBackend", false},
+		{"forced deleteServerBackend", false},
+		{"", false},
+	} {
+		if got := reloadBroken(c.asked) == ""; got != c.ok {
+			t.Errorf("%q: allowed %v, want %v", c.asked, got, c.ok)
+		}
 	}
 }

@@ -33,6 +33,7 @@ const (
 	obsRefused                       // HAProxy refused a write for the refused pod's server (target)
 	obsLocalZone                     // the service's HAPROXY_LOCAL_ZONE changed (err: the zone)
 	obsNode                          // Node pod changed (gate: it serves; excluded: labelled out)
+	obsReloadAsked                   // the Data Plane API was asked a reload (err: what asked it)
 )
 
 // obs is one observation, as the history's recorder keeps it.

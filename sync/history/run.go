@@ -121,7 +121,8 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 		refusals = append(refusals, [2]time.Time{from, time.Now()})
 	}
 	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, evalOptions{Bounds: b, RuntimeOnly: s.Driver == Runtime, Targets: len(w.targets), Zones: s.Zones,
-		Refused: s.Config.Refused, RefusedName: w.refusedName(), MaxServers: s.Config.MaxServers, Nodes: s.Nodes, Weight: s.Config.Weight, Refusals: refusals, TargetOf: func(name string) int {
+		Refused: s.Config.Refused, RefusedName: w.refusedName(), MaxServers: s.Config.MaxServers, Nodes: s.Nodes, Weight: s.Config.Weight, Refusals: refusals,
+		Reloads: s.Driver == Dataplane && !s.DefaultServer && !s.RuntimeFails, TargetOf: func(name string) int {
 			if i, ok := w.targetOf[name]; ok {
 				return i
 			}

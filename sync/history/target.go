@@ -77,7 +77,8 @@ func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder) *target 
 	static := fmt.Sprintf("server static %s:%d check", podAddr(staticPod), port)
 	if s.Driver == Dataplane {
 		tg.api = dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: tg.h.AdminSocket, ReloadDelay: s.ReloadDelay, Reload: tg.apiReload, RuntimeFails: s.RuntimeFails,
-			OnWrite: func(refused bool) { tg.rec.add(obs{kind: obsAPIWrite, target: tg.i, refused: refused}) }})
+			OnWrite:       func(refused bool) { tg.rec.add(obs{kind: obsAPIWrite, target: tg.i, refused: refused}) },
+			OnReloadAsked: func(why string) { tg.rec.add(obs{kind: obsReloadAsked, target: tg.i, err: why}) }})
 		if n := s.Config.Refused; n > 0 {
 			tg.api.Intercept(tg.refuseOnAPI(podAddr(n)))
 		}
