@@ -1,0 +1,190 @@
+package history
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+)
+
+// Invariant names one guarantee as the checker checks it; docs/guarantees.md
+// says which guarantee each one stands for.
+type Invariant string
+
+const (
+	// CheckedFirst (a): no client connection reaches a pod's process that
+	// no health check reached since it began to listen.
+	CheckedFirst Invariant = "checked-before-traffic"
+	// NoFailedRequest (b, c): a request fails only while no ready pod has
+	// answered for Bounds.Entry, within Bounds.Abrupt of a pod's death, or
+	// (runtime driver) within Bounds.Reload of a reload by others.
+	NoFailedRequest Invariant = "no-failed-request"
+	// InService (c, h): a ready pod that answers takes traffic within
+	// Bounds.Entry of becoming so (and of a reload by others), and keeps
+	// taking its share while requests flow.
+	InService Invariant = "ready-pod-in-service"
+	// LocalFirst: with HAPROXY_LOCAL_ZONE, a pod of another zone (a
+	// backup server) takes no client while a pod of the local zone has been
+	// ready and answering for its entry bound.
+	LocalFirst Invariant = "local-zone-first"
+	// DefaultServerKept: every connection a server makes, check or client,
+	// carries what haproxy.cfg's default-server line gives it (PROXY v2).
+	DefaultServerKept Invariant = "default-server-kept"
+	// OthersUntouched (d): a server the service does not own (static,
+	// another CLUSTER_NAME's) is never changed.
+	OthersUntouched Invariant = "others-untouched"
+	// Converges (e): once the history is quiet, HAProxy runs what
+	// Kubernetes says within Bounds.Converge, haproxy.cfg holds what runs
+	// (Data Plane driver), and again after one more reload by others.
+	Converges Invariant = "converges"
+	// FailuresExplained: a reconcile fails on a target only for what the
+	// history did to it, each excuse bounded (failureExcuse): the target
+	// hung, its API refused a write, it reloaded, or HAProxy refused the
+	// refused pod's server and nothing else. Two writers colliding, or one
+	// bad server failing the others', are not excused.
+	FailuresExplained Invariant = "failures-explained"
+	// GateTruthful (POD_READINESS_GATE): once the history is quiet every
+	// ready pod that answers has its gate True (Converges waits for it),
+	// and a pod whose server HAProxy refused never has it True.
+	GateTruthful Invariant = "gate-truthful"
+	// OneBadItem: a client never reaches the pod whose server HAProxy
+	// refused (there is no server for it).
+	OneBadItem Invariant = "one-bad-item"
+	// OutOfTraffic (make-before-break, from its other side): a pod
+	// Kubernetes holds terminating or not ready — in node mode a Node with
+	// no ready pod, or drained by a taint, a cordon, a pin or the exclude
+	// label — takes no new client once Bounds.Entry passed, while another
+	// pod of this instance has been ready and answering past its own entry.
+	OutOfTraffic Invariant = "out-of-traffic"
+	// ReloadsAsPromised (Data Plane driver with a working socket and no
+	// default-server line): the API reloads HAProxy only for what the
+	// runtime cannot carry — a deletion, or a burst of more than
+	// dataplane.MaxRuntimeAdds servers in one transaction; churn within
+	// that (adds, moves, weights, states) costs no reload. A forced reload
+	// is never the service's.
+	ReloadsAsPromised Invariant = "reloads-as-promised"
+)
+
+// Violation is one invariant that did not hold.
+type Violation struct {
+	Invariant Invariant
+	Target    int // the HAProxy it was seen through
+	At        time.Time
+	// Step is the index of the last step applied before At (-1: none).
+	Step int
+	What string
+	// Count is how many more like it followed, each within a second of
+	// the one before (a burst of failed requests).
+	Count int
+	// HAProxy is what HAProxy logged of the connections around a failed
+	// request (see haproxySaw).
+	HAProxy []string
+}
+
+func (v Violation) String() string {
+	more := ""
+	if v.Count > 0 {
+		more = fmt.Sprintf(" (and %d more within a second of each other)", v.Count)
+	}
+	s := fmt.Sprintf("%s after step %d at %s: %s%s", v.Invariant, v.Step, v.At.Format("15:04:05.000"), v.What, more)
+	for _, l := range v.HAProxy {
+		s += "\n      haproxy: " + l
+	}
+	return s
+}
+
+// Bounds are the times the invariants allow, from the shipped check settings.
+type Bounds struct {
+	Entry, Move, Abrupt, Reload, Converge time.Duration
+}
+
+// BoundsOf returns the bounds for check c. A server enters service after
+// rise passed checks, the first one downinter after it is added, the next
+// fastinter later; a dead one leaves after at most inter plus fall fast
+// checks. The rest is the service's reaction and scheduling on a loaded
+// machine.
+func BoundsOf(c model.Check) Bounds {
+	// 1.5 s for the service's reaction and a loaded machine (make test
+	// runs this under the race detector on 2 cores): the defects this
+	// bound is for cost 10 s and more.
+	entry := c.DownInter + time.Duration(c.Rise-1)*c.FastInter + 1500*time.Millisecond
+	return Bounds{
+		Entry: entry,
+		// A server that moves was UP: HAProxy's next check of it is the
+		// one already scheduled, up to inter away, whatever the gate does
+		// (seen on 2.6.12: disable and enable health do not bring it
+		// forward).
+		Move:     c.Inter + time.Duration(c.Rise-1)*c.FastInter + 1500*time.Millisecond,
+		Abrupt:   c.Inter + time.Duration(c.Fall)*c.FastInter + 300*time.Millisecond,
+		Reload:   entry,
+		Converge: 10 * time.Second,
+	}
+}
+
+// Why a failed request breaks no invariant.
+const (
+	ExcuseDeath      = "a pod died"         // within Bounds.Abrupt of a ready pod's death
+	ExcuseNoReadyPod = "no ready pod"       // no pod ready and answering for Bounds.Entry
+	ExcuseReload     = "a reload by others" // runtime driver, within Bounds.Reload of one
+	ExcuseHung       = "its target hung"    // the target hangs, or did within HungAfter
+	// ExcuseReloadLoadsUp: within Bounds.Abrupt of a reload, while a pod
+	// Kubernetes says is ready does not answer (HAProxy loads it UP until
+	// its first check; a server-state-file would keep it DOWN).
+	ExcuseReloadLoadsUp = "a reload loaded a dead pod UP"
+	// ExcuseAPIRefused: the target's Data Plane API refused every write for
+	// longer than a server's entry (an outage, not a refused write now and
+	// then), and within Bounds.Entry of the first write it took again.
+	// The Data Plane driver waits for its API: it does not carry
+	// Kubernetes changes through the socket alone meanwhile.
+	ExcuseAPIRefused = "its Data Plane API refused every write"
+)
+
+// Evaluation is what the invariants found in one history.
+type Evaluation struct {
+	Violations []Violation
+	// Excused counts the failed requests by the excuse that allowed them.
+	Excused map[string]int
+	// ReloadCost is the longest a reload by others made requests fail,
+	// from its start to the last failed request it excused.
+	ReloadCost time.Duration
+}
+
+// stateName names a pod state in a violation.
+func stateName(s podState) string {
+	switch s {
+	case terminating:
+		return "terminating"
+	case notReady, noticed:
+		return "not ready"
+	}
+	return "ready"
+}
+
+// reloadBroken says why a reload the Data Plane API was asked for (what
+// OnReloadAsked says asked it) breaks ReloadsAsPromised; empty when the
+// runtime could not have carried it: a deletion, or a transaction of more
+// than dataplane.MaxRuntimeAdds server writes.
+func reloadBroken(asked string) string {
+	f := strings.Fields(asked)
+	switch {
+	case len(f) == 0:
+		return "nothing said"
+	case f[0] == "forced":
+		return "a forced reload"
+	}
+	servers := 0
+	for _, op := range f {
+		switch {
+		case strings.HasPrefix(op, "delete"):
+			return ""
+		case op == "createServerBackend" || op == "replaceServerBackend":
+			servers++
+		}
+	}
+	if f[0] == "commit" && servers > dataplane.MaxRuntimeAdds {
+		return ""
+	}
+	return "churn the runtime carries"
+}
