@@ -48,10 +48,7 @@ func withName(s Shape, name string) Shape {
 }
 
 // nodeRuns are the node-mode histories make test runs.
-var nodeRuns = []struct {
-	seed   uint64
-	driver Driver
-}{{1, Runtime}, {2, Dataplane}}
+var nodeRuns = []fixedRun{{1, Runtime}, {2, Dataplane}}
 
 // ServicesSetupOf is SetupOf for a many-Services history: one target (the
 // HA pair's hang is the single-Service histories' to try), the rest drawn
@@ -65,10 +62,7 @@ func ServicesSetupOf(seed uint64, driver Driver) Setup {
 // servicesRuns are the many-Services histories make test runs: one (about
 // 22 s), the runtime driver's, whose deletions show at once (the Data Plane
 // driver's wait for their batch); make soak runs both drivers.
-var servicesRuns = []struct {
-	seed   uint64
-	driver Driver
-}{{3, Runtime}}
+var servicesRuns = []fixedRun{{3, Runtime}}
 
 // fixedSeeds are the histories make test runs on every submission, each
 // with both drivers: a budget of a few minutes.
@@ -93,33 +87,33 @@ func TestHistories(t *testing.T) {
 // TestHistoriesNodeMode runs node-mode histories, the shipped default:
 // servers for Nodes, whose kube-proxies take the clients to their pods,
 // and Nodes tainted, cordoned, pinned, excluded, dying.
-func TestHistoriesNodeMode(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real HAProxy histories")
-	}
-	if os.Getenv(soakEnv) != "" || os.Getenv(seedEnv) != "" {
-		t.Skip("make soak / make replay run TestSoak / TestReplay")
-	}
-	for _, r := range nodeRuns {
-		t.Run(fmt.Sprintf("%s-%d", r.driver, r.seed), func(t *testing.T) {
-			expectNone(t, Run(t, NodeSetupOf(r.seed, r.driver), nodesShape))
-		})
-	}
-}
+func TestHistoriesNodeMode(t *testing.T) { runFixed(t, nodeRuns, NodeSetupOf, nodesShape) }
 
 // TestHistoriesManyServices runs many-Services histories: web's pod steps
 // through the fleet, web2 joining and leaving be2, a third Service claiming
 // be beside web (both refused).
 func TestHistoriesManyServices(t *testing.T) {
+	runFixed(t, servicesRuns, ServicesSetupOf, servicesShape)
+}
+
+// fixedRun is one history make test runs.
+type fixedRun struct {
+	seed   uint64
+	driver Driver
+}
+
+// runFixed runs make test's histories of a kind, unless make soak or
+// make replay runs (or -short).
+func runFixed(t *testing.T, runs []fixedRun, setupOf func(uint64, Driver) Setup, shape Shape) {
 	if testing.Short() {
 		t.Skip("real HAProxy histories")
 	}
 	if os.Getenv(soakEnv) != "" || os.Getenv(seedEnv) != "" {
 		t.Skip("make soak / make replay run TestSoak / TestReplay")
 	}
-	for _, r := range servicesRuns {
+	for _, r := range runs {
 		t.Run(fmt.Sprintf("%s-%d", r.driver, r.seed), func(t *testing.T) {
-			expectNone(t, Run(t, ServicesSetupOf(r.seed, r.driver), servicesShape))
+			expectNone(t, Run(t, setupOf(r.seed, r.driver), shape))
 		})
 	}
 }

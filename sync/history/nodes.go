@@ -80,9 +80,8 @@ type nodeProxy struct {
 	k int
 	w *world
 
+	l  listener
 	mu sync.Mutex
-	ln net.Listener
-	wg sync.WaitGroup
 	// rr is the round robin's place, one per target: each HAProxy's
 	// connections go round the pods by themselves, as the judge's share
 	// of requests a pod takes through one HAProxy assumes.
@@ -90,52 +89,15 @@ type nodeProxy struct {
 }
 
 func (np *nodeProxy) start() error {
-	np.mu.Lock()
-	defer np.mu.Unlock()
-	if np.ln != nil {
-		return nil
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(nodeAddr(np.k), strconv.Itoa(np.w.port)))
-	if err != nil {
+	addr := net.JoinHostPort(nodeAddr(np.k), strconv.Itoa(np.w.port))
+	if err := np.l.open(addr, func() { np.w.rec.add(obs{kind: obsListen, pod: nodeBase + np.k}) }, np.handle); err != nil {
 		return fmt.Errorf("node %s: %w", nodeName(np.k), err)
 	}
-	np.ln = ln
-	np.w.rec.add(obs{kind: obsListen, pod: nodeBase + np.k})
-	np.wg.Add(1)
-	go np.serve(ln)
 	return nil
 }
 
 func (np *nodeProxy) stop() {
-	np.mu.Lock()
-	ln := np.ln
-	np.ln = nil
-	np.mu.Unlock()
-	if ln == nil {
-		return
-	}
-	at := time.Now()
-	_ = ln.Close()
-	np.wg.Wait()
-	np.w.rec.add(obs{at: at, kind: obsStop, pod: nodeBase + np.k})
-}
-
-func (np *nodeProxy) serve(ln net.Listener) {
-	defer np.wg.Done()
-	var conns sync.WaitGroup
-	defer conns.Wait()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		at := time.Now()
-		conns.Add(1)
-		go func() {
-			defer conns.Done()
-			np.handle(c, at)
-		}()
-	}
+	np.l.close(func(at time.Time) { np.w.rec.add(obs{at: at, kind: obsStop, pod: nodeBase + np.k}) })
 }
 
 // handle reads what the connection is (a check or a client, after a PROXY

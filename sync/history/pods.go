@@ -38,95 +38,121 @@ type pod struct {
 	// one without is refused and recorded as a violation.
 	proxy bool
 
+	l listener
+}
+
+// listener is a process that listens at one address and hands each
+// connection, with when it was accepted, to handle; it says when it began
+// and stopped listening (a pod's, a Node's kube-proxy).
+type listener struct {
 	mu sync.Mutex
 	ln net.Listener
 	wg sync.WaitGroup
 }
 
-// start makes the pod listen; a stopped pod can start again.
-func (p *pod) start() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
+// open listens at addr, unless it does: began is called before the first
+// connection is accepted, so that what the connections record follows it.
+func (l *listener) open(addr string, began func(), handle func(c net.Conn, at time.Time)) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ln != nil {
 		return nil
 	}
-	ln, err := net.Listen("tcp", p.addr)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	l.ln = ln
+	began()
+	l.wg.Go(func() {
+		var conns sync.WaitGroup
+		defer conns.Wait()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			at := time.Now()
+			conns.Go(func() { handle(c, at) })
+		}
+	})
+	return nil
+}
+
+// close stops listening and waits for the connections to end; stopped
+// (when it listened) is called with the moment it stopped: a connection
+// the kernel accepted and it never took is reset then.
+func (l *listener) close(stopped func(at time.Time)) {
+	l.mu.Lock()
+	ln := l.ln
+	l.ln = nil
+	l.mu.Unlock()
+	if ln == nil {
+		return
+	}
+	at := time.Now()
+	_ = ln.Close()
+	l.wg.Wait()
+	stopped(at)
+}
+
+// up says whether it listens.
+func (l *listener) up() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ln != nil
+}
+
+// start makes the pod listen; a stopped pod can start again.
+func (p *pod) start() error {
+	err := p.l.open(p.addr, func() { p.rec.add(obs{kind: obsListen, pod: p.n}) }, p.handle)
 	if err != nil {
 		return fmt.Errorf("pod %s: %w", p.addr, err)
 	}
-	p.ln = ln
-	p.rec.add(obs{kind: obsListen, pod: p.n})
-	p.wg.Add(1)
-	go p.serve(ln)
 	return nil
 }
 
 // stop closes the listener: connections and checks to the pod are refused
 // from now on (a process that died, or exited at the end of its grace).
 func (p *pod) stop() {
-	p.mu.Lock()
-	ln := p.ln
-	p.ln = nil
-	p.mu.Unlock()
-	if ln == nil {
-		return
-	}
-	// It dies when it stops listening: a connection the kernel accepted
-	// and it never took is reset then, before its connections end.
-	at := time.Now()
-	_ = ln.Close()
-	p.wg.Wait()
-	p.rec.add(obs{at: at, kind: obsStop, pod: p.n})
+	p.l.close(func(at time.Time) { p.rec.add(obs{at: at, kind: obsStop, pod: p.n}) })
 }
 
-func (p *pod) serve(ln net.Listener) {
-	defer p.wg.Done()
-	var conns sync.WaitGroup
-	defer conns.Wait()
-	for {
-		c, err := ln.Accept()
+// handle tells a check from a client and answers it.
+func (p *pod) handle(c net.Conn, at time.Time) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	from := 0
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		for i, src := range sources {
+			if a.IP.String() == src {
+				from = i
+			}
+		}
+	}
+	r := bufio.NewReader(io.LimitReader(c, 1024))
+	if p.proxy {
+		ok, err := proxyHeader(r)
 		if err != nil {
+			return // dropped before it said anything
+		}
+		if !ok {
+			p.rec.add(obs{at: at, kind: obsViolation, target: from, inv: DefaultServerKept,
+				err: fmt.Sprintf("a connection without the PROXY v2 header that default-server send-proxy-v2 gives reached %s", podName(p.n))})
 			return
 		}
-		at := time.Now()
-		conns.Add(1)
-		go func() {
-			defer conns.Done()
-			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-			from := 0
-			if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-				for i, src := range sources {
-					if a.IP.String() == src {
-						from = i
-					}
-				}
-			}
-			r := bufio.NewReader(io.LimitReader(c, 1024))
-			if p.proxy {
-				ok, err := proxyHeader(r)
-				if err != nil {
-					return // dropped before it said anything
-				}
-				if !ok {
-					p.rec.add(obs{at: at, kind: obsViolation, target: from, inv: DefaultServerKept,
-						err: fmt.Sprintf("a connection without the PROXY v2 header that default-server send-proxy-v2 gives reached %s", podName(p.n))})
-					return
-				}
-			}
-			line, err := r.ReadString('\n')
-			if err != nil {
-				return // a connection dropped before it said what it is
-			}
-			switch strings.TrimSpace(line) {
-			case "hc":
-				p.rec.add(obs{at: at, kind: obsCheck, pod: p.n, target: from})
-				_, _ = io.WriteString(c, "ok\n")
-			case "q":
-				p.rec.add(obs{at: at, kind: obsClient, pod: p.n, target: from})
-				_, _ = io.WriteString(c, podName(p.n)+"\n")
-			}
-		}()
+	}
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return // a connection dropped before it said what it is
+	}
+	switch strings.TrimSpace(line) {
+	case "hc":
+		p.rec.add(obs{at: at, kind: obsCheck, pod: p.n, target: from})
+		_, _ = io.WriteString(c, "ok\n")
+	case "q":
+		p.rec.add(obs{at: at, kind: obsClient, pod: p.n, target: from})
+		_, _ = io.WriteString(c, podName(p.n)+"\n")
 	}
 }
 

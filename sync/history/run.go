@@ -393,9 +393,7 @@ func (w *world) units() []unit {
 		if p == nil {
 			return false
 		}
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.ln != nil
+		return p.l.up()
 	}
 	var out []unit
 	if w.setup.Nodes == 0 {
