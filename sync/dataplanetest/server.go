@@ -123,6 +123,9 @@ type Server struct {
 	http *httptest.Server
 	spec *spec
 	opts Options
+	// fellBack: the operation being answered found its runtime write
+	// refused by HAProxy and asks a reload instead (OnReloadAsked says so).
+	fellBack bool
 
 	mu      sync.Mutex
 	version int64
@@ -595,6 +598,7 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 		return rep
 	}
 	var reload bool
+	s.fellBack = false
 	rep, reload = s.configOp(op, cfg, path, body, tx == nil)
 	if !write || rep.status >= 300 {
 		return rep
@@ -612,7 +616,13 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 		rep.status = http.StatusCreated
 	}
 	if reload {
-		s.askReload(get("force_reload") == "true", op)
+		why := op
+		if s.fellBack {
+			// HAProxy refused the runtime write: the reload is the API's
+			// fallback, not what the write asked for.
+			why = "fallback " + op
+		}
+		s.askReload(get("force_reload") == "true", why)
 		if rep.status != http.StatusAccepted {
 			rep.status = http.StatusAccepted
 		}
@@ -799,6 +809,7 @@ func (s *Server) configOp(op string, cfg Config, path map[string]string, body []
 		if runtime && live && s.mirror != nil {
 			// Like the real API: a refused runtime add falls back to a reload.
 			runtime = s.mirror.add(beName, ns) == nil
+			s.fellBack = !runtime
 		}
 		if runtime {
 			return reply{status: 201, body: ns}, false
@@ -825,6 +836,7 @@ func (s *Server) configOp(op string, cfg Config, path map[string]string, body []
 		}
 		if live && s.mirror != nil {
 			if err := s.mirror.update(beName, old, ns); err != nil {
+				s.fellBack = true
 				return reply{status: 202, body: ns}, true // the real API reloads when runtime fails
 			}
 		}

@@ -3,6 +3,7 @@ package history
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -219,6 +220,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		}
 	}
 	nodeAnswered := map[int]bool{}
+	nodeStopped := map[int]time.Time{} // when each Node's kube-proxy last stopped
 	nodeDeath := func(n int, at time.Time) {
 		if opt.Nodes == 0 || n == staticPod {
 			return
@@ -360,9 +362,16 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			// Nodes, and a Node's server takes a client only after a check
 			// of it passed since its kube-proxy began to listen.
 			switch o.kind {
+			case obsStop:
+				nodeStopped[o.pod] = o.at
 			case obsListen:
-				for _, t := range tts {
-					t.pod(o.pod).checked = false
+				// Back before HAProxy's checks could fail (Bounds.Abrupt),
+				// its server may still be UP: a check is owed only by a
+				// Node that was away longer, or listens for the first time.
+				if at := nodeStopped[o.pod]; at.IsZero() || o.at.Sub(at) >= b.Abrupt {
+					for _, t := range tts {
+						t.pod(o.pod).checked = false
+					}
 				}
 			case obsCheck:
 				tt.pod(o.pod).checked = true
@@ -634,6 +643,15 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			nodeTraffic(o.pod, o.at)
 			capNow(o.at)
 		case obsReloadAsked:
+			if strings.HasPrefix(o.err, "fallback ") {
+				// The API's fallback when HAProxy refused a runtime write:
+				// excused only beside a reload (a write that raced it).
+				near := !tt.reloadStart.IsZero() || !tt.apiReload.IsZero() || !tt.lastReload.IsZero() && o.at.Sub(tt.lastReload) <= b.Entry
+				if opt.Reloads && !near {
+					add(ReloadsAsPromised, o.target, o.at, "HAProxy refused a runtime write outside any reload, and the Data Plane API reloaded for it (%s)", o.err)
+				}
+				continue
+			}
 			if why := reloadBroken(o.err); opt.Reloads && why != "" {
 				add(ReloadsAsPromised, o.target, o.at, "the Data Plane API reloaded HAProxy for %s (%s)", why, o.err)
 			}

@@ -136,10 +136,8 @@ func (np *nodeProxy) handle(c net.Conn, at time.Time) {
 		return
 	}
 	head.WriteString(line)
-	switch strings.TrimSpace(line) {
-	case "hc":
-		np.w.rec.add(obs{at: at, kind: obsCheck, pod: nodeBase + np.k, target: from})
-	case "q":
+	check := strings.TrimSpace(line) == "hc"
+	if strings.TrimSpace(line) == "q" {
 		np.w.rec.add(obs{at: at, kind: obsClient, pod: nodeBase + np.k, target: from})
 	}
 	pods := np.w.localEndpoints(np.k)
@@ -157,6 +155,11 @@ func (np *nodeProxy) handle(c net.Conn, at time.Time) {
 			continue // kube-proxy would send it on; the judge waits for no readiness probe
 		}
 		defer pc.Close()
+		if check {
+			// A check of the Node counts once a pod took it: one that
+			// finds no pod fails in HAProxy.
+			np.w.rec.add(obs{at: at, kind: obsCheck, pod: nodeBase + np.k, target: from})
+		}
 		// The next connection starts past this pod: the round robin goes
 		// through the pods that answer, each its share (one after a pod
 		// that refuses would take that pod's share too).
@@ -299,11 +302,14 @@ func (w *world) nodeStep(st Step) error {
 			w.mu.Unlock()
 			w.rec.add(obs{kind: obsK8s, pod: n, state: live})
 		}
+	}
+	w.rec.add(obs{kind: obsNode, pod: k, gate: flags.serving(w.setup.Config.DrainCordoned), excluded: flags.excluded})
+	if st.Kind == NodeUp {
+		// After Kubernetes' view: a client it takes finds the Node back.
 		if err := w.nodes[k].start(); err != nil {
 			return err
 		}
 	}
-	w.rec.add(obs{kind: obsNode, pod: k, gate: flags.serving(w.cfg.Cordoned == "drain"), excluded: flags.excluded})
 	w.live.Set(w.input())
 	w.poke()
 	return nil

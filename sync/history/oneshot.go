@@ -59,7 +59,10 @@ func (o *oneShot) maybeRun(i int) {
 			o.mu.Unlock()
 		}()
 		log := serviceLog(o.w.t).With("oneshot", i)
-		rec, checks, _ := reconcilerOf(o.w.t, o.w.cfg, log)
+		o.w.mu.Lock()
+		cfg := o.w.cfg
+		o.w.mu.Unlock()
+		rec, checks, _ := reconcilerOf(o.w.t, cfg, log)
 		rec.Source = o.w.live
 		run := func(ctx context.Context) (reconcile.Result, error) { return rec.Reconcile(ctx, false) }
 		ctx, cancel := context.WithTimeout(o.ctx, oneShotLimit)

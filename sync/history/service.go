@@ -306,9 +306,9 @@ func (w *world) crash(st Step) error {
 	}
 	w.mu.Lock()
 	old := w.first
+	cfg := w.cfg
 	w.mu.Unlock()
 	old.crash()
-	cfg := w.cfg
 	// A second writer keeps its zone: a rezone is drawn for the first
 	// writer alone, so it flips only where that is the whole service.
 	if st.Fault == "rezone" && w.setup.Zones && w.setup.Config.Writer2 == "" {
@@ -320,7 +320,9 @@ func (w *world) crash(st Step) error {
 	}
 	p := startProcess(w.t, cfg, w.live, w.writer(0))
 	w.mu.Lock()
-	w.first = p
+	// The one-shot command runs with what the service runs now (a
+	// rezone's zone too), as an operator's change reaches both.
+	w.first, w.cfg = p, cfg
 	w.mu.Unlock()
 	p.poke()
 	return nil
