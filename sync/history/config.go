@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Config is the service's configuration in one history, drawn from its seed
@@ -52,6 +53,11 @@ type Config struct {
 	// OneShot runs the one-shot reconcile command beside serve every few
 	// steps (oneshot.go), as a CronJob would.
 	OneShot bool
+	// Serve histories only (ServeSetupOf): RESYNC_PERIOD, SERVICE_EVENTS,
+	// and HTTP callers (curl's POST, Knative's CloudEvent) every few steps.
+	Resync time.Duration
+	Events bool
+	Posts  bool
 }
 
 // GuardOff is Config.Guard for HAPROXY_DELETE_GUARD_PERCENT=0.
@@ -124,12 +130,36 @@ func NodeSetupOf(seed uint64, driver Driver) Setup {
 	return s
 }
 
+// ServeSetupOf is a serve history's setup (Setup.Serve): the binary's own
+// serve against a real kube-apiserver, in node mode (the shipped default)
+// two times in three, else pod mode, the rest drawn as there; and what
+// only serve has: a resync period, Events, HTTP callers. The readiness
+// gate's verdicts are read from the histories' own loops (in pod mode,
+// TestReadinessGateHoldsTheRollout has serve's writer): off here.
+func ServeSetupOf(seed uint64, driver Driver) Setup {
+	r := rand.New(rand.NewPCG(seed^0x5e7e, seed*13+5))
+	var s Setup
+	if r.IntN(3) > 0 {
+		s = NodeSetupOf(seed, driver)
+	} else {
+		s = SetupOf(seed, driver)
+	}
+	s.Serve = true
+	c := &s.Config
+	c.Gate = false
+	c.Resync = []time.Duration{0, 0, 3 * time.Second, 7 * time.Second}[r.IntN(4)]
+	c.Events = r.IntN(2) == 0
+	c.Posts = r.IntN(2) == 0
+	return s
+}
+
 // env is the configuration as the service's variables.
 func (c Config) env() map[string]string {
 	e := map[string]string{
 		"HAPROXY_DELETE_GUARD_PERCENT": "100", "MAX_SERVERS": "4000", "HAPROXY_DELETE_BATCH": "10",
 		"POD_READINESS_GATE": "false", "HAPROXY_CHECK_ON_ERROR": "sudden-death", "HAPROXY_CHECK_FALL": "2",
 		"HAPROXY_SEND_PROXY_V2": "false", "HAPROXY_WEIGHT": "equal", "CORDONED_NODES": "ignore",
+		"RESYNC_PERIOD": "0s", "SERVICE_EVENTS": "false",
 	}
 	if c.Weight {
 		e["HAPROXY_WEIGHT"] = "endpoints"
@@ -161,6 +191,12 @@ func (c Config) env() map[string]string {
 	if c.Fall > 0 {
 		e["HAPROXY_CHECK_FALL"] = strconv.Itoa(c.Fall)
 	}
+	if c.Resync > 0 {
+		e["RESYNC_PERIOD"] = c.Resync.String()
+	}
+	if c.Events {
+		e["SERVICE_EVENTS"] = "true"
+	}
 	return e
 }
 
@@ -179,6 +215,9 @@ func (c Config) String() string {
 	}
 	if c.OneShot {
 		out = append(out, "oneshot")
+	}
+	if c.Posts {
+		out = append(out, "posts")
 	}
 	if len(out) == 0 {
 		return "shipped"

@@ -35,6 +35,13 @@ var (
 	nodesSoakShape = withSteps(withName(soakShape, "nodes-soak"), 150)
 )
 
+// serveShape and serveSoakShape are the short and soak shapes of serve
+// histories (ServeSetupOf): the binary's serve against a kube-apiserver.
+var (
+	serveShape     = withName(shortShape, "serve")
+	serveSoakShape = withSteps(withName(soakShape, "serve-soak"), 150)
+)
+
 // withSteps is s with n steps: a node-mode soak history is about 2.5
 // minutes, so that make soak reaches every mode within its first 8.
 func withSteps(s Shape, n int) Shape {
@@ -139,8 +146,13 @@ func TestReplay(t *testing.T) {
 		shape, setupOf = nodesShape, NodeSetupOf
 	case nodesSoakShape.Name:
 		shape, setupOf = nodesSoakShape, NodeSetupOf
+	case serveShape.Name:
+		shape, setupOf = serveShape, ServeSetupOf
+	case serveSoakShape.Name:
+		shape, setupOf = serveSoakShape, ServeSetupOf
 	default:
-		t.Fatalf("%s=%q: want %s, %s, %s, %s or %s", shapeEnv, raw, shortShape.Name, soakShape.Name, servicesShape.Name, nodesShape.Name, nodesSoakShape.Name)
+		t.Fatalf("%s=%q: want %s, %s, %s, %s, %s, %s or %s", shapeEnv, raw, shortShape.Name, soakShape.Name, servicesShape.Name,
+			nodesShape.Name, nodesSoakShape.Name, serveShape.Name, serveSoakShape.Name)
 	}
 	d := Driver(os.Getenv(driverEnv))
 	if d == "" {
@@ -200,7 +212,7 @@ func TestSoak(t *testing.T) {
 // that replays it and its steps up to the first violation.
 func expectNone(t *testing.T, r Report) {
 	t.Helper()
-	t.Logf("seed %d %s static=%v targets=%d zones=%v default-server=%v runtime-fails=%v services=%v nodes=%d config=[%s]: %d steps, %d requests, %d failed %v, a reload by others cost %v", r.Setup.Seed, r.Setup.Driver, r.Setup.Static, r.Setup.Targets, r.Setup.Zones, r.Setup.DefaultServer, r.Setup.RuntimeFails, r.Setup.Services, r.Setup.Nodes, r.Setup.Config, len(r.Steps), r.Requests, r.Failed, r.Excused, r.ReloadCost)
+	t.Logf("seed %d %s static=%v targets=%d zones=%v default-server=%v runtime-fails=%v services=%v nodes=%d serve=%v config=[%s]: %d steps, %d requests, %d failed %v, a reload by others cost %v", r.Setup.Seed, r.Setup.Driver, r.Setup.Static, r.Setup.Targets, r.Setup.Zones, r.Setup.DefaultServer, r.Setup.RuntimeFails, r.Setup.Services, r.Setup.Nodes, r.Setup.Serve, r.Setup.Config, len(r.Steps), r.Requests, r.Failed, r.Excused, r.ReloadCost)
 	if len(r.Violations) == 0 {
 		return
 	}

@@ -36,7 +36,9 @@ const nodeBase = 9000
 func nodeName(k int) string { return fmt.Sprintf("n-%d", k) }
 
 // nodeAddr is Node k's InternalIP, apart from every pod's (podAddr).
-func nodeAddr(k int) string { return fmt.Sprintf("127.0.50.%d", k) }
+func nodeAddr(k int) string {
+	return fmt.Sprintf("%d.%d.%d.%d", nodeNet[0], nodeNet[1], nodeNet[2], k)
+}
 
 // nodeOf is the Node pod n runs on, among nodes; with zones, the pods of
 // the other zone run on the last Node, the only one of that zone.
@@ -310,8 +312,7 @@ func (w *world) nodeStep(st Step) error {
 			return err
 		}
 	}
-	w.live.Set(w.input())
-	w.poke()
+	w.publish()
 	return nil
 }
 

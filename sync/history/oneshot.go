@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 )
 
@@ -58,19 +59,19 @@ func (o *oneShot) maybeRun(i int) {
 			o.running = false
 			o.mu.Unlock()
 		}()
-		log := serviceLog(o.w.t).With("oneshot", i)
 		o.w.mu.Lock()
 		cfg := o.w.cfg
 		o.w.mu.Unlock()
-		rec, checks, _ := reconcilerOf(o.w.t, cfg, log)
-		rec.Source = o.w.live
-		run := func(ctx context.Context) (reconcile.Result, error) { return rec.Reconcile(ctx, false) }
-		ctx, cancel := context.WithTimeout(o.ctx, oneShotLimit)
+		ctx, cancel := context.WithTimeout(o.ctx, oneShotLimit+10*time.Second)
 		defer cancel()
 		began := time.Now()
-		s := &reconcile.Settler{Run: run, Checks: checks, Poll: 25 * time.Millisecond}
-		res, err := s.Settle(ctx)
-		log.Debug("one-shot reconcile", "result", res, "err", err)
+		var res reconcile.Result
+		var err error
+		if o.w.mirror != nil {
+			res, err = o.w.oneShotBinary(ctx, cfg.LocalZone) // the binary's own, against the API server
+		} else {
+			res, err = o.settle(ctx, cfg, i)
+		}
 		if o.ctx.Err() != nil {
 			return // the history ended: the run was cut, as a CronJob's pod deleted
 		}
@@ -81,6 +82,20 @@ func (o *oneShot) maybeRun(i int) {
 		}
 		o.w.writer(oneShotWriter).reconciled(began, res, err)
 	})
+}
+
+// settle is one run of the command as it is built, in this process.
+func (o *oneShot) settle(ctx context.Context, cfg config.Config, i int) (reconcile.Result, error) {
+	log := serviceLog(o.w.t).With("oneshot", i)
+	rec, checks, _ := reconcilerOf(o.w.t, cfg, log)
+	rec.Source = o.w.live
+	run := func(ctx context.Context) (reconcile.Result, error) { return rec.Reconcile(ctx, false) }
+	ctx, cancel := context.WithTimeout(ctx, oneShotLimit)
+	defer cancel()
+	s := &reconcile.Settler{Run: run, Checks: checks, Poll: 25 * time.Millisecond}
+	res, err := s.Settle(ctx)
+	log.Debug("one-shot reconcile", "result", res, "err", err)
+	return res, err
 }
 
 // oneShotWriter numbers the command's runs among the writers.

@@ -16,9 +16,33 @@ import (
 // every check that reaches a pod is seen by it.
 var checkLines = []string{"option tcp-check", "tcp-check connect default", `tcp-check send hc\n`, "tcp-check expect string ok"}
 
-// podAddr is pod n's address: its own loopback address, never reused within
-// a history, so what reaches it is its alone.
-func podAddr(n int) string { return fmt.Sprintf("127.0.%d.%d", 1+n/250, 1+n%250) }
+// podAddr is pod n's address: its own local address, never reused within a
+// history, so what reaches it is its alone: on loopback, or in the private
+// network namespace the tests run in as root (privateNet), where
+// Kubernetes takes it in an EndpointSlice (it refuses loopback ones).
+func podAddr(n int) string {
+	return fmt.Sprintf("%d.%d.%d.%d", podNet[0], podNet[1], 1+n/250, 1+n%250)
+}
+
+// privateNet says the tests run in a network namespace of their own
+// (TestMain), where podNet and nodeNet are local addresses.
+var privateNet bool
+
+// podNet and nodeNet are the first bytes of the pods' and the Nodes'
+// addresses: loopback ones, or in privateNet 10.244.0.0/16 and
+// 10.250.0.0/24 (TestMain routes them to lo).
+var (
+	podNet  = [2]byte{127, 0}
+	nodeNet = [3]byte{127, 0, 50}
+)
+
+// usePrivateNet gives pods and Nodes the private network's addresses.
+func usePrivateNet() {
+	privateNet, podNet, nodeNet = true, [2]byte{10, 244}, [3]byte{10, 250, 0}
+}
+
+// privateRoutes are the routes TestMain adds to lo in its namespace.
+var privateRoutes = []string{"10.244.0.0/16", "10.250.0.0/24"}
 
 // podName is pod n's name, and its server's name in pod mode.
 func podName(n int) string { return fmt.Sprintf("p-%d", n) }

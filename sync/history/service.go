@@ -103,6 +103,8 @@ func startService(t testing.TB, cfg config.Config, src reconcile.Source, wr writ
 // (waiting for its reconcile), and what kills it where it is.
 type process struct {
 	poke, stop, crash func()
+	// base is a serve process's HTTP address (serve histories).
+	base string
 }
 
 // startProcess is startService's process: crash cancels every reconcile of
@@ -204,6 +206,15 @@ const (
 // worth reading, the file HKS_HISTORY_LOG names, or one file a history in
 // HKS_HISTORY_LOG_DIR (debug level, JSON).
 func serviceLog(t testing.TB) *slog.Logger {
+	f := serviceLogFile(t)
+	if f == io.Discard {
+		return slog.New(slog.NewJSONHandler(io.Discard, nil))
+	}
+	return slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// serviceLogFile is serviceLog's file, io.Discard when none.
+func serviceLogFile(t testing.TB) io.Writer {
 	path := os.Getenv(logEnv)
 	if dir := os.Getenv(logDirEnv); path == "" && dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -217,14 +228,14 @@ func serviceLog(t testing.TB) *slog.Logger {
 		})
 	}
 	if path == "" {
-		return slog.New(slog.NewJSONHandler(io.Discard, nil))
+		return io.Discard
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	return slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return f
 }
 
 // historyLog is the file of t's history in dir: its test's name, with the
@@ -318,7 +329,12 @@ func (w *world) crash(st Step) error {
 	if w.setup.Zones {
 		cfg.LocalZone = w.local // a restart keeps the zone it was given last
 	}
-	p := startProcess(w.t, cfg, w.live, w.writer(0))
+	var p *process
+	if w.mirror != nil {
+		p = w.startServe(0, cfg.LocalZone)
+	} else {
+		p = startProcess(w.t, cfg, w.live, w.writer(0))
+	}
 	w.mu.Lock()
 	// The one-shot command runs with what the service runs now (a
 	// rezone's zone too), as an operator's change reaches both.

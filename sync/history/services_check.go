@@ -242,7 +242,7 @@ func withoutDropped(snap, now map[string]string, reloaded bool) map[string]strin
 // podOfAddr is the pod whose address addr is (podAddr's inverse).
 func podOfAddr(addr string) (int, bool) {
 	ip := net.ParseIP(addr).To4()
-	if ip == nil || ip[0] != 127 || ip[1] != 0 || ip[2] < 1 || ip[3] < 1 {
+	if ip == nil || ip[0] != podNet[0] || ip[1] != podNet[1] || ip[2] < 1 || ip[3] < 1 {
 		return 0, false
 	}
 	return int(ip[2]-1)*250 + int(ip[3]-1), true

@@ -2,6 +2,7 @@ package history
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"net"
 	"sort"
@@ -81,6 +82,9 @@ type Setup struct {
 	// default): the pods run on that many Nodes, each a kube-proxy of its
 	// own (nodes.go). NodeSetupOf draws it.
 	Nodes int
+	// Serve runs the binary's serve against a real kube-apiserver instead
+	// of the histories' own loop (serve.go); ServeSetupOf draws it.
+	Serve bool
 	// Config is the service's configuration, drawn from the seed too.
 	Config Config
 }
@@ -138,6 +142,12 @@ type world struct {
 	nflags map[int]*nodeFlags
 	// oneShot runs the one-shot command every few steps (Config.OneShot).
 	oneShot *oneShot
+	// Serve histories (serve.go): the API server the world writes into,
+	// the kubeconfig for it, each writer's variables, the HTTP callers.
+	mirror     *kubeMirror
+	kubeconfig string
+	envs       []map[string]string
+	posts      sync.WaitGroup
 }
 
 // newWorld starts the HAProxy targets (and their Data Plane test APIs when
@@ -148,7 +158,7 @@ func newWorld(t testing.TB, s Setup) *world {
 	t.Helper()
 	w := &world{t: t, setup: s, rec: &recorder{}, pods: map[int]*pod{}, k8s: map[int]podState{}, names: map[int]string{},
 		gates: map[int]bool{}, gateWhy: map[int]string{}, targetOf: map[string]int{}}
-	w.port = haproxytest.FreePort(t, "127.0.1.1")
+	w.port = haproxytest.FreePort(t, podAddr(staticPod))
 	if s.Static {
 		st := w.newPod(staticPod)
 		if err := st.start(); err != nil {
@@ -176,7 +186,7 @@ func newWorld(t testing.TB, s Setup) *world {
 	}
 	env := map[string]string{
 		"TARGET_ADDRESS": mode, "INGRESS_NAMESPACE": namespace, "INGRESS_SERVICE_NAME": service,
-		"HAPROXY_BACKEND_NAME": backend, "ALLOWED_SERVER_CIDRS": "127.0.0.0/8",
+		"HAPROXY_BACKEND_NAME": backend, "ALLOWED_SERVER_CIDRS": "127.0.0.0/8,10.244.0.0/16,10.250.0.0/24",
 		"HAPROXY_RUNTIME_URL": strings.Join(runtimes, ","), "HAPROXY_DATAPLANE_URL": strings.Join(apis, ","),
 		"CLUSTER_NAME": "", "HAPROXY_LOCAL_ZONE": "",
 	}
@@ -203,7 +213,9 @@ func newWorld(t testing.TB, s Setup) *world {
 	w.check = cfg.Check()
 	w.cfg = cfg
 	w.live = desiredtest.NewLive(w.input())
-	if s.Services {
+	if s.Serve {
+		w.startServeWorld(env)
+	} else if s.Services {
 		w.poke, w.close = w.startFleet(cfg)
 	} else {
 		w.first = startProcess(t, cfg, w.live, w.writer(0))
@@ -324,6 +336,9 @@ func (w *world) apply(st Step, index int) error {
 	if w.oneShot != nil && index >= 0 {
 		w.oneShot.maybeRun(index)
 	}
+	if w.mirror != nil && index >= 0 {
+		w.maybePost(index)
+	}
 	changed := false
 	switch st.Kind {
 	case Recreate:
@@ -380,8 +395,7 @@ func (w *world) apply(st Step, index int) error {
 		}
 	}
 	if changed {
-		w.live.Set(w.input())
-		w.poke()
+		w.publish()
 	}
 	if st.Kind == Gone {
 		for _, n := range st.Pods {
@@ -408,6 +422,19 @@ func (w *world) apply(st Step, index int) error {
 	return nil
 }
 
+// publish tells the service what Kubernetes holds now: the histories' own
+// loops through their Source and a poke, serve through the API server.
+func (w *world) publish() {
+	in := w.input()
+	w.live.Set(in)
+	if w.mirror != nil {
+		if err := w.mirror.set(context.Background(), in); err != nil {
+			w.t.Errorf("write Kubernetes: %v", err)
+		}
+	}
+	w.poke()
+}
+
 // startPod starts pod n's process, a new one.
 func (w *world) startPod(n int) error {
 	p := w.newPod(n)
@@ -432,8 +459,7 @@ func (w *world) recreate(st Step, index int) error {
 	w.mu.Unlock()
 	w.rec.add(obs{kind: obsK8s, pod: old, state: absent})
 	w.rec.add(obs{kind: obsK8s, pod: n, state: live, moved: true})
-	w.live.Set(w.input())
-	w.poke()
+	w.publish()
 	w.mu.Lock()
 	gone := w.pods[old]
 	w.mu.Unlock()
@@ -465,8 +491,7 @@ func (w *world) rollout(st Step) error {
 	for _, n := range fresh {
 		w.rec.add(obs{kind: obsK8s, pod: n, state: live})
 	}
-	w.live.Set(w.input())
-	w.poke()
+	w.publish()
 	return nil
 }
 

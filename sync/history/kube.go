@@ -1,0 +1,271 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
+)
+
+// The Kubernetes of serve histories (Setup.Serve): a real kube-apiserver
+// and etcd (envtest, the binaries make deps builds into bin/), started once
+// per test binary, and the world's view written into it as the controllers
+// of a cluster would write it (kubeMirror): the Service, its
+// EndpointSlices and the Nodes. serve watches and lists them there.
+
+var kubeAPI struct {
+	once   sync.Once
+	env    *envtest.Environment
+	cfg    *rest.Config
+	client kubernetes.Interface
+	err    error
+}
+
+// repoRoot is the module's root, where bin/ is.
+func repoRoot() string {
+	_, here, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(here), "..", "..")
+}
+
+// startKube starts the API server on first use.
+func startKube(t testing.TB) (*rest.Config, kubernetes.Interface) {
+	t.Helper()
+	kubeAPI.once.Do(func() {
+		root := repoRoot()
+		for v, bin := range map[string]string{"TEST_ASSET_KUBE_APISERVER": "kube-apiserver", "TEST_ASSET_ETCD": "etcd"} {
+			if os.Getenv(v) == "" {
+				os.Setenv(v, filepath.Join(root, "bin", bin))
+			}
+			if _, err := os.Stat(os.Getenv(v)); err != nil {
+				kubeAPI.err = fmt.Errorf("%s: %v (make deps builds it)", v, err)
+				return
+			}
+		}
+		env := &envtest.Environment{}
+		// Node mode's nodePort is the pods' port, a free one anywhere.
+		api := env.ControlPlane.GetAPIServer().Configure()
+		api.Set("service-node-port-range", "1024-65535")
+		// The namespace has no default route to pick an address from.
+		api.Set("advertise-address", "127.0.0.1")
+		cfg, err := env.Start()
+		if err != nil {
+			kubeAPI.err = fmt.Errorf("start kube-apiserver: %w", err)
+			return
+		}
+		kubeAPI.env, kubeAPI.cfg = env, cfg
+		kubeAPI.client, kubeAPI.err = kubernetes.NewForConfig(cfg)
+	})
+	if kubeAPI.err != nil {
+		t.Fatal(kubeAPI.err)
+	}
+	return kubeAPI.cfg, kubeAPI.client
+}
+
+// stopKube stops the API server if a history started it (TestMain).
+func stopKube() {
+	if kubeAPI.env != nil {
+		_ = kubeAPI.env.Stop()
+	}
+}
+
+// kubeconfigFile writes a kubeconfig for the API server into dir.
+func kubeconfigFile(t testing.TB, cfg *rest.Config, dir string) string {
+	t.Helper()
+	c := clientcmdapi.NewConfig()
+	c.Clusters["hist"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	c.AuthInfos["hist"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	c.Contexts["hist"] = &clientcmdapi.Context{Cluster: "hist", AuthInfo: "hist"}
+	c.CurrentContext = "hist"
+	p := filepath.Join(dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*c, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// kubeMirror writes a desired.Input into the API server: each object
+// created, updated where it changed, deleted once gone, additions before
+// deletions (an endpoint that moves to another slice is briefly in both,
+// never in neither).
+type kubeMirror struct {
+	c      kubernetes.Interface
+	svc    *corev1.Service
+	slices map[string]*discoveryv1.EndpointSlice // as last written
+	nodes  map[string]*corev1.Node
+}
+
+// newKubeMirror empties the history's namespace and the Nodes (a history
+// before this one left its own) and returns a mirror writing into them.
+func newKubeMirror(t testing.TB, c kubernetes.Interface) *kubeMirror {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	m := &kubeMirror{c: c, slices: map[string]*discoveryv1.EndpointSlice{}, nodes: map[string]*corev1.Node{}}
+	m.clear(t)
+	t.Cleanup(func() { m.clear(t) })
+	return m
+}
+
+func (m *kubeMirror) clear(t testing.TB) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	all := metav1.ListOptions{}
+	errs := []error{
+		m.c.DiscoveryV1().EndpointSlices(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, all),
+		m.c.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, all),
+		m.c.CoreV1().Events(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, all),
+	}
+	// Services have no collection delete.
+	svcs, err := m.c.CoreV1().Services(namespace).List(ctx, all)
+	errs = append(errs, err)
+	if err == nil {
+		for _, s := range svcs.Items {
+			errs = append(errs, m.c.CoreV1().Services(namespace).Delete(ctx, s.Name, metav1.DeleteOptions{}))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Errorf("empty the API server: %v", err)
+	}
+}
+
+// set writes in: the Service, the Nodes, then the slices.
+func (m *kubeMirror) set(ctx context.Context, in desired.Input) error {
+	if err := m.setService(ctx, in.Service); err != nil {
+		return err
+	}
+	if err := m.setNodes(ctx, in.Nodes); err != nil {
+		return err
+	}
+	return m.setSlices(ctx, in.Slices)
+}
+
+func (m *kubeMirror) setService(ctx context.Context, want *corev1.Service) error {
+	if want == nil || m.svc != nil {
+		return nil // the history's Service never changes
+	}
+	svc := want.DeepCopy()
+	svc.UID = ""
+	got, err := m.c.CoreV1().Services(namespace).Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create Service: %w", err)
+	}
+	m.svc = got
+	return nil
+}
+
+func (m *kubeMirror) setNodes(ctx context.Context, nodes []corev1.Node) error {
+	api := m.c.CoreV1().Nodes()
+	seen := map[string]bool{}
+	for i := range nodes {
+		want := nodes[i].DeepCopy()
+		seen[want.Name] = true
+		old := m.nodes[want.Name]
+		if old == nil {
+			// A Node's status is its kubelet's, written with it on create.
+			got, err := api.Create(ctx, want, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("create Node %s: %w", want.Name, err)
+			}
+			m.nodes[want.Name] = got
+			continue
+		}
+		cur := old
+		if !reflect.DeepEqual(old.Spec, want.Spec) || !reflect.DeepEqual(old.Labels, want.Labels) || !reflect.DeepEqual(old.Annotations, want.Annotations) {
+			up := old.DeepCopy()
+			up.Spec, up.Labels, up.Annotations = want.Spec, want.Labels, want.Annotations
+			got, err := api.Update(ctx, up, metav1.UpdateOptions{})
+			if err != nil {
+				return fmt.Errorf("update Node %s: %w", want.Name, err)
+			}
+			cur = got
+		}
+		if !sameConditions(cur.Status.Conditions, want.Status.Conditions) {
+			up := cur.DeepCopy()
+			up.Status = want.Status
+			got, err := api.UpdateStatus(ctx, up, metav1.UpdateOptions{})
+			if err != nil {
+				return fmt.Errorf("update Node %s status: %w", want.Name, err)
+			}
+			cur = got
+		}
+		m.nodes[want.Name] = cur
+	}
+	for name := range m.nodes {
+		if !seen[name] {
+			if err := api.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete Node %s: %w", name, err)
+			}
+			delete(m.nodes, name)
+		}
+	}
+	return nil
+}
+
+func sameConditions(a, b []corev1.NodeCondition) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Type != b[i].Type || a[i].Status != b[i].Status {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *kubeMirror) setSlices(ctx context.Context, slices []discoveryv1.EndpointSlice) error {
+	api := m.c.DiscoveryV1().EndpointSlices(namespace)
+	seen := map[string]bool{}
+	for i := range slices {
+		want := slices[i].DeepCopy()
+		seen[want.Name] = true
+		old := m.slices[want.Name]
+		switch {
+		case old == nil:
+			got, err := api.Create(ctx, want, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("create EndpointSlice %s: %w", want.Name, err)
+			}
+			m.slices[want.Name] = got
+		case !reflect.DeepEqual(old.Endpoints, want.Endpoints) || !reflect.DeepEqual(old.Ports, want.Ports):
+			up := old.DeepCopy()
+			up.Endpoints, up.Ports = want.Endpoints, want.Ports
+			got, err := api.Update(ctx, up, metav1.UpdateOptions{})
+			if err != nil {
+				return fmt.Errorf("update EndpointSlice %s: %w", want.Name, err)
+			}
+			m.slices[want.Name] = got
+		}
+	}
+	for name := range m.slices {
+		if !seen[name] {
+			if err := api.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete EndpointSlice %s: %w", name, err)
+			}
+			delete(m.slices, name)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,390 @@
+package history
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+)
+
+// Serve histories (Setup.Serve) run the product as shipped: the binary
+// itself, `haproxy-k8s-sync serve`, with its own watch, coalescer,
+// follow-up, reload watch, resync, Events and HTTP paths, against a real
+// kube-apiserver the world writes its Kubernetes into (kube.go), configured
+// by its environment alone; the one-shot command is the binary's
+// `reconcile`. A crash is SIGKILL and a new process. What each process says
+// of its reconciles is read from its log (JSON, as shipped) and what
+// answers the HTTP callers, and judged as every writer's; a data race the
+// race-built binary reports fails the history.
+
+// serveBin is the binary, built once per test binary, with -race when the
+// tests have it.
+var serveBin struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+func serviceBinary(t testing.TB) string {
+	t.Helper()
+	serveBin.once.Do(func() {
+		root := repoRoot()
+		serveBin.path = filepath.Join(root, "bin", "history-haproxy-k8s-sync")
+		args := []string{"build", "-trimpath", "-o", serveBin.path}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, filepath.Join(root, "cmd", "haproxy-k8s-sync"))...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			serveBin.err = fmt.Errorf("go build: %v: %s", err, out)
+		}
+	})
+	if serveBin.err != nil {
+		t.Fatal(serveBin.err)
+	}
+	return serveBin.path
+}
+
+// webhookToken is WEBHOOK_TOKEN of serve histories: auth on, as shipped.
+const webhookToken = "history-webhook-token"
+
+// serveEnv is what writer i's process is given: the history's variables,
+// a kubeconfig, its port (none: the one-shot command), a token, debug
+// logs in JSON.
+func (w *world) serveEnv(i int, port int) []string {
+	env := []string{"PATH=" + os.Getenv("PATH"), "KUBECONFIG=" + w.kubeconfig,
+		"WEBHOOK_AUTH=token", "WEBHOOK_TOKEN=" + webhookToken, "LOG_LEVEL=debug", "LOG_FORMAT=json"}
+	if port > 0 {
+		env = append(env, "PORT="+strconv.Itoa(port))
+	}
+	for k, v := range w.envs[i] {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	return env
+}
+
+// startServe runs writer i's `serve` with cfgZone as HAPROXY_LOCAL_ZONE,
+// and returns its process: poke does nothing (its watch sees Kubernetes),
+// stop is SIGTERM (then SIGKILL), crash is SIGKILL.
+func (w *world) startServe(i int, zone string) *process {
+	t := w.t
+	t.Helper()
+	port := freeTCPPort(t)
+	cmd := exec.Command(serviceBinary(t), "serve")
+	cmd.Env = append(w.serveEnv(i, port), "HAPROXY_LOCAL_ZONE="+zone)
+	lw := w.serveLog(i)
+	cmd.Stdout, cmd.Stderr = lw, lw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var ending sync.Mutex
+	ended := false // stopped or crashed by the history
+	go func() {
+		err := cmd.Wait()
+		lw.Close()
+		ending.Lock()
+		byUs := ended
+		ending.Unlock()
+		if !byUs {
+			t.Errorf("replica %d: serve exited by itself: %v", i, err)
+		}
+		close(exited)
+	}()
+	end := func(sig syscall.Signal, wait time.Duration) {
+		ending.Lock()
+		ended = true
+		ending.Unlock()
+		_ = cmd.Process.Signal(sig)
+		select {
+		case <-exited:
+		case <-time.After(wait):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}
+	p := &process{
+		base: fmt.Sprintf("http://127.0.0.1:%d", port),
+		poke: func() {},
+		stop: func() {
+			end(syscall.SIGTERM, w.cfg.ReconcileTimeout+5*time.Second)
+		},
+		crash: func() { end(syscall.SIGKILL, 5*time.Second) },
+	}
+	w.t.Cleanup(p.stop)
+	waitReady(t, p.base, exited)
+	return p
+}
+
+// waitReady waits for serve's /readyz: its watches established and its
+// first reconcile run.
+func waitReady(t testing.TB, base string, exited <-chan struct{}) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			t.Fatal("serve exited before it was ready")
+		default:
+		}
+		if resp, err := http.Get(base + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("serve not ready within 60 s")
+}
+
+func freeTCPPort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// logLines is a process's output: each line to the history's log, each
+// reconcile it logs to the recorder as writer's, a data race to the test.
+type logLines struct {
+	pw   *io.PipeWriter
+	done chan struct{}
+}
+
+func (l *logLines) Write(p []byte) (int, error) { return l.pw.Write(p) }
+
+// Close ends the lines and waits until the last is read.
+func (l *logLines) Close() { l.pw.Close(); <-l.done }
+
+// serveLog is writer i's output: its lines to the history's log file (make
+// replay LOG=…, make soak's folder), its reconciles to the recorder.
+func (w *world) serveLog(i int) *logLines {
+	pr, pw := io.Pipe()
+	l := &logLines{pw: pw, done: make(chan struct{})}
+	out := serviceLogFile(w.t)
+	go func() {
+		defer close(l.done)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		var race []string
+		for sc.Scan() {
+			line := sc.Bytes()
+			_, _ = out.Write(append(line, '\n'))
+			switch {
+			case bytes.HasPrefix(line, []byte("WARNING: DATA RACE")):
+				race = append(race, string(line))
+			case len(race) > 0 && len(race) < 60:
+				race = append(race, string(line))
+			default:
+				w.logged(i, line)
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+		if len(race) > 0 {
+			w.t.Errorf("replica %d: the race detector found a data race in serve:\n%s", i, strings.Join(race, "\n"))
+		}
+	}()
+	return l
+}
+
+// logLine is what a reconcile's log line says.
+type logLine struct {
+	Time       time.Time                `json:"time"`
+	Msg        string                   `json:"msg"`
+	Error      string                   `json:"error"`
+	DurationMs float64                  `json:"durationMs"`
+	Targets    []reconcile.TargetResult `json:"targets"`
+}
+
+// logged records a reconcile process i logged (pokes.go's "reconcile" and
+// "reconcile failed").
+func (w *world) logged(i int, line []byte) {
+	if !bytes.Contains(line, []byte(`"msg":"reconcile`)) {
+		return
+	}
+	var l logLine
+	if json.Unmarshal(line, &l) != nil || l.Msg != "reconcile" && l.Msg != "reconcile failed" {
+		return
+	}
+	began := l.Time.Add(-time.Duration(l.DurationMs * float64(time.Millisecond)))
+	w.recordResult(i, l.Time, began, l.Error, l.Targets)
+}
+
+// recordResult records one reconcile of writer i, as writer.reconciled does
+// for the histories' own loops.
+func (w *world) recordResult(i int, at, began time.Time, err string, targets []reconcile.TargetResult) {
+	o := obs{at: at, kind: obsReconcile, began: began, target: i, err: err}
+	if err != "" {
+		for _, t := range targets {
+			if t.Error != "" {
+				o.failures = append(o.failures, targetFailure{target: t.Target, err: t.Error, servers: serversOf(t.Failed)})
+			}
+		}
+	}
+	w.rec.add(o)
+}
+
+// postEvery is how many steps apart serve histories that draw the HTTP
+// callers (Config.Posts) ask for a reconcile.
+const postEvery = 3
+
+// maybePost asks writer 0's serve for a reconcile at step index, in turn
+// as curl does (POST /reconcile with the token) and as Knative delivers an
+// ApiServerSource event of the Service's EndpointSlice (a binary
+// CloudEvent); what answers is judged as the reconcile's result.
+func (w *world) maybePost(index int) {
+	if !w.setup.Config.Posts || index%postEvery != 0 {
+		return
+	}
+	w.mu.Lock()
+	base := w.first.base
+	w.mu.Unlock()
+	w.posts.Go(func() {
+		req, _ := http.NewRequest(http.MethodPost, base+"/reconcile", nil)
+		if index/postEvery%2 == 1 {
+			body := fmt.Sprintf(`{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","metadata":{"name":"%s-0","namespace":"%s","labels":{"kubernetes.io/service-name":"%s"}}}`, service, namespace, service)
+			req, _ = http.NewRequest(http.MethodPost, base+"/", strings.NewReader(body))
+			for k, v := range map[string]string{"Ce-Specversion": "1.0", "Ce-Id": fmt.Sprintf("hist-%d", index),
+				"Ce-Type": "dev.knative.apiserver.resource.update", "Ce-Source": "https://kubernetes.default",
+				"Ce-Subject": "/apis/discovery.k8s.io/v1/namespaces/" + namespace + "/endpointslices/" + service + "-0",
+				"Content-Type": "application/json"} {
+				req.Header.Set(k, v)
+			}
+		}
+		req.Header.Set("Authorization", "Bearer "+webhookToken)
+		began := time.Now()
+		resp, err := (&http.Client{Timeout: w.cfg.ReconcileTimeout + 30*time.Second}).Do(req)
+		if err != nil {
+			return // the process crashed under it: a dead process answers nothing
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+		var res reconcile.Result
+		switch {
+		case resp.StatusCode == http.StatusTooManyRequests:
+			// Too many callers queued: the documented answer, retried by them.
+		case resp.StatusCode == http.StatusServiceUnavailable && json.Unmarshal(body, &res) == nil && res.Targets == nil:
+			// Not ready, or shutting down (a crash's successor starting).
+		case resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusServiceUnavailable:
+			if err := json.Unmarshal(body, &res); err != nil {
+				w.rec.add(obs{kind: obsReconcile, began: began, err: fmt.Sprintf("POST answered %d, not a result: %v", resp.StatusCode, err)})
+				return
+			}
+			why := res.Error
+			if resp.StatusCode != http.StatusOK {
+				why = cmpOr(why, fmt.Sprintf("POST answered %d", resp.StatusCode))
+			}
+			w.recordResult(0, time.Now(), began, why, res.Targets)
+		default:
+			w.rec.add(obs{kind: obsReconcile, began: began, err: fmt.Sprintf("POST answered %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))})
+		}
+	})
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// oneShotBinary runs the binary's one-shot `reconcile` with writer 0's
+// variables and zone, and returns its result and whether it failed on a
+// target (its exit 1 for servers still waiting is not a failure).
+func (w *world) oneShotBinary(ctx context.Context, zone string) (reconcile.Result, error) {
+	cmd := exec.CommandContext(ctx, serviceBinary(w.t), "reconcile")
+	cmd.Env = append(w.serveEnv(0, 0), "HAPROXY_LOCAL_ZONE="+zone)
+	var stdout bytes.Buffer
+	lw := w.serveLog(oneShotWriter)
+	cmd.Stdout, cmd.Stderr = &stdout, lw
+	err := cmd.Run()
+	lw.Close()
+	var res reconcile.Result
+	if jerr := json.Unmarshal(stdout.Bytes(), &res); jerr != nil {
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		return res, fmt.Errorf("reconcile printed no result (%v): %w", err, jerr)
+	}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return res, nil
+	case errors.As(err, &ee) && ee.ExitCode() == 1:
+		for _, t := range res.Targets {
+			if t.Error != "" {
+				return res, fmt.Errorf("%w: %s", reconcile.ErrTargets, t.Error)
+			}
+		}
+		if res.Error != "" {
+			return res, errors.New(res.Error)
+		}
+		return res, reconcile.ErrStillWaiting
+	}
+	return res, fmt.Errorf("reconcile: %w", err)
+}
+
+// startServeWorld starts a serve history's service: the API server holds
+// the world's Kubernetes first, then each writer's serve starts with env
+// (the second writer's with its own CLUSTER_NAME).
+func (w *world) startServeWorld(env map[string]string) {
+	t := w.t
+	if !privateNet {
+		t.Skip("serve histories run as root, in a network namespace of their own (TestMain): Kubernetes refuses loopback endpoints")
+	}
+	cfg, client := startKube(t)
+	w.mirror = newKubeMirror(t, client)
+	w.kubeconfig = kubeconfigFile(t, cfg, t.TempDir())
+	if err := w.mirror.set(context.Background(), w.input()); err != nil {
+		t.Fatal(err)
+	}
+	first := maps.Clone(env)
+	delete(first, "HAPROXY_LOCAL_ZONE") // startServe's
+	w.envs = []map[string]string{first}
+	c := w.setup.Config
+	if c.Writer2 != "" {
+		second := maps.Clone(first)
+		if c.Writer2 == "cluster" {
+			second["CLUSTER_NAME"] = cluster2
+		}
+		w.envs = append(w.envs, second)
+	}
+	procs := []*process{w.startServe(0, w.local)}
+	w.first = procs[0]
+	if len(w.envs) > 1 {
+		procs = append(procs, w.startServe(1, w.local))
+	}
+	w.poke = func() {} // serve's watch sees Kubernetes
+	w.close = func() {
+		w.mu.Lock()
+		procs[0] = w.first
+		w.mu.Unlock()
+		for _, p := range procs {
+			p.stop()
+		}
+		w.posts.Wait()
+	}
+}
