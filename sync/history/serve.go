@@ -269,7 +269,7 @@ func (w *world) maybePost(index int) {
 			req, _ = http.NewRequest(http.MethodPost, base+"/", strings.NewReader(body))
 			for k, v := range map[string]string{"Ce-Specversion": "1.0", "Ce-Id": fmt.Sprintf("hist-%d", index),
 				"Ce-Type": "dev.knative.apiserver.resource.update", "Ce-Source": "https://kubernetes.default",
-				"Ce-Subject": "/apis/discovery.k8s.io/v1/namespaces/" + namespace + "/endpointslices/" + service + "-0",
+				"Ce-Subject":   "/apis/discovery.k8s.io/v1/namespaces/" + namespace + "/endpointslices/" + service + "-0",
 				"Content-Type": "application/json"} {
 				req.Header.Set(k, v)
 			}
