@@ -251,6 +251,17 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			capUntil = at.Add(b.Converge)
 		}
 	}
+	kubeOut := kubeOutages(all)
+	// kubeDown says whether at falls in a Kubernetes outage or within
+	// after of its recovery.
+	kubeDown := func(at time.Time, after time.Duration) bool {
+		for _, o := range kubeOut {
+			if !at.Before(o[0]) && !at.After(o[1].Add(kubeRecovery(o)+after)) {
+				return true
+			}
+		}
+		return false
+	}
 	tts := make([]*targetTrack, max(targets, 1))
 	outages := apiOutages(all, len(tts), b.Entry)
 	for i := range tts {
@@ -287,6 +298,9 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		}
 		if tt.apiRefusing(at, b.Entry) {
 			return ExcuseAPIRefused
+		}
+		if kubeDown(at, b.Entry) {
+			return ExcuseKubeDown
 		}
 		if runtimeOnly {
 			if !tt.reloadStart.IsZero() {
@@ -623,6 +637,13 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 						due = out[1].Add(q.entry(b))
 					}
 				}
+				// A pod Kubernetes readied while the service could not
+				// read it waits for the service's watch to come back.
+				for _, out := range kubeOut {
+					if back := out[1].Add(kubeRecovery(out) + q.entry(b)); !out[0].After(due) && !out[1].Before(q.since) && back.After(due) {
+						due = back
+					}
+				}
 				if o.at.After(due) && tt.answered-sn.hitCount > 3*share(n)+10 && sn.lastHit.Before(due) {
 					add(InService, o.target, o.at, "%s has been ready and answering since %s; %d requests answered since, none by it",
 						podName(n), q.since.Format("15:04:05.000"), tt.answered-sn.hitCount)
@@ -677,15 +698,24 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				add(FailuresExplained, max(i, 0), o.at, "%s", what)
 			}
 			if o.err != "" && len(o.failures) == 0 {
-				// Failed, and no target says why: only a hang explains it
-				// (a reconcile that ran out of RECONCILE_TIMEOUT on one).
+				// Failed, and no target says why: a hang explains it (a
+				// reconcile that ran out of RECONCILE_TIMEOUT on one).
 				hung := false
 				for _, t := range tts {
 					hung = hung || !t.hungSince.IsZero() || !t.unhungAt.IsZero() && t.unhungAt.After(o.began.Add(-HungAfter))
 				}
-				if hung {
+				// Or Kubernetes unreachable during the reconcile (less
+				// failureBound before it began): its read failed.
+				kube := false
+				for _, k := range kubeOut {
+					kube = kube || !k[0].After(o.at) && !k[1].Before(o.began.Add(-failureBound))
+				}
+				switch {
+				case hung:
 					ev.Excused["reconcile: "+ExcuseHung]++
-				} else {
+				case kube:
+					ev.Excused["reconcile: "+ExcuseKubeDown]++
+				default:
 					add(FailuresExplained, 0, o.at, "replica %d: a reconcile failed, no target saying why: %s", o.target, o.err)
 				}
 			}

@@ -38,9 +38,16 @@ var (
 // serveShape and serveSoakShape are the short and soak shapes of serve
 // histories (ServeSetupOf): the binary's serve against a kube-apiserver.
 var (
-	serveShape     = withName(shortShape, "serve")
-	serveSoakShape = withSteps(withName(soakShape, "serve-soak"), 150)
+	serveShape     = kubeFails(withName(shortShape, "serve"))
+	serveSoakShape = kubeFails(withSteps(withName(soakShape, "serve-soak"), 150))
 )
+
+// kubeFails is s with the service's reach of Kubernetes failing now and
+// then (Shape.Kube).
+func kubeFails(s Shape) Shape {
+	s.Kube = true
+	return s
+}
 
 // withSteps is s with n steps: a node-mode soak history is about 2.5
 // minutes, so that make soak reaches every mode within its first 8.
@@ -95,6 +102,14 @@ func TestHistories(t *testing.T) {
 // servers for Nodes, whose kube-proxies take the clients to their pods,
 // and Nodes tainted, cordoned, pinned, excluded, dying.
 func TestHistoriesNodeMode(t *testing.T) { runFixed(t, nodeRuns, NodeSetupOf, nodesShape) }
+
+// TestHistoriesServe runs a serve history: the binary's own serve against
+// a real kube-apiserver, in node mode, with the one-shot command, HTTP
+// callers and a resync.
+func TestHistoriesServe(t *testing.T) { runFixed(t, serveRuns, ServeSetupOf, serveShape) }
+
+// serveRuns are the serve histories make test runs: seed 1 (about 25 s).
+var serveRuns = []fixedRun{{1, Runtime}}
 
 // TestHistoriesManyServices runs many-Services histories: web's pod steps
 // through the fleet, web2 joining and leaving be2, a third Service claiming
@@ -161,10 +176,29 @@ func TestReplay(t *testing.T) {
 	expectNone(t, Run(t, setupOf(seed, d), shape))
 }
 
+// soakRotation is the order of make soak's histories for each seed: node
+// mode (the shipped default) and serve (the binary as shipped against a
+// kube-apiserver) first, so that the first 8 minutes reach every mode and
+// both drivers; then the others, each kind with both drivers (other: the
+// seed's other driver first).
+var soakRotation = []struct {
+	shape   Shape
+	setupOf func(uint64, Driver) Setup
+	other   uint64
+}{
+	{nodesSoakShape, NodeSetupOf, 0},
+	{serveSoakShape, ServeSetupOf, 1},
+	{servicesShape, ServicesSetupOf, 0},
+	{nodesSoakShape, NodeSetupOf, 1},
+	{soakShape, SetupOf, 0},
+	{serveSoakShape, ServeSetupOf, 0},
+	{servicesShape, ServicesSetupOf, 1},
+	{soakShape, SetupOf, 1},
+}
+
 // TestSoak runs histories with both drivers for HKS_SOAK, from a seed drawn
-// from the clock: for each seed, node-mode (the shipped default),
-// many-Services and pod-mode histories with both drivers (the order below);
-// it ends with one line: histories, steps, requests and violations.
+// from the clock, in soakRotation's order; it ends with one line:
+// histories, steps, requests and violations.
 func TestSoak(t *testing.T) {
 	raw := os.Getenv(soakEnv)
 	if raw == "" {
@@ -178,24 +212,10 @@ func TestSoak(t *testing.T) {
 	seed := uint64(time.Now().UnixNano() % 1_000_000_000)
 	histories, steps, requests, violations := 0, 0, 0, 0
 	for i := 0; time.Now().Before(end); i++ {
-		// Each seed: node mode (the shipped default), many Services and
-		// node mode with the other driver first, so that the first 8
-		// minutes reach every mode and both drivers; then pod mode's
-		// longer histories with each driver, a many-Services one between.
-		k := uint64(i / 6)
-		drv := []Driver{Runtime, Dataplane}[(k+uint64(i%6/2))%2]
-		var shape Shape
-		var s Setup
-		switch i % 6 {
-		case 0, 2:
-			shape, s = nodesSoakShape, NodeSetupOf(seed+k, drv)
-		case 1, 4:
-			drv = []Driver{Runtime, Dataplane}[(k+uint64(i%6/4))%2]
-			shape, s = servicesShape, ServicesSetupOf(seed+k, drv)
-		case 3, 5:
-			drv = []Driver{Runtime, Dataplane}[i%6/5]
-			shape, s = soakShape, SetupOf(seed+k, drv)
-		}
+		k := uint64(i / len(soakRotation))
+		r := soakRotation[i%len(soakRotation)]
+		drv := []Driver{Runtime, Dataplane}[(k+r.other)%2]
+		shape, s := r.shape, r.setupOf(seed+k, drv)
 		t.Run(fmt.Sprintf("%s-%s-%d", shape.Name, drv, s.Seed), func(t *testing.T) {
 			r := Run(t, s, shape)
 			histories++

@@ -139,7 +139,44 @@ const (
 	// The Data Plane driver waits for its API: it does not carry
 	// Kubernetes changes through the socket alone meanwhile.
 	ExcuseAPIRefused = "its Data Plane API refused every write"
+	// ExcuseKubeDown (serve histories): the API server was unreachable
+	// from the service, or was within kubeRecovery and the entry bound of
+	// coming back: the service carries no change it cannot read, and its
+	// watch comes back after its backoff.
+	ExcuseKubeDown = "Kubernetes unreachable"
 )
+
+// kubeRecovery bounds how long after the API server is reachable again the
+// service's watch may still be waiting to restart: its backoff doubles from
+// 0.25 s while it fails, so the wait under way is about as long as the
+// outage so far (30 s at most), jitter and a list on top.
+func kubeRecovery(out [2]time.Time) time.Duration {
+	return min(out[1].Sub(out[0]), 30*time.Second) + 500*time.Millisecond
+}
+
+// kubeOutages are the spans in which the API server was unreachable from
+// the service (obsKube): from KubeDown to KubeUp, or the last observation.
+func kubeOutages(all []obs) [][2]time.Time {
+	var out [][2]time.Time
+	var since, last time.Time
+	for _, o := range all {
+		last = o.at
+		if o.kind != obsKube {
+			continue
+		}
+		switch {
+		case o.hung && since.IsZero():
+			since = o.at
+		case !o.hung && !since.IsZero():
+			out = append(out, [2]time.Time{since, o.at})
+			since = time.Time{}
+		}
+	}
+	if !since.IsZero() {
+		out = append(out, [2]time.Time{since, last})
+	}
+	return out
+}
 
 // Evaluation is what the invariants found in one history.
 type Evaluation struct {

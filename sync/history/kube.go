@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -86,11 +89,12 @@ func stopKube() {
 	}
 }
 
-// kubeconfigFile writes a kubeconfig for the API server into dir.
-func kubeconfigFile(t testing.TB, cfg *rest.Config, dir string) string {
+// kubeconfigFile writes a kubeconfig for the API server, reached at
+// hostport (its certificate is for 127.0.0.1, whatever the port), into dir.
+func kubeconfigFile(t testing.TB, cfg *rest.Config, hostport, dir string) string {
 	t.Helper()
 	c := clientcmdapi.NewConfig()
-	c.Clusters["hist"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	c.Clusters["hist"] = &clientcmdapi.Cluster{Server: "https://" + hostport, CertificateAuthorityData: cfg.CAData}
 	c.AuthInfos["hist"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
 	c.Contexts["hist"] = &clientcmdapi.Context{Cluster: "hist", AuthInfo: "hist"}
 	c.CurrentContext = "hist"
@@ -268,4 +272,112 @@ func (m *kubeMirror) setSlices(ctx context.Context, slices []discoveryv1.Endpoin
 		}
 	}
 	return nil
+}
+
+// kubeProxy stands between serve and the API server, as the network
+// does: it can cut every connection (watches end mid-stream) and refuse
+// new ones for a while (the API unreachable from the service, while
+// Kubernetes itself goes on).
+type kubeProxy struct {
+	ln       net.Listener
+	upstream string
+	mu       sync.Mutex
+	conns    map[net.Conn]struct{}
+	refusing bool
+}
+
+func startKubeProxy(t testing.TB, upstream string) *kubeProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &kubeProxy{ln: ln, upstream: upstream, conns: map[net.Conn]struct{}{}}
+	go p.serve()
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	return p
+}
+
+func (p *kubeProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *kubeProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		refusing := p.refusing
+		p.mu.Unlock()
+		if refusing {
+			_ = c.(*net.TCPConn).SetLinger(0) // a reset, as an unreachable API's
+			c.Close()
+			continue
+		}
+		go p.relay(c)
+	}
+}
+
+func (p *kubeProxy) relay(c net.Conn) {
+	up, err := net.Dial("tcp", p.upstream)
+	if err != nil {
+		c.Close()
+		return
+	}
+	if !p.track(c, up) {
+		return
+	}
+	done := make(chan struct{}, 2)
+	cp := func(dst, src net.Conn) { _, _ = io.Copy(dst, src); done <- struct{}{} }
+	go cp(up, c)
+	go cp(c, up)
+	<-done
+	c.Close()
+	up.Close()
+	<-done
+	p.mu.Lock()
+	delete(p.conns, c)
+	delete(p.conns, up)
+	p.mu.Unlock()
+}
+
+// track keeps c and up to cut them; false (both closed) when refusing.
+func (p *kubeProxy) track(c, up net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.refusing {
+		c.Close()
+		up.Close()
+		return false
+	}
+	p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+	return true
+}
+
+// cut closes every connection: watches and requests under way fail.
+func (p *kubeProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+// refuse cuts every connection and refuses new ones (on), or takes them
+// again.
+func (p *kubeProxy) refuse(on bool) {
+	p.mu.Lock()
+	p.refusing = on
+	p.mu.Unlock()
+	if on {
+		p.cut()
+	}
+}
+
+// hostPort is a rest.Config's host as host:port.
+func hostPort(host string) string {
+	if u, err := url.Parse(host); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return host
 }

@@ -34,6 +34,7 @@ const (
 	obsLocalZone                     // the service's HAPROXY_LOCAL_ZONE changed (err: the zone)
 	obsNode                          // Node pod changed (gate: it serves; excluded: labelled out)
 	obsReloadAsked                   // the Data Plane API was asked a reload (err: what asked it)
+	obsKube                          // the API server became unreachable from the service (hung) or reachable again
 )
 
 // obs is one observation, as the history's recorder keeps it.

@@ -131,22 +131,23 @@ func (w *world) startServe(i int, zone string) *process {
 		crash: func() { end(syscall.SIGKILL, 5*time.Second) },
 	}
 	w.t.Cleanup(p.stop)
-	waitReady(t, p.base, exited)
+	waitListening(t, p.base, exited)
 	return p
 }
 
-// waitReady waits for serve's /readyz: its watches established and its
-// first reconcile run.
-func waitReady(t testing.TB, base string, exited <-chan struct{}) {
+// waitListening waits for serve's /healthz (not /readyz: a crash's
+// successor while Kubernetes is unreachable is not ready until it is back,
+// and the history goes on meanwhile).
+func waitListening(t testing.TB, base string, exited <-chan struct{}) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
-			t.Fatal("serve exited before it was ready")
+			t.Fatal("serve exited before it listened")
 		default:
 		}
-		if resp, err := http.Get(base + "/readyz"); err == nil {
+		if resp, err := http.Get(base + "/healthz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return
@@ -154,7 +155,7 @@ func waitReady(t testing.TB, base string, exited <-chan struct{}) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatal("serve not ready within 60 s")
+	t.Fatal("serve not listening within 60 s")
 }
 
 func freeTCPPort(t testing.TB) int {
@@ -357,7 +358,8 @@ func (w *world) startServeWorld(env map[string]string) {
 	}
 	cfg, client := startKube(t)
 	w.mirror = newKubeMirror(t, client)
-	w.kubeconfig = kubeconfigFile(t, cfg, t.TempDir())
+	w.kproxy = startKubeProxy(t, hostPort(cfg.Host))
+	w.kubeconfig = kubeconfigFile(t, cfg, w.kproxy.addr(), t.TempDir())
 	if err := w.mirror.set(context.Background(), w.input()); err != nil {
 		t.Fatal(err)
 	}

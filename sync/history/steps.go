@@ -103,6 +103,13 @@ const (
 	NodeInclude  Kind = "node-include"
 	NodeDown     Kind = "node-down"
 	NodeUp       Kind = "node-up"
+	// Kubernetes as the service reaches it (serve histories): KubeCut
+	// closes every connection of the service's to the API server (its
+	// watches end mid-stream); KubeDown makes the API unreachable from the
+	// service (connections reset) while Kubernetes goes on; KubeUp ends it.
+	KubeCut  Kind = "kube-cut"
+	KubeDown Kind = "kube-down"
+	KubeUp   Kind = "kube-up"
 )
 
 // nodeKind says whether k is a step on a Node.
@@ -176,6 +183,9 @@ type Shape struct {
 	Services bool
 	// Crashes adds, in one history of two, Crash steps (withCrashes).
 	Crashes bool
+	// Kube adds steps on the service's reach of Kubernetes (withKube):
+	// serve histories'.
+	Kube bool
 	// Nodes, when not 0, runs the pods on that many Nodes (node mode) and
 	// draws steps on the Nodes too, one draw in three; Zones places them
 	// (nodeOf). Run sets both from the setup.
@@ -423,7 +433,40 @@ func Generate(seed uint64, shape Shape) []Step {
 	if shape.Crashes {
 		steps = withCrashes(seed, steps)
 	}
+	if shape.Kube {
+		steps = withKube(seed, steps)
+	}
 	return steps
+}
+
+// withKube inserts, before about one step in ten, a KubeCut (two in
+// three) or a KubeDown, which a KubeUp ends 2 to 5 steps later. Drawn from
+// a stream of its own, so the steps are those of the seed without them.
+func withKube(seed uint64, steps []Step) []Step {
+	r := rand.New(rand.NewPCG(seed^0x6b75, seed+11))
+	out := make([]Step, 0, len(steps)+len(steps)/8)
+	upIn := -1 // steps until the KubeUp; -1: the API is reachable
+	for _, st := range steps {
+		switch {
+		case upIn == 0:
+			out = append(out, Step{Kind: KubeUp})
+			upIn = -1
+		case upIn > 0:
+			upIn--
+		case r.IntN(10) == 0:
+			if r.IntN(3) > 0 {
+				out = append(out, Step{Kind: KubeCut})
+			} else {
+				out = append(out, Step{Kind: KubeDown})
+				upIn = 2 + r.IntN(4)
+			}
+		}
+		out = append(out, st)
+	}
+	if upIn >= 0 {
+		out = append(out, Step{Wait: 20 * time.Millisecond, Kind: KubeUp})
+	}
+	return out
 }
 
 // withCrashes inserts, in one history of two, a Crash before about one step

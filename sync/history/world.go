@@ -145,6 +145,7 @@ type world struct {
 	// Serve histories (serve.go): the API server the world writes into,
 	// the kubeconfig for it, each writer's variables, the HTTP callers.
 	mirror     *kubeMirror
+	kproxy     *kubeProxy
 	kubeconfig string
 	envs       []map[string]string
 	posts      sync.WaitGroup
@@ -349,6 +350,13 @@ func (w *world) apply(st Step, index int) error {
 		return w.svc.apply(st)
 	case Crash:
 		return w.crash(st)
+	case KubeCut:
+		w.kproxy.cut()
+		return nil
+	case KubeDown, KubeUp:
+		w.rec.add(obs{kind: obsKube, hung: st.Kind == KubeDown})
+		w.kproxy.refuse(st.Kind == KubeDown)
+		return nil
 	}
 	if nodeKind(st.Kind) {
 		return w.nodeStep(st)
