@@ -75,6 +75,11 @@ type Change struct {
 	// HAProxy never applies to "add server". The Data Plane API driver
 	// sets them; empty otherwise.
 	Inherit []string
+	// Slot: the server is a slot of haproxy.cfg (model.Runtime.Slot). The
+	// runtime API driver fills it for an Add ("set server ... addr", then
+	// the same steps as an added server) and parks it at the placeholder
+	// address for a Delete; it never adds nor deletes it.
+	Slot bool
 }
 
 // SettingsChange is a change of backend-level settings.
@@ -109,6 +114,10 @@ type Plan struct {
 	// replaces them (model.Server.Replaces) is in service, or until any
 	// server is (make-before-break: see keepUntilReplaced), sorted.
 	HandingOver []string
+
+	// IdleSlots are the backend's idle slots this plan does not fill
+	// (model.Backend.IdleSlots), for the driver to keep them looking idle.
+	IdleSlots []model.Server
 
 	current []model.Server // the backend it was computed from, as given (keepUntilReplaced)
 	owner   string         // Policy.Owner
@@ -225,8 +234,15 @@ func guardReplacements(have map[string]*model.Server, desired []model.Server) (r
 	return replacements, up
 }
 
-// CalculateWith is Calculate under a policy.
+// CalculateWith is Calculate under a policy. Slots (AssignSlots) are
+// filled and freed by name: desired must have been given their names.
 func CalculateWith(current, desired model.Backend, pol Policy) Plan {
+	p := calculateWith(current, desired, pol)
+	p.markSlots(current.Owned(pol.Owner))
+	return p
+}
+
+func calculateWith(current, desired model.Backend, pol Policy) Plan {
 	p := Plan{Backend: desired.Name, Revision: current.Revision, current: current.Servers, owner: pol.Owner}
 	current = current.Owned(pol.Owner)
 	if !pol.FixedSettings && desired.Settings.Balance != "" && current.Settings != desired.Settings {
