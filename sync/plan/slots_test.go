@@ -61,7 +61,7 @@ func TestAssignSlots(t *testing.T) {
 			wantNames: []string{"node-c"},
 			want:      SlotUse{Names: map[string]string{}, Idle: 1, Total: 1}},
 		{name: "two slots at one address: the first by name holds it",
-			current: model.Backend{Servers: []model.Server{slotSrv("k8s2", "10.0.0.1", 30080, model.Ready), slotSrv("k8s1", "10.0.0.1", 30080, model.Ready)}},
+			current:   model.Backend{Servers: []model.Server{slotSrv("k8s2", "10.0.0.1", 30080, model.Ready), slotSrv("k8s1", "10.0.0.1", 30080, model.Ready)}},
 			desired:   []model.Server{ep("node-a", "10.0.0.1", 30080)},
 			wantNames: []string{"k8s1"},
 			want:      SlotUse{Names: map[string]string{"k8s1": "node-a"}, Filled: 1, Idle: 1, Total: 2}},
