@@ -16,9 +16,9 @@ type SlotUse struct {
 	// Names maps each slot given to a desired server to that server's own
 	// name (package desired's), for what is told outside HAProxy.
 	Names map[string]string
-	// Overflow lists the desired servers (own names) that found no free
-	// slot: added with "add server", which a reload drops and which gets
-	// none of haproxy.cfg's default-server keywords. Sorted.
+	// Overflow lists the desired servers (own names) outside the slots:
+	// added with "add server" when no slot was free, which a reload drops
+	// and which gets none of haproxy.cfg's default-server keywords. Sorted.
 	Overflow []string
 	// Filled and Idle count the slots that hold a desired server and the
 	// rest; Total is their sum.
@@ -74,7 +74,9 @@ func AssignSlots(current, desired model.Backend, owner string) (model.Backend, S
 			out[i].Name = slot
 			continue
 		}
-		if !plain[d.Name] {
+		if plain[d.Name] {
+			use.Overflow = append(use.Overflow, d.Name) // still outside the slots
+		} else {
 			rest = append(rest, i)
 		}
 	}

@@ -59,7 +59,7 @@ func TestAssignSlots(t *testing.T) {
 			current:   model.Backend{Servers: []model.Server{added}, IdleSlots: []model.Server{idleSlot("k8s1")}},
 			desired:   []model.Server{ep("node-c", "10.0.0.3", 30080)},
 			wantNames: []string{"node-c"},
-			want:      SlotUse{Names: map[string]string{}, Idle: 1, Total: 1}},
+			want:      SlotUse{Names: map[string]string{}, Overflow: []string{"node-c"}, Idle: 1, Total: 1}},
 		{name: "two slots at one address: the first by name holds it",
 			current:   model.Backend{Servers: []model.Server{slotSrv("k8s2", "10.0.0.1", 30080, model.Ready), slotSrv("k8s1", "10.0.0.1", 30080, model.Ready)}},
 			desired:   []model.Server{ep("node-a", "10.0.0.1", 30080)},

@@ -26,11 +26,11 @@ import (
 // file's address be applied; the port must not be 0, which would mean
 // "the client's destination port" for good (seen on 2.6.12 and 3.0.11).
 //
-// An idle slot is at the placeholder address 0.0.0.0, in maintenance, its
-// check off: to monitoring it is a server in MAINT, never DOWN, and it
+// An idle slot is at the placeholder address 0.0.0.0, in maintenance (its
+// check paused): to monitoring it is a server in MAINT, never DOWN, and it
 // takes no traffic. Filling one is "set server ... addr A port P", its
 // check port and weight, then the steps of an added server (gated the
-// same). Freeing one parks it: maintenance, check off, placeholder address.
+// same). Freeing one parks it: maintenance, placeholder address.
 const (
 	slotHostSuffix  = ".invalid"
 	placeholderAddr = "0.0.0.0"
@@ -91,8 +91,10 @@ func fillSteps(srv string, ch plan.Change) []Step {
 }
 
 // parkSteps give slot s the idle look, each step only where it lacks it:
-// maintenance, sessions shut (kill: parked past the drain timeout), check
-// off, placeholder address. A slot parked this way takes nothing, and the
+// maintenance (which pauses its check), sessions shut (kill: parked past
+// the drain timeout), placeholder address. Its check stays enabled:
+// "set server ... check-port" is refused on a server whose check is
+// disabled (2.6.12). A slot parked this way takes nothing, and the
 // next fill starts from here.
 func parkSteps(srv string, s model.Server, kill bool) []Step {
 	var steps []Step
@@ -101,9 +103,6 @@ func parkSteps(srv string, s model.Server, kill bool) []Step {
 	}
 	if kill {
 		steps = append(steps, Step{"shutdown sessions server " + srv, empty})
-	}
-	if s.Runtime == nil || s.Runtime.CheckRunning {
-		steps = append(steps, Step{"disable health " + srv, empty})
 	}
 	if s.Address != placeholderAddr || s.Port != placeholderPort {
 		steps = append(steps, Step{fmt.Sprintf("set server %s addr %s port %d", srv, placeholderAddr, placeholderPort), addrOK})

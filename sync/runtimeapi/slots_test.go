@@ -57,7 +57,7 @@ func TestParkSteps(t *testing.T) {
 		{"past the drain timeout", model.Server{Address: "10.0.0.1", Port: 30080, State: model.Maint, Runtime: rt(false)}, true,
 			[]string{"shutdown sessions server be/k8s1", "set server be/k8s1 addr 0.0.0.0 port 1"}},
 		{"fresh from haproxy.cfg: in service at 0.0.0.0, its check failing", model.Server{Address: "0.0.0.0", Port: 1, State: model.Ready, Runtime: rt(true)}, false,
-			[]string{"set server be/k8s1 state maint", "disable health be/k8s1"}},
+			[]string{"set server be/k8s1 state maint"}},
 		{"idle already", model.Server{Address: "0.0.0.0", Port: 1, State: model.Maint, Runtime: rt(false)}, false, []string{}},
 	}
 	for _, tt := range tests {
