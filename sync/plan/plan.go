@@ -115,8 +115,8 @@ type Plan struct {
 	// server is (make-before-break: see keepUntilReplaced), sorted.
 	HandingOver []string
 
-	// IdleSlots are the backend's idle slots this plan does not fill
-	// (model.Backend.IdleSlots), for the driver to keep them looking idle.
+	// IdleSlots are the backend's idle slots (model.Backend.IdleSlots) this
+	// plan does not fill and that are not parked, for the driver to park.
 	IdleSlots []model.Server
 
 	current []model.Server // the backend it was computed from, as given (keepUntilReplaced)
@@ -131,7 +131,7 @@ func (p Plan) Pending() bool {
 
 // HasChanges reports whether applying the plan would change anything.
 func (p Plan) HasChanges() bool {
-	return p.Settings != nil || len(p.Changes) > 0
+	return p.Settings != nil || len(p.Changes) > 0 || len(p.IdleSlots) > 0
 }
 
 // Names returns the names of the servers with the given action, sorted.

@@ -105,9 +105,10 @@ func slotKey(s model.Server) string {
 	return net.JoinHostPort(s.Address, strconv.Itoa(s.Port)) + "/" + strconv.FormatBool(s.Backup)
 }
 
-// markSlots flags the changes to slots (Change.Slot) and passes the idle
-// slots on to the driver, which gives those that do not look idle the
-// idle look (parked, check off, placeholder address).
+// markSlots flags the changes to slots (Change.Slot) and passes on to the
+// driver the idle slots not in maintenance (fresh from haproxy.cfg with no
+// state file: in service at the placeholder, their check failing), for it
+// to park them: an idle slot looks idle, never DOWN.
 func (p *Plan) markSlots(current model.Backend) {
 	slot := map[string]bool{}
 	for _, s := range current.Servers {
@@ -128,7 +129,7 @@ func (p *Plan) markSlots(current model.Backend) {
 		}
 	}
 	for _, s := range current.IdleSlots {
-		if !filling[s.Name] {
+		if !filling[s.Name] && s.State != model.Maint {
 			p.IdleSlots = append(p.IdleSlots, s)
 		}
 	}

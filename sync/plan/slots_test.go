@@ -108,8 +108,8 @@ func TestSlotPlans(t *testing.T) {
 	if len(p.Changes) != 1 || p.Changes[0].Action != Add || !p.Changes[0].Slot || !p.Changes[0].Gate || p.Changes[0].Name != "k8s1" {
 		t.Fatalf("fill: %+v", p.Changes)
 	}
-	if len(p.IdleSlots) != 1 || p.IdleSlots[0].Name != "k8s2" {
-		t.Errorf("idle slots passed on: %+v", p.IdleSlots)
+	if len(p.IdleSlots) != 0 {
+		t.Errorf("parked idle slots passed on: %+v", p.IdleSlots)
 	}
 
 	// Its endpoint gone, with other endpoints: parked, then freed once
@@ -135,5 +135,15 @@ func TestSlotPlans(t *testing.T) {
 	named, _ = AssignSlots(cur, want(), "")
 	if p = CalculateWith(cur, named, pol); p.HasChanges() {
 		t.Errorf("idle slots planned: %+v", p.Changes)
+	}
+
+	// Fresh from haproxy.cfg (no state file): in service at the
+	// placeholder. The plan has them parked, and nothing else.
+	fresh := idleSlot("k8s1")
+	fresh.State = model.Ready
+	cur = model.Backend{Name: "be", IdleSlots: []model.Server{fresh}}
+	named, _ = AssignSlots(cur, want(), "")
+	if p = CalculateWith(cur, named, pol); !p.HasChanges() || len(p.Changes) != 0 || len(p.IdleSlots) != 1 {
+		t.Errorf("fresh slot: changes %+v, idle %+v", p.Changes, p.IdleSlots)
 	}
 }

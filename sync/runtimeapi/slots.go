@@ -104,7 +104,7 @@ func parkSteps(srv string, s model.Server, kill bool) []Step {
 	if kill {
 		steps = append(steps, Step{"shutdown sessions server " + srv, empty})
 	}
-	if s.Address != placeholderAddr || s.Port != placeholderPort {
+	if s.Address != placeholderAddr {
 		steps = append(steps, Step{fmt.Sprintf("set server %s addr %s port %d", srv, placeholderAddr, placeholderPort), addrOK})
 	}
 	return steps
