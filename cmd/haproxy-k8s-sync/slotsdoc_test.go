@@ -26,6 +26,7 @@ type slotResult struct {
 		Update   []string
 		Slots    map[string]int
 		Overflow []string
+		NoSlots  bool
 		Error    string
 	}
 }
@@ -37,7 +38,8 @@ type slotResult struct {
 // and directory replaced), under client load through the frontend: no
 // request fails, every filled slot keeps its address, port and state, and
 // the next reconcile has nothing to add. With fewer slots than Nodes, the
-// rest is added with add server, and the result and a warning say so.
+// rest is added with add server, and the result and a warning say so;
+// without slots, that every server is added bare.
 func TestDocumentedSlots(t *testing.T) {
 	if _, err := haproxytest.Binary(); err != nil {
 		t.Skip(err)
@@ -167,6 +169,23 @@ func TestDocumentedSlots(t *testing.T) {
 		}
 		if got := haproxytest.Spread(h.Frontends["ingress_http"], 30); got[""] != 0 || len(got) != 3 {
 			t.Errorf("through the frontend: %v", got)
+		}
+	})
+
+	t.Run("no slots", func(t *testing.T) {
+		var plain []string
+		for _, l := range backend {
+			if !strings.HasPrefix(l, "server-template") {
+				plain = append(plain, l)
+			}
+		}
+		h := haproxytest.StartWith(t, haproxytest.Options{StateFile: true}, haproxytest.Backend{Name: "ingress_http", Lines: plain})
+		res, stderr := reconcile(t, h)
+		if tr := res.Targets[0]; !tr.NoSlots || tr.Slots != nil || len(tr.Add) != 3 {
+			t.Errorf("result %+v: want noSlots and three servers added", tr)
+		}
+		if !strings.Contains(stderr, "backend has no slots") {
+			t.Errorf("no warning that servers are added bare:\n%s", stderr)
 		}
 	})
 }

@@ -182,6 +182,10 @@ type Policy struct {
 	// FixedSettings says the driver cannot change backend settings (the
 	// runtime API): they are left as configured, never planned.
 	FixedSettings bool
+	// BareAdds says the servers the driver adds get none of haproxy.cfg's
+	// default-server keywords, and a reload drops them (the runtime API
+	// alone): a backend without slots (AssignSlots) is said to be so.
+	BareAdds bool
 	// DrainTimeout, when above 0, is how long an unwanted server with
 	// sessions stays parked before it is deleted anyway, its sessions shut
 	// first (Change.Kill), whether or not the delete batch is full; 0

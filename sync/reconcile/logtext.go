@@ -24,6 +24,9 @@ func (t TargetResult) String() string {
 			fmt.Fprintf(&b, " %s=%s", l.name, strings.Join(l.list, ","))
 		}
 	}
+	if t.NoSlots {
+		b.WriteString(" noSlots")
+	}
 	if t.Reload {
 		b.WriteString(" reload")
 	}

@@ -291,6 +291,10 @@ type TargetResult struct {
 	// lines the runtime API driver fills) by use once this reconcile's
 	// plan is applied: filled, idle. Empty when it has none.
 	Slots map[string]int `json:"slots,omitempty"`
+	// NoSlots says the backend has no slot and the driver adds servers
+	// bare (plan.Policy.BareAdds, the runtime API alone): they get none of
+	// haproxy.cfg's default-server keywords, and a reload drops them.
+	NoSlots bool `json:"noSlots,omitempty"`
 	// Overflow lists the desired servers that found no free slot in a
 	// backend that has slots: added with "add server" (a reload drops
 	// them, and they get no default-server keyword).
@@ -544,6 +548,10 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		// plan fills and frees them by those names.
 		want, slots = plan.AssignSlots(all, want, pol.Owner)
 		tr.slotUse(slots)
+		tr.NoSlots = pol.BareAdds && slots.Total == 0 && len(want.Servers) > 0
+		if tr.NoSlots {
+			r.warnNoSlots(tr.Target, backend)
+		}
 		if len(slots.Overflow) > 0 && tr.Attempts == 1 {
 			r.log().Warn("no free slot: servers added with add server, which a reload drops and which get none of haproxy.cfg's default-server keywords; declare more slots (server-template)",
 				"target", tr.Target, "backend", backend, "slots", slots.Total, "overflow", len(slots.Overflow), "first", slots.Overflow[0])

@@ -26,3 +26,14 @@ func unslot[V any](m map[string]V, names map[string]string) map[string]V {
 	}
 	return out
 }
+
+// warnNoSlots says once per target and backend that its servers are added
+// bare (TargetResult.NoSlots): a backend with a default-server line (ssl,
+// send-proxy-v2) is then half-served, which the socket cannot tell.
+func (r *Reconciler) warnNoSlots(target, backend string) {
+	if _, seen := r.warned.LoadOrStore(target+"\x00noslots\x00"+backend, true); seen {
+		return
+	}
+	r.log().Warn("backend has no slots: servers added through the admin socket get none of haproxy.cfg's default-server keywords (ssl, send-proxy-v2, maxconn...) and every reload drops them until re-added; declare slots (server-template, docs/haproxy.md)",
+		"target", target, "backend", backend)
+}

@@ -2,7 +2,8 @@
 // (HAPROXY_RUNTIME_URL): the same plans as the Data Plane API driver, applied
 // with "add server", "set server", "enable health" and "del server". Nothing
 // is written to haproxy.cfg: after a reload the next reconcile restores the
-// servers.
+// servers. A backend that declares slots in haproxy.cfg (slots.go) has them
+// filled and freed instead, and keeps them across reloads.
 //
 // Replies are text, and HAProxy answers errors with a 200-less sentence, so
 // every reply is matched against what success looks like for its command;
@@ -83,8 +84,11 @@ func New(rawURL string, settings model.Settings, check model.Check, opts ...Opti
 func (c *Client) Name() string { return c.name }
 
 // Policy deletes unwanted servers once their sessions end ("del server"
-// needs no reload) and gates servers on their checks.
-func (c *Client) Policy() plan.Policy { return plan.Policy{GateChecks: true, FixedSettings: true} }
+// needs no reload) and gates servers on their checks. What it adds is bare:
+// HAProxy applies no default-server line to "add server" (slots have them).
+func (c *Client) Policy() plan.Policy {
+	return plan.Policy{GateChecks: true, FixedSettings: true, BareAdds: true}
+}
 
 // Gate starts a server's health check and holds it out of service: drain
 // (no new connections) with its health forced down, so that it goes UP only
