@@ -203,6 +203,14 @@ func TestSlotExhaustionAddsTheRest(t *testing.T) {
 	if s["node-2"].ID < 1<<24 {
 		t.Errorf("node-2 has id %d: not one this driver adds with", s["node-2"].ID)
 	}
+	// The slots send the PROXY header default-server gives them; the
+	// added server, bare, does not and is answered nothing: what slots
+	// are for, and why the overflow is said.
+	got := w.spread(30)
+	t.Logf("30 connections through the frontend: %v", got)
+	if got["node-0"] == 0 || got["node-1"] == 0 || got[""] == 0 || got["node-2"] != 0 {
+		t.Errorf("through the frontend %v: want the slots served and the bare server answered nothing", got)
+	}
 }
 
 // TestFreedSlotIsReused: an endpoint gone frees its slot, which takes the
