@@ -48,6 +48,9 @@ type HAProxy struct {
 	AdminSocket string
 	// AdminTCP is the same admin socket on a loopback TCP port.
 	AdminTCP string
+	// StateFile is where Options.StateFile has HAProxy load server state
+	// from at each reload.
+	StateFile string
 	// AdminTLS is the address of the TLS listener in front of the admin
 	// socket (Options.AdminTLS), or empty.
 	AdminTLS     string
@@ -120,6 +123,10 @@ type Options struct {
 	// admin socket (AdminTLSLines): the way docs/drivers.md recommends to
 	// reach the admin socket across a network.
 	AdminTLS *AdminTLS
+	// StateFile adds "server-state-file" to the global section, at
+	// HAProxy.StateFile: a backend with "load-server-state-from-file
+	// global" loads what was dumped there before a reload (DumpState).
+	StateFile bool
 }
 
 // AdminTLS is the TLS listener's material, PEM-encoded.
@@ -168,6 +175,7 @@ func StartWith(t testing.TB, opts Options, backends ...Backend) *HAProxy {
 			Dir:          dir,
 			AdminSocket:  filepath.Join(dir, "admin.sock"),
 			MasterSocket: filepath.Join(dir, "master.sock"),
+			StateFile:    filepath.Join(dir, "server-state"),
 			Frontends:    map[string]string{},
 			backends:     backends,
 			opts:         opts,
@@ -404,6 +412,9 @@ func (h *HAProxy) writeConfig() error {
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, "global\n    stats socket %s mode 600 level admin expose-fd listeners\n", h.AdminSocket)
 	fmt.Fprintf(&cfg, "    stats socket ipv4@%s level admin\n    stats timeout 1m\n", h.AdminTCP)
+	if h.opts.StateFile {
+		fmt.Fprintf(&cfg, "    server-state-file %s\n", h.StateFile)
+	}
 	cfg.WriteString("defaults base\n    mode tcp\n    timeout connect 1s\n    timeout client 10s\n    timeout server 10s\n")
 	for _, l := range RecommendedLines {
 		fmt.Fprintf(&cfg, "    %s\n", l)

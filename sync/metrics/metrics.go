@@ -42,6 +42,7 @@ type Metrics struct {
 	transitions     *prometheus.CounterVec
 	servers         *prometheus.GaugeVec
 	held            *prometheus.GaugeVec
+	slots           *prometheus.GaugeVec
 	failures        prometheus.Gauge
 	dryRuns         *prometheus.CounterVec
 	programming     *prometheus.HistogramVec
@@ -75,6 +76,8 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 			Help: "Servers of each backend by state (ready, gated: held in drain until their check passes, drain, maint), as the last successful reconcile left them."}, []string{"target", "backend", "state"}),
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "servers_held",
 			Help: "Servers held by the last reconcile, by why: waiting (for their check), draining (for their sessions), guarded (mass-deletion guard), capped (MAX_SERVERS)."}, []string{"target", "backend", "why"}),
+		slots: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "slots",
+			Help: "Slots of haproxy.cfg (server-template) in backends that have some, by use, as the last successful reconcile left them: filled, idle, and overflow (servers that found no free slot, added with add server)."}, []string{"target", "backend", "use"}),
 		failures: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "consecutive_failures",
 			Help: "Reconciles (dry runs apart) that failed in a row; 0 after a success."}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "haproxy_writes_total",
@@ -138,7 +141,7 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
 		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, m.watchEvents, m.watchRestarts,
 		m.pokes, m.pokesCoalesced, m.authFailures, m.skipped, m.transitions,
-		m.servers, m.held, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, m.podGate, m.healthPortTCP, m.missingLines, m.unexpected, m.cluster, m.zoneServers, m.mismatched, m.alarms, build)
+		m.servers, m.held, m.slots, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, m.podGate, m.healthPortTCP, m.missingLines, m.unexpected, m.cluster, m.zoneServers, m.mismatched, m.alarms, build)
 	return m
 }
 
@@ -252,6 +255,11 @@ func (o observed) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result,
 			}
 			for why, names := range map[string][]string{"waiting": t.Waiting, "draining": t.Draining, "guarded": t.Guarded, "capped": t.Capped} {
 				o.m.held.WithLabelValues(t.Target, t.Backend, why).Set(float64(len(names)))
+			}
+			if t.Slots != nil {
+				o.m.slots.WithLabelValues(t.Target, t.Backend, "filled").Set(float64(t.Slots["filled"]))
+				o.m.slots.WithLabelValues(t.Target, t.Backend, "idle").Set(float64(t.Slots["idle"]))
+				o.m.slots.WithLabelValues(t.Target, t.Backend, "overflow").Set(float64(len(t.Overflow)))
 			}
 			o.m.healthPortTCP.WithLabelValues(t.Target, t.Backend).Set(float64(len(t.HealthPortTCP)))
 			if t.LinesRead {

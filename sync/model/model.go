@@ -187,6 +187,12 @@ type Runtime struct {
 	Since time.Duration
 	// ID is the server's id in the running HAProxy (0: unknown).
 	ID int
+	// Slot: haproxy.cfg declares the server as a slot for this service to
+	// fill (a server-template whose placeholder host name ends in
+	// ".invalid", which never resolves): filled with "set server ... addr",
+	// freed by parking it, never added nor deleted (see package plan,
+	// AssignSlots).
+	Slot bool
 	// Ours: the runtime API driver added the server (it gives every add
 	// an id from 2^24, which haproxy.cfg's servers stay below): of the
 	// servers haproxy.cfg lacks, the only ones the Data Plane API driver
@@ -230,6 +236,13 @@ func (b Backend) Owned(prefix string) Backend {
 		}
 	}
 	b.Servers = own
+	idle := make([]Server, 0, len(b.IdleSlots))
+	for _, s := range b.IdleSlots {
+		if Owns(prefix, s.Name) {
+			idle = append(idle, s)
+		}
+	}
+	b.IdleSlots = idle
 	return b
 }
 
@@ -249,4 +262,9 @@ type Backend struct {
 	// a failed connection, when the driver can read it; nil otherwise (the
 	// runtime API shows none of it) and in desired backends.
 	Retry *RetryLines
+	// IdleSlots are a current backend's slots (Runtime.Slot) that hold no
+	// endpoint: at the placeholder address, 0.0.0.0. They are not in
+	// Servers, so that nothing plans to delete, park or count them; the
+	// plan fills them (AssignSlots). Sorted by id, the order they fill in.
+	IdleSlots []Server
 }

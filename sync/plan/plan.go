@@ -75,6 +75,11 @@ type Change struct {
 	// HAProxy never applies to "add server". The Data Plane API driver
 	// sets them; empty otherwise.
 	Inherit []string
+	// Slot: the server is a slot of haproxy.cfg (model.Runtime.Slot). The
+	// runtime API driver fills it for an Add ("set server ... addr", then
+	// the same steps as an added server) and parks it at the placeholder
+	// address for a Delete; it never adds nor deletes it.
+	Slot bool
 }
 
 // SettingsChange is a change of backend-level settings.
@@ -110,6 +115,10 @@ type Plan struct {
 	// server is (make-before-break: see keepUntilReplaced), sorted.
 	HandingOver []string
 
+	// IdleSlots are the backend's idle slots (model.Backend.IdleSlots) this
+	// plan does not fill and that are not parked, for the driver to park.
+	IdleSlots []model.Server
+
 	current []model.Server // the backend it was computed from, as given (keepUntilReplaced)
 	owner   string         // Policy.Owner
 }
@@ -122,7 +131,7 @@ func (p Plan) Pending() bool {
 
 // HasChanges reports whether applying the plan would change anything.
 func (p Plan) HasChanges() bool {
-	return p.Settings != nil || len(p.Changes) > 0
+	return p.Settings != nil || len(p.Changes) > 0 || len(p.IdleSlots) > 0
 }
 
 // Names returns the names of the servers with the given action, sorted.
@@ -173,6 +182,10 @@ type Policy struct {
 	// FixedSettings says the driver cannot change backend settings (the
 	// runtime API): they are left as configured, never planned.
 	FixedSettings bool
+	// BareAdds says the servers the driver adds get none of haproxy.cfg's
+	// default-server keywords, and a reload drops them (the runtime API
+	// alone): a backend without slots (AssignSlots) is said to be so.
+	BareAdds bool
 	// DrainTimeout, when above 0, is how long an unwanted server with
 	// sessions stays parked before it is deleted anyway, its sessions shut
 	// first (Change.Kill), whether or not the delete batch is full; 0
@@ -225,8 +238,15 @@ func guardReplacements(have map[string]*model.Server, desired []model.Server) (r
 	return replacements, up
 }
 
-// CalculateWith is Calculate under a policy.
+// CalculateWith is Calculate under a policy. Slots (AssignSlots) are
+// filled and freed by name: desired must have been given their names.
 func CalculateWith(current, desired model.Backend, pol Policy) Plan {
+	p := calculateWith(current, desired, pol)
+	p.markSlots(current.Owned(pol.Owner))
+	return p
+}
+
+func calculateWith(current, desired model.Backend, pol Policy) Plan {
 	p := Plan{Backend: desired.Name, Revision: current.Revision, current: current.Servers, owner: pol.Owner}
 	current = current.Owned(pol.Owner)
 	if !pol.FixedSettings && desired.Settings.Balance != "" && current.Settings != desired.Settings {

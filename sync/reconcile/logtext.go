@@ -18,11 +18,14 @@ func (t TargetResult) String() string {
 	}{
 		{"add", t.Add}, {"update", t.Update}, {"drain", t.Drain}, {"maint", t.Maint}, {"delete", t.Delete},
 		{"waiting", t.Waiting}, {"loading", t.Loading}, {"draining", t.Draining}, {"handingOver", t.HandingOver},
-		{"guarded", t.Guarded}, {"capped", t.Capped}, {"healthPortTCP", t.HealthPortTCP}, {"missingBackendLines", t.MissingBackendLines},
+		{"guarded", t.Guarded}, {"capped", t.Capped}, {"overflow", t.Overflow}, {"healthPortTCP", t.HealthPortTCP}, {"missingBackendLines", t.MissingBackendLines},
 	} {
 		if len(l.list) > 0 {
 			fmt.Fprintf(&b, " %s=%s", l.name, strings.Join(l.list, ","))
 		}
+	}
+	if t.NoSlots {
+		b.WriteString(" noSlots")
 	}
 	if t.Reload {
 		b.WriteString(" reload")

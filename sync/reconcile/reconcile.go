@@ -287,6 +287,18 @@ type TargetResult struct {
 	// Zones counts this instance's desired servers by zone and role, with
 	// HAPROXY_LOCAL_ZONE only (see zoneCounts).
 	Zones map[string]ZoneCount `json:"zones,omitempty"`
+	// Slots counts the backend's slots of haproxy.cfg (server-template
+	// lines the runtime API driver fills) by use once this reconcile's
+	// plan is applied: filled, idle. Empty when it has none.
+	Slots map[string]int `json:"slots,omitempty"`
+	// NoSlots says the backend has no slot and the driver adds servers
+	// bare (plan.Policy.BareAdds, the runtime API alone): they get none of
+	// haproxy.cfg's default-server keywords, and a reload drops them.
+	NoSlots bool `json:"noSlots,omitempty"`
+	// Overflow lists the desired servers that found no free slot in a
+	// backend that has slots: added with "add server" (a reload drops
+	// them, and they get no default-server keyword).
+	Overflow []string `json:"overflow,omitempty"`
 	// Plan, in a dry run, is each planned change with the server's address,
 	// state and weight before and after.
 	Plan []PlannedChange `json:"plan,omitempty"`
@@ -503,6 +515,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 	pol.MaxServers = r.MaxServers
 	pol.DrainTimeout = r.DrainTimeout
 	pol.Owner = r.Options.NamePrefix
+	var slots plan.SlotUse // the last attempt's
 	refusedKey := tr.Target + "\x00" + backend
 	if v, ok := r.refused.Load(refusedKey); ok {
 		pol.Refused = v.([]string)
@@ -530,6 +543,18 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		want, ok := find(backends, backend)
 		if !ok {
 			return fmt.Errorf("desired state has no backend %q", backend)
+		}
+		// Slots of haproxy.cfg hold endpoints under their own names: the
+		// plan fills and frees them by those names.
+		want, slots = plan.AssignSlots(all, want, pol.Owner)
+		tr.slotUse(slots)
+		tr.NoSlots = pol.BareAdds && slots.Total == 0 && len(want.Servers) > 0
+		if tr.NoSlots {
+			r.warnNoSlots(tr.Target, backend)
+		}
+		if len(slots.Overflow) > 0 && tr.Attempts == 1 {
+			r.log().Warn("no free slot: servers added with add server, which a reload drops and which get none of haproxy.cfg's default-server keywords; declare more slots (server-template)",
+				"target", tr.Target, "backend", backend, "slots", slots.Total, "overflow", len(slots.Overflow), "first", slots.Overflow[0])
 		}
 		if cur.Settings.Balance == "roundrobin" && len(want.Servers) > maxRoundRobin && tr.Attempts == 1 {
 			r.log().Warn("roundrobin takes at most 4095 active servers per backend; use leastconn or random",
@@ -620,6 +645,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		}
 		return nil
 	})
+	tr.inService, tr.notInService = unslot(tr.inService, slots.Names), unslot(tr.notInService, slots.Names)
 	if err != nil {
 		tr.Error = err.Error()
 		tr.ErrorClass = failure.Of(err)

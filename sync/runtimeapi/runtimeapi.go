@@ -2,7 +2,8 @@
 // (HAPROXY_RUNTIME_URL): the same plans as the Data Plane API driver, applied
 // with "add server", "set server", "enable health" and "del server". Nothing
 // is written to haproxy.cfg: after a reload the next reconcile restores the
-// servers.
+// servers. A backend that declares slots in haproxy.cfg (slots.go) has them
+// filled and freed instead, and keeps them across reloads.
 //
 // Replies are text, and HAProxy answers errors with a 200-less sentence, so
 // every reply is matched against what success looks like for its command;
@@ -83,8 +84,11 @@ func New(rawURL string, settings model.Settings, check model.Check, opts ...Opti
 func (c *Client) Name() string { return c.name }
 
 // Policy deletes unwanted servers once their sessions end ("del server"
-// needs no reload) and gates servers on their checks.
-func (c *Client) Policy() plan.Policy { return plan.Policy{GateChecks: true, FixedSettings: true} }
+// needs no reload) and gates servers on their checks. What it adds is bare:
+// HAProxy applies no default-server line to "add server" (slots have them).
+func (c *Client) Policy() plan.Policy {
+	return plan.Policy{GateChecks: true, FixedSettings: true, BareAdds: true}
+}
 
 // Gate starts a server's health check and holds it out of service: drain
 // (no new connections) with its health forced down, so that it goes UP only
@@ -215,7 +219,8 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 	if err != nil {
 		return model.Backend{}, err
 	}
-	return model.Backend{Name: backend, Settings: c.settings, Servers: servers}, nil
+	servers, idle := splitIdle(servers)
+	return model.Backend{Name: backend, Settings: c.settings, Servers: servers, IdleSlots: idle}, nil
 }
 
 // ReadRuntime returns the backend's servers as the runtime API shows them,
@@ -393,6 +398,7 @@ func ParseServersState(reply, backend string, rise, fall int) ([]model.Server, e
 		if id, err := strconv.Atoi(f[2]); err == nil {
 			rt.ID, rt.Ours = id, f[16] == "1" && id >= idBase
 		}
+		rt.Slot = isSlot(f[17]) // srv_fqdn: "-" when the server has none
 		// Field 21, srv_check_port: 0 unless set; equal to the server's
 		// port means the same as unset.
 		if len(f) > 21 {
@@ -498,9 +504,11 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			return fmt.Errorf("%s server %s/%s: %w", ch.Action, p.Backend, ch.Name, err)
 		}
 	}
-	var stepped, deletes []plan.Change
+	var stepped, deletes, frees []plan.Change
 	for _, ch := range p.Changes {
-		if ch.Action == plan.Delete {
+		if ch.Action == plan.Delete && ch.Slot {
+			frees = append(frees, ch) // a slot is parked, never deleted
+		} else if ch.Action == plan.Delete {
 			deletes = append(deletes, ch)
 		} else {
 			stepped = append(stepped, ch)
@@ -525,6 +533,15 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 					return out, err
 				}
 			}
+		}
+	}
+	parked, errs, err := c.park(ctx, &a, frees, p.IdleSlots)
+	if err != nil {
+		return out, fmt.Errorf("park slots of %s: %w", p.Backend, err)
+	}
+	for i, ch := range parked {
+		if err := refusedOne(ch, errs[i]); err != nil {
+			return out, err
 		}
 	}
 	for _, ch := range deletes {
@@ -583,6 +600,8 @@ func (c *Client) sequences(ctx context.Context, a *applier, changes []plan.Chang
 	for i, ch := range changes {
 		srv := a.backend + "/" + ch.Name
 		switch {
+		case ch.Action == plan.Add && ch.Slot:
+			seqs[i] = fillSteps(srv, ch)
 		case ch.Action == plan.Add:
 			seqs[i] = a.addSteps(srv, ch)
 		case reAdds(ch):
@@ -598,7 +617,7 @@ func (c *Client) sequences(ctx context.Context, a *applier, changes []plan.Chang
 	for range idRetries {
 		var again []int
 		for i := range changes {
-			if idTaken(errs[i]) {
+			if idTaken(errs[i]) && !changes[i].Slot {
 				again = append(again, i)
 			}
 		}
