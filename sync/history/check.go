@@ -690,7 +690,11 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				if opt.TargetOf != nil {
 					i = opt.TargetOf(f.target)
 				}
-				if why := failureExcuse(tts, i, o, f, opt.RefusedName); why != "" {
+				why := failureExcuse(tts, i, o, f, opt.RefusedName)
+				if why == "" && kubeFailure(kubeOut, o, f.err) {
+					why = ExcuseKubeDown // each target's result carries the read's error
+				}
+				if why != "" {
 					ev.Excused["reconcile: "+why]++
 					continue
 				}
@@ -706,10 +710,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				}
 				// Or Kubernetes unreachable during the reconcile (less
 				// failureBound before it began): its read failed.
-				kube := false
-				for _, k := range kubeOut {
-					kube = kube || !k[0].After(o.at) && !k[1].Before(o.began.Add(-failureBound))
-				}
+				kube := kubeFailure(kubeOut, o, o.err)
 				switch {
 				case hung:
 					ev.Excused["reconcile: "+ExcuseHung]++

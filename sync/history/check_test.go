@@ -24,6 +24,7 @@ func TestEvaluateExcuses(t *testing.T) {
 	failed := func(ms int) obs { return obs{at: at(ms), kind: obsRequest, err: "unexpected EOF"} }
 	answered := func(ms, pod int) obs { return obs{at: at(ms), kind: obsRequest, pod: pod} }
 	write := func(ms int, refused bool) obs { return obs{at: at(ms), kind: obsAPIWrite, refused: refused} }
+	kube := func(ms int, down bool) obs { return obs{at: at(ms), kind: obsKube, hung: down} }
 	// Requests answered from..to every 10 ms, by pods in turn:
 	// ready-pod-in-service counts on traffic.
 	traffic := func(from, to int, pods ...int) []obs {
@@ -86,6 +87,36 @@ func TestEvaluateExcuses(t *testing.T) {
 			obs: append(append([]obs{write(1000, true), write(5900, true), write(6000, false),
 				{at: at(2000), kind: obsListen, pod: 3}, {at: at(2000), kind: obsK8s, pod: 3, state: live},
 				{at: at(7000), kind: obsCheck, pod: 3}}, traffic(0, 7900, 1)...), traffic(7900, 9000, 1, 3)...),
+		},
+		{
+			name:   "a failure while Kubernetes is unreachable from the service",
+			obs:    []obs{kube(1000, true), failed(2000), kube(3000, false)},
+			excuse: ExcuseKubeDown,
+		},
+		{
+			// Up at 3 s after 2 s down: the watch may wait 2.5 s more,
+			// then an entry.
+			name:   "a failure within the watch's recovery and an entry of Kubernetes' return",
+			obs:    []obs{kube(1000, true), kube(3000, false), failed(7000)},
+			excuse: ExcuseKubeDown,
+		},
+		{
+			name: "a failure past the watch's recovery and an entry",
+			obs:  []obs{kube(1000, true), kube(3000, false), failed(7600)},
+			want: []Invariant{NoFailedRequest},
+		},
+		{
+			name: "a pod ready while Kubernetes is unreachable, in service after the recovery",
+			obs: append(append([]obs{kube(1000, true), kube(3000, false),
+				{at: at(2000), kind: obsListen, pod: 3}, {at: at(2000), kind: obsK8s, pod: 3, state: live},
+				{at: at(6000), kind: obsCheck, pod: 3}}, traffic(0, 7400, 1)...), traffic(7400, 9000, 1, 3)...),
+		},
+		{
+			name: "a pod ready while Kubernetes is unreachable, never in service",
+			obs: append([]obs{kube(1000, true), kube(3000, false),
+				{at: at(2000), kind: obsListen, pod: 3}, {at: at(2000), kind: obsK8s, pod: 3, state: live}},
+				traffic(0, 12000, 1)...),
+			want: []Invariant{InService},
 		},
 		{
 			name: "a pod ready during an outage, never in service",

@@ -65,3 +65,22 @@ func serverPodName(name string) string {
 }
 
 var serverName = regexp.MustCompile(`(?:^|-)p-(\d+)(?:_bk)?$`)
+
+// kubeFailure says whether err, a reconcile o's, is its Kubernetes read
+// failing while the API server was unreachable from the service: an
+// outage that meets the reconcile's span (less failureBound).
+func kubeFailure(outages [][2]time.Time, o obs, err string) bool {
+	if !strings.Contains(err, kubeReadError) {
+		return false
+	}
+	for _, k := range outages {
+		if !k[0].After(o.at) && !k[1].Before(o.began.Add(-failureBound)) {
+			return true
+		}
+	}
+	return false
+}
+
+// kubeReadError is how a reconcile says its Kubernetes read failed
+// (package reconcile).
+const kubeReadError = "read kubernetes: "
