@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 )
@@ -62,6 +64,7 @@ func startKube(t testing.TB) (*rest.Config, kubernetes.Interface) {
 				return
 			}
 		}
+		ctrllog.SetLogger(logr.Discard()) // envtest's own lines say nothing a history needs
 		env := &envtest.Environment{}
 		// Node mode's nodePort is the pods' port, a free one anywhere.
 		api := env.ControlPlane.GetAPIServer().Configure()

@@ -1,6 +1,9 @@
 package history
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestServicesViews: the pure parts of the many-Services invariants: what a
 // settled be2 is for each of web2's phases, how two views of a backend
@@ -43,8 +46,8 @@ func TestServicesViews(t *testing.T) {
 		{"added", map[string]string{}, map[string]string{"c": in(3)}, true, "c (127.0.1.4:80 in) added"},
 	}
 	for _, c := range diffs {
-		if got := diffView(c.a, c.b, c.ignoreGone); got != c.want {
-			t.Errorf("diffView %s = %q, want %q", c.name, got, c.want)
+		if got, want := diffView(c.a, c.b, c.ignoreGone), atPodAddrs(c.want); got != want {
+			t.Errorf("diffView %s = %q, want %q", c.name, got, want)
 		}
 	}
 	// refused-changes-nothing: a reload since the window began drops a
@@ -63,8 +66,8 @@ func TestServicesViews(t *testing.T) {
 		{"out, put in traffic after a reload", map[string]string{"a": out(1)}, map[string]string{"a": in(1)}, true, "a 127.0.1.2:80 out -> 127.0.1.2:80 in"},
 	}
 	for _, c := range dropped {
-		if got := diffView(c.snap, withoutDropped(c.snap, c.now, c.reloaded), false); got != c.want {
-			t.Errorf("refused window %s: %q, want %q", c.name, got, c.want)
+		if got, want := diffView(c.snap, withoutDropped(c.snap, c.now, c.reloaded), false), atPodAddrs(c.want); got != want {
+			t.Errorf("refused window %s: %q, want %q", c.name, got, want)
 		}
 	}
 	for _, n := range []int{0, 1, 249, 250, 5000, 5100} {
@@ -77,4 +80,10 @@ func TestServicesViews(t *testing.T) {
 			t.Errorf("podOfAddr(%s) = %d, want none", addr, n)
 		}
 	}
+}
+
+// atPodAddrs writes the loopback addresses of pods 1 to 3 in want as the
+// pods' addresses are (in the private network: 10.244.1.x).
+func atPodAddrs(want string) string {
+	return strings.NewReplacer("127.0.1.2", podAddr(1), "127.0.1.3", podAddr(2), "127.0.1.4", podAddr(3)).Replace(want)
 }
