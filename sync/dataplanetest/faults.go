@@ -27,8 +27,9 @@ type Fault struct {
 	Message string
 	// RetryAfter is sent as Retry-After with Status.
 	RetryAfter string
-	// Hang holds the request without an answer until the client gives up
-	// or the server closes.
+	// Hang holds the request without an answer until the client gives up,
+	// the server closes, or the fault is replaced or cleared: then its
+	// connection is closed, as the hung process went away.
 	Hang bool
 	// Drop closes the connection without an answer, as a process that
 	// crashes or restarts mid-request does.
@@ -38,19 +39,30 @@ type Fault struct {
 type faultState struct {
 	Fault
 	seen, hit int
+	// over is closed when the fault is replaced or cleared.
+	over chan struct{}
 }
 
 // InjectFault installs f in place of any earlier fault.
 func (s *Server) InjectFault(f Fault) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.fault = &faultState{Fault: f}
+	s.endFault()
+	s.fault = &faultState{Fault: f, over: make(chan struct{})}
+}
+
+// endFault releases the requests the fault holds; s.mu is held.
+func (s *Server) endFault() {
+	if s.fault != nil {
+		close(s.fault.over)
+	}
 }
 
 // ClearFault removes the fault: the API answers normally again.
 func (s *Server) ClearFault() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.endFault()
 	s.fault = nil
 }
 
@@ -87,6 +99,14 @@ func (s *Server) injectFault(w http.ResponseWriter, r *http.Request) bool {
 		select {
 		case <-r.Context().Done():
 		case <-s.closing:
+		case <-f.over:
+			if hj, ok := w.(http.Hijacker); ok {
+				if conn, _, err := hj.Hijack(); err == nil {
+					_ = conn.Close()
+					return true
+				}
+			}
+			panic(http.ErrAbortHandler)
 		}
 	case f.Drop:
 		if hj, ok := w.(http.Hijacker); ok {

@@ -221,6 +221,28 @@ func TestFaultDropAndHang(t *testing.T) {
 	}
 	s.ClearFault()
 	do(t, s, call{method: "GET", path: "/configuration/version", status: 200})
+
+	// A request held when the hang ends is let go, its connection closed
+	// (the hung process went away), not held until its client gives up.
+	s.InjectFault(Fault{Hang: true})
+	errc := make(chan error, 1)
+	go func() {
+		// No timeout; a connection of its own (Go retries a GET that a
+		// reused connection lost).
+		c := &http.Client{Transport: &http.Transport{}}
+		_, err := c.Get(s.URL + "/v3/services/haproxy/configuration/version")
+		errc <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	s.ClearFault()
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Error("a request held by the hang got an answer")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a request held by the hang was never let go")
+	}
 }
 
 // TestReloadsAskedTogetherRunOnce: like the real API's reload_delay, reloads

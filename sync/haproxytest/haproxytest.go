@@ -58,11 +58,9 @@ type HAProxy struct {
 	MasterSocket string
 	// Frontends maps each backend to the address of the frontend that uses it.
 	Frontends map[string]string
-	cmd       *exec.Cmd
-	exited    chan struct{} // closed once cmd has exited
-	waitErr   error         // cmd's exit status, once exited is closed
-	stopping  atomic.Bool   // stop was called: an exit is asked for
-	logs      *os.File
+	// cur is the running master process: Restart replaces it.
+	cur       atomic.Pointer[proc]
+	stopping  atomic.Bool // stop was called (or Restart): an exit is asked for
 	backends  []Backend
 	mu        sync.Mutex          // guards servers and the writes of haproxy.cfg
 	servers   map[string][]string // server lines written by SetServers
@@ -215,19 +213,20 @@ func (h *HAProxy) start(bin string, ports []int) error {
 	if err := h.writeConfig(); err != nil {
 		return err
 	}
-	var err error
-	if h.logs, err = os.Create(filepath.Join(h.Dir, "haproxy.log")); err != nil {
+	logs, err := os.OpenFile(filepath.Join(h.Dir, "haproxy.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
 		return err
 	}
-	h.cmd = exec.Command(bin, "-W", "-db", "-S", h.MasterSocket, "-p", filepath.Join(h.Dir, "haproxy.pid"), "-f", cfgPath)
-	h.cmd.Stdout, h.cmd.Stderr = h.logs, h.logs
-	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := h.cmd.Start(); err != nil {
-		h.logs.Close()
+	p := &proc{logs: logs, exited: make(chan struct{})}
+	p.cmd = exec.Command(bin, "-W", "-db", "-S", h.MasterSocket, "-p", filepath.Join(h.Dir, "haproxy.pid"), "-f", cfgPath)
+	p.cmd.Stdout, p.cmd.Stderr = logs, logs
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		logs.Close()
 		return err
 	}
-	h.exited = make(chan struct{})
-	go func() { h.waitErr = h.cmd.Wait(); close(h.exited) }()
+	go func() { p.waitErr = p.cmd.Wait(); close(p.exited) }()
+	h.cur.Store(p)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		// Both sockets: the master's may listen a moment after the worker's.
@@ -237,9 +236,9 @@ func (h *HAProxy) start(bin string, ports []int) error {
 			}
 		}
 		select {
-		case <-h.exited:
+		case <-p.exited:
 			logs := h.Logs()
-			h.logs.Close()
+			p.logs.Close()
 			if strings.Contains(logs, "cannot bind") {
 				return fmt.Errorf("%w: haproxy exited: %s", errPortTaken, logs)
 			}
@@ -255,18 +254,63 @@ func (h *HAProxy) start(bin string, ports []int) error {
 	}
 }
 
+// proc is one run of HAProxy's master and its workers.
+type proc struct {
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed once cmd has exited
+	waitErr error         // cmd's exit status, once exited is closed
+	logs    *os.File
+}
+
 func (h *HAProxy) stop() {
 	if h.stopping.Swap(true) {
 		return // stopped already
 	}
-	_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGTERM)
+	h.cur.Load().end(syscall.SIGTERM)
+}
+
+// end signals the process group and waits for the master to exit (killing
+// it after 5 s).
+func (p *proc) end(sig syscall.Signal) {
+	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
 	select {
-	case <-h.exited:
+	case <-p.exited:
 	case <-time.After(5 * time.Second):
-		_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
-		<-h.exited
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.exited
 	}
-	h.logs.Close()
+	p.logs.Close()
+}
+
+// Restart kills HAProxy, its master and every worker at once (a crash, an
+// OOM kill, a host's reboot), and starts it again from haproxy.cfg on the
+// same ports and sockets: a new master and a new worker, no old one, and
+// nothing kept that the runtime API set.
+func (h *HAProxy) Restart() error {
+	bin, err := Binary()
+	if err != nil {
+		return err
+	}
+	if h.stopping.Swap(true) {
+		return errors.New("haproxy is stopping")
+	}
+	h.cur.Load().end(syscall.SIGKILL)
+	ports := []int{portOf(h.AdminTCP)}
+	for _, b := range h.backends {
+		ports = append(ports, portOf(h.Frontends[b.Name]))
+	}
+	if h.AdminTLS != "" {
+		ports = append(ports, portOf(h.AdminTLS))
+	}
+	err = h.start(bin, ports)
+	h.stopping.Store(false)
+	return err
+}
+
+func portOf(hostport string) int {
+	_, p, _ := net.SplitHostPort(hostport)
+	n, _ := strconv.Atoi(p)
+	return n
 }
 
 // Died says how HAProxy's master exited when nobody stopped it ("exit
@@ -274,18 +318,19 @@ func (h *HAProxy) stop() {
 // clients all failed at once tells an HAProxy that died from one that
 // refused.
 func (h *HAProxy) Died() string {
+	p := h.cur.Load()
 	select {
-	case <-h.exited:
+	case <-p.exited:
 	default:
 		return ""
 	}
-	if h.stopping.Load() {
+	if h.stopping.Load() || h.cur.Load() != p {
 		return ""
 	}
-	if h.waitErr == nil {
+	if p.waitErr == nil {
 		return "exit status 0"
 	}
-	return h.waitErr.Error()
+	return p.waitErr.Error()
 }
 
 // Alerts returns the last n lines HAProxy's own processes printed as
@@ -305,7 +350,7 @@ func (h *HAProxy) Alerts(n int) []string {
 
 // Logs returns what HAProxy printed.
 func (h *HAProxy) Logs() string {
-	b, _ := os.ReadFile(h.logs.Name())
+	b, _ := os.ReadFile(filepath.Join(h.Dir, "haproxy.log"))
 	return string(b)
 }
 
@@ -500,7 +545,7 @@ func (h *HAProxy) TryReload() error {
 	if !ok {
 		return fmt.Errorf("show proc: no master line with a reload count in %q", reply)
 	}
-	if err := h.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+	if err := h.cur.Load().cmd.Process.Signal(syscall.SIGUSR2); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -522,6 +567,56 @@ func (h *HAProxy) TryReload() error {
 	}
 }
 
+// TryReloadBroken asks HAProxy to reload a haproxy.cfg it cannot load (a
+// keyword it does not know, as a bad edit or a missing certificate gives
+// it), then puts the file back: the master says the reload failed and the
+// worker that ran goes on, with what the runtime API set on it.
+func (h *HAProxy) TryReloadBroken() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	path := filepath.Join(h.Dir, "haproxy.cfg")
+	good, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	defer os.WriteFile(path, good, 0o644)
+	if err := os.WriteFile(path, append(good, []byte("    hks-broken-by-test\n")...), 0o644); err != nil {
+		return err
+	}
+	reply, err := h.masterCommand("show proc")
+	if err != nil {
+		return fmt.Errorf("master socket: %w", err)
+	}
+	before, ok := failedReloads(reply)
+	if !ok {
+		return fmt.Errorf("show proc: no failed reload count in %q", reply)
+	}
+	if err := h.cur.Load().cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		reply, err := h.masterCommand("show proc")
+		if n, ok := failedReloads(reply); err == nil && ok && n > before {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the broken reload was never said failed: %s", h.Logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// failedReloads reads the master's "[failed: N]" of "show proc".
+func failedReloads(reply string) (int, bool) {
+	_, rest, ok := strings.Cut(reply, "[failed: ")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(rest, "]", 2)[0]))
+	return n, err == nil
+}
+
 // Alive returns the pid of HAProxy's current worker once it has checked
 // that HAProxy still runs: the master has not exited, "show proc" on the
 // master socket lists one current worker, and the admin socket answers
@@ -529,7 +624,7 @@ func (h *HAProxy) TryReload() error {
 // that exited with it.
 func (h *HAProxy) Alive() (int, error) {
 	select {
-	case <-h.exited:
+	case <-h.cur.Load().exited:
 		return 0, fmt.Errorf("haproxy exited: %s", h.Logs())
 	default:
 	}

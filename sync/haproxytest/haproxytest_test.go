@@ -112,7 +112,7 @@ func TestDiedSaysWhyHAProxyStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-h.exited:
+	case <-h.cur.Load().exited:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the master did not exit after its worker was killed; logs:\n%s", h.Logs())
 	}
@@ -129,4 +129,42 @@ func TestDiedSaysWhyHAProxyStopped(t *testing.T) {
 	if d := stopped.Died(); d != "" {
 		t.Errorf("Died() = %q after a stop that was asked for", d)
 	}
+}
+
+// TestRestartAndBrokenReload: Restart gives a new master and worker from
+// haproxy.cfg alone (a server added at runtime is gone), on the same
+// frontend; a reload of a haproxy.cfg HAProxy cannot load is said failed
+// and leaves the worker, and what was added to it, running.
+func TestRestartAndBrokenReload(t *testing.T) {
+	h := Start(t, Backend{Name: "be"})
+	if out, err := h.Command("add server be/extra 127.0.0.1:9"); err != nil || !strings.Contains(out, "New server registered") {
+		t.Fatalf("add server: %q %v", out, err)
+	}
+	before, err := h.Alive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.TryReloadBroken(); err != nil {
+		t.Fatal(err)
+	}
+	if pid, err := h.Alive(); err != nil || pid != before {
+		t.Fatalf("after a broken reload: worker %d (%v), want %d still", pid, err, before)
+	}
+	if _, ok := h.Servers(t, "be")["extra"]; !ok {
+		t.Fatal("a broken reload dropped a server added at runtime")
+	}
+	if err := h.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := h.Alive()
+	if err != nil || after == before {
+		t.Fatalf("after a restart: worker %d (%v), want a new one (was %d)", after, err, before)
+	}
+	if _, ok := h.Servers(t, "be")["extra"]; ok {
+		t.Fatal("a restart kept a server added at runtime")
+	}
+	if d := h.Died(); d != "" {
+		t.Fatalf("Died() = %q after a restart", d)
+	}
+	h.Reload(t) // and it reloads as before
 }

@@ -56,6 +56,10 @@ type targetTrack struct {
 	lastReload  time.Time      // the end of its last reload, by others or by the API
 	apiReload   time.Time      // the start of a reload by the API under way; zero when none
 	outages     [][2]time.Time // its API refused every write from [0] to [1] (apiOutages)
+	// restartSince: its HAProxy was killed to restart and does not listen
+	// yet (TargetRestart); restarts: from each kill until it listened.
+	restartSince time.Time
+	restarts     [][2]time.Time
 	lastFault   time.Time      // its API's last refused write (an injected fault)
 }
 
@@ -95,6 +99,21 @@ func apiOutages(all []obs, targets int, least time.Duration) [][][2]time.Time {
 func (tt *targetTrack) apiRefusing(at time.Time, after time.Duration) bool {
 	for _, o := range tt.outages {
 		if !at.Before(o[0]) && !at.After(o[1].Add(after)) {
+			return true
+		}
+	}
+	return false
+}
+
+// restarting says whether tt's HAProxy was down at at for a restart: from
+// its kill until it listened again, and restartMargin after (a request
+// under way when it came back).
+func (tt *targetTrack) restarting(at time.Time) bool {
+	if !tt.restartSince.IsZero() && !at.Before(tt.restartSince) {
+		return true
+	}
+	for _, r := range tt.restarts {
+		if !at.Before(r[0]) && !at.After(r[1].Add(restartMargin)) {
 			return true
 		}
 	}
@@ -315,6 +334,9 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 	// excuse says why a failed request through tt at at breaks no
 	// invariant; empty when nothing does.
 	excuse := func(tt *targetTrack, at time.Time) string {
+		if tt.restarting(at) {
+			return ExcuseRestart
+		}
 		if why := lagging(tt, at); why != "" {
 			return why
 		}
@@ -529,6 +551,13 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				tt.hungSince = o.at
 			} else {
 				tt.hungSince, tt.unhungAt = time.Time{}, o.at
+			}
+		case obsRestart:
+			if o.hung {
+				tt.restartSince = o.at
+			} else if !tt.restartSince.IsZero() {
+				tt.restarts = append(tt.restarts, [2]time.Time{tt.restartSince, o.at})
+				tt.restartSince = time.Time{}
 			}
 		case obsRequest:
 			if o.err != "" {

@@ -25,6 +25,7 @@ func TestEvaluateExcuses(t *testing.T) {
 	answered := func(ms, pod int) obs { return obs{at: at(ms), kind: obsRequest, pod: pod} }
 	write := func(ms int, refused bool) obs { return obs{at: at(ms), kind: obsAPIWrite, refused: refused} }
 	kube := func(ms int, down bool) obs { return obs{at: at(ms), kind: obsKube, hung: down} }
+	restart := func(ms int, down bool) obs { return obs{at: at(ms), kind: obsRestart, hung: down} }
 	// Requests answered from..to every 10 ms, by pods in turn:
 	// ready-pod-in-service counts on traffic.
 	traffic := func(from, to int, pods ...int) []obs {
@@ -117,6 +118,23 @@ func TestEvaluateExcuses(t *testing.T) {
 				{at: at(2000), kind: obsListen, pod: 3}, {at: at(2000), kind: obsK8s, pod: 3, state: live}},
 				traffic(0, 12000, 1)...),
 			want: []Invariant{InService},
+		},
+		{
+			name:   "a failure while the target restarts",
+			obs:    []obs{restart(3000, true), failed(3100), restart(3400, false)},
+			excuse: ExcuseRestart,
+		},
+		{
+			name: "a failure before a restart",
+			obs:  []obs{failed(2900), restart(3000, true), restart(3400, false)},
+			want: []Invariant{NoFailedRequest},
+		},
+		{
+			// Dataplane-like (not RuntimeOnly): past the margin, only a
+			// reload's own excuses hold (a dead pod loaded UP: 700 ms).
+			name: "a failure past a restart's margin",
+			obs:  []obs{{at: at(3000), kind: obsReloadStart}, restart(3000, true), restart(3400, false), {at: at(3400), kind: obsReload}, failed(4300)},
+			want: []Invariant{NoFailedRequest},
 		},
 		{
 			name: "a pod ready during an outage, never in service",

@@ -144,7 +144,16 @@ const (
 	// coming back: the service carries no change it cannot read, and its
 	// watch comes back after its backoff.
 	ExcuseKubeDown = "Kubernetes unreachable"
+	// ExcuseRestart: the target's HAProxy was down for a restart (killed,
+	// then started again from haproxy.cfg), from its kill until it listens
+	// again and restartMargin after; then it is judged as after a reload
+	// by others.
+	ExcuseRestart = "its HAProxy restarted"
 )
+
+// restartMargin is how long after a restarted HAProxy listens a request
+// may still fail for its being down (one sent just before).
+const restartMargin = 100 * time.Millisecond
 
 // kubeRecovery bounds how long after the API server is reachable again the
 // service's watch may still be waiting to restart: its backoff doubles from

@@ -35,6 +35,7 @@ const (
 	obsNode                          // Node pod changed (gate: it serves; excluded: labelled out)
 	obsReloadAsked                   // the Data Plane API was asked a reload (err: what asked it)
 	obsKube                          // the API server became unreachable from the service (hung) or reachable again
+	obsRestart                       // target's HAProxy was killed to restart (hung), or listens again
 )
 
 // obs is one observation, as the history's recorder keeps it.

@@ -110,6 +110,12 @@ const (
 	KubeCut  Kind = "kube-cut"
 	KubeDown Kind = "kube-down"
 	KubeUp   Kind = "kube-up"
+	// TargetRestart kills a target's HAProxy, master and workers at once,
+	// and starts it again from haproxy.cfg (serve histories); ReloadBroken
+	// asks it to reload a haproxy.cfg it cannot load (the reload fails,
+	// the running worker goes on).
+	TargetRestart Kind = "target-restart"
+	ReloadBroken  Kind = "reload-broken"
 )
 
 // nodeKind says whether k is a step on a Node.
@@ -138,7 +144,7 @@ func (s Step) String() string {
 		ps = append(ps, fmt.Sprintf("p-%d", p))
 	}
 	switch s.Kind {
-	case Reload, Hang, Unhang:
+	case Reload, Hang, Unhang, TargetRestart, ReloadBroken:
 		ps = append(ps, fmt.Sprintf("target %d", s.Target))
 	case APIFault:
 		ps = append(ps, fmt.Sprintf("target %d %s x%d", s.Target, s.Fault, s.Times))
@@ -183,8 +189,9 @@ type Shape struct {
 	Services bool
 	// Crashes adds, in one history of two, Crash steps (withCrashes).
 	Crashes bool
-	// Kube adds steps on the service's reach of Kubernetes (withKube):
-	// serve histories'.
+	// Kube adds steps on the service's reach of Kubernetes (withKube) and
+	// targets that restart or fail a reload (withTargetFaults): serve
+	// histories'.
 	Kube bool
 	// Nodes, when not 0, runs the pods on that many Nodes (node mode) and
 	// draws steps on the Nodes too, one draw in three; Zones places them
@@ -435,8 +442,24 @@ func Generate(seed uint64, shape Shape) []Step {
 	}
 	if shape.Kube {
 		steps = withKube(seed, steps)
+		steps = withTargetFaults(seed, shape, steps)
 	}
 	return steps
+}
+
+// withTargetFaults inserts, before about one step in 25, a TargetRestart
+// or a ReloadBroken of a target. Drawn from a stream of its own.
+func withTargetFaults(seed uint64, shape Shape, steps []Step) []Step {
+	r := rand.New(rand.NewPCG(seed^0x7a29, seed+17))
+	out := make([]Step, 0, len(steps)+len(steps)/20)
+	for _, st := range steps {
+		if r.IntN(25) == 0 {
+			k := []Kind{TargetRestart, ReloadBroken}[r.IntN(2)]
+			out = append(out, Step{Kind: k, Target: r.IntN(max(shape.Targets, 1))})
+		}
+		out = append(out, st)
+	}
+	return out
 }
 
 // withKube inserts, before about one step in ten, a KubeCut (two in

@@ -353,6 +353,10 @@ func (w *world) apply(st Step, index int) error {
 	case KubeCut:
 		w.kproxy.cut()
 		return nil
+	case TargetRestart:
+		return w.restart(w.targets[st.Target%len(w.targets)])
+	case ReloadBroken:
+		return w.reloadBroken(w.targets[st.Target%len(w.targets)])
 	case KubeDown, KubeUp:
 		w.rec.add(obs{kind: obsKube, hung: st.Kind == KubeDown})
 		w.kproxy.refuse(st.Kind == KubeDown)
