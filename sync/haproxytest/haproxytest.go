@@ -59,12 +59,12 @@ type HAProxy struct {
 	// Frontends maps each backend to the address of the frontend that uses it.
 	Frontends map[string]string
 	// cur is the running master process: Restart replaces it.
-	cur       atomic.Pointer[proc]
-	stopping  atomic.Bool // stop was called (or Restart): an exit is asked for
-	backends  []Backend
-	mu        sync.Mutex          // guards servers and the writes of haproxy.cfg
-	servers   map[string][]string // server lines written by SetServers
-	sections  string              // written by SetSections
+	cur      atomic.Pointer[proc]
+	stopping atomic.Bool // stop was called (or Restart): an exit is asked for
+	backends []Backend
+	mu       sync.Mutex          // guards servers and the writes of haproxy.cfg
+	servers  map[string][]string // server lines written by SetServers
+	sections string              // written by SetSections
 }
 
 // FreePort returns a free TCP port on host.

@@ -60,7 +60,7 @@ type targetTrack struct {
 	// yet (TargetRestart); restarts: from each kill until it listened.
 	restartSince time.Time
 	restarts     [][2]time.Time
-	lastFault   time.Time      // its API's last refused write (an injected fault)
+	lastFault    time.Time // its API's last refused write (an injected fault)
 }
 
 // apiOutages are the spans, per target, in which a Data Plane API refused
