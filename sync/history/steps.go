@@ -1,7 +1,8 @@
 // Package history is the history checker: from a seed it generates a random
 // history of what the field does to a backend — pods that come, go, flap
 // and die, HAProxy reloads nobody asked for — runs it against a real HAProxy
-// and the service's own reconcile loop (reconciler, coalescer, follow-up)
+// and the service's own reconcile loop (reconciler, coalescer, follow-up),
+// or the binary's own serve against a real kube-apiserver (serve.go),
 // with clients sending traffic through HAProxy's frontend the whole time, and
 // checks the guarantees of docs/guarantees.md as invariants, from outside:
 // what the clients and the pods saw, and what HAProxy runs.
