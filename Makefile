@@ -81,11 +81,14 @@ soak:
 soak-run:
 	@mkdir -p bin; echo "soak: $(SOAK) on $(HAPROXY) at $$(git describe --always --dirty 2>/dev/null), log in bin/soak.log"
 	@rm -rf bin/soak-logs; mkdir -p bin/soak-logs
-	@HKS_SOAK=$(SOAK) HKS_HAPROXY=$(HAPROXY) HKS_HISTORY_LOG_DIR=$(CURDIR)/bin/soak-logs $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v \
+	@rm -rf bin/soak-covdata bin/serve.cover; mkdir -p bin/soak-covdata
+	@HKS_SOAK=$(SOAK) HKS_HAPROXY=$(HAPROXY) HKS_HISTORY_LOG_DIR=$(CURDIR)/bin/soak-logs \
+	  HKS_HISTORY_COVERDIR=$(CURDIR)/bin/soak-covdata HKS_HISTORY_COVERPKG=$(DECIDING) $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v \
 	  -coverpkg=$(DECIDING) -coverprofile=bin/soak.cover ./sync/history > bin/soak.log 2>&1; rc=$$?; \
 	grep -E -- '^ *(--- FAIL|[a-z-]+ after step|seed [0-9]+ \()' bin/soak.log | head -60; \
 	grep -E '^histories:' bin/soak.log || { tail -20 bin/soak.log; echo "histories: none finished"; }; \
-	$(GO) run ./hack/soakcover bin/soak.cover; exit $$rc
+	if [ -n "$$(ls bin/soak-covdata)" ]; then $(GO) tool covdata textfmt -i=bin/soak-covdata -o bin/serve.cover; fi; \
+	$(GO) run ./hack/soakcover bin/soak.cover $$( [ -f bin/serve.cover ] && echo bin/serve.cover); exit $$rc
 
 ## replay: one history again, from its seed: make replay SEED=N DRIVER=runtime|dataplane SHAPE=short|soak|services [LOG=file for the service log] [CONFIG=shipped: the shipped configuration, for a seed found before the configuration was drawn]
 replay:

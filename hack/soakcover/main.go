@@ -1,8 +1,9 @@
-// Command soakcover sums a coverage profile (go test -coverprofile) by
+// Command soakcover sums coverage profiles (go test -coverprofile, and
+// go tool covdata textfmt of the binaries the serve histories ran) by
 // package: what share of each deciding package's statements a soak reached,
 // and of all of them. Go counts statements, not branches.
 //
-//	go run ./hack/soakcover bin/soak.cover
+//	go run ./hack/soakcover bin/soak.cover [bin/serve.cover]
 package main
 
 import (
@@ -17,17 +18,21 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: soakcover PROFILE")
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: soakcover PROFILE...")
 		os.Exit(2)
 	}
-	f, err := os.Open(os.Args[1])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	var rs []io.Reader
+	for _, p := range os.Args[1:] {
+		f, err := os.Open(p)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		rs = append(rs, f, strings.NewReader("\n"))
 	}
-	defer f.Close()
-	fmt.Println(summarize(f))
+	fmt.Println(summarize(io.MultiReader(rs...)))
 }
 
 // summarize is the coverage line of profile r.

@@ -52,7 +52,11 @@ func serviceBinary(t testing.TB) string {
 		if raceEnabled {
 			args = append(args, "-race")
 		}
-		cmd := exec.Command("go", append(args, filepath.Join(root, "cmd", "haproxy-k8s-sync"))...)
+		if os.Getenv(coverDirEnv) != "" && os.Getenv(coverPkgEnv) != "" {
+			args = append(args, "-cover", "-coverpkg="+os.Getenv(coverPkgEnv))
+		}
+		cmd := exec.Command("go", append(args, "./cmd/haproxy-k8s-sync")...)
+		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			serveBin.err = fmt.Errorf("go build: %v: %s", err, out)
 		}
@@ -62,6 +66,15 @@ func serviceBinary(t testing.TB) string {
 	}
 	return serveBin.path
 }
+
+// coverDirEnv and coverPkgEnv (make soak): the binary is built to count
+// the coverage of these packages (a comma-separated list, as -coverpkg
+// takes it, from the module's root), and writes it into that folder
+// (GOCOVERDIR), for the soak's coverage line.
+const (
+	coverDirEnv = "HKS_HISTORY_COVERDIR"
+	coverPkgEnv = "HKS_HISTORY_COVERPKG"
+)
 
 // webhookToken is WEBHOOK_TOKEN of serve histories: auth on, as shipped.
 const webhookToken = "history-webhook-token"
@@ -74,6 +87,9 @@ func (w *world) serveEnv(i int, port int) []string {
 		"WEBHOOK_AUTH=token", "WEBHOOK_TOKEN=" + webhookToken, "LOG_LEVEL=debug", "LOG_FORMAT=json"}
 	if port > 0 {
 		env = append(env, "PORT="+strconv.Itoa(port))
+	}
+	if dir := os.Getenv(coverDirEnv); dir != "" {
+		env = append(env, "GOCOVERDIR="+dir)
 	}
 	for k, v := range w.envs[i] {
 		env = append(env, k+"="+v)
