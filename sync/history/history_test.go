@@ -28,6 +28,13 @@ var soakShape = Shape{Name: "soak", Start: 5, Steps: 400, MaxPods: 16, MaxWait: 
 // claim of be in each 30 of them. Steps: 30, plus those it adds.
 var servicesShape = Shape{Name: "services", Start: 4, Steps: 30, MaxPods: 12, MaxWait: 1200 * time.Millisecond, Grace: time.Second, Services: true}
 
+// slotsShape and slotsSoakShape are the short and soak shapes of slot
+// histories (SlotsSetupOf): be's servers are slots of haproxy.cfg.
+var (
+	slotsShape     = withName(shortShape, "slots")
+	slotsSoakShape = withSteps(withName(soakShape, "slots-soak"), 150)
+)
+
 // nodesShape and nodesSoakShape are the short and soak shapes in node mode
 // (NodeSetupOf): the same pod steps, and steps on the Nodes.
 var (
@@ -165,9 +172,13 @@ func TestReplay(t *testing.T) {
 		shape, setupOf = serveShape, ServeSetupOf
 	case serveSoakShape.Name:
 		shape, setupOf = serveSoakShape, ServeSetupOf
+	case slotsShape.Name:
+		shape, setupOf = slotsShape, SlotsSetupOf
+	case slotsSoakShape.Name:
+		shape, setupOf = slotsSoakShape, SlotsSetupOf
 	default:
-		t.Fatalf("%s=%q: want %s, %s, %s, %s, %s, %s or %s", shapeEnv, raw, shortShape.Name, soakShape.Name, servicesShape.Name,
-			nodesShape.Name, nodesSoakShape.Name, serveShape.Name, serveSoakShape.Name)
+		t.Fatalf("%s=%q: want %s, %s, %s, %s, %s, %s, %s, %s or %s", shapeEnv, raw, shortShape.Name, soakShape.Name, servicesShape.Name,
+			nodesShape.Name, nodesSoakShape.Name, serveShape.Name, serveSoakShape.Name, slotsShape.Name, slotsSoakShape.Name)
 	}
 	d := Driver(os.Getenv(driverEnv))
 	if d == "" {
@@ -232,7 +243,10 @@ func TestSoak(t *testing.T) {
 // that replays it and its steps up to the first violation.
 func expectNone(t *testing.T, r Report) {
 	t.Helper()
-	t.Logf("seed %d %s static=%v targets=%d zones=%v default-server=%v runtime-fails=%v services=%v nodes=%d serve=%v config=[%s]: %d steps, %d requests, %d failed %v, a reload by others cost %v", r.Setup.Seed, r.Setup.Driver, r.Setup.Static, r.Setup.Targets, r.Setup.Zones, r.Setup.DefaultServer, r.Setup.RuntimeFails, r.Setup.Services, r.Setup.Nodes, r.Setup.Serve, r.Setup.Config, len(r.Steps), r.Requests, r.Failed, r.Excused, r.ReloadCost)
+	t.Logf("seed %d %s static=%v targets=%d zones=%v default-server=%v runtime-fails=%v services=%v nodes=%d serve=%v slots=[%s] config=[%s]: %d steps, %d requests, %d failed %v, a reload by others cost %v", r.Setup.Seed, r.Setup.Driver, r.Setup.Static, r.Setup.Targets, r.Setup.Zones, r.Setup.DefaultServer, r.Setup.RuntimeFails, r.Setup.Services, r.Setup.Nodes, r.Setup.Serve, r.Setup.Slots, r.Setup.Config, len(r.Steps), r.Requests, r.Failed, r.Excused, r.ReloadCost)
+	if len(r.SlotReloads) > 0 {
+		t.Logf("reloads by others: %v", r.SlotReloads)
+	}
 	if len(r.Violations) == 0 {
 		return
 	}

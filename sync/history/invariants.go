@@ -186,6 +186,9 @@ type Evaluation struct {
 	// ReloadCost is the longest a reload by others made requests fail,
 	// from its start to the last failed request it excused.
 	ReloadCost time.Duration
+	// SlotReloads counts a slot history's reloads by others by what they
+	// kept (reloadKind).
+	SlotReloads map[string]int
 }
 
 // stateName names a pod state in a violation.
