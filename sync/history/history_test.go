@@ -191,7 +191,7 @@ func TestReplay(t *testing.T) {
 // mode (the shipped default) and serve (the binary as shipped against a
 // kube-apiserver) first, so that the first 8 minutes reach every mode and
 // both drivers; then the others, each kind with both drivers (other: the
-// seed's other driver first).
+// seed's other driver first); slot histories last, the runtime driver's.
 var soakRotation = []struct {
 	shape   Shape
 	setupOf func(uint64, Driver) Setup
@@ -205,6 +205,7 @@ var soakRotation = []struct {
 	{serveSoakShape, ServeSetupOf, 0},
 	{servicesShape, ServicesSetupOf, 1},
 	{soakShape, SetupOf, 1},
+	{slotsSoakShape, SlotsSetupOf, 0}, // the runtime driver's alone
 }
 
 // TestSoak runs histories with both drivers for HKS_SOAK, from a seed drawn
@@ -227,7 +228,7 @@ func TestSoak(t *testing.T) {
 		r := soakRotation[i%len(soakRotation)]
 		drv := []Driver{Runtime, Dataplane}[(k+r.other)%2]
 		shape, s := r.shape, r.setupOf(seed+k, drv)
-		t.Run(fmt.Sprintf("%s-%s-%d", shape.Name, drv, s.Seed), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s-%s-%d", shape.Name, s.Driver, s.Seed), func(t *testing.T) {
 			r := Run(t, s, shape)
 			histories++
 			steps += len(r.Steps)
