@@ -87,7 +87,7 @@ soak-run:
 	grep -E '^histories:' bin/soak.log || { tail -20 bin/soak.log; echo "histories: none finished"; }; \
 	$(GO) run ./hack/soakcover bin/soak.cover; exit $$rc
 
-## replay: one history again, from its seed: make replay SEED=N DRIVER=runtime|dataplane SHAPE=short|soak|services [LOG=file for the service log] [CONFIG=shipped: the shipped configuration, for a seed found before the configuration was drawn]
+## replay: one history again, from its seed: make replay SEED=N DRIVER=runtime|dataplane SHAPE=short|soak|services|nodes|nodes-soak|serve|serve-soak|slots|slots-soak [LOG=file for the service log] [CONFIG=shipped: the shipped configuration, for a seed found before the configuration was drawn]
 replay:
 	HKS_HISTORY_SEED=$(SEED) HKS_HISTORY_DRIVER=$(DRIVER) HKS_HISTORY_SHAPE=$(SHAPE) HKS_HAPROXY=$(HAPROXY) HKS_HISTORY_LOG=$(if $(LOG),$(abspath $(LOG))) HKS_HISTORY_TRACE=$(if $(TRACE),$(abspath $(TRACE))) HKS_HISTORY_CONFIG=$(CONFIG) $(GO) test -count=1 -timeout 0 -run '^TestReplay$$' -v ./sync/history
 

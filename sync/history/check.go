@@ -50,17 +50,21 @@ type targetTrack struct {
 	reloadStart time.Time
 	// reloadWhy is what each reload by others excuses (reloadExcuse),
 	// startWhy the one under way's.
-	reloadWhy  []string
-	startWhy   string
-	hungSince  time.Time // zero when not hung
-	unhungAt   time.Time
-	lastFail   time.Time
-	lastBackup time.Time      // the last LocalFirst violation
-	lastSeen   time.Time      // the last violation a pod or monitor saw
-	lastReload time.Time      // the end of its last reload, by others or by the API
-	apiReload  time.Time      // the start of a reload by the API under way; zero when none
-	outages    [][2]time.Time // its API refused every write from [0] to [1] (apiOutages)
-	lastFault  time.Time      // its API's last refused write (an injected fault)
+	reloadWhy []string
+	startWhy  string
+	// reloadOverflow and startOverflow are the pods whose servers each
+	// had outside the slots (slot histories: ExcuseOverflow).
+	reloadOverflow [][]int
+	startOverflow  []int
+	hungSince      time.Time // zero when not hung
+	unhungAt       time.Time
+	lastFail       time.Time
+	lastBackup     time.Time      // the last LocalFirst violation
+	lastSeen       time.Time      // the last violation a pod or monitor saw
+	lastReload     time.Time      // the end of its last reload, by others or by the API
+	apiReload      time.Time      // the start of a reload by the API under way; zero when none
+	outages        [][2]time.Time // its API refused every write from [0] to [1] (apiOutages)
+	lastFault      time.Time      // its API's last refused write (an injected fault)
 }
 
 // apiOutages are the spans, per target, in which a Data Plane API refused
@@ -309,13 +313,29 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		if kubeDown(at, b.Entry) {
 			return ExcuseKubeDown
 		}
-		why, _ := tt.reloadLag(at, b.Reload)
+		why, _, _ := tt.reloadLag(at, b.Reload)
 		return why
+	}
+	// keptServing (slot histories) says whether a reload that dropped
+	// only the servers beyond the slots kept one serving at at: a pod
+	// ready and answering past its entry whose server was in a slot (or
+	// the static one, haproxy.cfg's).
+	keptServing := func(tt *targetTrack, at time.Time) bool {
+		why, _, over := tt.reloadLag(at, b.Reload)
+		if why != ExcuseOverflow || lagging(tt, at) != ExcuseOverflow {
+			return false
+		}
+		for n, p := range pods {
+			if p.available() && at.Sub(p.since) >= p.entry(b) && !overflowHolds(over, n) {
+				return true
+			}
+		}
+		return false
 	}
 	// excuse says why a failed request through tt at at breaks no
 	// invariant; empty when nothing does.
 	excuse := func(tt *targetTrack, at time.Time) string {
-		if why := lagging(tt, at); why != "" {
+		if why := lagging(tt, at); why != "" && !keptServing(tt, at) {
 			return why
 		}
 		for _, d := range deaths {
@@ -508,7 +528,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				}
 			}
 		case obsReloadStart:
-			tt.reloadStart, tt.startWhy = o.at, reloadExcuse(opt, o)
+			tt.reloadStart, tt.startWhy, tt.startOverflow = o.at, reloadExcuse(opt, o), o.overflow
 			if opt.Slots {
 				ev.SlotReloads[reloadKind(o)]++
 			}
@@ -521,6 +541,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			if !tt.reloadStart.IsZero() {
 				tt.reloads = append(tt.reloads, [2]time.Time{tt.reloadStart, o.at})
 				tt.reloadWhy = append(tt.reloadWhy, tt.startWhy)
+				tt.reloadOverflow = append(tt.reloadOverflow, tt.startOverflow)
 				tt.reloadStart = time.Time{}
 			}
 			tt.lastReload = o.at
@@ -555,7 +576,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 					continue
 				}
 				ev.Excused[why]++
-				if r, start := tt.reloadLag(o.at, b.Reload); r == why {
+				if r, start, _ := tt.reloadLag(o.at, b.Reload); r == why {
 					ev.ReloadCost = max(ev.ReloadCost, o.at.Sub(start))
 				}
 				continue

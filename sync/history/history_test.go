@@ -115,6 +115,16 @@ func TestHistoriesNodeMode(t *testing.T) { runFixed(t, nodeRuns, NodeSetupOf, no
 // callers and a resync.
 func TestHistoriesServe(t *testing.T) { runFixed(t, serveRuns, ServeSetupOf, serveShape) }
 
+// TestHistoriesSlots runs a slot history: be's servers are slots of
+// haproxy.cfg, reloads by others save the server state first or not, and
+// the pods outnumber the slots at times.
+func TestHistoriesSlots(t *testing.T) { runFixed(t, slotRuns, SlotsSetupOf, slotsShape) }
+
+// slotRuns are the slot histories make test runs: seed 5 (about 16 s:
+// zones, 8 slots and 2 backup ones, reloads with the state saved, without,
+// and with servers beyond the slots).
+var slotRuns = []fixedRun{{5, Runtime}}
+
 // serveRuns are the serve histories make test runs: seed 1 (about 25 s).
 var serveRuns = []fixedRun{{1, Runtime}}
 

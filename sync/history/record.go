@@ -52,9 +52,9 @@ type obs struct {
 	target int
 	hung   bool // obsHang
 	// obsReloadStart in slot histories: the server state was saved first,
-	// and how many servers were outside the slots (-1: unknown).
+	// and the pods whose servers were outside the slots (-1: unknown).
 	saved    bool
-	overflow int
+	overflow []int
 	refused  bool // obsAPIWrite
 	// excluded (obsNode): the Node is labelled out of load balancers.
 	excluded bool

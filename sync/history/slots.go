@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -114,11 +115,12 @@ func defaultServerKeywords(ck model.Check) string {
 }
 
 // slotReload is what a reload by others in a slot history kept: the state
-// saved first, and how many of be's servers were outside the slots (added
-// with "add server": the reload drops them whatever was saved).
+// saved first, and the pods whose servers were outside the slots (added
+// with "add server": the reload drops them whatever was saved), by
+// number; -1 when the socket did not say.
 type slotReload struct {
 	saved    bool
-	overflow int
+	overflow []int
 }
 
 // saves draws whether this reload saves the state first.
@@ -144,30 +146,49 @@ func (tg *target) prepareReload() slotReload {
 	if tg.saves() {
 		// A dump that fails leaves no state file: that reload loses it.
 		sr.saved = tg.h.SaveState() == nil
-		sr.overflow = max(sr.overflow, tg.overflow())
+		// The service may have added one since the first read.
+		for _, n := range tg.overflow() {
+			if !slices.Contains(sr.overflow, n) {
+				sr.overflow = append(sr.overflow, n)
+			}
+		}
 	}
 	return sr
 }
 
-// overflow counts be's servers that are no slot and not the static one:
-// added with "add server". -1: the socket did not answer (counted as
-// some, since nothing says there were none).
-func (tg *target) overflow() int {
+// overflow lists the pods of be's servers that are no slot and not the
+// static one (added with "add server"), by address; [-1] when the socket
+// did not answer (any pod may have had one).
+func (tg *target) overflow() []int {
 	reply, err := tg.h.Command("show servers state " + backend)
 	if err != nil {
-		return -1
+		return []int{-1}
 	}
-	n := 0
+	var pods []int
 	for _, l := range strings.Split(reply, "\n") {
 		f := strings.Fields(l)
-		if len(f) < 19 || f[1] != backend || f[3] == "static" {
+		if len(f) < 19 || f[1] != backend || f[3] == "static" || strings.HasSuffix(f[17], ".invalid") {
 			continue
 		}
-		if !strings.HasSuffix(f[17], ".invalid") {
-			n++
-		}
+		n := slices.IndexFunc(podAddrs, func(a string) bool { return a == f[4] })
+		pods = append(pods, n) // -1: no pod's address, said as unknown
 	}
-	return n
+	return pods
+}
+
+// podAddrs are the pods' addresses by number, for overflow.
+var podAddrs = func() []string {
+	out := make([]string, 1000)
+	for n := range out {
+		out[n] = podAddr(n)
+	}
+	return out
+}()
+
+// overflowHolds says whether pod n's server was outside the slots at the
+// reload whose overflow is ov: the reload may have dropped it.
+func overflowHolds(ov []int, n int) bool {
+	return slices.Contains(ov, n) || slices.Contains(ov, -1)
 }
 
 // idleSlotDiffs takes be's idle slots (at the placeholder address) out of
@@ -218,7 +239,7 @@ func reloadExcuse(opt evalOptions, o obs) string {
 		return ""
 	case !opt.Slots || !o.saved:
 		return ExcuseReload
-	case o.overflow != 0:
+	case len(o.overflow) > 0:
 		return ExcuseOverflow
 	}
 	return ""
@@ -229,7 +250,7 @@ func reloadKind(o obs) string {
 	switch {
 	case !o.saved:
 		return "state lost"
-	case o.overflow != 0:
+	case len(o.overflow) > 0:
 		return "state saved, servers beyond the slots"
 	}
 	return "state saved"
@@ -237,15 +258,16 @@ func reloadKind(o obs) string {
 
 // reloadLag says whether a reload by others under way at at, or one that
 // ended within bound before, excuses a failed request or a lagging server
-// there, and since when (the reload's start).
-func (tt *targetTrack) reloadLag(at time.Time, bound time.Duration) (string, time.Time) {
+// there, since when (the reload's start), and (ExcuseOverflow) the pods
+// whose servers it may have dropped.
+func (tt *targetTrack) reloadLag(at time.Time, bound time.Duration) (string, time.Time, []int) {
 	if !tt.reloadStart.IsZero() && tt.startWhy != "" {
-		return tt.startWhy, tt.reloadStart
+		return tt.startWhy, tt.reloadStart, tt.startOverflow
 	}
 	if n := len(tt.reloads); n > 0 && at.Sub(tt.reloads[n-1][1]) <= bound && tt.reloadWhy[n-1] != "" {
-		return tt.reloadWhy[n-1], tt.reloads[n-1][0]
+		return tt.reloadWhy[n-1], tt.reloads[n-1][0], tt.reloadOverflow[n-1]
 	}
-	return "", time.Time{}
+	return "", time.Time{}, nil
 }
 
 // lastLossy is the end of the last reload by others that excuses a lag.

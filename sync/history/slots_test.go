@@ -9,9 +9,9 @@ import (
 
 // TestEvaluateSlotReloads: with the runtime driver, a failed request beside
 // a reload by others is excused when the reload lost what the service
-// added (no slots, or the state not saved), or when servers beyond the
-// slots were there to lose; a slot history's reload that saved the state
-// with every server in a slot excuses nothing.
+// added (no slots, or the state not saved), or when the servers it
+// dropped (beyond the slots) were all that served; a slot history's reload
+// that saved the state with every server in a slot excuses nothing.
 func TestEvaluateSlotReloads(t *testing.T) {
 	t0 := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
@@ -19,7 +19,7 @@ func TestEvaluateSlotReloads(t *testing.T) {
 	start := []obs{
 		{at: at(0), kind: obsListen, pod: 1}, {at: at(0), kind: obsK8s, pod: 1, state: live}, {at: at(0), kind: obsCheck, pod: 1},
 	}
-	reload := func(saved bool, overflow int) []obs {
+	reload := func(saved bool, overflow ...int) []obs {
 		return []obs{
 			{at: at(5000), kind: obsReloadStart, saved: saved, overflow: overflow},
 			{at: at(5100), kind: obsReload},
@@ -32,11 +32,13 @@ func TestEvaluateSlotReloads(t *testing.T) {
 		obs    []obs
 		excuse string // empty: a violation
 	}{
-		{"no slots", false, reload(false, 0), ExcuseReload},
-		{"slots, the state lost", true, reload(false, 0), ExcuseReload},
-		{"slots, the state saved, servers beyond them", true, reload(true, 2), ExcuseOverflow},
+		{"no slots", false, reload(false), ExcuseReload},
+		{"slots, the state lost", true, reload(false), ExcuseReload},
+		{"slots, the state saved, the serving pod's server beyond them", true, reload(true, 1), ExcuseOverflow},
 		{"slots, the state saved, the servers unknown", true, reload(true, -1), ExcuseOverflow},
-		{"slots, the state saved, every server in one", true, reload(true, 0), ""},
+		// Pod 1, in a slot, kept serving: another's drop explains nothing.
+		{"slots, the state saved, another pod's server beyond them", true, reload(true, 2), ""},
+		{"slots, the state saved, every server in one", true, reload(true), ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ev := evaluate(append(append([]obs{}, start...), c.obs...), evalOptions{Bounds: b, Targets: 1, RuntimeOnly: true, Slots: c.slots})
