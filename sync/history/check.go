@@ -316,26 +316,10 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		why, _, _ := tt.reloadLag(at, b.Reload)
 		return why
 	}
-	// keptServing (slot histories) says whether a reload that dropped
-	// only the servers beyond the slots kept one serving at at: a pod
-	// ready and answering past its entry whose server was in a slot (or
-	// the static one, haproxy.cfg's).
-	keptServing := func(tt *targetTrack, at time.Time) bool {
-		why, _, over := tt.reloadLag(at, b.Reload)
-		if why != ExcuseOverflow || lagging(tt, at) != ExcuseOverflow {
-			return false
-		}
-		for n, p := range pods {
-			if p.available() && at.Sub(p.since) >= p.entry(b) && !overflowHolds(over, n) {
-				return true
-			}
-		}
-		return false
-	}
 	// excuse says why a failed request through tt at at breaks no
 	// invariant; empty when nothing does.
 	excuse := func(tt *targetTrack, at time.Time) string {
-		if why := lagging(tt, at); why != "" && !keptServing(tt, at) {
+		if why := lagging(tt, at); why != "" && (why != ExcuseOverflow || !tt.keptServing(pods, b, at)) {
 			return why
 		}
 		for _, d := range deaths {

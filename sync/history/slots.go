@@ -270,6 +270,20 @@ func (tt *targetTrack) reloadLag(at time.Time, bound time.Duration) (string, tim
 	return "", time.Time{}, nil
 }
 
+// keptServing says whether the reload whose lag is ExcuseOverflow at at
+// kept a server in traffic: a pod ready and answering past its entry whose
+// server was in a slot (or the static one, haproxy.cfg's). Then a failed
+// request is not the dropped servers' doing.
+func (tt *targetTrack) keptServing(pods map[int]*podTrack, b Bounds, at time.Time) bool {
+	_, _, over := tt.reloadLag(at, b.Reload)
+	for n, p := range pods {
+		if p.available() && at.Sub(p.since) >= p.entry(b) && !overflowHolds(over, n) {
+			return true
+		}
+	}
+	return false
+}
+
 // lastLossy is the end of the last reload by others that excuses a lag.
 func (tt *targetTrack) lastLossy() (time.Time, bool) {
 	for i := len(tt.reloads) - 1; i >= 0; i-- {
