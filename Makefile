@@ -90,7 +90,7 @@ soak-run:
 	if [ -n "$$(ls bin/soak-covdata)" ]; then $(GO) tool covdata textfmt -i=bin/soak-covdata -o bin/serve.cover; fi; \
 	$(GO) run ./hack/soakcover bin/soak.cover $$( [ -f bin/serve.cover ] && echo bin/serve.cover); exit $$rc
 
-## replay: one history again, from its seed: make replay SEED=N DRIVER=runtime|dataplane SHAPE=short|soak|services [LOG=file for the service log] [CONFIG=shipped: the shipped configuration, for a seed found before the configuration was drawn]
+## replay: one history again, from its seed: make replay SEED=N DRIVER=runtime|dataplane SHAPE=short|soak|services|nodes|nodes-soak|serve|serve-soak|slots|slots-soak [LOG=file for the service log] [CONFIG=shipped: the shipped configuration, for a seed found before the configuration was drawn]
 replay:
 	HKS_HISTORY_SEED=$(SEED) HKS_HISTORY_DRIVER=$(DRIVER) HKS_HISTORY_SHAPE=$(SHAPE) HKS_HAPROXY=$(HAPROXY) HKS_HISTORY_LOG=$(if $(LOG),$(abspath $(LOG))) HKS_HISTORY_TRACE=$(if $(TRACE),$(abspath $(TRACE))) HKS_HISTORY_CONFIG=$(CONFIG) $(GO) test -count=1 -timeout 0 -run '^TestReplay$$' -v ./sync/history
 

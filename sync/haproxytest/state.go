@@ -27,6 +27,46 @@ func (h *HAProxy) DumpState(t testing.TB) {
 	}
 }
 
+// SaveState does what the systemd drop-in of docs/haproxy.md does before a
+// reload: "show servers state" read from the admin socket as socat reads it
+// (the whole reply, its last empty line included) into StateFile.new, kept
+// (renamed to StateFile) only when its first line is the format version
+// "1"; otherwise StateFile is removed, so that the reload loads nothing
+// stale. The error is the socket's or the file's.
+func (h *HAProxy) SaveState() error {
+	reply, err := rawCommand(h.AdminSocket, "show servers state")
+	tmp := h.StateFile + ".new"
+	if err == nil {
+		err = os.WriteFile(tmp, reply, 0o600)
+	}
+	if err == nil && bytes.HasPrefix(reply, []byte("1\n")) {
+		return os.Rename(tmp, h.StateFile)
+	}
+	_ = os.Remove(tmp)
+	if rmErr := os.Remove(h.StateFile); rmErr != nil && !os.IsNotExist(rmErr) && err == nil {
+		err = rmErr
+	}
+	if err == nil {
+		err = fmt.Errorf("show servers state: the dump does not start with the format version: %.60q", reply)
+	}
+	return err
+}
+
+// rawCommand sends cmd on the unix socket at path and returns every byte
+// of the reply, untrimmed (socat's "stdio unix-connect:").
+func rawCommand(path, cmd string) ([]byte, error) {
+	c, err := net.DialTimeout("unix", path, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, cmd+"\n"); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(c)
+}
+
 // proxyV2Sig starts every PROXY protocol v2 header.
 var proxyV2Sig = []byte("\r\n\r\n\x00\r\nQUIT\n")
 

@@ -48,19 +48,27 @@ type targetTrack struct {
 	answered    int
 	reloads     [][2]time.Time // start and end of each reload by others
 	reloadStart time.Time
-	hungSince   time.Time // zero when not hung
-	unhungAt    time.Time
-	lastFail    time.Time
-	lastBackup  time.Time      // the last LocalFirst violation
-	lastSeen    time.Time      // the last violation a pod or monitor saw
-	lastReload  time.Time      // the end of its last reload, by others or by the API
-	apiReload   time.Time      // the start of a reload by the API under way; zero when none
-	outages     [][2]time.Time // its API refused every write from [0] to [1] (apiOutages)
+	// reloadWhy is what each reload by others excuses (reloadExcuse),
+	// startWhy the one under way's.
+	reloadWhy []string
+	startWhy  string
+	// reloadOverflow and startOverflow are the pods whose servers each
+	// had outside the slots (slot histories: ExcuseOverflow).
+	reloadOverflow [][]int
+	startOverflow  []int
+	hungSince      time.Time // zero when not hung
+	unhungAt       time.Time
+	lastFail       time.Time
+	lastBackup     time.Time      // the last LocalFirst violation
+	lastSeen       time.Time      // the last violation a pod or monitor saw
+	lastReload     time.Time      // the end of its last reload, by others or by the API
+	apiReload      time.Time      // the start of a reload by the API under way; zero when none
+	outages        [][2]time.Time // its API refused every write from [0] to [1] (apiOutages)
+	lastFault      time.Time      // its API's last refused write (an injected fault)
 	// restartSince: its HAProxy was killed to restart and does not listen
 	// yet (TargetRestart); restarts: from each kill until it listened.
 	restartSince time.Time
 	restarts     [][2]time.Time
-	lastFault    time.Time // its API's last refused write (an injected fault)
 }
 
 // apiOutages are the spans, per target, in which a Data Plane API refused
@@ -138,7 +146,10 @@ type evalOptions struct {
 	// driver): a reload by others empties the backend until the service
 	// adds them again, and Bounds.Reload allows for it.
 	RuntimeOnly bool
-	Targets     int
+	// Slots: be's servers are slots (slot histories): a reload that
+	// saved the state drops only the servers beyond them (reloadExcuse).
+	Slots   bool
+	Targets int
 	// Zones: pods outside the local zone are backups (zoneOf).
 	Zones bool
 	// Refused is the pod whose server HAProxy refuses (Config.Refused);
@@ -166,14 +177,14 @@ type evalOptions struct {
 
 // evaluate checks the observations of a history against the invariants.
 func evaluate(all []obs, opt evalOptions) Evaluation {
-	b, runtimeOnly, targets := opt.Bounds, opt.RuntimeOnly, opt.Targets
+	b, targets := opt.Bounds, opt.Targets
 	// local is the service's local zone; a Crash with "rezone" changes it,
 	// and every server's role with it: the old roles serve until their
 	// replacements do (a hand-over), Bounds.Converge at most (rezonedAt).
 	local := localZone
 	var rezonedAt time.Time
 	backup := func(n int) bool { return opt.Zones && zoneOf(n) != local }
-	ev := Evaluation{Excused: map[string]int{}}
+	ev := Evaluation{Excused: map[string]int{}, SlotReloads: map[string]int{}}
 	// capUntil: MAX_SERVERS binds (more pods, or Nodes, in Kubernetes than
 	// it), or did within Bounds.Converge before: a pod may have no server
 	// meanwhile.
@@ -321,15 +332,8 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		if kubeDown(at, b.Entry) {
 			return ExcuseKubeDown
 		}
-		if runtimeOnly {
-			if !tt.reloadStart.IsZero() {
-				return ExcuseReload // a reload by others is under way
-			}
-			if n := len(tt.reloads); n > 0 && at.Sub(tt.reloads[n-1][1]) <= b.Reload {
-				return ExcuseReload
-			}
-		}
-		return ""
+		why, _, _ := tt.reloadLag(at, b.Reload)
+		return why
 	}
 	// excuse says why a failed request through tt at at breaks no
 	// invariant; empty when nothing does.
@@ -337,7 +341,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		if tt.restarting(at) {
 			return ExcuseRestart
 		}
-		if why := lagging(tt, at); why != "" {
+		if why := lagging(tt, at); why != "" && (why != ExcuseOverflow || !tt.keptServing(pods, b, at)) {
 			return why
 		}
 		for _, d := range deaths {
@@ -530,7 +534,10 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				}
 			}
 		case obsReloadStart:
-			tt.reloadStart = o.at
+			tt.reloadStart, tt.startWhy, tt.startOverflow = o.at, reloadExcuse(opt, o), o.overflow
+			if opt.Slots {
+				ev.SlotReloads[reloadKind(o)]++
+			}
 		case obsReload:
 			tt.apiReload = time.Time{}
 			if o.err != "" {
@@ -539,6 +546,8 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			}
 			if !tt.reloadStart.IsZero() {
 				tt.reloads = append(tt.reloads, [2]time.Time{tt.reloadStart, o.at})
+				tt.reloadWhy = append(tt.reloadWhy, tt.startWhy)
+				tt.reloadOverflow = append(tt.reloadOverflow, tt.startOverflow)
 				tt.reloadStart = time.Time{}
 			}
 			tt.lastReload = o.at
@@ -580,11 +589,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 					continue
 				}
 				ev.Excused[why]++
-				if why == ExcuseReload {
-					start := tt.reloadStart
-					if start.IsZero() {
-						start = tt.reloads[len(tt.reloads)-1][0]
-					}
+				if r, start, _ := tt.reloadLag(o.at, b.Reload); r == why {
 					ev.ReloadCost = max(ev.ReloadCost, o.at.Sub(start))
 				}
 				continue
@@ -649,10 +654,8 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				if after := tt.lastReload.Add(q.entry(b)); sn.lastHit.Before(q.since) && after.After(due) {
 					due = after
 				}
-				if runtimeOnly {
-					if k := len(tt.reloads); k > 0 && tt.reloads[k-1][1].Add(b.Reload).After(due) {
-						due = tt.reloads[k-1][1].Add(b.Reload)
-					}
+				if end, ok := tt.lastLossy(); ok && end.Add(b.Reload).After(due) {
+					due = end.Add(b.Reload)
 				}
 				if !rezonedAt.IsZero() && rezonedAt.Add(b.Entry+time.Second).After(due) {
 					due = rezonedAt.Add(b.Entry + time.Second) // a fresh process, every role handed over

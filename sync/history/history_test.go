@@ -28,6 +28,13 @@ var soakShape = Shape{Name: "soak", Start: 5, Steps: 400, MaxPods: 16, MaxWait: 
 // claim of be in each 30 of them. Steps: 30, plus those it adds.
 var servicesShape = Shape{Name: "services", Start: 4, Steps: 30, MaxPods: 12, MaxWait: 1200 * time.Millisecond, Grace: time.Second, Services: true}
 
+// slotsShape and slotsSoakShape are the short and soak shapes of slot
+// histories (SlotsSetupOf): be's servers are slots of haproxy.cfg.
+var (
+	slotsShape     = withName(shortShape, "slots")
+	slotsSoakShape = withSteps(withName(soakShape, "slots-soak"), 150)
+)
+
 // nodesShape and nodesSoakShape are the short and soak shapes in node mode
 // (NodeSetupOf): the same pod steps, and steps on the Nodes.
 var (
@@ -108,6 +115,16 @@ func TestHistoriesNodeMode(t *testing.T) { runFixed(t, nodeRuns, NodeSetupOf, no
 // callers and a resync.
 func TestHistoriesServe(t *testing.T) { runFixed(t, serveRuns, ServeSetupOf, serveShape) }
 
+// TestHistoriesSlots runs a slot history: be's servers are slots of
+// haproxy.cfg, reloads by others save the server state first or not, and
+// the pods outnumber the slots at times.
+func TestHistoriesSlots(t *testing.T) { runFixed(t, slotRuns, SlotsSetupOf, slotsShape) }
+
+// slotRuns are the slot histories make test runs: seed 5 (about 16 s:
+// zones, 8 slots and 2 backup ones, reloads with the state saved, without,
+// and with servers beyond the slots).
+var slotRuns = []fixedRun{{5, Runtime}}
+
 // serveRuns are the serve histories make test runs: seed 1 (about 25 s).
 var serveRuns = []fixedRun{{1, Runtime}}
 
@@ -165,9 +182,13 @@ func TestReplay(t *testing.T) {
 		shape, setupOf = serveShape, ServeSetupOf
 	case serveSoakShape.Name:
 		shape, setupOf = serveSoakShape, ServeSetupOf
+	case slotsShape.Name:
+		shape, setupOf = slotsShape, SlotsSetupOf
+	case slotsSoakShape.Name:
+		shape, setupOf = slotsSoakShape, SlotsSetupOf
 	default:
-		t.Fatalf("%s=%q: want %s, %s, %s, %s, %s, %s or %s", shapeEnv, raw, shortShape.Name, soakShape.Name, servicesShape.Name,
-			nodesShape.Name, nodesSoakShape.Name, serveShape.Name, serveSoakShape.Name)
+		t.Fatalf("%s=%q: want %s, %s, %s, %s, %s, %s, %s, %s or %s", shapeEnv, raw, shortShape.Name, soakShape.Name, servicesShape.Name,
+			nodesShape.Name, nodesSoakShape.Name, serveShape.Name, serveSoakShape.Name, slotsShape.Name, slotsSoakShape.Name)
 	}
 	d := Driver(os.Getenv(driverEnv))
 	if d == "" {
@@ -180,7 +201,7 @@ func TestReplay(t *testing.T) {
 // mode (the shipped default) and serve (the binary as shipped against a
 // kube-apiserver) first, so that the first 8 minutes reach every mode and
 // both drivers; then the others, each kind with both drivers (other: the
-// seed's other driver first).
+// seed's other driver first); slot histories last, the runtime driver's.
 var soakRotation = []struct {
 	shape   Shape
 	setupOf func(uint64, Driver) Setup
@@ -194,6 +215,7 @@ var soakRotation = []struct {
 	{serveSoakShape, ServeSetupOf, 0},
 	{servicesShape, ServicesSetupOf, 1},
 	{soakShape, SetupOf, 1},
+	{slotsSoakShape, SlotsSetupOf, 0}, // the runtime driver's alone
 }
 
 // TestSoak runs histories with both drivers for HKS_SOAK, from a seed drawn
@@ -216,7 +238,7 @@ func TestSoak(t *testing.T) {
 		r := soakRotation[i%len(soakRotation)]
 		drv := []Driver{Runtime, Dataplane}[(k+r.other)%2]
 		shape, s := r.shape, r.setupOf(seed+k, drv)
-		t.Run(fmt.Sprintf("%s-%s-%d", shape.Name, drv, s.Seed), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s-%s-%d", shape.Name, s.Driver, s.Seed), func(t *testing.T) {
 			r := Run(t, s, shape)
 			histories++
 			steps += len(r.Steps)
@@ -232,7 +254,10 @@ func TestSoak(t *testing.T) {
 // that replays it and its steps up to the first violation.
 func expectNone(t *testing.T, r Report) {
 	t.Helper()
-	t.Logf("seed %d %s static=%v targets=%d zones=%v default-server=%v runtime-fails=%v services=%v nodes=%d serve=%v config=[%s]: %d steps, %d requests, %d failed %v, a reload by others cost %v", r.Setup.Seed, r.Setup.Driver, r.Setup.Static, r.Setup.Targets, r.Setup.Zones, r.Setup.DefaultServer, r.Setup.RuntimeFails, r.Setup.Services, r.Setup.Nodes, r.Setup.Serve, r.Setup.Config, len(r.Steps), r.Requests, r.Failed, r.Excused, r.ReloadCost)
+	t.Logf("seed %d %s static=%v targets=%d zones=%v default-server=%v runtime-fails=%v services=%v nodes=%d serve=%v slots=[%s] config=[%s]: %d steps, %d requests, %d failed %v, a reload by others cost %v", r.Setup.Seed, r.Setup.Driver, r.Setup.Static, r.Setup.Targets, r.Setup.Zones, r.Setup.DefaultServer, r.Setup.RuntimeFails, r.Setup.Services, r.Setup.Nodes, r.Setup.Serve, r.Setup.Slots, r.Setup.Config, len(r.Steps), r.Requests, r.Failed, r.Excused, r.ReloadCost)
+	if len(r.SlotReloads) > 0 {
+		t.Logf("reloads by others: %v", r.SlotReloads)
+	}
 	if len(r.Violations) == 0 {
 		return
 	}

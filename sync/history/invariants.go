@@ -19,7 +19,9 @@ const (
 	CheckedFirst Invariant = "checked-before-traffic"
 	// NoFailedRequest (b, c): a request fails only while no ready pod has
 	// answered for Bounds.Entry, within Bounds.Abrupt of a pod's death, or
-	// (runtime driver) within Bounds.Reload of a reload by others.
+	// (runtime driver) within Bounds.Reload of a reload by others that lost
+	// servers (reloadExcuse: in slot histories, one that saved the state
+	// with every server in a slot loses none).
 	NoFailedRequest Invariant = "no-failed-request"
 	// InService (c, h): a ready pod that answers takes traffic within
 	// Bounds.Entry of becoming so (and of a reload by others), and keeps
@@ -127,7 +129,7 @@ func BoundsOf(c model.Check) Bounds {
 const (
 	ExcuseDeath      = "a pod died"         // within Bounds.Abrupt of a ready pod's death
 	ExcuseNoReadyPod = "no ready pod"       // no pod ready and answering for Bounds.Entry
-	ExcuseReload     = "a reload by others" // runtime driver, within Bounds.Reload of one
+	ExcuseReload     = "a reload by others" // runtime driver, within Bounds.Reload of one that lost the state
 	ExcuseHung       = "its target hung"    // the target hangs, or did within HungAfter
 	// ExcuseReloadLoadsUp: within Bounds.Abrupt of a reload, while a pod
 	// Kubernetes says is ready does not answer (HAProxy loads it UP until
@@ -195,6 +197,9 @@ type Evaluation struct {
 	// ReloadCost is the longest a reload by others made requests fail,
 	// from its start to the last failed request it excused.
 	ReloadCost time.Duration
+	// SlotReloads counts a slot history's reloads by others by what they
+	// kept (reloadKind).
+	SlotReloads map[string]int
 }
 
 // stateName names a pod state in a violation.

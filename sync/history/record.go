@@ -50,9 +50,13 @@ type obs struct {
 	inv   Invariant // obsViolation
 	// target is the HAProxy target concerned: the one a request went
 	// through, whose check or client reached a pod, that reloaded or hung.
-	target  int
-	hung    bool // obsHang
-	refused bool // obsAPIWrite
+	target int
+	hung   bool // obsHang
+	// obsReloadStart in slot histories: the server state was saved first,
+	// and the pods whose servers were outside the slots (-1: unknown).
+	saved    bool
+	overflow []int
+	refused  bool // obsAPIWrite
 	// excluded (obsNode): the Node is labelled out of load balancers.
 	excluded bool
 	gate     bool // obsGate: in service on every target

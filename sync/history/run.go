@@ -120,7 +120,7 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 	if !from.IsZero() {
 		refusals = append(refusals, [2]time.Time{from, time.Now()})
 	}
-	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, evalOptions{Bounds: b, RuntimeOnly: s.Driver == Runtime, Targets: len(w.targets), Zones: s.Zones,
+	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, evalOptions{Bounds: b, RuntimeOnly: s.Driver == Runtime, Slots: s.Slots.N > 0, Targets: len(w.targets), Zones: s.Zones,
 		Refused: s.Config.Refused, RefusedName: w.refusedName(), MaxServers: s.Config.MaxServers, Nodes: s.Nodes, Weight: s.Config.Weight, Refusals: refusals,
 		Reloads: s.Driver == Dataplane && !s.DefaultServer && !s.RuntimeFails, TargetOf: func(name string) int {
 			if i, ok := w.targetOf[name]; ok {
@@ -236,7 +236,7 @@ func (w *world) convergedOn(tg *target) []string {
 		return []string{"show servers state: " + err.Error()}
 	}
 	all := haproxytest.ParseServers(reply, backend)
-	var diffs []string
+	diffs := w.idleSlotDiffs(all)
 	if w.setup.Config.Writer2 == "cluster" {
 		// Two instances, each with its own server for every pod: each
 		// instance's servers are judged by themselves.
@@ -253,7 +253,7 @@ func (w *world) convergedOn(tg *target) []string {
 			diffs = append(diffs, cluster2+": "+d)
 		}
 	} else {
-		diffs = w.convergedServers(tg, all, true)
+		diffs = append(diffs, w.convergedServers(tg, all, true)...)
 	}
 	if tg.api != nil {
 		diffs = append(diffs, persistedDiffs(tg, backend, all)...)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"regexp"
@@ -47,6 +48,10 @@ type target struct {
 	// others, and of every reload (the API's too): a monitor that sees
 	// them change between two reads knows HAProxy may have reloaded.
 	othersReloads, reloads atomic.Int64
+	// slots are be's slots (slot histories); saveDraw draws, reload by
+	// reload, whether one saves the state first (saveDrawn).
+	slots    SlotSetup
+	saveDraw *rand.Rand
 }
 
 // startTarget starts target i's HAProxy and, for the Data Plane driver, its
@@ -57,13 +62,21 @@ func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder) *target 
 	if s.DefaultServer {
 		lines = append(lines, "default-server send-proxy-v2")
 	}
-	tg := &target{i: i, rec: rec, backends: []string{backend}}
+	tg := &target{i: i, rec: rec, backends: []string{backend}, slots: s.Slots,
+		saveDraw: rand.New(rand.NewPCG(s.Seed^0x5a7e, uint64(i)))}
+	var opts haproxytest.Options
+	if s.Slots.N > 0 {
+		// The slots themselves are written once the service's check is
+		// known (world.declareSlots).
+		opts.StateFile = true
+		lines = append(lines, "load-server-state-from-file global")
+	}
 	bes := []haproxytest.Backend{{Name: backend, Lines: lines, FrontendLines: haproxytest.LogAbnormal}}
 	if s.Services {
 		tg.backends = append(tg.backends, backend2)
 		bes = append(bes, haproxytest.Backend{Name: backend2, Lines: lines})
 	}
-	tg.h = haproxytest.Start(t, bes...)
+	tg.h = haproxytest.StartWith(t, opts, bes...)
 	tg.front = tg.h.Frontends[backend]
 	tg.runtimeURL = tg.h.RuntimeURL()
 	if i > 0 || s.Config.Refused > 0 {
@@ -104,7 +117,7 @@ func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder) *target 
 			tg.h.SetServers(t, b, tg.api.ServerLines(b))
 		}
 		tg.h.Reload(t)
-	} else if s.Static {
+	} else if s.Static && s.Slots.N == 0 {
 		tg.h.SetServers(t, backend, []string{static})
 		tg.h.Reload(t)
 	}
@@ -132,10 +145,13 @@ func (tg *target) apiReload() {
 }
 
 // reloadByOthers reloads HAProxy with haproxy.cfg as it is: what the API
-// wrote (Dataplane), or the static lines alone (Runtime).
-func (tg *target) reloadByOthers() error {
+// wrote (Dataplane), or the static lines alone (Runtime); in slot
+// histories the state saved first when this reload does (prepareReload).
+// started is told, just before HAProxy is signalled, what it kept.
+func (tg *target) reloadByOthers(started func(slotReload)) error {
 	tg.reloadMu.Lock()
 	defer tg.reloadMu.Unlock()
+	started(tg.prepareReload())
 	tg.reloads.Add(1)
 	tg.othersReloads.Add(1)
 	defer func() { tg.reloads.Add(1); tg.othersReloads.Add(1) }()

@@ -85,6 +85,10 @@ type Setup struct {
 	// Serve runs the binary's serve against a real kube-apiserver instead
 	// of the histories' own loop (serve.go); ServeSetupOf draws it.
 	Serve bool
+	// Slots declares be's servers as slots of haproxy.cfg (runtime
+	// driver; SlotsSetupOf draws it), reloads by others saving the server
+	// state first or not (slots.go).
+	Slots SlotSetup
 	// Config is the service's configuration, drawn from the seed too.
 	Config Config
 }
@@ -213,6 +217,9 @@ func newWorld(t testing.TB, s Setup) *world {
 	}
 	w.check = cfg.Check()
 	w.cfg = cfg
+	if s.Slots.N > 0 {
+		w.declareSlots()
+	}
 	w.live = desiredtest.NewLive(w.input())
 	if s.Serve {
 		w.startServeWorld(env)
@@ -417,8 +424,10 @@ func (w *world) apply(st Step, index int) error {
 	switch st.Kind {
 	case Reload:
 		tg := w.targets[st.Target%len(w.targets)]
-		w.rec.add(obs{kind: obsReloadStart, target: tg.i})
-		if err := tg.reloadByOthers(); err != nil {
+		started := func(sr slotReload) {
+			w.rec.add(obs{kind: obsReloadStart, target: tg.i, saved: sr.saved, overflow: sr.overflow})
+		}
+		if err := tg.reloadByOthers(started); err != nil {
 			return fmt.Errorf("reload: %w", err)
 		}
 		w.rec.add(obs{kind: obsReload, target: tg.i})
