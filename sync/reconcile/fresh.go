@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
@@ -77,9 +81,25 @@ func (f *freshReader) after(ctx context.Context, t time.Time) ([]model.Backend, 
 	}
 }
 
-// read fills r from one read of Kubernetes.
+// readRetries are the pauses before each new attempt of a Kubernetes read
+// whose connection broke (brokenRead): a watch or load balancer cut, an API
+// server restarting. One cut connection then costs no failed reconcile.
+var readRetries = []time.Duration{100 * time.Millisecond, 400 * time.Millisecond}
+
+// read fills r from one read of Kubernetes (tried again while its
+// connection breaks, readRetries).
 func (f *freshReader) read(ctx context.Context, r *kubeRead) {
 	in, err := f.src.Read(ctx)
+	for _, pause := range readRetries {
+		if err == nil || !brokenRead(ctx, err) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+			in, err = f.src.Read(ctx)
+		}
+	}
 	if err != nil {
 		r.warnings = desired.ReadWarnings(err)
 		r.err = &kubeError{fmt.Errorf("read kubernetes: %w", err)}
@@ -95,6 +115,19 @@ func (f *freshReader) read(ctx context.Context, r *kubeRead) {
 		f.skipped(report)
 	}
 	r.backends, r.report, r.uid, r.pods = backends, report, in.Service.UID, in.Pods
+}
+
+// brokenRead says whether err is a read whose connection broke, with no
+// answer from the API server: not one of its statuses (a 403 or a 404 says
+// what the next attempt says too), not a source's own class (a manifests
+// file), not the reconcile's deadline.
+func brokenRead(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.As(err, new(apierrors.APIStatus)) || errors.As(err, new(failure.Classed)) {
+		return false
+	}
+	var ne net.Error
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &ne)
 }
 
 // latest returns the newest read that succeeded (zero before one): its
