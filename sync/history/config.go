@@ -150,6 +150,7 @@ func ServeSetupOf(seed uint64, driver Driver) Setup {
 	c.Resync = []time.Duration{0, 0, 3 * time.Second, 7 * time.Second}[r.IntN(4)]
 	c.Events = r.IntN(2) == 0
 	c.Posts = r.IntN(2) == 0
+	s.BlackHoles = r.IntN(2) == 0
 	return s
 }
 

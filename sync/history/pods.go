@@ -63,6 +63,8 @@ type pod struct {
 	proxy bool
 
 	l listener
+	// hole holds its address once it died as a black hole (blackHole).
+	hole *blackHole
 }
 
 // listener is a process that listens at one address and hands each
@@ -129,6 +131,12 @@ func (l *listener) up() bool {
 
 // start makes the pod listen; a stopped pod can start again.
 func (p *pod) start() error {
+	p.l.mu.Lock()
+	if p.hole != nil {
+		p.hole.close()
+		p.hole = nil
+	}
+	p.l.mu.Unlock()
 	err := p.l.open(p.addr, func() { p.rec.add(obs{kind: obsListen, pod: p.n}) }, p.handle)
 	if err != nil {
 		return fmt.Errorf("pod %s: %w", p.addr, err)
@@ -140,6 +148,33 @@ func (p *pod) start() error {
 // from now on (a process that died, or exited at the end of its grace).
 func (p *pod) stop() {
 	p.l.close(func(at time.Time) { p.rec.add(obs{at: at, kind: obsStop, pod: p.n}) })
+}
+
+// die stops the pod and, as a black hole, holds its address so that
+// connections to it are neither refused nor answered until it starts again.
+func (p *pod) die(asBlackHole bool) error {
+	p.stop()
+	if !asBlackHole {
+		return nil
+	}
+	h, err := openBlackHole(p.addr)
+	if err != nil {
+		return err
+	}
+	p.l.mu.Lock()
+	p.hole = h
+	p.l.mu.Unlock()
+	return nil
+}
+
+// closeHole lets go of a black hole's address at the history's end.
+func (p *pod) closeHole() {
+	p.l.mu.Lock()
+	defer p.l.mu.Unlock()
+	if p.hole != nil {
+		p.hole.close()
+		p.hole = nil
+	}
 }
 
 // handle tells a check from a client and answers it.

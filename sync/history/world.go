@@ -82,6 +82,9 @@ type Setup struct {
 	// default): the pods run on that many Nodes, each a kube-proxy of its
 	// own (nodes.go). NodeSetupOf draws it.
 	Nodes int
+	// BlackHoles: a killed pod of even number dies as a black hole (its
+	// address drops connections instead of refusing them: blackhole.go).
+	BlackHoles bool
 	// Serve runs the binary's serve against a real kube-apiserver instead
 	// of the histories' own loop (serve.go); ServeSetupOf draws it.
 	Serve bool
@@ -404,7 +407,9 @@ func (w *world) apply(st Step, index int) error {
 		case Gone:
 			set(absent)
 		case Kill:
-			p.stop()
+			if err := p.die(w.setup.BlackHoles && n%2 == 0); err != nil {
+				return err
+			}
 		case Notice:
 			set(noticed)
 		case NotReady:
@@ -526,5 +531,6 @@ func (w *world) stopAll() {
 	w.mu.Unlock()
 	for _, p := range pods {
 		p.stop()
+		p.closeHole()
 	}
 }
