@@ -36,21 +36,40 @@ type SlotUse struct {
 //     same role: backup or not, which HAProxy cannot change) takes that
 //     slot's name.
 //  2. One that exists under its own name (added with "add server", when no
-//     slot was free) keeps it: moving it would gate it again for nothing.
-//  3. The others, by name, take idle slots of their role in the order the
-//     read gives them (by id).
-//  4. What is left is added as before, and listed in Overflow.
+//     slot was free) and is not Ready keeps it: it carries no traffic, and
+//     moving it would gate it again for nothing.
+//  3. The others take idle slots of their role in the order the read gives
+//     them (by id): first new Ready endpoints, then Ready ones added with
+//     "add server" (they move in), then the rest, each by name. A slot
+//     carries traffic only for a Ready endpoint, and a reload with the
+//     state saved keeps only what is in a slot: given by arrival, the
+//     slots stayed with terminating and not-ready endpoints while the
+//     ready ones ran outside them (the history checker, seed 12, slots).
+//  4. A Ready one still without a slot takes one from a not-Ready endpoint
+//     whose slot is out of traffic with no session (roomGivers' rule:
+//     parked first, then draining, by name); that endpoint is added with
+//     "add server" instead, where a reload costs no traffic. A draining
+//     slot with sessions keeps them.
+//  5. What is left is added as before, or stays where it is, and is
+//     listed in Overflow.
+//
+// A desired server that takes a slot while a server under its own name
+// exists (an added one moving in) replaces it (model.Server.Replaces): the
+// plan keeps the added server in traffic until the slot, gated, is in
+// service, then removes it (make-before-break, handingOver).
 //
 // A filled slot no desired server takes is unwanted: the plan parks it
 // and, once it has no sessions, frees it (Change.Slot).
 func AssignSlots(current, desired model.Backend, owner string) (model.Backend, SlotUse) {
 	current = current.Owned(owner)
 	var use SlotUse
-	filled := map[string]string{} // address:port/role → slot name
-	plain := map[string]bool{}    // servers that are no slot
-	for _, s := range current.Servers {
+	filled := map[string]string{}       // address:port/role → slot name
+	slots := map[string]*model.Server{} // filled slot name → as read
+	plain := map[string]bool{}          // servers that are no slot
+	for i, s := range current.Servers {
 		if s.Runtime != nil && s.Runtime.Slot {
 			use.Total++
+			slots[s.Name] = &current.Servers[i]
 			k := slotKey(s)
 			if _, dup := filled[k]; !dup || s.Name < filled[k] {
 				filled[k] = s.Name
@@ -65,32 +84,62 @@ func AssignSlots(current, desired model.Backend, owner string) (model.Backend, S
 	}
 	use.Names = map[string]string{}
 	out := slices.Clone(desired.Servers)
-	taken := map[string]bool{}
+	own := make([]string, len(out)) // each desired server's own name
+	holder := map[string]int{}      // slot name → index in out
 	var rest []int
 	for i, d := range out {
-		if slot, ok := filled[slotKey(d)]; ok && !taken[slot] {
-			taken[slot] = true
-			use.Names[slot] = d.Name
-			out[i].Name = slot
-			continue
+		own[i] = d.Name
+		if slot, ok := filled[slotKey(d)]; ok {
+			if _, taken := holder[slot]; !taken {
+				holder[slot] = i
+				out[i].Name = slot
+				continue
+			}
 		}
-		if plain[d.Name] {
-			use.Overflow = append(use.Overflow, d.Name) // still outside the slots
-		} else {
+		if !plain[d.Name] || d.State == model.Ready {
 			rest = append(rest, i)
 		}
 	}
-	sort.SliceStable(rest, func(a, b int) bool { return out[rest[a]].Name < out[rest[b]].Name })
+	sort.SliceStable(rest, func(a, b int) bool {
+		ra, rb := slotRank(out[rest[a]], plain), slotRank(out[rest[b]], plain)
+		if ra != rb {
+			return ra < rb
+		}
+		return out[rest[a]].Name < out[rest[b]].Name
+	})
 	idle := slices.Clone(current.IdleSlots)
+	givers := slotGivers(slots, holder, out)
 	for _, i := range rest {
-		j := slices.IndexFunc(idle, func(s model.Server) bool { return s.Backup == out[i].Backup })
-		if j < 0 {
-			use.Overflow = append(use.Overflow, out[i].Name)
+		if j := slices.IndexFunc(idle, func(s model.Server) bool { return s.Backup == out[i].Backup }); j >= 0 {
+			holder[idle[j].Name] = i
+			out[i].Name = idle[j].Name
+			idle = slices.Delete(idle, j, j+1)
 			continue
 		}
-		use.Names[idle[j].Name] = out[i].Name
-		out[i].Name = idle[j].Name
-		idle = slices.Delete(idle, j, j+1)
+		if out[i].State != model.Ready {
+			continue
+		}
+		j := slices.IndexFunc(givers, func(s *model.Server) bool { return s.Backup == out[i].Backup })
+		if j < 0 {
+			continue
+		}
+		slot := givers[j].Name
+		out[holder[slot]].Name = own[holder[slot]] // added instead, out of traffic
+		holder[slot] = i
+		out[i].Name = slot
+		givers = slices.Delete(givers, j, j+1)
+	}
+	for slot, i := range holder {
+		use.Names[slot] = own[i]
+		if plain[own[i]] {
+			// Moving in: the added server stays until the slot serves.
+			out[i].Replaces = append(slices.Clip(out[i].Replaces), own[i])
+		}
+	}
+	for i := range out {
+		if out[i].Name == own[i] {
+			use.Overflow = append(use.Overflow, own[i])
+		}
 	}
 	sort.Strings(use.Overflow)
 	use.Filled = len(use.Names)
@@ -98,6 +147,45 @@ func AssignSlots(current, desired model.Backend, owner string) (model.Backend, S
 	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
 	desired.Servers = out
 	return desired, use
+}
+
+// slotRank orders the desired servers that want an idle slot: new Ready
+// endpoints (no move needed), then Ready ones added with "add server"
+// (each moves in, gated, then removed), then the not-Ready.
+func slotRank(d model.Server, plain map[string]bool) int {
+	switch {
+	case d.State != model.Ready:
+		return 2
+	case plain[d.Name]:
+		return 1
+	default:
+		return 0
+	}
+}
+
+// slotGivers lists the filled slots whose endpoint (desired, at index
+// holder[name] of out) is not Ready and that are out of traffic with no
+// session, for a Ready endpoint without a slot to take: parked ones first,
+// then draining ones, each by name. A draining slot with sessions keeps
+// its endpoint until they end.
+func slotGivers(slots map[string]*model.Server, holder map[string]int, out []model.Server) []*model.Server {
+	var givers []*model.Server
+	for name, i := range holder {
+		s, d := slots[name], out[i]
+		if s == nil || d.State == model.Ready || s.State == model.Ready {
+			continue
+		}
+		if free, kill := sessionsEnded(s, 0); free && !kill {
+			givers = append(givers, s)
+		}
+	}
+	sort.Slice(givers, func(a, b int) bool {
+		if ma, mb := givers[a].State == model.Maint, givers[b].State == model.Maint; ma != mb {
+			return ma
+		}
+		return givers[a].Name < givers[b].Name
+	})
+	return givers
 }
 
 // slotKey identifies an endpoint in a slot: its address, port and role.

@@ -16,6 +16,10 @@ func idleSlot(name string) model.Server {
 	return model.Server{Name: name, Address: "0.0.0.0", Port: 1, Weight: 1, State: model.Maint, Runtime: &model.Runtime{Slot: true}}
 }
 
+func st(s model.Server, state model.State) model.Server { s.State = state; return s }
+
+func withSessions(s model.Server, n int) model.Server { s.Runtime.Sessions = n; return s }
+
 func TestAssignSlots(t *testing.T) {
 	ep := func(name, addr string, port int) model.Server {
 		return model.Server{Name: name, Address: addr, Port: port, Weight: 1, State: model.Ready}
@@ -27,7 +31,10 @@ func TestAssignSlots(t *testing.T) {
 		desired   []model.Server
 		owner     string
 		wantNames []string // desired names after, sorted
-		want      SlotUse
+		// wantReplaces: the Replaces of desired servers (by name after)
+		// that have some.
+		wantReplaces map[string][]string
+		want         SlotUse
 	}{
 		{name: "no slots: nothing renamed",
 			current:   model.Backend{Servers: []model.Server{added}},
@@ -55,11 +62,71 @@ func TestAssignSlots(t *testing.T) {
 			desired:   []model.Server{ep("node-a", "10.0.0.1", 30080), ep("node-b", "10.0.0.2", 30080), ep("node-c", "10.0.0.3", 30080)},
 			wantNames: []string{"k8s1", "node-b", "node-c"},
 			want:      SlotUse{Names: map[string]string{"k8s1": "node-a"}, Overflow: []string{"node-b", "node-c"}, Filled: 1, Total: 1}},
-		{name: "an added server stays where it is when a slot frees",
+		{name: "moves in: a ready added server moves into a slot once one is idle, replacing itself",
+			current:      model.Backend{Servers: []model.Server{added}, IdleSlots: []model.Server{idleSlot("k8s1")}},
+			desired:      []model.Server{ep("node-c", "10.0.0.3", 30080)},
+			wantNames:    []string{"k8s1"},
+			wantReplaces: map[string][]string{"k8s1": {"node-c"}},
+			want:         SlotUse{Names: map[string]string{"k8s1": "node-c"}, Filled: 1, Total: 1}},
+		{name: "moves in: the move goes on once the slot is filled at the added server's address",
+			current:      model.Backend{Servers: []model.Server{added, slotSrv("k8s1", "10.0.0.3", 30080, model.Drain)}},
+			desired:      []model.Server{ep("node-c", "10.0.0.3", 30080)},
+			wantNames:    []string{"k8s1"},
+			wantReplaces: map[string][]string{"k8s1": {"node-c"}},
+			want:         SlotUse{Names: map[string]string{"k8s1": "node-c"}, Filled: 1, Total: 1}},
+		{name: "moves in: a not-ready added server stays where it is",
 			current:   model.Backend{Servers: []model.Server{added}, IdleSlots: []model.Server{idleSlot("k8s1")}},
-			desired:   []model.Server{ep("node-c", "10.0.0.3", 30080)},
+			desired:   []model.Server{st(ep("node-c", "10.0.0.3", 30080), model.Maint)},
 			wantNames: []string{"node-c"},
 			want:      SlotUse{Names: map[string]string{}, Overflow: []string{"node-c"}, Idle: 1, Total: 1}},
+		{name: "moves in: a new ready endpoint takes the idle slot before an added one moves",
+			current:   model.Backend{Servers: []model.Server{added}, IdleSlots: []model.Server{idleSlot("k8s1")}},
+			desired:   []model.Server{ep("node-c", "10.0.0.3", 30080), ep("node-d", "10.0.0.4", 30080)},
+			wantNames: []string{"k8s1", "node-c"},
+			want:      SlotUse{Names: map[string]string{"k8s1": "node-d"}, Overflow: []string{"node-c"}, Filled: 1, Total: 1}},
+		{name: "ready first: ready endpoints take idle slots before not-ready and terminating ones",
+			current: model.Backend{IdleSlots: []model.Server{idleSlot("k8s1"), idleSlot("k8s2")}},
+			desired: []model.Server{st(ep("node-a", "10.0.0.1", 30080), model.Maint), st(ep("node-b", "10.0.0.2", 30080), model.Drain),
+				ep("node-c", "10.0.0.3", 30080), ep("node-d", "10.0.0.4", 30080)},
+			wantNames: []string{"k8s1", "k8s2", "node-a", "node-b"},
+			want:      SlotUse{Names: map[string]string{"k8s1": "node-c", "k8s2": "node-d"}, Overflow: []string{"node-a", "node-b"}, Filled: 2, Total: 2}},
+		{name: "ready first: a slot left after the ready ones goes to a not-ready endpoint",
+			current:   model.Backend{IdleSlots: []model.Server{idleSlot("k8s1"), idleSlot("k8s2")}},
+			desired:   []model.Server{st(ep("node-a", "10.0.0.1", 30080), model.Maint), ep("node-c", "10.0.0.3", 30080)},
+			wantNames: []string{"k8s1", "k8s2"},
+			want:      SlotUse{Names: map[string]string{"k8s1": "node-c", "k8s2": "node-a"}, Filled: 2, Total: 2}},
+		{name: "gives way: a parked not-ready endpoint gives its slot to a ready added server when none is idle",
+			current:      model.Backend{Servers: []model.Server{added, slotSrv("k8s1", "10.0.0.1", 30080, model.Maint)}},
+			desired:      []model.Server{st(ep("node-a", "10.0.0.1", 30080), model.Maint), ep("node-c", "10.0.0.3", 30080)},
+			wantNames:    []string{"k8s1", "node-a"},
+			wantReplaces: map[string][]string{"k8s1": {"node-c"}},
+			want:         SlotUse{Names: map[string]string{"k8s1": "node-c"}, Overflow: []string{"node-a"}, Filled: 1, Total: 1}},
+		{name: "gives way: and to a new ready endpoint, parked slots first",
+			current: model.Backend{Servers: []model.Server{slotSrv("k8s1", "10.0.0.1", 30080, model.Drain), slotSrv("k8s2", "10.0.0.2", 30080, model.Maint)}},
+			desired: []model.Server{st(ep("node-a", "10.0.0.1", 30080), model.Drain), st(ep("node-b", "10.0.0.2", 30080), model.Maint),
+				ep("node-d", "10.0.0.4", 30080)},
+			wantNames: []string{"k8s1", "k8s2", "node-b"},
+			want:      SlotUse{Names: map[string]string{"k8s1": "node-a", "k8s2": "node-d"}, Overflow: []string{"node-b"}, Filled: 2, Total: 2}},
+		{name: "gives way: a draining slot with no session gives way too",
+			current:   model.Backend{Servers: []model.Server{slotSrv("k8s1", "10.0.0.1", 30080, model.Drain)}},
+			desired:   []model.Server{st(ep("node-a", "10.0.0.1", 30080), model.Drain), ep("node-d", "10.0.0.4", 30080)},
+			wantNames: []string{"k8s1", "node-a"},
+			want:      SlotUse{Names: map[string]string{"k8s1": "node-d"}, Overflow: []string{"node-a"}, Filled: 1, Total: 1}},
+		{name: "gives way: a draining slot with sessions keeps its endpoint",
+			current:   model.Backend{Servers: []model.Server{added, withSessions(slotSrv("k8s1", "10.0.0.1", 30080, model.Drain), 3)}},
+			desired:   []model.Server{st(ep("node-a", "10.0.0.1", 30080), model.Drain), ep("node-c", "10.0.0.3", 30080)},
+			wantNames: []string{"k8s1", "node-c"},
+			want:      SlotUse{Names: map[string]string{"k8s1": "node-a"}, Overflow: []string{"node-c"}, Filled: 1, Total: 1}},
+		{name: "gives way: a not-ready endpoint's slot still in traffic is not taken (the plan parks it first)",
+			current:   model.Backend{Servers: []model.Server{added, slotSrv("k8s1", "10.0.0.1", 30080, model.Ready)}},
+			desired:   []model.Server{st(ep("node-a", "10.0.0.1", 30080), model.Maint), ep("node-c", "10.0.0.3", 30080)},
+			wantNames: []string{"k8s1", "node-c"},
+			want:      SlotUse{Names: map[string]string{"k8s1": "node-a"}, Overflow: []string{"node-c"}, Filled: 1, Total: 1}},
+		{name: "gives way: a not-ready endpoint keeps its slot for a not-ready one",
+			current:   model.Backend{Servers: []model.Server{slotSrv("k8s1", "10.0.0.1", 30080, model.Maint)}},
+			desired:   []model.Server{st(ep("node-a", "10.0.0.1", 30080), model.Maint), st(ep("node-d", "10.0.0.4", 30080), model.Maint)},
+			wantNames: []string{"k8s1", "node-d"},
+			want:      SlotUse{Names: map[string]string{"k8s1": "node-a"}, Overflow: []string{"node-d"}, Filled: 1, Total: 1}},
 		{name: "two slots at one address: the first by name holds it",
 			current:   model.Backend{Servers: []model.Server{slotSrv("k8s2", "10.0.0.1", 30080, model.Ready), slotSrv("k8s1", "10.0.0.1", 30080, model.Ready)}},
 			desired:   []model.Server{ep("node-a", "10.0.0.1", 30080)},
@@ -89,6 +156,17 @@ func TestAssignSlots(t *testing.T) {
 			}
 			if !reflect.DeepEqual(use, tt.want) {
 				t.Errorf("use = %+v, want %+v", use, tt.want)
+			}
+			replaces := map[string][]string{}
+			for _, s := range got.Servers {
+				if len(s.Replaces) > 0 {
+					replaces[s.Name] = s.Replaces
+				}
+			}
+			if len(replaces) > 0 || len(tt.wantReplaces) > 0 {
+				if !reflect.DeepEqual(replaces, tt.wantReplaces) {
+					t.Errorf("replaces = %v, want %v", replaces, tt.wantReplaces)
+				}
 			}
 		})
 	}
@@ -145,5 +223,85 @@ func TestSlotPlans(t *testing.T) {
 	named, _ = AssignSlots(cur, want(), "")
 	if p = CalculateWith(cur, named, pol); !p.HasChanges() || len(p.Changes) != 0 || len(p.IdleSlots) != 1 {
 		t.Errorf("fresh slot: changes %+v, idle %+v", p.Changes, p.IdleSlots)
+	}
+}
+
+// TestSlotMoveMakeBeforeBreak: a ready endpoint added with "add server"
+// (no slot was free) moves into a slot once one is idle, over three
+// reconciles, with never fewer servers in traffic: the slot is filled and
+// gated while the added server keeps serving (HandingOver); once the
+// slot's check passed, the slot enters service and the added server goes
+// in the same plan (the driver puts entering servers in first).
+func TestSlotMoveMakeBeforeBreak(t *testing.T) {
+	pol := Policy{GateChecks: true}
+	added := model.Server{Name: "node-c", Address: "10.0.0.3", Port: 30080, Weight: 1, State: model.Ready, Up: true,
+		Runtime: &model.Runtime{CheckRunning: true, CheckPassed: true, Ours: true}}
+	want := model.Backend{Name: "be", Servers: []model.Server{{Name: "node-c", Address: "10.0.0.3", Port: 30080, Weight: 1, State: model.Ready}}}
+
+	// 1. A slot is idle: filled and gated; the added server untouched.
+	cur := model.Backend{Name: "be", Servers: []model.Server{added}, IdleSlots: []model.Server{idleSlot("k8s1")}}
+	named, _ := AssignSlots(cur, want, "")
+	p := CalculateWith(cur, named, pol)
+	if len(p.Changes) != 1 || p.Changes[0].Name != "k8s1" || p.Changes[0].Action != Add || !p.Changes[0].Slot || !p.Changes[0].Gate ||
+		!reflect.DeepEqual(p.HandingOver, []string{"node-c"}) || !p.Pending() {
+		t.Fatalf("fill: changes %+v, handing over %v", p.Changes, p.HandingOver)
+	}
+
+	// 2. The slot's check has not passed yet: nothing changes.
+	gated := slotSrv("k8s1", "10.0.0.3", 30080, model.Drain)
+	cur = model.Backend{Name: "be", Servers: []model.Server{added, gated}}
+	named, use := AssignSlots(cur, want, "")
+	p = CalculateWith(cur, named, pol)
+	if len(p.Changes) != 0 || !reflect.DeepEqual(p.HandingOver, []string{"node-c"}) || !reflect.DeepEqual(p.Waiting, []string{"k8s1"}) || len(use.Overflow) != 0 {
+		t.Fatalf("gated: changes %+v, handing over %v, waiting %v, use %+v", p.Changes, p.HandingOver, p.Waiting, use)
+	}
+
+	// 3. Its check passed: the slot enters service, the added server
+	// leaves in the same plan (deleted; parked while it has sessions).
+	passed := gated
+	passed.Runtime = &model.Runtime{Slot: true, CheckRunning: true, CheckPassed: true}
+	cur = model.Backend{Name: "be", Servers: []model.Server{added, passed}}
+	named, _ = AssignSlots(cur, want, "")
+	p = CalculateWith(cur, named, pol)
+	if len(p.Changes) != 2 || p.Changes[0].Name != "k8s1" || p.Changes[0].Action != Update || p.Changes[0].New.State != model.Ready ||
+		p.Changes[1].Name != "node-c" || p.Changes[1].Action != Delete || len(p.HandingOver) != 0 {
+		t.Fatalf("serves: changes %+v, handing over %v", p.Changes, p.HandingOver)
+	}
+	busy := added
+	busy.Runtime = &model.Runtime{CheckRunning: true, CheckPassed: true, Ours: true, Sessions: 4}
+	cur.Servers[0] = busy
+	p = CalculateWith(cur, named, pol)
+	if len(p.Changes) != 2 || p.Changes[1].Action != Maint || !reflect.DeepEqual(p.Draining, []string{"node-c"}) {
+		t.Fatalf("serves, the added server busy: changes %+v, draining %v", p.Changes, p.Draining)
+	}
+}
+
+// TestSlotGivenWay: with no slot idle, a not-ready endpoint's parked slot
+// goes to a ready endpoint added with "add server": the slot moves to its
+// address gated (Change.Slot, which the runtime driver fills afresh), the
+// not-ready endpoint is added out of traffic, and the ready one's added
+// server keeps serving until the slot does.
+func TestSlotGivenWay(t *testing.T) {
+	pol := Policy{GateChecks: true}
+	added := model.Server{Name: "node-c", Address: "10.0.0.3", Port: 30080, Weight: 1, State: model.Ready, Up: true,
+		Runtime: &model.Runtime{CheckRunning: true, CheckPassed: true, Ours: true}}
+	cur := model.Backend{Name: "be", Servers: []model.Server{added, slotSrv("k8s1", "10.0.0.1", 30080, model.Maint)}}
+	want := model.Backend{Name: "be", Servers: []model.Server{
+		{Name: "node-a", Address: "10.0.0.1", Port: 30080, Weight: 1, State: model.Maint},
+		{Name: "node-c", Address: "10.0.0.3", Port: 30080, Weight: 1, State: model.Ready}}}
+	named, use := AssignSlots(cur, want, "")
+	p := CalculateWith(cur, named, pol)
+	if len(p.Changes) != 2 {
+		t.Fatalf("changes %+v", p.Changes)
+	}
+	slot, a := p.Changes[0], p.Changes[1]
+	if slot.Name != "k8s1" || !slot.Slot || !slot.Gate || slot.Old.Address != "10.0.0.1" || slot.New.Address != "10.0.0.3" {
+		t.Errorf("slot change %+v", slot)
+	}
+	if a.Name != "node-a" || a.Action != Add || a.Slot || a.New.State != model.Maint {
+		t.Errorf("node-a change %+v", a)
+	}
+	if !reflect.DeepEqual(p.HandingOver, []string{"node-c"}) || !reflect.DeepEqual(use.Overflow, []string{"node-a"}) {
+		t.Errorf("handing over %v, overflow %v", p.HandingOver, use.Overflow)
 	}
 }

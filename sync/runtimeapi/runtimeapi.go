@@ -600,7 +600,7 @@ func (c *Client) sequences(ctx context.Context, a *applier, changes []plan.Chang
 	for i, ch := range changes {
 		srv := a.backend + "/" + ch.Name
 		switch {
-		case ch.Action == plan.Add && ch.Slot:
+		case ch.Action == plan.Add && ch.Slot, refills(ch):
 			seqs[i] = fillSteps(srv, ch)
 		case ch.Action == plan.Add:
 			seqs[i] = a.addSteps(srv, ch)

@@ -90,6 +90,14 @@ func fillSteps(srv string, ch plan.Change) []Step {
 	return steps
 }
 
+// refills reports whether ch hands a filled slot to another endpoint (a
+// Ready one taking it from a not-ready one, plan.AssignSlots): filled
+// afresh, as an idle slot is. An update in place would leave the check on
+// the old endpoint's port, which fillSteps set and a read shows as unset.
+func refills(ch plan.Change) bool {
+	return ch.Slot && ch.Old != nil && ch.New != nil && (ch.Old.Address != ch.New.Address || ch.Old.Port != ch.New.Port)
+}
+
 // parkSteps give slot s the idle look, each step only where it lacks it:
 // maintenance (which pauses its check), sessions shut (kill: parked past
 // the drain timeout), placeholder address. Its check stays enabled:

@@ -3,7 +3,10 @@ package runtimeapi_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -234,5 +237,135 @@ func TestFreedSlotIsReused(t *testing.T) {
 	}
 	if got := w.spread(20); got["node-2"] == 0 || got[""] != 0 {
 		t.Errorf("through the frontend: %v", got)
+	}
+}
+
+// TestSlotsGoToReadyEndpoints (the history checker, seed 12, slots): with
+// more ready endpoints than slots, those added with "add server" move into
+// the slots as they free up — one slot freed by an endpoint gone, one given
+// up by a not-ready endpoint parked in it — each slot gated before it takes
+// traffic and each added server removed only once its slot serves. Under
+// client load: never fewer than the two ready endpoints' servers in
+// traffic, no request failed during the move, and none across a reload
+// with the state saved, which drops only what is outside the slots (before,
+// the slots stayed with the gone and not-ready endpoints, and that reload
+// dropped every server in traffic).
+func TestSlotsGoToReadyEndpoints(t *testing.T) {
+	// Plain endpoints (no PROXY header), so that the added servers serve.
+	h := haproxytest.StartWith(t, haproxytest.Options{StateFile: true}, haproxytest.Backend{Name: "be", Lines: []string{
+		"balance roundrobin", "option tcp-check", "load-server-state-from-file global",
+		"default-server inter 200ms rise 1 fall 1",
+		"server-template k8s 1-2 k8s.invalid:1 check init-addr last,0.0.0.0"}})
+	c, err := runtimeapi.New(h.RuntimeURL(), model.Settings{Balance: "roundrobin", TCPCheck: true}, chk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eps []model.Server
+	for i, port := range haproxytest.FreePorts(t, "127.0.0.1", 4) {
+		name := fmt.Sprintf("node-%d", i)
+		haproxytest.Listen(t, name, fmt.Sprintf("127.0.0.1:%d", port))
+		eps = append(eps, srv(name, "127.0.0.1", port, model.Ready))
+	}
+	use := convergeSlots(t, c, want(eps[0], eps[1]))
+	if use = convergeSlots(t, c, want(eps...)); use.Filled != 2 || len(use.Overflow) != 2 {
+		t.Fatalf("slot use %+v: want node-2 and node-3 beyond the slots", use)
+	}
+
+	var sent, failed atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				sent.Add(1)
+				if _, err := haproxytest.Ask(h.Frontends["be"]); err != nil {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	waitSent := func(n int64) {
+		for target := sent.Load() + n; sent.Load() < target; {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	inTraffic := func() (n int) {
+		for _, s := range h.Servers(t, "be") {
+			if s.Up() && !s.Maint() && !s.Drain() {
+				n++
+			}
+		}
+		return n
+	}
+	waitSent(50)
+
+	// node-0 goes (its slot k8s1 is freed), node-1 turns not ready (its
+	// slot k8s2 parked): reconciles as the service's follow-ups run them.
+	notReady := eps[1]
+	notReady.State = model.Maint
+	w := want(notReady, eps[2], eps[3])
+	least, reconciles := 4, 0
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p, u := syncSlots(t, c, w)
+		reconciles++
+		least = min(least, inTraffic())
+		use = u
+		if !p.HasChanges() && !p.Pending() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not converged: %+v", p)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitSent(50)
+	moved := failed.Load()
+	s := h.Servers(t, "be")
+	t.Logf("the move: %d reconciles, at least %d servers in traffic, %d of %d requests failed; slots %+v", reconciles, least, moved, sent.Load(), use)
+	// Which slot each takes depends on when node-0's slot is freed (its
+	// sessions end): node-1's parked one may be taken first.
+	inSlots := slices.Sorted(maps.Values(use.Names))
+	if !reflect.DeepEqual(inSlots, []string{"node-2", "node-3"}) || !reflect.DeepEqual(use.Overflow, []string{"node-1"}) {
+		t.Errorf("slot use %+v: want node-2 and node-3 in the slots, node-1 beyond", use)
+	}
+	port := map[string]int{"node-2": eps[2].Port, "node-3": eps[3].Port}
+	for slot, ep := range use.Names {
+		if got := s[slot]; got.Port != port[ep] || !got.Up() || got.Maint() || got.Drain() {
+			t.Errorf("%s: %+v, want %s in service", slot, got, ep)
+		}
+	}
+	if _, ok := s["node-2"]; ok {
+		t.Errorf("node-2's added server is still there: %+v", s["node-2"])
+	}
+	if _, ok := s["node-3"]; ok {
+		t.Errorf("node-3's added server is still there: %+v", s["node-3"])
+	}
+	if got := s["node-1"]; !got.Maint() {
+		t.Errorf("node-1, not ready, beyond the slots: %+v, want parked", got)
+	}
+	if least < 2 {
+		t.Errorf("%d servers in traffic at some point of the move: want both ready endpoints' at all times", least)
+	}
+	if moved != 0 {
+		t.Errorf("%d requests failed during the move", moved)
+	}
+
+	// A reload by others, the state saved: it drops only node-1's added
+	// server, out of traffic.
+	h.DumpState(t)
+	h.Reload(t)
+	waitSent(200) // well past the new worker's first checks
+	t.Logf("across a reload with the state saved: %d of %d requests failed", failed.Load()-moved, sent.Load())
+	if n := failed.Load() - moved; n != 0 {
+		t.Errorf("%d requests failed across the reload", n)
 	}
 }

@@ -96,3 +96,25 @@ func TestReadSplitsIdleSlots(t *testing.T) {
 		t.Errorf("a filled slot's check port equal to its port reads as unset: %d", rest[0].Check.Port)
 	}
 }
+
+// TestSlotRefills: a filled slot handed to an endpoint at another address
+// (plan.AssignSlots: a not-ready endpoint gives way) is filled afresh, its
+// check port with it; other changes to a slot are updates in place.
+func TestSlotRefills(t *testing.T) {
+	old := model.Server{Address: "10.0.0.1", Port: 30080, Weight: 1, State: model.Maint}
+	moved := model.Server{Address: "10.0.0.3", Port: 30081, Weight: 1, State: model.Drain}
+	same := old
+	same.State = model.Drain
+	if !refills(plan.Change{Action: plan.Drain, Slot: true, Gate: true, Old: &old, New: &moved}) {
+		t.Error("a slot moving to another endpoint is not filled afresh")
+	}
+	if refills(plan.Change{Action: plan.Drain, Slot: true, Gate: true, Old: &old, New: &same}) {
+		t.Error("a slot gated in place is filled afresh")
+	}
+	if refills(plan.Change{Action: plan.Drain, Gate: true, Old: &old, New: &moved}) {
+		t.Error("an added server that moves is filled as a slot")
+	}
+	if got := cmds(fillSteps("be/k8s1", plan.Change{Action: plan.Drain, Slot: true, Gate: true, Old: &old, New: &moved})); got[2] != "set server be/k8s1 check-port 30081" {
+		t.Errorf("refill steps %q", got)
+	}
+}
