@@ -87,7 +87,8 @@ soak-run:
 	  -coverpkg=$(DECIDING) -coverprofile=bin/soak.cover ./sync/history > bin/soak.log 2>&1; rc=$$?; \
 	grep -E -- '^ *(--- FAIL|[a-z-]+ after step|seed [0-9]+ \()' bin/soak.log | head -60; \
 	grep -E '^histories:' bin/soak.log || { tail -20 bin/soak.log; echo "histories: none finished"; }; \
-	if [ -n "$$(ls bin/soak-covdata)" ]; then $(GO) tool covdata textfmt -i=bin/soak-covdata -o bin/serve.cover; fi; \
+	if [ -n "$$(ls bin/soak-covdata)" ]; then $(GO) tool covdata textfmt -i=bin/soak-covdata \
+	  -pkg=$$($(GO) list $$(echo $(DECIDING) | tr , ' ') | paste -sd, -) -o bin/serve.cover; fi; \
 	$(GO) run ./hack/soakcover bin/soak.cover $$( [ -f bin/serve.cover ] && echo bin/serve.cover); exit $$rc
 
 ## replay: one history again, from its seed: make replay SEED=N DRIVER=runtime|dataplane SHAPE=short|soak|services|nodes|nodes-soak|serve|serve-soak|slots|slots-soak [LOG=file for the service log] [CONFIG=shipped: the shipped configuration, for a seed found before the configuration was drawn]

@@ -53,7 +53,9 @@ func serviceBinary(t testing.TB) string {
 			args = append(args, "-race")
 		}
 		if os.Getenv(coverDirEnv) != "" && os.Getenv(coverPkgEnv) != "" {
-			args = append(args, "-cover", "-coverpkg="+os.Getenv(coverPkgEnv))
+			// The main package too: a binary whose main is not counted
+			// writes nothing into GOCOVERDIR (make soak leaves it out).
+			args = append(args, "-cover", "-coverpkg="+os.Getenv(coverPkgEnv)+",./cmd/haproxy-k8s-sync")
 		}
 		cmd := exec.Command("go", append(args, "./cmd/haproxy-k8s-sync")...)
 		cmd.Dir = root

@@ -179,6 +179,11 @@ func (w *world) startFleet(cfg config.Config) (poke func(), stop func()) {
 	log := serviceLog(t)
 	rec, checks, watched := reconcilerOf(t, cfg, log)
 	f := &fleet.Fleet{Services: s, Selection: cfg.Selecting(), Template: rec, Source: s.source, Log: log}
+	if cfg.ReadinessGate {
+		// Each Service's pods' verdicts, as serve's gate writer gets them
+		// (web2's pods have numbers of their own).
+		f.Gate = func(string) reconcile.PodGate { return w.writer(0) }
+	}
 	type loop struct {
 		co     *reconcile.Coalescer
 		follow *reconcile.FollowUp
