@@ -91,7 +91,7 @@ func TestDocumentedSlots(t *testing.T) {
 			t.Fatalf("state file %s", h.StateFile)
 		}
 		res, _ := reconcile(t, h)
-		if tr := res.Targets[0]; tr.Slots["filled"] != 3 || tr.Slots["idle"] != 5 || len(tr.Overflow) != 0 || strings.Join(tr.Add, ",") != "k8s1,k8s2,k8s3" {
+		if tr := res.Targets[0]; tr.Slots["filled"] != 3 || tr.Slots["idle"] != 5 || len(tr.Overflow) != 0 || strings.Join(tr.Add, ",") != "k8s_1,k8s_2,k8s_3" {
 			t.Fatalf("result %+v: want 3 slots filled, 5 idle", tr)
 		}
 		fe := h.Frontends["ingress_http"]

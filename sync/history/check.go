@@ -285,12 +285,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 	// kubeDown says whether at falls in a Kubernetes outage or within
 	// after of its recovery.
 	kubeDown := func(at time.Time, after time.Duration) bool {
-		for _, o := range kubeOut {
-			if !at.Before(o[0]) && !at.After(o[1].Add(kubeRecovery(o)+after)) {
-				return true
-			}
-		}
-		return false
+		return kubeOutageAt(kubeOut, at, after) != nil
 	}
 	tts := make([]*targetTrack, max(targets, 1))
 	outages := apiOutages(all, len(tts), b.Entry)
@@ -341,7 +336,8 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		if tt.restarting(at) {
 			return ExcuseRestart
 		}
-		if why := lagging(tt, at); why != "" && (why != ExcuseOverflow || !tt.keptServing(pods, b, at)) {
+		if why := lagging(tt, at); why != "" && (why != ExcuseOverflow || !tt.keptServing(pods, b, at)) &&
+			(why != ExcuseKubeDown || !servedThrough(pods, b, kubeOutageAt(kubeOut, at, b.Entry), at)) {
 			return why
 		}
 		for _, d := range deaths {
@@ -672,7 +668,8 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				// A pod Kubernetes readied while the service could not
 				// read it waits for the service's watch to come back.
 				for _, out := range kubeOut {
-					if back := out[1].Add(kubeRecovery(out) + q.entry(b)); !out[0].After(due) && !out[1].Before(q.since) && back.After(due) {
+					// (readied before the watch was back: after the outage too)
+					if back := out[1].Add(kubeRecovery(out) + q.entry(b)); !out[0].After(due) && !out[1].Add(kubeRecovery(out)).Before(q.since) && back.After(due) {
 						due = back
 					}
 				}

@@ -90,15 +90,24 @@ func TestEvaluateExcuses(t *testing.T) {
 				{at: at(7000), kind: obsCheck, pod: 3}}, traffic(0, 7900, 1)...), traffic(7900, 9000, 1, 3)...),
 		},
 		{
+			// Pod 1, in service before, died before the outage: only a
+			// pod the service could not read could serve.
 			name:   "a failure while Kubernetes is unreachable from the service",
-			obs:    []obs{kube(1000, true), failed(2000), kube(3000, false)},
+			obs:    []obs{{at: at(500), kind: obsStop, pod: 1}, kube(1000, true), failed(2000), kube(3000, false)},
 			excuse: ExcuseKubeDown,
+		},
+		{
+			// The second reader: the outage excused every failure, a
+			// server HAProxy had before it answering or not.
+			name: "a failure while Kubernetes is unreachable, a pod in service before it answering",
+			obs:  []obs{kube(3000, true), failed(4000), kube(5000, false)},
+			want: []Invariant{NoFailedRequest},
 		},
 		{
 			// Up at 3 s after 2 s down: the watch may wait 2.5 s more,
 			// then an entry.
 			name:   "a failure within the watch's recovery and an entry of Kubernetes' return",
-			obs:    []obs{kube(1000, true), kube(3000, false), failed(7000)},
+			obs:    []obs{{at: at(500), kind: obsStop, pod: 1}, kube(1000, true), kube(3000, false), failed(7000)},
 			excuse: ExcuseKubeDown,
 		},
 		{
@@ -151,7 +160,7 @@ func TestEvaluateExcuses(t *testing.T) {
 				got = append(got, v.Invariant)
 			}
 			if len(got) != len(c.want) || len(got) > 0 && got[0] != c.want[0] {
-				t.Fatalf("violations %v, want %v: %+v", got, c.want, ev.Violations)
+				t.Fatalf("violations %v, want %v: %+v (excused %v)", got, c.want, ev.Violations, ev.Excused)
 			}
 			if c.excuse != "" && ev.Excused[c.excuse] == 0 {
 				t.Fatalf("not excused as %q: %v", c.excuse, ev.Excused)

@@ -70,8 +70,8 @@ var serverName = regexp.MustCompile(`(?:^|-)p-(\d+)(?:_bk)?$`)
 // failing while the API server was unreachable from the service: an
 // outage that meets the reconcile's span (less failureBound).
 func kubeFailure(outages [][2]time.Time, o obs, err string) bool {
-	if !strings.Contains(err, kubeReadError) {
-		return false
+	if !strings.Contains(err, kubeReadError) || !brokenConnection(err) {
+		return false // an API server's answer (403, 404) is none of an outage's doing
 	}
 	for _, k := range outages {
 		if !k[0].After(o.at) && !k[1].Before(o.began.Add(-failureBound)) {
@@ -84,3 +84,14 @@ func kubeFailure(outages [][2]time.Time, o obs, err string) bool {
 // kubeReadError is how a reconcile says its Kubernetes read failed
 // (package reconcile).
 const kubeReadError = "read kubernetes: "
+
+// brokenConnection says whether err is a connection that broke or was
+// refused, as an unreachable API server's are.
+func brokenConnection(err string) bool {
+	for _, s := range []string{"EOF", "connection reset", "connection refused", "broken pipe", "i/o timeout", "http2: client connection lost"} {
+		if strings.Contains(err, s) {
+			return true
+		}
+	}
+	return false
+}

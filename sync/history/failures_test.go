@@ -25,6 +25,7 @@ func TestKubeFailureIsBounded(t *testing.T) {
 		{"began well after it", 15.5, 16, read, false},
 		{"ended before it", 8, 9.5, read, false},
 		{"another error in the outage", 11, 11.5, "add server be/n-1: refused", false},
+		{"the API server's answer in the outage", 11, 11.5, "read kubernetes: get service hist/web: services \"web\" is forbidden", false},
 	} {
 		o := obs{began: at(c.began), at: at(c.end)}
 		if got := kubeFailure(outages, o, c.err); got != c.wantExcused {

@@ -165,6 +165,33 @@ func kubeRecovery(out [2]time.Time) time.Duration {
 	return min(out[1].Sub(out[0]), 30*time.Second) + 500*time.Millisecond
 }
 
+// kubeOutageAt is the outage at falls in, or within kubeRecovery and after
+// of its end; nil when none.
+func kubeOutageAt(outages [][2]time.Time, at time.Time, after time.Duration) *[2]time.Time {
+	for i, o := range outages {
+		if !at.Before(o[0]) && !at.After(o[1].Add(kubeRecovery(o)+after)) {
+			return &outages[i]
+		}
+	}
+	return nil
+}
+
+// servedThrough says whether a pod the service had in service before the
+// outage began (available past its entry then) is still available at at:
+// HAProxy has a server that answers, whatever the service could not read,
+// so a failed request is not the outage's doing.
+func servedThrough(pods map[int]*podTrack, b Bounds, out *[2]time.Time, at time.Time) bool {
+	if out == nil {
+		return false
+	}
+	for _, p := range pods {
+		if p.available() && !p.since.IsZero() && p.since.Add(p.entry(b)).Before(out[0]) && !at.Before(p.since) {
+			return true
+		}
+	}
+	return false
+}
+
 // kubeOutages are the spans in which the API server was unreachable from
 // the service (obsKube): from KubeDown to KubeUp, or the last observation.
 func kubeOutages(all []obs) [][2]time.Time {

@@ -128,7 +128,9 @@ func (w *world) startServe(i int, zone string) *process {
 		}
 		close(exited)
 	}()
+	var p *process
 	end := func(sig syscall.Signal, wait time.Duration) {
+		p.ended.Store(true)
 		ending.Lock()
 		ended = true
 		ending.Unlock()
@@ -140,7 +142,7 @@ func (w *world) startServe(i int, zone string) *process {
 			<-exited
 		}
 	}
-	p := &process{
+	p = &process{
 		base: fmt.Sprintf("http://127.0.0.1:%d", port),
 		poke: func() {},
 		stop: func() {
@@ -279,8 +281,9 @@ func (w *world) maybePost(index int) {
 		return
 	}
 	w.mu.Lock()
-	base := w.first.base
+	proc := w.first
 	w.mu.Unlock()
+	base := proc.base
 	w.posts.Go(func() {
 		req, _ := http.NewRequest(http.MethodPost, base+"/reconcile", nil)
 		if index/postEvery%2 == 1 {
@@ -297,7 +300,10 @@ func (w *world) maybePost(index int) {
 		began := time.Now()
 		resp, err := (&http.Client{Timeout: w.cfg.ReconcileTimeout + 30*time.Second}).Do(req)
 		if err != nil {
-			return // the process crashed under it: a dead process answers nothing
+			if !proc.ended.Load() { // a process crashed or stopped under it answers nothing
+				w.rec.add(obs{kind: obsReconcile, began: began, err: "POST: " + err.Error()})
+			}
+			return
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))

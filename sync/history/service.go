@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,8 +104,10 @@ func startService(t testing.TB, cfg config.Config, src reconcile.Source, wr writ
 // (waiting for its reconcile), and what kills it where it is.
 type process struct {
 	poke, stop, crash func()
-	// base is a serve process's HTTP address (serve histories).
-	base string
+	// base is a serve process's HTTP address (serve histories); ended
+	// is set once the history stops or crashes it.
+	base  string
+	ended atomic.Bool
 }
 
 // startProcess is startService's process: crash cancels every reconcile of

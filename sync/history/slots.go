@@ -164,26 +164,26 @@ func (tg *target) overflow() []int {
 	if err != nil {
 		return []int{-1}
 	}
+	return overflowOf(reply)
+}
+
+// overflowOf reads overflow's pods from a "show servers state" reply.
+func overflowOf(reply string) []int {
 	var pods []int
 	for _, l := range strings.Split(reply, "\n") {
 		f := strings.Fields(l)
 		if len(f) < 19 || f[1] != backend || f[3] == "static" || strings.HasSuffix(f[17], ".invalid") {
 			continue
 		}
-		n := slices.IndexFunc(podAddrs, func(a string) bool { return a == f[4] })
-		pods = append(pods, n) // -1: no pod's address, said as unknown
+		// By the pods' addresses as they are now (loopback, or the
+		// private network's once TestMain chose it): a server at no pod's
+		// address is none of a pod's, and holds no pod's requests.
+		if n, ok := podOfAddr(f[4]); ok {
+			pods = append(pods, n)
+		}
 	}
 	return pods
 }
-
-// podAddrs are the pods' addresses by number, for overflow.
-var podAddrs = func() []string {
-	out := make([]string, 1000)
-	for n := range out {
-		out[n] = podAddr(n)
-	}
-	return out
-}()
 
 // overflowHolds says whether pod n's server was outside the slots at the
 // reload whose overflow is ov: the reload may have dropped it.

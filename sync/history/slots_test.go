@@ -1,6 +1,8 @@
 package history
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,3 +77,28 @@ func TestIdleSlotDiffs(t *testing.T) {
 		t.Fatalf("diffs %q: want the idle look and a missing slot", d)
 	}
 }
+
+// TestOverflowReadsThePodsAddresses: the servers beyond the slots are read
+// back as the pods at their addresses, in whichever network the pods are
+// (the second reader found the addresses fixed at loopback when the
+// package loaded: as root, in the private network, no pod matched and
+// every pod was taken as dropped by the reload, which excused every
+// failed request). Slots and the static server are left out.
+func TestOverflowReadsThePodsAddresses(t *testing.T) {
+	line := func(id int, name, addr, fqdn string) string {
+		// show servers state: be_id be_name srv_id srv_name srv_addr … srv_fqdn (field 17) …
+		f := []string{"3", backend, itoa(id), name, addr, "2", "0", "1", "1", "5", "6", "3", "4", "6", "0", "0", "0", fqdn, "80", "-", "0", "0", "-", "-", "0"}
+		return strings.Join(f, " ")
+	}
+	reply := "1\n# be_id …\n" + strings.Join([]string{
+		line(1, "static", podAddr(staticPod), "-"),
+		line(2, "k8s1", podAddr(2), "k8s.invalid"),
+		line(3, "p-3", podAddr(3), "-"),
+		line(4, "elsewhere", "192.0.2.9", "-"),
+	}, "\n") + "\n"
+	if got := overflowOf(reply); len(got) != 1 || got[0] != 3 {
+		t.Fatalf("overflow %v, want [3] (p-3 alone: not the static server, the slot, nor an address of no pod)", got)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

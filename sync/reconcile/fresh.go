@@ -120,10 +120,15 @@ func (f *freshReader) read(ctx context.Context, r *kubeRead) {
 // brokenRead says whether err is a read whose connection broke, with no
 // answer from the API server: not one of its statuses (a 403 or a 404 says
 // what the next attempt says too), not a source's own class (a manifests
-// file), not the reconcile's deadline.
+// file), not a TLS handshake refused nor a name that does not resolve (what
+// the next attempt says too), not the reconcile's deadline.
 func brokenRead(ctx context.Context, err error) bool {
-	if ctx.Err() != nil || errors.As(err, new(apierrors.APIStatus)) || errors.As(err, new(failure.Classed)) {
+	if ctx.Err() != nil || errors.As(err, new(apierrors.APIStatus)) || errors.As(err, new(failure.Classed)) || failure.TLSRefused(err) {
 		return false
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) && dns.IsNotFound {
+		return false // a name that does not resolve stays so
 	}
 	var ne net.Error
 	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) ||

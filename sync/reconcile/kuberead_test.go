@@ -2,10 +2,15 @@ package reconcile_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"sync"
+	"syscall"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -37,8 +42,9 @@ func (s *failingSource) Read(context.Context) (desired.Input, error) {
 // TestBrokenKubernetesReadIsTriedAgain: a Kubernetes read whose connection
 // broke (a watch or load balancer cut, found by serve history 2 with the
 // runtime driver: a reconcile failed on "unexpected EOF") is tried again
-// within the reconcile, twice at most; an answer of the API server (403)
-// is not: the next attempt would say the same.
+// within the reconcile, twice at most; an answer of the API server (403),
+// a certificate it refuses, a name that does not resolve are not: the
+// next attempt would say the same.
 func TestBrokenKubernetesReadIsTriedAgain(t *testing.T) {
 	cut := fmt.Errorf("list endpointslices ingress/web: unexpected error when reading response body. Please retry. Original error: %w", io.ErrUnexpectedEOF)
 	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "endpointslices"}, "", errors.New("RBAC"))
@@ -53,6 +59,9 @@ func TestBrokenKubernetesReadIsTriedAgain(t *testing.T) {
 		{"cut twice", cut, 2, 3, false},
 		{"cut three times", cut, 3, 3, true},
 		{"forbidden", forbidden, 1, 1, true},
+		{"a certificate of another authority", fmt.Errorf("get service: %w", &url.Error{Op: "Get", URL: "https://api", Err: &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}}), 1, 1, true},
+		{"a name that does not resolve", fmt.Errorf("get service: %w", &url.Error{Op: "Get", URL: "https://api", Err: &net.DNSError{Err: "no such host", Name: "api", IsNotFound: true}}), 1, 1, true},
+		{"a connection refused", fmt.Errorf("get service: %w", &url.Error{Op: "Get", URL: "https://api", Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}), 1, 2, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			src := &failingSource{in: cluster("10.244.0.1"), err: c.err, fails: c.fails}
