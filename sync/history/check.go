@@ -324,17 +324,27 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		if tt.apiRefusing(at, b.Entry) {
 			return ExcuseAPIRefused
 		}
+		// A reload's lag first: it has its own bound, beside an outage too.
+		if why, _, _ := tt.reloadLag(at, b.Reload); why != "" {
+			return why
+		}
 		if kubeDown(at, b.Entry) {
 			return ExcuseKubeDown
 		}
-		why, _, _ := tt.reloadLag(at, b.Reload)
-		return why
+		return ""
 	}
 	// excuse says why a failed request through tt at at breaks no
 	// invariant; empty when nothing does.
 	excuse := func(tt *targetTrack, at time.Time) string {
 		if tt.restarting(at) {
 			return ExcuseRestart
+		}
+		if out := kubeOutageAt(kubeOut, at, b.Entry); out != nil {
+			// The runtime driver re-adds what a reload dropped only from
+			// a Kubernetes read: not before the service reads again.
+			if end, ok := tt.lastLossy(); ok && !end.Before(out[0]) && !end.After(at) {
+				return ExcuseKubeDownReload
+			}
 		}
 		if why := lagging(tt, at); why != "" && (why != ExcuseOverflow || !tt.keptServing(pods, b, at)) &&
 			(why != ExcuseKubeDown || !servedThrough(pods, b, kubeOutageAt(kubeOut, at, b.Entry), at)) {

@@ -41,6 +41,7 @@ func TestEvaluateExcuses(t *testing.T) {
 		obs    []obs
 		want   []Invariant
 		excuse string
+		opts   evalOptions // beside Bounds and Targets
 	}{
 		{
 			// Seed 490652229 on 3.4.0: the new worker took a client before
@@ -104,6 +105,18 @@ func TestEvaluateExcuses(t *testing.T) {
 			want: []Invariant{NoFailedRequest},
 		},
 		{
+			name:   "a failure after a reload by others while Kubernetes is unreachable (runtime driver)",
+			obs:    []obs{kube(3000, true), {at: at(3500), kind: obsReloadStart}, {at: at(3600), kind: obsReload}, failed(6000), kube(7000, false)},
+			excuse: ExcuseKubeDownReload,
+			opts:   evalOptions{RuntimeOnly: true},
+		},
+		{
+			name: "a failure during an outage, after a reload that saved everything (a slot history's)",
+			obs:  []obs{kube(3000, true), {at: at(3500), kind: obsReloadStart, saved: true}, {at: at(3600), kind: obsReload}, failed(6000), kube(7000, false)},
+			want: []Invariant{NoFailedRequest},
+			opts: evalOptions{RuntimeOnly: true, Slots: true},
+		},
+		{
 			// Up at 3 s after 2 s down: the watch may wait 2.5 s more,
 			// then an entry.
 			name:   "a failure within the watch's recovery and an entry of Kubernetes' return",
@@ -154,7 +167,9 @@ func TestEvaluateExcuses(t *testing.T) {
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ev := evaluate(append(append([]obs{}, start...), c.obs...), evalOptions{Bounds: b, Targets: 1})
+			opt := c.opts
+			opt.Bounds, opt.Targets = b, 1
+			ev := evaluate(append(append([]obs{}, start...), c.obs...), opt)
 			var got []Invariant
 			for _, v := range ev.Violations {
 				got = append(got, v.Invariant)

@@ -146,6 +146,11 @@ const (
 	// coming back: the service carries no change it cannot read, and its
 	// watch comes back after its backoff.
 	ExcuseKubeDown = "Kubernetes unreachable"
+	// ExcuseKubeDownReload (serve histories, runtime driver, no saved
+	// slots): a reload by others dropped the servers while Kubernetes was
+	// unreachable from the service; they come back only once it reads
+	// Kubernetes again (the outage, kubeRecovery and the entry bound).
+	ExcuseKubeDownReload = "a reload by others while Kubernetes was unreachable"
 	// ExcuseRestart: the target's HAProxy was down for a restart (killed,
 	// then started again from haproxy.cfg), from its kill until it listens
 	// again and restartMargin after; then it is judged as after a reload
