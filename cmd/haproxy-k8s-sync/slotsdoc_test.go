@@ -7,10 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
 )
@@ -97,43 +94,18 @@ func TestDocumentedSlots(t *testing.T) {
 		fe := h.Frontends["ingress_http"]
 		before := h.Servers(t, "ingress_http")
 
-		var sent, failed atomic.Int64
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					sent.Add(1)
-					if _, err := haproxytest.Ask(fe); err != nil {
-						failed.Add(1)
-					}
-				}
-			}()
-		}
-		waitSent := func(n int64) {
-			for target := sent.Load() + n; sent.Load() < target; {
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
-		waitSent(50)
+		load := haproxytest.StartLoad(fe, 2)
+		load.WaitSent(50)
 		cmd := strings.NewReplacer("/run/haproxy/admin.sock", h.AdminSocket, "/var/lib/haproxy", h.Dir).Replace(dump)
 		if out, err := exec.Command("/bin/sh", "-c", cmd).CombinedOutput(); err != nil {
 			t.Fatalf("the drop-in's dump: %v: %s", err, out)
 		}
 		h.Reload(t) // the drop-in's last line: SIGUSR2 to the master
-		waitSent(300)
-		close(stop)
-		wg.Wait()
-		t.Logf("%d requests through the frontend, %d failed, across a reload with the drop-in", sent.Load(), failed.Load())
-		if failed.Load() != 0 {
-			t.Errorf("%d of %d requests failed across the reload", failed.Load(), sent.Load())
+		load.WaitSent(300)
+		load.Stop()
+		t.Logf("%d requests through the frontend, %d failed, across a reload with the drop-in", load.Sent(), load.Failed())
+		if load.Failed() != 0 {
+			t.Errorf("%d of %d requests failed across the reload", load.Failed(), load.Sent())
 		}
 		b, err := os.ReadFile(h.StateFile)
 		if err != nil || !strings.HasPrefix(string(b), "1\n") || !strings.HasSuffix(string(b), "\n") {

@@ -1,15 +1,11 @@
 package dataplane_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
-	stdsync "sync"
 	"testing"
 	"time"
 
@@ -23,65 +19,6 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/runtimeapi"
 )
 
-// proxyV2Sig starts every PROXY protocol v2 header.
-var proxyV2Sig = []byte("\r\n\r\n\x00\r\nQUIT\n")
-
-// proxyListener is a backend that expects the PROXY protocol v2, as an
-// ingress behind "default-server send-proxy-v2" does: a connection that
-// starts with its header is answered with the listener's name; any other
-// (health checks too, which send nothing) is closed unanswered.
-type proxyListener struct {
-	name    string
-	ln      net.Listener
-	mu      stdsync.Mutex
-	proxied int
-	plain   int
-}
-
-func listenProxy(t *testing.T, name, addr string) *proxyListener {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &proxyListener{name: name, ln: ln}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go l.serve(c)
-		}
-	}()
-	t.Cleanup(func() { ln.Close() })
-	return l
-}
-
-func (l *proxyListener) serve(c net.Conn) {
-	defer c.Close()
-	_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-	head := make([]byte, len(proxyV2Sig))
-	_, err := io.ReadFull(c, head)
-	ok := err == nil && bytes.Equal(head, proxyV2Sig)
-	l.mu.Lock()
-	if ok {
-		l.proxied++
-	} else {
-		l.plain++
-	}
-	l.mu.Unlock()
-	if ok {
-		_, _ = io.WriteString(c, l.name+"\n")
-	}
-}
-
-func (l *proxyListener) counts() (proxied, plain int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.proxied, l.plain
-}
-
 // defaultServerWorld is a real HAProxy whose backend says "default-server
 // send-proxy-v2" in haproxy.cfg, the test API told so (the backend's
 // default_server), a backend listening for PROXY v2, and the Data Plane
@@ -92,7 +29,7 @@ type defaultServerWorld struct {
 	h      *haproxytest.HAProxy
 	api    *dataplanetest.Server
 	c      *dataplane.Client
-	l      *proxyListener
+	l      *haproxytest.ProxyListener
 	server model.Server
 }
 
@@ -113,7 +50,7 @@ func newDefaultServerWorld(t *testing.T, servers ...models.Server) *defaultServe
 	c := dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: 5 * time.Second}, dataplane.WithRuntime(socket))
 	port := haproxytest.FreePort(t, "127.0.0.1")
 	w := &defaultServerWorld{h: h, api: api, c: c,
-		l:      listenProxy(t, "a", fmt.Sprintf("127.0.0.1:%d", port)),
+		l:      haproxytest.ListenProxyV2(t, "a", fmt.Sprintf("127.0.0.1:%d", port)),
 		server: model.Server{Name: "a", Address: "127.0.0.1", Port: port, Weight: 1, State: model.Ready, Check: fast}}
 	return w
 }
@@ -150,7 +87,7 @@ func (w *defaultServerWorld) expectProxied(t *testing.T) {
 	for i := range 5 {
 		got, err := haproxytest.Ask(w.h.Frontends["be"])
 		if err != nil || strings.TrimSpace(got) != "a" {
-			proxied, plain := w.l.counts()
+			proxied, plain := w.l.Counts()
 			t.Fatalf("connection %d through the frontend: %q, %v; the backend saw %d connections with a PROXY v2 header, %d without: "+
 				"the server runs without haproxy.cfg's default-server send-proxy-v2", i, got, err, proxied, plain)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,24 +78,7 @@ func BenchmarkReloadByOthers(b *testing.B) {
 			}
 			entry := time.Since(began)
 
-			var sent, failed atomic.Int64
-			stop := make(chan struct{})
-			var clients sync.WaitGroup
-			for range 2 {
-				clients.Go(func() {
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						sent.Add(1)
-						if _, err := haproxytest.Ask(h.Frontends["be"]); err != nil {
-							failed.Add(1)
-						}
-					}
-				})
-			}
+			load := haproxytest.StartLoad(h.Frontends["be"], 2)
 			b.ResetTimer()
 			for range b.N {
 				if slots {
@@ -106,10 +88,9 @@ func BenchmarkReloadByOthers(b *testing.B) {
 				time.Sleep(time.Second) // the dropped servers' return, and well past
 			}
 			b.StopTimer()
-			close(stop)
-			clients.Wait()
-			b.ReportMetric(float64(failed.Load())/float64(b.N), "failed/reload")
-			b.ReportMetric(float64(sent.Load())/float64(b.N), "requests/reload")
+			load.Stop()
+			b.ReportMetric(float64(load.Failed())/float64(b.N), "failed/reload")
+			b.ReportMetric(float64(load.Sent())/float64(b.N), "requests/reload")
 			b.ReportMetric(float64(entry.Milliseconds()), "entry-ms")
 		})
 	}

@@ -7,8 +7,6 @@ import (
 	"os"
 	"reflect"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,40 +132,15 @@ func TestSlotsSurviveAReload(t *testing.T) {
 	convergeSlots(t, w.c, want(w.eps...))
 	before := w.h.Servers(t, "be")
 
-	var sent, failed atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				sent.Add(1)
-				if _, err := haproxytest.Ask(w.h.Frontends["be"]); err != nil {
-					failed.Add(1)
-				}
-			}
-		}()
-	}
-	waitSent := func(n int64) {
-		for target := sent.Load() + n; sent.Load() < target; {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	waitSent(50)
+	load := haproxytest.StartLoad(w.h.Frontends["be"], 2)
+	load.WaitSent(50)
 	w.h.DumpState(t)
 	w.h.Reload(t)
-	waitSent(200) // well past the new worker's first checks
-	close(stop)
-	wg.Wait()
-	t.Logf("%d requests, %d failed, across one reload", sent.Load(), failed.Load())
-	if failed.Load() != 0 {
-		t.Errorf("%d of %d requests failed across the reload", failed.Load(), sent.Load())
+	load.WaitSent(200) // well past the new worker's first checks
+	load.Stop()
+	t.Logf("%d requests, %d failed, across one reload", load.Sent(), load.Failed())
+	if load.Failed() != 0 {
+		t.Errorf("%d of %d requests failed across the reload", load.Failed(), load.Sent())
 	}
 	after := w.h.Servers(t, "be")
 	for name, b := range before {
@@ -271,32 +244,9 @@ func TestSlotsGoToReadyEndpoints(t *testing.T) {
 		t.Fatalf("slot use %+v: want node-2 and node-3 beyond the slots", use)
 	}
 
-	var sent, failed atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				sent.Add(1)
-				if _, err := haproxytest.Ask(h.Frontends["be"]); err != nil {
-					failed.Add(1)
-				}
-			}
-		}()
-	}
-	defer func() { close(stop); wg.Wait() }()
-	waitSent := func(n int64) {
-		for target := sent.Load() + n; sent.Load() < target; {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	load := haproxytest.StartLoad(h.Frontends["be"], 2)
+	defer load.Stop()
+	waitSent := load.WaitSent
 	inTraffic := func() (n int) {
 		for _, s := range h.Servers(t, "be") {
 			if s.Up() && !s.Maint() && !s.Drain() {
@@ -328,9 +278,9 @@ func TestSlotsGoToReadyEndpoints(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	waitSent(50)
-	moved := failed.Load()
+	moved := load.Failed()
 	s := h.Servers(t, "be")
-	t.Logf("the move: %d reconciles, at least %d servers in traffic, %d of %d requests failed; slots %+v", reconciles, least, moved, sent.Load(), use)
+	t.Logf("the move: %d reconciles, at least %d servers in traffic, %d of %d requests failed; slots %+v", reconciles, least, moved, load.Sent(), use)
 	// Which slot each takes depends on when node-0's slot is freed (its
 	// sessions end): node-1's parked one may be taken first.
 	inSlots := slices.Sorted(maps.Values(use.Names))
@@ -364,8 +314,8 @@ func TestSlotsGoToReadyEndpoints(t *testing.T) {
 	h.DumpState(t)
 	h.Reload(t)
 	waitSent(200) // well past the new worker's first checks
-	t.Logf("across a reload with the state saved: %d of %d requests failed", failed.Load()-moved, sent.Load())
-	if n := failed.Load() - moved; n != 0 {
+	t.Logf("across a reload with the state saved: %d of %d requests failed", load.Failed()-moved, load.Sent())
+	if n := load.Failed() - moved; n != 0 {
 		t.Errorf("%d requests failed across the reload", n)
 	}
 }
