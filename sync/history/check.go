@@ -64,6 +64,7 @@ type targetTrack struct {
 	lastReload     time.Time      // the end of its last reload, by others or by the API
 	apiReload      time.Time      // the start of a reload by the API under way; zero when none
 	outages        [][2]time.Time // its API refused every write from [0] to [1] (apiOutages)
+	refusals       []refusal      // its API's runs of refused writes, however short
 	lastFault      time.Time      // its API's last refused write (an injected fault)
 	// restartSince: its HAProxy was killed to restart and does not listen
 	// yet (TargetRestart); restarts: from each kill until it listened.
@@ -72,34 +73,64 @@ type targetTrack struct {
 }
 
 // apiOutages are the spans, per target, in which a Data Plane API refused
-// every write for at least least: from its first refused write to the first
-// it took again (or the last observation, if none).
+// every write for at least least: from its first refused write to the
+// service's next write, which the retry schedule bounds (retryAfter: the
+// judge's figure, not the time the service took, so a service slow to try
+// again is not excused for it).
 func apiOutages(all []obs, targets int, least time.Duration) [][][2]time.Time {
 	out := make([][][2]time.Time, targets)
-	since := make([]time.Time, targets)
-	var last time.Time
+	for i, rr := range refusals(all, targets) {
+		for _, r := range rr {
+			if end := r.last.Add(retryAfter(r.n)); end.Sub(r.first) >= least {
+				out[i] = append(out[i], [2]time.Time{r.first, end})
+			}
+		}
+	}
+	return out
+}
+
+// refusal is a run of writes one target's Data Plane API refused (injected
+// faults), ended by a write it took or by the history's end.
+type refusal struct {
+	first, last time.Time
+	n           int // writes refused
+}
+
+// refusals are, per target, its API's runs of refused writes, however
+// short: each delays what the service writes by its retries.
+func refusals(all []obs, targets int) [][]refusal {
+	out := make([][]refusal, targets)
+	open := make([]bool, targets)
 	for _, o := range all {
-		last = o.at
 		if o.kind != obsAPIWrite {
 			continue
 		}
 		i := min(o.target, targets-1)
 		switch {
-		case o.refused && since[i].IsZero():
-			since[i] = o.at
-		case !o.refused && !since[i].IsZero():
-			if o.at.Sub(since[i]) >= least {
-				out[i] = append(out[i], [2]time.Time{since[i], o.at})
-			}
-			since[i] = time.Time{}
-		}
-	}
-	for i, t := range since {
-		if !t.IsZero() && last.Sub(t) >= least {
-			out[i] = append(out[i], [2]time.Time{t, last})
+		case o.refused && open[i]:
+			r := &out[i][len(out[i])-1]
+			r.last, r.n = o.at, r.n+1
+		case o.refused:
+			out[i] = append(out[i], refusal{first: o.at, last: o.at, n: 1})
+			open[i] = true
+		default:
+			open[i] = false
 		}
 	}
 	return out
+}
+
+// retryAfter is the longest the service may wait to try again after n
+// writes in a row were refused: the documented retry schedule
+// (docs/faults.md: 50 ms doubling at each failure, 2 s at most, 20 %
+// jitter). The judge keeps its own figures: a slower schedule in the
+// service is a delay the invariants still see.
+func retryAfter(n int) time.Duration {
+	d := 2 * time.Second
+	if n >= 1 && n <= 6 {
+		d = min(d, 50*time.Millisecond<<(n-1))
+	}
+	return d + d/5
 }
 
 // apiRefusing says whether at falls in one of tt's API outages or within
@@ -289,8 +320,9 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 	}
 	tts := make([]*targetTrack, max(targets, 1))
 	outages := apiOutages(all, len(tts), b.Entry)
+	refused := refusals(all, len(tts))
 	for i := range tts {
-		tts[i] = &targetTrack{pods: map[int]*seen{}, outages: outages[i]}
+		tts[i] = &targetTrack{pods: map[int]*seen{}, outages: outages[i], refusals: refused[i]}
 	}
 	step := -1
 	reachedOther := map[[2]int]bool{} // target, pod: reported once
@@ -669,10 +701,13 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				if !tt.unhungAt.IsZero() && tt.unhungAt.Add(HungAfter).After(due) {
 					due = tt.unhungAt.Add(HungAfter)
 				}
-				// An add the API refused waits for the first write it takes.
-				for _, out := range tt.outages {
-					if !out[0].After(due) && !out[1].Before(q.since) && out[1].Add(q.entry(b)).After(due) {
-						due = out[1].Add(q.entry(b))
+				// A write the API refused while the pod waited (an outage,
+				// or seed 703835231's three 409s and a dropped connection
+				// in 0.7 s) is tried again after the retry's backoff: the
+				// pod's entry counts from there.
+				for _, r := range tt.refusals {
+					if back := r.last.Add(retryAfter(r.n) + q.entry(b)); !r.first.After(due) && !r.last.Before(q.since) && back.After(due) {
+						due = back
 					}
 				}
 				// A pod Kubernetes readied while the service could not

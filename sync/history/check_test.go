@@ -69,7 +69,7 @@ func TestEvaluateExcuses(t *testing.T) {
 		},
 		{
 			name:   "a failure within an entry of the API's first accepted write",
-			obs:    []obs{write(1000, true), write(4000, false), failed(5500)},
+			obs:    []obs{write(1000, true), write(2500, true), write(3900, true), write(4000, false), failed(5500)},
 			excuse: ExcuseAPIRefused,
 		},
 		{
@@ -157,6 +157,36 @@ func TestEvaluateExcuses(t *testing.T) {
 			name: "a failure past a restart's margin",
 			obs:  []obs{{at: at(3000), kind: obsReloadStart}, restart(3000, true), restart(3400, false), {at: at(3400), kind: obsReload}, failed(4300)},
 			want: []Invariant{NoFailedRequest},
+		},
+		{
+			// Seed 703835231 (Data Plane driver, soak): a pod readied
+			// while the API refused five writes in 0.5 s (409s, a dropped
+			// connection) entered after the retry's backoff.
+			name: "a pod whose writes the API refused briefly, in service after the retry",
+			obs: append(append(append([]obs{}, refusedWrites(at, 2500, 3000, 5)...),
+				write(3900, false),
+				obs{at: at(2000), kind: obsListen, pod: 3}, obs{at: at(2000), kind: obsK8s, pod: 3, state: live},
+				obs{at: at(4000), kind: obsCheck, pod: 3}),
+				append(traffic(0, 4300, 1), traffic(4300, 9000, 1, 3)...)...),
+		},
+		{
+			name: "a pod whose writes the API refused briefly, never in service",
+			obs: append(append(append([]obs{}, refusedWrites(at, 2500, 3000, 5)...),
+				write(3900, false),
+				obs{at: at(2000), kind: obsListen, pod: 3}, obs{at: at(2000), kind: obsK8s, pod: 3, state: live}),
+				traffic(0, 9000, 1)...),
+			want: []Invariant{InService},
+		},
+		{
+			// The backoff is the judge's figure, not the service's: a
+			// service that waits longer after the refusals is late.
+			name: "a pod in service long after the refused writes' retry",
+			obs: append(append(append([]obs{}, refusedWrites(at, 2500, 3000, 5)...),
+				write(6400, false),
+				obs{at: at(2000), kind: obsListen, pod: 3}, obs{at: at(2000), kind: obsK8s, pod: 3, state: live},
+				obs{at: at(6450), kind: obsCheck, pod: 3}),
+				append(traffic(0, 6500, 1), traffic(6500, 9000, 1, 3)...)...),
+			want: []Invariant{InService},
 		},
 		{
 			name: "a pod ready during an outage, never in service",
@@ -253,6 +283,29 @@ func TestReloadBroken(t *testing.T) {
 	} {
 		if got := reloadBroken(c.asked) == ""; got != c.ok {
 			t.Errorf("%q: allowed %v, want %v", c.asked, got, c.ok)
+		}
+	}
+}
+
+// refusedWrites are n writes the API refused, from from to to (ms).
+func refusedWrites(at func(int) time.Time, from, to, n int) []obs {
+	var out []obs
+	for i := range n {
+		ms := from
+		if n > 1 {
+			ms += (to - from) * i / (n - 1)
+		}
+		out = append(out, obs{at: at(ms), kind: obsAPIWrite, refused: true})
+	}
+	return out
+}
+
+// TestRetryAfterFollowsTheDocumentedSchedule: the judge's backoff is
+// docs/faults.md's: 50 ms doubling, 2 s at most, 20 % jitter.
+func TestRetryAfterFollowsTheDocumentedSchedule(t *testing.T) {
+	for n, want := range map[int]time.Duration{1: 60 * time.Millisecond, 2: 120 * time.Millisecond, 5: 960 * time.Millisecond, 6: 1920 * time.Millisecond, 7: 2400 * time.Millisecond, 40: 2400 * time.Millisecond} {
+		if got := retryAfter(n); got != want {
+			t.Errorf("retryAfter(%d) = %v, want %v", n, got, want)
 		}
 	}
 }

@@ -151,6 +151,11 @@ func ServeSetupOf(seed uint64, driver Driver) Setup {
 	c.Events = r.IntN(2) == 0
 	c.Posts = r.IntN(2) == 0
 	s.BlackHoles = r.IntN(2) == 0
+	// A third HAProxy in a third of the pairs: three targets' writes,
+	// one of them hanging, reloading or restarting while two serve.
+	if s.Targets == 2 && r.IntN(3) == 0 {
+		s.Targets = 3
+	}
 	return s
 }
 

@@ -160,3 +160,22 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// TestServeDrawsAThirdTarget: a third of the pairs in serve histories are
+// three HAProxies, in both modes.
+func TestServeDrawsAThirdTarget(t *testing.T) {
+	three := map[bool][]uint64{} // node mode: seeds
+	for seed := range uint64(300) {
+		if s := ServeSetupOf(seed, Runtime); s.Targets == 3 {
+			three[s.Nodes > 0] = append(three[s.Nodes > 0], seed)
+		} else if s.Targets < 1 || s.Targets > 2 {
+			t.Fatalf("seed %d: %d targets", seed, s.Targets)
+		}
+	}
+	for _, node := range []bool{false, true} {
+		if n := len(three[node]); n < 10 {
+			t.Errorf("node mode %v: %d of 300 serve seeds draw three targets", node, n)
+		}
+	}
+	t.Logf("three targets: pod mode %v, node mode %v", three[false][:3], three[true][:3])
+}

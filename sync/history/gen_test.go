@@ -156,17 +156,22 @@ func TestNodeStepsKeepThePodsTrue(t *testing.T) {
 					}
 				}
 			}
-			down := map[int]bool{}
+			down, deleted := map[int]bool{}, map[int]bool{}
 			for i, st := range Generate(seed, shape) {
 				kinds[st.Kind] = true
 				onDown := func(n int) bool { return down[nodeOf(n, shape.Nodes, shape.Zones)] }
 				switch st.Kind {
-				case NodeDown:
+				case NodeDown, NodeDelete:
 					if len(down) > 0 {
 						t.Fatalf("seed %d step %d: %s while %v is down", seed, i, st, down)
 					}
 					down[st.Node] = true
-				case NodeUp:
+					deleted[st.Node] = st.Kind == NodeDelete
+				case NodeUp, NodeJoin:
+					if st.Kind == NodeJoin != deleted[st.Node] {
+						t.Errorf("seed %d step %d: %s, the Node deleted: %v", seed, i, st, deleted[st.Node])
+					}
+					delete(deleted, st.Node)
 					for _, n := range st.Pods {
 						if nodeOf(n, shape.Nodes, shape.Zones) != st.Node {
 							t.Errorf("seed %d step %d: %s brings back p-%d of another Node", seed, i, st, n)
@@ -193,7 +198,7 @@ func TestNodeStepsKeepThePodsTrue(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []Kind{NodeTaint, NodeUntaint, NodeCordon, NodeUncordon, NodePin, NodeUnpin, NodeExclude, NodeInclude, NodeDown, NodeUp} {
+	for _, k := range []Kind{NodeTaint, NodeUntaint, NodeCordon, NodeUncordon, NodePin, NodeUnpin, NodeExclude, NodeInclude, NodeDown, NodeUp, NodeDelete, NodeJoin} {
 		if !kinds[k] {
 			t.Errorf("no history drew %s", k)
 		}

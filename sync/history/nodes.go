@@ -65,6 +65,7 @@ func nodeZone(k, nodes int) string {
 // nodeFlags is what the history did to a Node, beside its pods.
 type nodeFlags struct {
 	down     bool   // it died: its kube-proxy and pods are gone
+	deleted  bool   // down, and its Node object deleted
 	taint    string // the autoscaler's or Karpenter's taint; empty: none
 	cordoned bool
 	pin      string // the state annotation: drain or maint; empty: none
@@ -87,7 +88,7 @@ type nodeProxy struct {
 	// rr is the round robin's place, one per target: each HAProxy's
 	// connections go round the pods by themselves, as the judge's share
 	// of requests a pod takes through one HAProxy assumes.
-	rr [2]int
+	rr [3]int // (len(sources))
 }
 
 func (np *nodeProxy) start() error {
@@ -222,6 +223,9 @@ func (w *world) nodeObjects() []corev1.Node {
 	var out []corev1.Node
 	for k := 1; k <= w.setup.Nodes; k++ {
 		f := w.nflags[k]
+		if f.deleted {
+			continue
+		}
 		n := corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: nodeName(k), Labels: map[string]string{}, Annotations: map[string]string{}},
 			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeAddr(k)}},
@@ -278,11 +282,15 @@ func (w *world) nodeStep(st Step) error {
 		f.down = true
 	case NodeUp:
 		f.down = false
+	case NodeDelete:
+		f.down, f.deleted = true, true
+	case NodeJoin:
+		f.down, f.deleted = false, false
 	}
 	flags := *f
 	w.mu.Unlock()
 	switch st.Kind {
-	case NodeDown:
+	case NodeDown, NodeDelete:
 		// It dies at once: its kube-proxy and its pods' processes, while
 		// Kubernetes holds its endpoints as they were (Notice comes later).
 		w.nodes[k].stop()
@@ -294,7 +302,7 @@ func (w *world) nodeStep(st Step) error {
 				p.stop()
 			}
 		}
-	case NodeUp:
+	case NodeUp, NodeJoin:
 		for _, n := range st.Pods {
 			if err := w.startPod(n); err != nil {
 				return err
@@ -306,7 +314,7 @@ func (w *world) nodeStep(st Step) error {
 		}
 	}
 	w.rec.add(obs{kind: obsNode, pod: k, gate: flags.serving(w.setup.Config.DrainCordoned), excluded: flags.excluded})
-	if st.Kind == NodeUp {
+	if st.Kind == NodeUp || st.Kind == NodeJoin {
 		// After Kubernetes' view: a client it takes finds the Node back.
 		if err := w.nodes[k].start(); err != nil {
 			return err
@@ -324,10 +332,13 @@ type nodeGen struct {
 	nodes int
 	zones bool
 	flags map[int]*nodeFlags
+	// del draws whether a Node that dies is deleted too: a stream of its
+	// own, so the rest of a seed's steps are those it drew before.
+	del *rand.Rand
 }
 
-func newNodeGen(nodes int, zones bool) *nodeGen {
-	g := &nodeGen{nodes: nodes, zones: zones, flags: map[int]*nodeFlags{}}
+func newNodeGen(nodes int, zones bool, seed uint64) *nodeGen {
+	g := &nodeGen{nodes: nodes, zones: zones, flags: map[int]*nodeFlags{}, del: rand.New(rand.NewPCG(seed^0xde1e7e, seed+3))}
 	for k := 1; k <= nodes; k++ {
 		g.flags[k] = &nodeFlags{}
 	}
@@ -421,8 +432,12 @@ func (g *nodeGen) step(r *rand.Rand, pods map[int]podState) (Step, bool) {
 			for _, n := range back {
 				pods[n] = live
 			}
-			f.down = false
-			return Step{Kind: NodeUp, Node: k, Pods: back}, true
+			kind := NodeUp
+			if f.deleted {
+				kind = NodeJoin
+			}
+			f.down, f.deleted = false, false
+			return Step{Kind: kind, Node: k, Pods: back}, true
 		}
 		for _, o := range g.flags {
 			if o.down {
@@ -444,6 +459,9 @@ func (g *nodeGen) step(r *rand.Rand, pods map[int]podState) (Step, bool) {
 			}
 		}
 		f.down = true
+		if f.deleted = g.del.IntN(2) == 0; f.deleted {
+			return Step{Kind: NodeDelete, Node: k, Pods: gone}, true
+		}
 		return Step{Kind: NodeDown, Node: k, Pods: gone}, true
 	}
 }

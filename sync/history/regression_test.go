@@ -68,3 +68,26 @@ func TestDeadReplacementLetsOthersServe(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedWritesDelayEntryByTheRetryOnly (found by seed 703835231, Data
+// Plane driver, soak shape, an API whose runtime commands fail so every
+// write reloads, default-server on): a pod readied just before a reload by
+// others, whose server's writes the API then refused five times in 0.7 s
+// (three 409s, a dropped connection), entered service after the retry's
+// backoff. The judge counted the pod's entry from its readiness and the
+// reload only, and reported ready-pod-in-service; it now counts it from the
+// last refused write plus the documented backoff (retryAfter), its own
+// figure, so a service slower to retry is still late.
+func TestRefusedWritesDelayEntryByTheRetryOnly(t *testing.T) {
+	s := Setup{Seed: 703835231, Driver: Dataplane, Targets: 2, DefaultServer: true, RuntimeFails: true, ReloadDelay: time.Second}
+	r := RunSteps(t, s, 3, []Step{
+		{Wait: time.Second, Kind: Add, Pods: []int{4}},
+		{Wait: 240 * time.Millisecond, Kind: Reload, Target: 1},
+		{Kind: APIFault, Target: 1, Fault: "409", Times: 3},
+		{Wait: 400 * time.Millisecond, Kind: APIFault, Target: 1, Fault: "drop", Times: 1},
+		{Wait: 300 * time.Millisecond, Kind: Add, Pods: []int{5}},
+		{Wait: 4 * time.Second, Kind: NotReady, Pods: []int{1}},
+		{Wait: 3 * time.Second, Kind: Ready, Pods: []int{1}},
+	})
+	expectNone(t, r)
+}

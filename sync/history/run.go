@@ -426,8 +426,8 @@ func (w *world) units() []unit {
 	rank := map[podState]int{live: 2, terminating: 1, notReady: 0}
 	for k, a := range by {
 		f := w.nflags[k]
-		if f.excluded {
-			continue
+		if f.excluded || f.deleted {
+			continue // (a deleted Node: its endpoints name a Node the service cannot find)
 		}
 		st := notReady
 		switch {

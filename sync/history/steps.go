@@ -93,7 +93,10 @@ const (
 	// NodeExclude labels it out of load balancers; each has its undoing.
 	// NodeDown: the Node dies, its kube-proxy and every pod process on it
 	// (Pods) at once, Kubernetes noticing late (Notice); NodeUp: it comes
-	// back, and its pods that died with it (Pods) with it.
+	// back, and its pods that died with it (Pods) with it. NodeDelete and
+	// NodeJoin are the same with the Node object deleted (the instance is
+	// gone, as a cloud controller or an autoscaler deletes it) and created
+	// again (its replacement joins, under the same name).
 	NodeTaint    Kind = "node-taint"
 	NodeUntaint  Kind = "node-untaint"
 	NodeCordon   Kind = "node-cordon"
@@ -104,6 +107,8 @@ const (
 	NodeInclude  Kind = "node-include"
 	NodeDown     Kind = "node-down"
 	NodeUp       Kind = "node-up"
+	NodeDelete   Kind = "node-delete"
+	NodeJoin     Kind = "node-join"
 	// Kubernetes as the service reaches it (serve histories): KubeCut
 	// closes every connection of the service's to the API server (its
 	// watches end mid-stream); KubeDown makes the API unreachable from the
@@ -229,7 +234,7 @@ func Generate(seed uint64, shape Shape) []Step {
 	hungAt := time.Duration(-1) // when the second target began to hang; -1: it does not
 	var ng *nodeGen
 	if shape.Nodes > 0 {
-		ng = newNodeGen(shape.Nodes, shape.Zones)
+		ng = newNodeGen(shape.Nodes, shape.Zones, seed)
 	}
 	// alloc is the next new pod's number: none lands on a Node that is down.
 	alloc := func() int {

@@ -24,7 +24,7 @@ import (
 // sources are the addresses each target's HAProxy connects from (its
 // backend's "source" line), so that a pod tells whose check or client
 // connection it took.
-var sources = []string{"127.0.0.1", "127.0.0.2"}
+var sources = []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}
 
 // target is one HAProxy instance the service keeps in sync: an HA pair's
 // member. The second one's admin socket and Data Plane API can be made to
