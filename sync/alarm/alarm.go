@@ -20,6 +20,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 )
 
 // Kind is a kind of problem.
@@ -45,8 +47,9 @@ const (
 // answer.
 const CheckGrace = time.Minute
 
-// Every is how often a problem that lasts is warned about again.
-const Every = 5 * time.Minute
+// Every is how often a problem that lasts is warned about again: the rate
+// of the reconciler's own lasting warnings.
+const Every = reconcile.LastingEvery
 
 // grace is how long a problem of kind lasts before it is warned about.
 func grace(k Kind) time.Duration {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
@@ -92,5 +93,60 @@ func TestFailedResultCarriesTheDesiredCount(t *testing.T) {
 	}
 	if res.Desired != 6 {
 		t.Errorf("desired %d, want 6", res.Desired)
+	}
+}
+
+// TestLastingWarningIsSaidAtItsRate: an endpoint Kubernetes gives with an
+// invalid address is skipped by every reconcile, and the follow-up
+// reconciles every second while a server drains: the warning is said at
+// the first, not at the next 59 (a fake clock a second apart), again once
+// LastingEvery has passed, not while the endpoint is mended, and at once
+// when it comes back.
+func TestLastingWarningIsSaidAtItsRate(t *testing.T) {
+	now := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	src := &desiredtest.Source{In: cluster("10.244.0.1", "10.244.0.2", "0177.0.0.1")}
+	d := &reconciletest.Driver{}
+	r := reconciler(src, d)
+	var logs bytes.Buffer
+	r.Log = slog.New(slog.NewJSONHandler(&logs, nil))
+	r.Now = func() time.Time { return now }
+	skippedLines := func() int {
+		n := 0
+		for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+			var line struct{ Level, Msg string }
+			if json.Unmarshal([]byte(l), &line) == nil && line.Msg == "endpoints skipped" && line.Level == "WARN" {
+				n++
+			}
+		}
+		logs.Reset()
+		return n
+	}
+	reconcileAt := func(at time.Time) {
+		t.Helper()
+		now = at
+		if _, err := r.Reconcile(context.Background(), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := now
+	reconcileAt(t0)
+	src.In = cluster("10.244.0.1", "0177.0.0.1") // 10.244.0.2 drains
+	d.Do(func(d *reconciletest.Driver) { d.Busy = map[string]bool{"10-244-0-2": true} })
+	for i := 1; i < 60; i++ {
+		reconcileAt(t0.Add(time.Duration(i) * time.Second))
+	}
+	if n := skippedLines(); n != 1 {
+		t.Errorf("60 reconciles in a minute said the skipped endpoint %d times, want 1", n)
+	}
+	reconcileAt(t0.Add(reconcile.LastingEvery))
+	if n := skippedLines(); n != 1 {
+		t.Errorf("after %s: said %d times, want once more", reconcile.LastingEvery, n)
+	}
+	src.In = cluster("10.244.0.1")
+	reconcileAt(t0.Add(reconcile.LastingEvery + time.Second))
+	src.In = cluster("10.244.0.1", "0177.0.0.1")
+	reconcileAt(t0.Add(reconcile.LastingEvery + 2*time.Second))
+	if n := skippedLines(); n != 1 {
+		t.Errorf("mended, then back: said %d times, want once, at its return", n)
 	}
 }

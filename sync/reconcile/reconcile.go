@@ -113,6 +113,9 @@ type Reconciler struct {
 	// shares with others (package fleet: one Reconciler per Service, one
 	// writer per HAProxy at a time); nil: its own.
 	Locks *Locks
+	// Now is the clock of the warnings said again while their cause lasts
+	// (warnLasting); nil: time.Now.
+	Now func() time.Time
 
 	locks  Locks    // see lock
 	warned sync.Map // target and backend → missing lines last logged (see warnMissingLines)
@@ -122,6 +125,9 @@ type Reconciler struct {
 	// gated: target, backend and server → true while the server is held
 	// in drain for its check since this Reconciler gated it (named).
 	gated sync.Map
+	// lasting: the warnings said while their cause lasts (warnLasting).
+	lastingMu sync.Mutex
+	lasting   map[string]said
 }
 
 // Status values of a Result.
@@ -377,11 +383,12 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 	var warnOnce sync.Once
 	kube := &freshReader{src: r.Source, opts: r.Options, skipped: func(rep desired.Report) {
 		if rep.Total() == 0 {
+			r.lastingGone("skipped")
 			return
 		}
-		warnOnce.Do(func() { // one line per reconcile, however many reads
+		warnOnce.Do(func() { // one line per reconcile at most, however many reads
 			first := rep.Skipped[0]
-			r.log().Warn("endpoints skipped", "count", rep.Total(), "byReason", rep.Counts,
+			r.warnLasting("skipped", fmt.Sprint(rep.Counts), "endpoints skipped", "count", rep.Total(), "byReason", rep.Counts,
 				"first", first.Endpoint, "reason", first.Reason, "detail", first.Detail)
 		})
 	}}
@@ -552,19 +559,31 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		if tr.NoSlots {
 			r.warnNoSlots(tr.Target, backend)
 		}
-		if len(slots.Overflow) > 0 && tr.Attempts == 1 {
-			r.log().Warn("no free slot: servers added with add server, which a reload drops and which get none of haproxy.cfg's default-server keywords; declare more slots (server-template)",
-				"target", tr.Target, "backend", backend, "slots", slots.Total, "overflow", len(slots.Overflow), "first", slots.Overflow[0])
-		}
-		if cur.Settings.Balance == "roundrobin" && len(want.Servers) > maxRoundRobin && tr.Attempts == 1 {
-			r.log().Warn("roundrobin takes at most 4095 active servers per backend; use leastconn or random",
-				"target", tr.Target, "backend", backend, "desired", len(want.Servers))
-		}
 		tr.HealthPortTCP = tcpCheckedHealthPorts(cur)
 		tr.Zones = zoneCounts(want, r.Options.LocalZone)
-		if len(tr.HealthPortTCP) > 0 && tr.Attempts == 1 {
-			r.log().Warn("servers checked on kube-proxy's health port with a TCP connect, which passes a node that cannot serve: give the backend option httpchk GET /healthz, or set HAPROXY_CHECK_HEALTH_NODE_PORT=off",
-				"target", tr.Target, "backend", backend, "servers", len(tr.HealthPortTCP), "first", tr.HealthPortTCP[0])
+		if tr.Attempts == 1 { // said once a reconcile at most, and while it lasts, at LastingEvery
+			where := tr.Target + "\x00" + backend
+			switch {
+			case len(slots.Overflow) > 0:
+				r.warnLasting("overflow\x00"+where, fmt.Sprint(slots.Total, len(slots.Overflow)), "no free slot: servers added with add server, which a reload drops and which get none of haproxy.cfg's default-server keywords; declare more slots (server-template)",
+					"target", tr.Target, "backend", backend, "slots", slots.Total, "overflow", len(slots.Overflow), "first", slots.Overflow[0])
+			default:
+				r.lastingGone("overflow\x00" + where)
+			}
+			switch {
+			case cur.Settings.Balance == "roundrobin" && len(want.Servers) > maxRoundRobin:
+				r.warnLasting("roundrobin\x00"+where, "", "roundrobin takes at most 4095 active servers per backend; use leastconn or random",
+					"target", tr.Target, "backend", backend, "desired", len(want.Servers))
+			default:
+				r.lastingGone("roundrobin\x00" + where)
+			}
+			switch {
+			case len(tr.HealthPortTCP) > 0:
+				r.warnLasting("healthport\x00"+where, fmt.Sprint(len(tr.HealthPortTCP)), "servers checked on kube-proxy's health port with a TCP connect, which passes a node that cannot serve: give the backend option httpchk GET /healthz, or set HAPROXY_CHECK_HEALTH_NODE_PORT=off",
+					"target", tr.Target, "backend", backend, "servers", len(tr.HealthPortTCP), "first", tr.HealthPortTCP[0])
+			default:
+				r.lastingGone("healthport\x00" + where)
+			}
 		}
 		if cur.Retry != nil {
 			tr.MissingBackendLines, tr.LinesRead = cur.Retry.MissingWith(r.Options.LocalZone != ""), true
@@ -575,8 +594,10 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			p = r.releaseGuard(ctx, t, all, want, pol, p)
 		}
 		if len(p.Guarded) > 0 {
-			r.log().Warn("mass-deletion guard: unwanted servers parked for now, not deleted; a later reconcile deletes them once it confirms them unwanted and their replacements are UP", "target", tr.Target, "backend", backend,
+			r.warnLasting("guard\x00"+tr.Target+"\x00"+backend, fmt.Sprint(len(p.Guarded)), "mass-deletion guard: unwanted servers parked for now, not deleted; a later reconcile deletes them once it confirms them unwanted and their replacements are UP", "target", tr.Target, "backend", backend,
 				"servers", len(cur.Servers), "unwanted", len(p.Guarded), "guardPercent", pol.GuardPercent)
+		} else {
+			r.lastingGone("guard\x00" + tr.Target + "\x00" + backend)
 		}
 		if !dryRun && !p.HasChanges() {
 			r.refused.Delete(refusedKey) // nothing planned: nothing refused
