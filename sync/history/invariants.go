@@ -67,6 +67,11 @@ const (
 	// that (adds, moves, weights, states) costs no reload. A forced reload
 	// is never the service's.
 	ReloadsAsPromised Invariant = "reloads-as-promised"
+	// WatchResumes (serve histories): a watch answered 410 Gone lists
+	// again and resumes from the list, so each is answered 410 at most
+	// once per compaction of etcd (expiredBound); one resumed from the
+	// version it lost is answered 410 at every restart, a poke each.
+	WatchResumes Invariant = "watch-resumes"
 )
 
 // Violation is one invariant that did not hold.

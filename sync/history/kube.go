@@ -2,15 +2,18 @@ package history
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -71,6 +74,10 @@ func startKube(t testing.TB) (*rest.Config, kubernetes.Interface) {
 		api.Set("service-node-port-range", "1024-65535")
 		// The namespace has no default route to pick an address from.
 		api.Set("advertise-address", "127.0.0.1")
+		// EndpointSlices and Nodes are watched from etcd itself, not the
+		// watch cache: a watch resumed from a version etcd compacted away
+		// is answered 410 (KubeUp compacts), and the service lists again.
+		api.Set("watch-cache-sizes", "endpointslices.discovery.k8s.io#0,nodes#0")
 		cfg, err := env.Start()
 		if err != nil {
 			kubeAPI.err = fmt.Errorf("start kube-apiserver: %w", err)
@@ -83,6 +90,49 @@ func startKube(t testing.TB) (*rest.Config, kubernetes.Interface) {
 		t.Fatal(kubeAPI.err)
 	}
 	return kubeAPI.cfg, kubeAPI.client
+}
+
+// compactEtcd compacts the API server's etcd to its newest revision
+// (through etcd's JSON gateway): a watch resumed from any older version is
+// then answered 410 Gone, as one resumed after a long outage is in a busy
+// cluster (the API server compacts every 5 minutes).
+func compactEtcd(ctx context.Context) error {
+	if kubeAPI.env == nil || kubeAPI.env.ControlPlane.Etcd == nil || kubeAPI.env.ControlPlane.Etcd.URL == nil {
+		return errors.New("compact etcd: no etcd")
+	}
+	base := kubeAPI.env.ControlPlane.Etcd.URL.String()
+	post := func(path, body string, out any) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s: %s", path, resp.Status, b)
+		}
+		return json.Unmarshal(b, out)
+	}
+	var rng struct {
+		Header struct {
+			Revision string `json:"revision"`
+		} `json:"header"`
+	}
+	if err := post("/v3/kv/range", `{"key":"AA=="}`, &rng); err != nil {
+		return fmt.Errorf("compact etcd: read its revision: %w", err)
+	}
+	if rng.Header.Revision == "" {
+		return errors.New("compact etcd: no revision in its answer")
+	}
+	var done struct{}
+	if err := post("/v3/kv/compaction", `{"revision":"`+rng.Header.Revision+`","physical":true}`, &done); err != nil {
+		return fmt.Errorf("compact etcd at %s: %w", rng.Header.Revision, err)
+	}
+	return nil
 }
 
 // stopKube stops the API server if a history started it (TestMain).

@@ -26,6 +26,9 @@ type Report struct {
 	Steps    []Step
 	Requests int
 	Failed   int
+	// Expired counts the watches of serve's the API server answered 410
+	// Gone (serve histories): each listed again.
+	Expired int
 	Evaluation
 }
 
@@ -128,6 +131,19 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 			}
 			return -1
 		}})}
+	rep.Expired = int(w.expired.Load())
+	if s.Serve && len(all) > 0 {
+		ups := 0
+		for _, st := range steps {
+			if st.Kind == KubeUp {
+				ups++
+			}
+		}
+		if most := expiredBound(int(w.serveStarts.Load()), ups, all[len(all)-1].at.Sub(all[0].at)); rep.Expired > most {
+			rep.Violations = append(rep.Violations, Violation{Invariant: WatchResumes, At: all[len(all)-1].at, Step: len(steps) - 1,
+				What: fmt.Sprintf("serve's watches were answered 410 Gone %d times, more than %d: a watch resumed from a version etcd compacted away again instead of listing", rep.Expired, most)})
+		}
+	}
 	for i, v := range rep.Violations {
 		switch {
 		case v.Target >= len(w.targets):
@@ -552,4 +568,13 @@ func (w *world) refusedName() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return cmp.Or(w.names[n], podName(n))
+}
+
+// expiredBound is how many times serve's watches may be answered 410 Gone
+// in a history: each of the two that read etcd itself (EndpointSlices,
+// Nodes), in each serve process started, once per compaction — each KubeUp
+// and the API server's own every 5 minutes — and once more for a
+// compaction before it started.
+func expiredBound(starts, kubeUps int, span time.Duration) int {
+	return 2 * starts * (kubeUps + int(span/(5*time.Minute)) + 1)
 }

@@ -108,6 +108,7 @@ func (w *world) startServe(i int, zone string) *process {
 	t.Helper()
 	port := freeTCPPort(t)
 	cmd := exec.Command(serviceBinary(t), "serve")
+	w.serveStarts.Add(1)
 	cmd.Env = append(w.serveEnv(i, port), "HAPROXY_LOCAL_ZONE="+zone)
 	lw := w.serveLog(i)
 	cmd.Stdout, cmd.Stderr = lw, lw
@@ -243,6 +244,9 @@ type logLine struct {
 // logged records a reconcile process i logged (pokes.go's "reconcile" and
 // "reconcile failed").
 func (w *world) logged(i int, line []byte) {
+	if bytes.Contains(line, []byte(`"msg":"watch expired; listing again"`)) || bytes.Contains(line, []byte(`"msg":"watch failed; retrying"`)) && bytes.Contains(line, []byte("too old resource version")) {
+		w.expired.Add(1)
+	}
 	if !bytes.Contains(line, []byte(`"msg":"reconcile`)) {
 		return
 	}

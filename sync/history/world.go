@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,6 +157,10 @@ type world struct {
 	kubeconfig string
 	envs       []map[string]string
 	posts      sync.WaitGroup
+	// expired counts the watches the API server answered 410 (serve's log).
+	expired atomic.Int64
+	// serveStarts counts the serve processes started (replicas, restarts).
+	serveStarts atomic.Int64
 }
 
 // newWorld starts the HAProxy targets (and their Data Plane test APIs when
@@ -368,6 +373,13 @@ func (w *world) apply(st Step, index int) error {
 	case ReloadBroken:
 		return w.reloadBroken(w.targets[st.Target%len(w.targets)])
 	case KubeDown, KubeUp:
+		if st.Kind == KubeUp {
+			// What changed meanwhile is past what etcd keeps: the
+			// service's watches resume into a 410 and list again.
+			if err := compactEtcd(context.Background()); err != nil {
+				return err
+			}
+		}
 		w.rec.add(obs{kind: obsKube, hung: st.Kind == KubeDown})
 		w.kproxy.refuse(st.Kind == KubeDown)
 		return nil
