@@ -31,13 +31,16 @@ import (
 // built is the package the tests share: made once from the service built
 // for this machine, and its data tree extracted, as dpkg would unpack it.
 var built struct {
-	once    sync.Once
-	err     error
-	deb     []byte // the .deb
-	path    string // where run wrote it
-	root    string // data.tar extracted
-	version string
-	arch    string
+	once sync.Once
+	err  error
+	deb  []byte // the .deb
+	path string // where run wrote it
+	root string // data.tar extracted
+	// control and data are the entries of control.tar and data.tar, read
+	// once: under -race, decompressing 30 MB takes seconds.
+	control, data map[string]entry
+	version       string
+	arch          string
 }
 
 // testEpoch is the -epoch of the shared package.
@@ -95,18 +98,25 @@ func pkg(t *testing.T) {
 			built.err = fmt.Errorf("go build: %v\n%s", err, out)
 			return
 		}
+		// As make deb and make release run it, and outside this test's
+		// binary: under -race, packaging 30 MB in it takes most of a minute.
 		out := filepath.Join(workDir, "out")
-		path, err := run([]string{"-arch", arch, "-binary", bin, "-version", version, "-out", out, "-epoch", strconv.Itoa(testEpoch)}, io.Discard)
-		if err != nil {
-			built.err = err
+		cmd = exec.Command("go", "run", "./hack/deb", "-arch", arch, "-binary", bin, "-version", version, "-out", out, "-epoch", strconv.Itoa(testEpoch))
+		cmd.Dir = "../.."
+		if b, err := cmd.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go run ./hack/deb: %v\n%s", err, b)
 			return
 		}
+		path := filepath.Join(out, fileName(version, arch))
 		built.path, built.version, built.arch = path, version, arch
 		if built.deb, built.err = os.ReadFile(path); built.err != nil {
 			return
 		}
+		if built.control, built.data, built.err = parts(built.deb); built.err != nil {
+			return
+		}
 		built.root = filepath.Join(workDir, "root")
-		built.err = extract(built.deb, built.root)
+		built.err = extract(built.data, built.root)
 	})
 	if built.err != nil {
 		t.Fatal(built.err)
@@ -197,12 +207,8 @@ func parts(deb []byte) (control, data map[string]entry, err error) {
 	return control, data, nil
 }
 
-// extract unpacks data.tar into root, as dpkg unpacks a package.
-func extract(deb []byte, root string) error {
-	_, data, err := parts(deb)
-	if err != nil {
-		return err
-	}
+// extract unpacks data.tar's entries into root, as dpkg unpacks a package.
+func extract(data map[string]entry, root string) error {
 	for name, e := range data {
 		p := filepath.Join(root, name)
 		switch e.hdr.Typeflag {
@@ -268,10 +274,7 @@ func TestPackage(t *testing.T) {
 	if string(ms[0].data) != "2.0\n" {
 		t.Errorf("debian-binary %q", ms[0].data)
 	}
-	control, data, err := parts(built.deb)
-	if err != nil {
-		t.Fatal(err)
-	}
+	control, data := built.control, built.data
 
 	t.Run("control", func(t *testing.T) {
 		f := controlFields(string(control["control"].body))
