@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Every timestamp of the image: the commit's time, so a rebuild is identical.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: all build image demo test deps matrix vet fmt-check unit history soak soak-run replay bench fuzz clean record-dataplaneapi
+.PHONY: all build image deb demo test deps matrix vet fmt-check unit history soak soak-run replay bench fuzz clean record-dataplaneapi
 
 all: build
 
@@ -22,6 +22,13 @@ build:
 image: build
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./hack/image -binary bin/haproxy-k8s-sync \
 	  -version $(VERSION) -commit $(COMMIT) -out bin/image.tar -sbom bin/image.spdx.json
+
+## deb: the Debian package for the HAProxy host (systemd unit, environment
+## file, its own user in group haproxy), bin/haproxy-k8s-sync_$(VERSION)_amd64.deb,
+## built with nfpm: no dpkg tooling. unit checks it (hack/deb).
+deb: build
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./hack/deb -arch amd64 -binary bin/haproxy-k8s-sync \
+	  -version $(VERSION) -out bin
 
 ## demo: a local HAProxy synced from testdata/demo/cluster.yaml (no cluster needed).
 demo: build

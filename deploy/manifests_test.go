@@ -233,6 +233,8 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 			[]string{sa, role, rb, crole, crb, cm, deploy, pdb, svc, netpol, cron}},
 		{"deploy/ with the runtime-tls component", "ingress-nginx", kustomize(overlay(t, "resources:\n  - %[1]s/overlays/example\ncomponents:\n  - %[1]s/components/runtime-tls\n", ".")),
 			[]string{sa, role, rb, crole, crb, cm, deploy, pdb, svc, netpol}},
+		{"deploy/ for the HAProxy hosts (the Debian package)", "ingress-nginx", kustomize("overlays/haproxy-host"),
+			[]string{sa, role, rb, crole, crb, secret}},
 		{"deploy/secret.example.yaml", "ingress-nginx", file("secret.example.yaml"), []string{secret}},
 		{"knative/", "ingress-nginx", kustomize("../knative/overlays/example"),
 			[]string{sa, role, rb, crole, crb, cm, ksvc, apisource, pingsrc}},
