@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Every timestamp of the image: the commit's time, so a rebuild is identical.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: all build image release demo test deps matrix vet fmt-check unit history soak soak-run replay bench fuzz clean record-dataplaneapi
+.PHONY: all build image release lint-workflows demo test deps matrix vet fmt-check unit history soak soak-run replay bench fuzz clean record-dataplaneapi
 
 all: build
 
@@ -61,14 +61,19 @@ release:
 	else echo "release: no hack/deb in this tree: the .deb packages are skipped"; fi
 	$(GO) run ./hack/release sums $(RELEASE_DIR)
 
+## lint-workflows: actionlint (a Go tool of go.mod) on .github/workflows.
+lint-workflows:
+	$(GO) tool actionlint -color=false
+
 ## demo: a local HAProxy synced from testdata/demo/cluster.yaml (no cluster needed).
 demo: build
 	./hack/demo.sh
 
 ## test: everything CI checks, from a fresh machine with only Go installed:
 ## installs HAProxy and etcd (apt) and builds kube-apiserver and HAProxy 3.0
-## when missing; builds the image and the release, which unit checks.
-test: deps fmt-check vet image release unit history matrix fuzz
+## when missing; builds the image and the release, which unit checks; lints
+## the workflows.
+test: deps fmt-check vet lint-workflows image release unit history matrix fuzz
 
 ## deps: HAProxy, etcd, iproute2 from Debian; kube-apiserver, kubectl, helm
 ## and HAProxy 3.0 LTS built into bin/ (cached in ~/.cache/haproxy-k8s-sync).
