@@ -5,6 +5,11 @@
 // and a `docker save` archive (docker load, crane push, skopeo's
 // docker-archive:), and an SPDX 2.3 SBOM beside it. Every timestamp is
 // -epoch, so the same inputs give the same image digest.
+//
+// With -release DIR (make release) it builds one such image per binary
+// given, one per platform, on one base, and writes them as a multi-platform
+// image index (an OCI image layout in a tar), with each image's SBOM and an
+// in-toto provenance statement (SLSA v1) beside it.
 package main
 
 import (

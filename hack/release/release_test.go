@@ -310,7 +310,7 @@ func openIndex(t *testing.T, dir string) (v1.ImageIndex, string) {
 	return idx, root
 }
 
-// layerFile returns the file name of layer l, which holds it.
+// layerFile returns the content of the file name in layer l.
 func layerFile(t *testing.T, l v1.Layer, name string) []byte {
 	t.Helper()
 	rc, err := l.Uncompressed()
