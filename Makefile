@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Every timestamp of the image: the commit's time, so a rebuild is identical.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: all build image deb demo test deps matrix vet fmt-check unit history soak soak-run replay bench fuzz clean record-dataplaneapi
+.PHONY: all build image deb release lint-workflows demo test deps matrix vet fmt-check unit history soak soak-run replay bench fuzz clean record-dataplaneapi
 
 all: build
 
@@ -30,14 +30,57 @@ deb: build
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./hack/deb -arch amd64 -binary bin/haproxy-k8s-sync \
 	  -version $(VERSION) -out bin
 
+## release: every file of a release into RELEASE_DIR (bin/release), without
+## Docker, every timestamp the commit's (the same commit gives the same
+## bytes): static binaries for linux/amd64 and linux/arm64; the image index of
+## both, an OCI image layout in a tar, with each image's SPDX SBOM and SLSA
+## provenance; the chart packaged by helm with its index.yaml; the .deb
+## packages (hack/deb); SHA256SUMS over them all. hack/release checks them;
+## the release workflow publishes them (docs/install.md, Release artefacts).
+RELEASE_DIR ?= bin/release
+RELEASE_ARCHES := amd64 arm64
+HELM ?= $(CURDIR)/bin/helm
+# What the provenance names: where the index is published, who built it.
+IMAGE_REPOSITORY ?= ghcr.io/haproxy-k8s-sync/haproxy-k8s-sync
+BUILDER_ID ?= urn:haproxy-k8s-sync:builder:local-make-release
+INVOCATION_ID ?=
+# The commit is stamped by LDFLAGS; -buildvcs=false and the default
+# GOAMD64/GOARM64 keep the binaries' bytes independent of .git and of the
+# environment.
+release:
+	@[ -n "$(RELEASE_DIR)" ] && [ "$(RELEASE_DIR)" != / ] || { echo "release: RELEASE_DIR must name a directory of its own"; exit 2; }
+	./hack/build-kube-tools.sh helm
+	rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
+	for arch in $(RELEASE_ARCHES); do \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$$arch GOAMD64=v1 GOARM64=v8.0 $(GO) build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' \
+	    -o $(RELEASE_DIR)/haproxy-k8s-sync_$(VERSION)_linux_$$arch ./cmd/haproxy-k8s-sync || exit 1; \
+	done
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./hack/image -release $(RELEASE_DIR) -version $(VERSION) -commit $(COMMIT) \
+	  -repository '$(IMAGE_REPOSITORY)' -builder-id '$(BUILDER_ID)' -invocation-id '$(INVOCATION_ID)' \
+	  $(foreach a,$(RELEASE_ARCHES),$(RELEASE_DIR)/haproxy-k8s-sync_$(VERSION)_linux_$(a))
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./hack/release chart -helm $(HELM) -out $(RELEASE_DIR) deploy/helm/haproxy-k8s-sync
+	@if [ -d hack/deb ]; then \
+	  for arch in $(RELEASE_ARCHES); do \
+	    echo "$(GO) run ./hack/deb -arch $$arch ..."; \
+	    SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./hack/deb -arch $$arch -binary $(RELEASE_DIR)/haproxy-k8s-sync_$(VERSION)_linux_$$arch \
+	      -version $(VERSION) -out $(RELEASE_DIR) || exit 1; \
+	  done; \
+	else echo "release: no hack/deb in this tree: the .deb packages are skipped"; fi
+	$(GO) run ./hack/release sums $(RELEASE_DIR)
+
+## lint-workflows: actionlint (a Go tool of go.mod) on .github/workflows.
+lint-workflows:
+	$(GO) tool actionlint -color=false
+
 ## demo: a local HAProxy synced from testdata/demo/cluster.yaml (no cluster needed).
 demo: build
 	./hack/demo.sh
 
 ## test: everything CI checks, from a fresh machine with only Go installed:
 ## installs HAProxy and etcd (apt) and builds kube-apiserver and HAProxy 3.0
-## when missing; builds the image, which unit checks.
-test: deps fmt-check vet image unit history matrix fuzz
+## when missing; builds the image and the release, which unit checks; lints
+## the workflows.
+test: deps fmt-check vet lint-workflows image release unit history matrix fuzz
 
 ## deps: HAProxy, etcd, iproute2 from Debian; kube-apiserver, kubectl, helm
 ## and HAProxy 3.0 LTS built into bin/ (cached in ~/.cache/haproxy-k8s-sync).

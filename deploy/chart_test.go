@@ -517,7 +517,7 @@ func TestChartNamesWhatTheDocsCall(t *testing.T) {
 		"release sync and fullnameOverride": {"template", "sync", "helm/haproxy-k8s-sync", "-n", "ingress-nginx", "--set", "fullnameOverride=haproxy-k8s-sync"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			out, err := exec.Command(tool("helm"), append(append(args, "--set", "haproxy.runtimeURL=tcp://haproxy:9999", "--set", "replicaCount=1"), testImage...)...).Output()
+			out, err := exec.Command(tool("helm"), append(args, "--set", "haproxy.runtimeURL=tcp://haproxy:9999", "--set", "replicaCount=1")...).Output()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -537,7 +537,7 @@ func TestChartNamesWhatTheDocsCall(t *testing.T) {
 
 	namespace(t, "ingress-nginx")
 	out, err := exec.Command(tool("helm"), "install", "--dry-run=server", "--kubeconfig", api.kubeconfig, "-n", "ingress-nginx",
-		"sync", "helm/haproxy-k8s-sync", "--set", "fullnameOverride=haproxy-k8s-sync", "--set", "haproxy.dataplaneURL=http://haproxy:5555", testImage[0], testImage[1]).CombinedOutput()
+		"sync", "helm/haproxy-k8s-sync", "--set", "fullnameOverride=haproxy-k8s-sync", "--set", "haproxy.dataplaneURL=http://haproxy:5555").CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm install --dry-run: %v\n%s", err, out)
 	}
@@ -651,14 +651,34 @@ func TestChartRendersOnlyTheURLsGiven(t *testing.T) {
 	}
 }
 
-// TestChartRefusesThePlaceholderImage: no registry publishes the image, and
-// the chart's shipped repository is a placeholder that installs into
-// ImagePullBackOff; the chart refuses to render it, naming the value to set
-// (its schema refuses an empty one), and renders the image once one is set.
+// TestChartRefusesThePlaceholderImage: the chart's default image is where the
+// release workflow publishes it (.github/workflows/release.yml pushes the
+// same repository), tagged with the chart's appVersion. A placeholder — a
+// host of the reserved example domains, as the docs' examples write — or
+// none installs into ImagePullBackOff: the chart refuses to render it, naming
+// the value to set (its schema refuses an empty one), and renders the image
+// once one is set.
 func TestChartRefusesThePlaceholderImage(t *testing.T) {
+	v := releaseVersion(t)
+	const published = "ghcr.io/haproxy-k8s-sync/haproxy-k8s-sync"
+	out, err := exec.Command(tool("helm"), "template", "rel", "helm/haproxy-k8s-sync", "--set", "haproxy.dataplaneURL=http://haproxy-a:5555").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "image: "+published+":"+v+"\n") {
+		t.Errorf("the shipped values do not render %s:%s (%v):\n%.500s", published, v, err, out)
+	}
+	// The workflow pushes to ghcr.io/OWNER/REPO: the repository the chart's
+	// home names.
+	var chart struct{ Home string }
+	readYAML(t, "helm/haproxy-k8s-sync/Chart.yaml", &chart)
+	if !strings.Contains(readDoc(t, ".github/workflows/release.yml"), "IMAGE: ghcr.io/${{ github.repository }}\n") ||
+		chart.Home != "https://github.com/"+strings.TrimPrefix(published, "ghcr.io/") ||
+		!strings.Contains(readDoc(t, "Makefile"), "IMAGE_REPOSITORY ?= "+published+"\n") {
+		t.Errorf("the release workflow (IMAGE), the chart's home (%s) or the Makefile (IMAGE_REPOSITORY) do not say %s, the chart's default", chart.Home, published)
+	}
 	for name, set := range map[string][]string{
-		"shipped values": nil,
-		"placeholder":    {"--set", "image.repository=registry.example/haproxy-k8s-sync"},
+		"placeholder":             {"--set", "image.repository=registry.example/haproxy-k8s-sync"},
+		"the docs' example":       {"--set", "image.repository=registry.example.com/haproxy-k8s-sync"},
+		"example.org with a port": {"--set", "image.repository=example.org:5000/team/haproxy-k8s-sync"},
+		"none":                    {"--set", "image.repository=null"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			args := append([]string{"template", "rel", "helm/haproxy-k8s-sync", "--set", "haproxy.dataplaneURL=http://haproxy-a:5555"}, set...)
@@ -668,7 +688,9 @@ func TestChartRefusesThePlaceholderImage(t *testing.T) {
 			}
 		})
 	}
-	if out := string(helm(t, "--set", "image.repository=registry.internal/team/haproxy-k8s-sync")); !strings.Contains(out, "image: registry.internal/team/haproxy-k8s-sync:"+releaseVersion(t)) {
-		t.Errorf("the image set is not rendered:\n%.500s", out)
+	for _, repo := range []string{"registry.internal/team/haproxy-k8s-sync", "myexample.com/haproxy-k8s-sync"} {
+		if out := string(helm(t, "--set", "image.repository="+repo)); !strings.Contains(out, "image: "+repo+":"+v) {
+			t.Errorf("the image set, %s, is not rendered:\n%.500s", repo, out)
+		}
 	}
 }

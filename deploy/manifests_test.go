@@ -118,9 +118,6 @@ func kubectl(t *testing.T, stdin []byte, args ...string) string {
 // the recommended pair of one HAProxy: its Data Plane API and admin socket.
 func helmArgs(args []string) []string {
 	out := []string{"template", "rel", "helm/haproxy-k8s-sync"}
-	if !slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, "image.repository") }) {
-		out = append(out, testImage...) // the chart refuses its placeholder
-	}
 	if !slices.ContainsFunc(args, func(a string) bool {
 		return strings.Contains(a, "haproxy.dataplaneURL") || strings.Contains(a, "haproxy.runtimeURL")
 	}) {
@@ -128,10 +125,6 @@ func helmArgs(args []string) []string {
 	}
 	return append(out, args...)
 }
-
-// testImage sets an image for the chart, which refuses to render its
-// placeholder (TestChartRefusesThePlaceholderImage).
-var testImage = []string{"--set", "image.repository=registry.test/haproxy-k8s-sync"}
 
 // helmRefuses renders the chart and returns helm's output and error, for
 // values the chart must refuse.
@@ -629,7 +622,7 @@ func TestChartKnobs(t *testing.T) {
 		"--set-json", `haproxy.dataplaneURL=["http://a:5555","http://b:5555"]`,
 		"--set-json", `haproxy.runtimeURL=["tcp://a:9999","tcp://b:9999"]`))
 	for _, want := range []string{
-		"image: registry.test/haproxy-k8s-sync:" + releaseVersion(t) + "@sha256:0123456789abcdef", // tag from appVersion
+		"image: ghcr.io/haproxy-k8s-sync/haproxy-k8s-sync:" + releaseVersion(t) + "@sha256:0123456789abcdef", // tag from appVersion
 		"- name: regcred", "team: edge", "tier: lb", "name: GOMEMLIMIT", "mountPath: /extra", "emptyDir: {}",
 		"iam: role", "readOnlyRootFilesystem: false", "periodSeconds: 7",
 		`HAPROXY_DATAPLANE_URL: "http://a:5555,http://b:5555"`, `HAPROXY_RUNTIME_URL: "tcp://a:9999,tcp://b:9999"`,
@@ -689,8 +682,8 @@ func TestChartKnobs(t *testing.T) {
 func TestChartNotes(t *testing.T) {
 	namespace(t, "notes")
 	// The Data Plane API alone: the notes say what the sockets would add.
-	cmd := exec.Command(tool("helm"), append([]string{"install", "--dry-run=server", "--kubeconfig", api.kubeconfig, "-n", "notes", "rel", "helm/haproxy-k8s-sync",
-		"--set", "haproxy.dataplaneURL=http://haproxy:5555"}, testImage...)...)
+	cmd := exec.Command(tool("helm"), "install", "--dry-run=server", "--kubeconfig", api.kubeconfig, "-n", "notes", "rel", "helm/haproxy-k8s-sync",
+		"--set", "haproxy.dataplaneURL=http://haproxy:5555")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm install --dry-run: %v\n%s", err, out)

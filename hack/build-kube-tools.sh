@@ -5,8 +5,10 @@
 #     k8s.io/kubernetes through hack/kubernetes (about 6 minutes on 2 cores);
 #   helm, built from helm.sh/helm/v3 (about 2 minutes).
 # Built binaries are kept in the user cache, so a fresh clone on the same
-# machine does not build them again.
+# machine does not build them again. Arguments name the tools to build
+# (make release needs helm alone); none: all three.
 set -euo pipefail
+only=" ${*:-kube-apiserver kubectl helm} "
 root="$(cd "$(dirname "$0")/.." && pwd)"
 k8s=v1.34.1
 helm=v3.19.0
@@ -16,6 +18,7 @@ mkdir -p "$root/bin" "$cache"
 # tool NAME VERSION BUILD-COMMAND...: build once into the cache, copy to bin/.
 tool() {
   local name=$1 version=$2; shift 2
+  [[ "$only" == *" $name "* ]] || return 0
   local out="$root/bin/$name" cached="$cache/$name-$version"
   [ -x "$out" ] && [ -f "$out.version" ] && [ "$(cat "$out.version")" = "$version" ] && return 0
   if [ ! -x "$cached" ]; then

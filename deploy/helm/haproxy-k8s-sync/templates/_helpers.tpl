@@ -84,12 +84,15 @@ service to an HAProxy that is not there. */}}
 {{- end -}}
 
 {{- /*
-No registry publishes the image: the shipped repository is a placeholder,
-and rendered it installs into ImagePullBackOff. Refuse it, naming the value.
+The default repository is where the release workflow publishes the image.
+A placeholder (none, or a host of the reserved example domains, as the docs
+write registry.example.com) would install into ImagePullBackOff: refuse it,
+naming the value.
 */ -}}
 {{- define "hks.image" -}}
-{{- if or (not .Values.image.repository) (hasPrefix "registry.example/" .Values.image.repository) -}}
-{{- fail (printf "image.repository is the placeholder %q: set image.repository to the registry you pushed make image's image to (docs/install.md, The image)" (toString .Values.image.repository)) -}}
+{{- $repo := toString .Values.image.repository -}}
+{{- if or (not .Values.image.repository) (regexMatch "^([^/]*\\.)?example(\\.(com|net|org))?(:[0-9]+)?/" $repo) -}}
+{{- fail (printf "image.repository is the placeholder %q: set image.repository to the registry you pushed make image's image to, or leave the default, the release workflow's (docs/install.md, The image)" $repo) -}}
 {{- end -}}
 {{- $tag := default .Chart.AppVersion (toString .Values.image.tag) -}}
 {{- if eq $tag "latest" -}}
