@@ -204,3 +204,58 @@ func TestNodeStepsKeepThePodsTrue(t *testing.T) {
 		}
 	}
 }
+
+// TestAddressesReusedOnlyWhenFree: with Shape.Reuse, an AddReused takes
+// the address of a pod gone before, which no pod in Kubernetes holds, and
+// every shape that reuses draws some.
+func TestAddressesReusedOnlyWhenFree(t *testing.T) {
+	reused := 0
+	for seed := range uint64(60) {
+		shape := soakShape
+		shape.Steps, shape.Targets, shape.HangFor = 300, 2, HangFor
+		addr := map[int]int{} // pod: whose podAddr it has
+		held := map[int]int{} // address (podAddr of): pod in Kubernetes
+		for i := 1; i <= shape.Start; i++ {
+			addr[i], held[i] = i, i
+		}
+		for i, st := range Generate(seed, shape) {
+			if st.Kind != AddReused {
+				// A pod first seen (an Add, a Rollout's or a Recreate's
+				// new one) has its own address.
+				for _, n := range st.Pods {
+					if _, ok := addr[n]; !ok {
+						addr[n], held[n] = n, n
+					}
+				}
+			}
+			switch st.Kind {
+			case AddReused:
+				n, last := st.Pods[0], st.Pods[1]
+				a := addr[last]
+				if p, ok := held[a]; ok {
+					t.Fatalf("seed %d step %d: %s takes the address of p-%d, held by p-%d", seed, i, st, a, p)
+				}
+				addr[n], held[a] = a, n
+				reused++
+			case Gone:
+				for _, n := range st.Pods {
+					delete(held, addr[n])
+				}
+			case Recreate:
+				delete(held, addr[st.Pods[0]])
+			}
+		}
+	}
+	if reused < 30 {
+		t.Errorf("%d addresses reused in 60 soak histories", reused)
+	}
+	for _, s := range []Shape{shortShape, nodesShape, servicesShape} {
+		for seed := range uint64(30) {
+			for _, st := range Generate(seed, s) {
+				if st.Kind == AddReused {
+					t.Fatalf("shape %s (no Reuse) drew %s", s.Name, st)
+				}
+			}
+		}
+	}
+}

@@ -21,7 +21,7 @@ var shortShape = Shape{Name: "short", Start: 4, Steps: 30, MaxPods: 12, MaxWait:
 
 // soakShape is a soak's history: longer, so waits and timers that build up
 // over minutes have a chance to.
-var soakShape = Shape{Name: "soak", Start: 5, Steps: 400, MaxPods: 16, MaxWait: 1500 * time.Millisecond, Grace: time.Second, Faults: true, Crashes: true}
+var soakShape = Shape{Name: "soak", Start: 5, Steps: 400, MaxPods: 16, MaxWait: 1500 * time.Millisecond, Grace: time.Second, Faults: true, Crashes: true, Reuse: true}
 
 // servicesShape is a many-Services history (ServicesSetupOf): the short
 // shape's steps with web2 joining and leaving be2 and a refused duplicate
@@ -31,7 +31,7 @@ var servicesShape = Shape{Name: "services", Start: 4, Steps: 30, MaxPods: 12, Ma
 // slotsShape and slotsSoakShape are the short and soak shapes of slot
 // histories (SlotsSetupOf): be's servers are slots of haproxy.cfg.
 var (
-	slotsShape     = withName(shortShape, "slots")
+	slotsShape     = reusing(withName(shortShape, "slots"))
 	slotsSoakShape = withSteps(withName(soakShape, "slots-soak"), 150)
 )
 
@@ -45,9 +45,15 @@ var (
 // serveShape and serveSoakShape are the short and soak shapes of serve
 // histories (ServeSetupOf): the binary's serve against a kube-apiserver.
 var (
-	serveShape     = kubeFails(withName(shortShape, "serve"))
+	serveShape     = reusing(kubeFails(withName(shortShape, "serve")))
 	serveSoakShape = kubeFails(withSteps(withName(soakShape, "serve-soak"), 150))
 )
+
+// reusing is s with pod addresses reused (Shape.Reuse).
+func reusing(s Shape) Shape {
+	s.Reuse = true
+	return s
+}
 
 // kubeFails is s with the service's reach of Kubernetes failing now and
 // then (Shape.Kube).

@@ -153,7 +153,7 @@ func (np *nodeProxy) handle(c net.Conn, at time.Time) {
 	}
 	for i := range pods {
 		n := pods[(start+i)%len(pods)]
-		pc, err := d.Dial("tcp", net.JoinHostPort(podAddr(n), strconv.Itoa(np.w.port)))
+		pc, err := d.Dial("tcp", net.JoinHostPort(np.w.addrOf(n), strconv.Itoa(np.w.port)))
 		if err != nil {
 			continue // kube-proxy would send it on; the judge waits for no readiness probe
 		}

@@ -259,7 +259,7 @@ func (w *world) gateDiffs() []string {
 	byAddr := map[string]int{}
 	w.mu.Lock()
 	for n := range w.k8s {
-		byAddr[podAddr(n)] = n
+		byAddr[w.addrOf(n)] = n
 	}
 	w.mu.Unlock()
 	inService := map[int]bool{}

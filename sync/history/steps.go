@@ -56,6 +56,11 @@ const (
 	// at a new address, in one EndpointSlice update (a StatefulSet's pod
 	// recreated): in pod mode, the same server moves.
 	Recreate Kind = "recreate"
+	// AddReused adds Pods[0] at the address of Pods[1], a pod gone before
+	// (Shape.Reuse): as a busy cluster hands a freed pod IP to a new pod,
+	// while HAProxy may still hold the old pod's server, parked or
+	// draining.
+	AddReused Kind = "add-reused"
 	// Rollout replaces every live pod at once (a rolling update with a
 	// surge of 100%): new pods listen, then one update makes them ready
 	// and the old ones terminating. Pods: the old ones, then as many new.
@@ -199,6 +204,10 @@ type Shape struct {
 	// targets that restart or fail a reload (withTargetFaults): serve
 	// histories'.
 	Kube bool
+	// Reuse makes about one single-pod Add in three, when a pod is gone
+	// whose address no pod holds, an AddReused of that address (a stream
+	// of its own: the other steps are the seed's as before).
+	Reuse bool
 	// Nodes, when not 0, runs the pods on that many Nodes (node mode) and
 	// draws steps on the Nodes too, one draw in three; Zones places them
 	// (nodeOf). Run sets both from the setup.
@@ -232,6 +241,18 @@ func Generate(seed uint64, shape Shape) []Step {
 	var now, pending time.Duration
 	var steps []Step
 	hungAt := time.Duration(-1) // when the second target began to hang; -1: it does not
+	// Address reuse (Shape.Reuse): each pod's address is its own podAddr
+	// or, by AddReused, a gone pod's (addrOwner: whose podAddr it is);
+	// free are the gone pods whose address no pod holds now.
+	reuse := rand.New(rand.NewPCG(seed^0xadd4e55, seed+11))
+	addrOwner := map[int]int{}
+	var free []int
+	owner := func(p int) int {
+		if o, ok := addrOwner[p]; ok {
+			return o
+		}
+		return p
+	}
 	var ng *nodeGen
 	if shape.Nodes > 0 {
 		ng = newNodeGen(shape.Nodes, shape.Zones, seed)
@@ -326,6 +347,13 @@ func Generate(seed uint64, shape Shape) []Step {
 				pods[p] = live
 				st.Pods = append(st.Pods, p)
 			}
+			if shape.Reuse && n == 1 && len(free) > 0 && reuse.IntN(3) == 0 {
+				i := reuse.IntN(len(free))
+				last := free[i] // the gone pod that held it last
+				free = append(free[:i], free[i+1:]...)
+				addrOwner[st.Pods[0]] = owner(last)
+				st = Step{Kind: AddReused, Pods: []int{st.Pods[0], last}}
+			}
 		case roll < 38:
 			if hungAt >= 0 {
 				continue
@@ -356,6 +384,7 @@ func Generate(seed uint64, shape Shape) []Step {
 			}
 			p := pick(c)
 			delete(pods, p)
+			free = append(free, p) // its address, whoever's podAddr it is
 			st = Step{Kind: Gone, Pods: []int{p}}
 		case roll < 58:
 			if st, ok = transition(Kill, live, dead); !ok {

@@ -127,6 +127,11 @@ type world struct {
 	pods  map[int]*pod
 	k8s   map[int]podState // the endpoints Kubernetes holds, by pod
 	names map[int]string   // a pod's name where it is not podName (Recreate)
+	// reused is, for a pod that took a gone pod's address (AddReused), the
+	// pod whose podAddr it has; addrMu guards it alone, as addrOf is asked
+	// under w.mu and outside it.
+	addrMu sync.Mutex
+	reused map[int]int
 	live  *desiredtest.Live
 	poke  func()
 	close func()
@@ -274,7 +279,55 @@ func (w *world) newPod(n int) *pod {
 	// The static server is haproxy.cfg's: HAPROXY_SEND_PROXY_V2 is none
 	// of its business.
 	proxy := w.setup.DefaultServer || w.setup.Config.SendProxy && n != staticPod
-	return &pod{n: n, addr: net.JoinHostPort(podAddr(n), strconv.Itoa(w.port)), rec: w.rec, proxy: proxy}
+	return &pod{n: n, addr: net.JoinHostPort(w.addrOf(n), strconv.Itoa(w.port)), rec: w.rec, proxy: proxy}
+}
+
+// addrOf is pod n's address: its own podAddr, or the one of the gone pod
+// whose address it took (AddReused).
+func (w *world) addrOf(n int) string {
+	w.addrMu.Lock()
+	defer w.addrMu.Unlock()
+	if m, ok := w.reused[n]; ok {
+		return podAddr(m)
+	}
+	return podAddr(n)
+}
+
+// addReused carries out an AddReused: a new pod at the address of a gone
+// one (its sandbox torn down, a black hole's included), listening, then
+// ready, as Add.
+func (w *world) addReused(st Step) error {
+	n, old := st.Pods[0], st.Pods[1]
+	w.mu.Lock()
+	gone := w.pods[old]
+	w.mu.Unlock()
+	if gone != nil {
+		gone.stop()
+		gone.closeHole()
+	}
+	w.addrMu.Lock()
+	owner := old
+	if m, ok := w.reused[old]; ok {
+		owner = m
+	}
+	if w.reused == nil {
+		w.reused = map[int]int{}
+	}
+	// The refused pod's address is refused by HAProxy whoever holds it:
+	// it is neither taken nor given (a plain Add).
+	if r := w.setup.Config.Refused; r == 0 || n != r && owner != r {
+		w.reused[n] = owner
+	}
+	w.addrMu.Unlock()
+	if err := w.startPod(n); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.k8s[n] = live
+	w.mu.Unlock()
+	w.rec.add(obs{kind: obsK8s, pod: n, state: live})
+	w.publish()
+	return nil
 }
 
 // input is what Kubernetes holds now: the Service and its EndpointSlices, ten
@@ -311,7 +364,7 @@ func (w *world) input() desired.Input {
 			ready, term = false, true
 		}
 		ep := discoveryv1.Endpoint{
-			Addresses:  []string{podAddr(n)},
+			Addresses:  []string{w.addrOf(n)},
 			Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &term},
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: namespace, Name: cmp.Or(w.names[n], podName(n))},
 		}
@@ -359,6 +412,8 @@ func (w *world) apply(st Step, index int) error {
 	switch st.Kind {
 	case Recreate:
 		return w.recreate(st, index)
+	case AddReused:
+		return w.addReused(st)
 	case Rollout:
 		return w.rollout(st)
 	case ServiceJoin, ServiceLeave, Duplicate, DuplicateEnd:
