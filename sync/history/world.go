@@ -132,9 +132,9 @@ type world struct {
 	// under w.mu and outside it.
 	addrMu sync.Mutex
 	reused map[int]int
-	live  *desiredtest.Live
-	poke  func()
-	close func()
+	live   *desiredtest.Live
+	poke   func()
+	close  func()
 	// svc is the many-Services part (Setup.Services), nil otherwise.
 	svc *services
 	// check is the check the service writes (cfg.Check): the bounds' base.
