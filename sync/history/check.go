@@ -70,6 +70,29 @@ type targetTrack struct {
 	// yet (TargetRestart); restarts: from each kill until it listened.
 	restartSince time.Time
 	restarts     [][2]time.Time
+	// downParts: its socket or API refusing connections now (obsDown);
+	// downs: each span in which one of them did, the last one open
+	// (zero end) while it lasts.
+	downParts map[string]bool
+	downs     [][2]time.Time
+}
+
+// downAt is tt's socket-or-API outage that at falls in, or whose
+// downRecovery and after at falls within; nil when none.
+func (tt *targetTrack) downAt(at time.Time, after time.Duration) *[2]time.Time {
+	for i := len(tt.downs) - 1; i >= 0; i-- {
+		d := tt.downs[i]
+		if at.Before(d[0]) {
+			continue
+		}
+		if d[1].IsZero() {
+			return &[2]time.Time{d[0], at}
+		}
+		if !at.After(d[1].Add(downRecovery(d) + after)) {
+			return &tt.downs[i]
+		}
+	}
+	return nil
 }
 
 // apiOutages are the spans, per target, in which a Data Plane API refused
@@ -356,9 +379,13 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		if tt.apiRefusing(at, b.Entry) {
 			return ExcuseAPIRefused
 		}
-		// A reload's lag first: it has its own bound, beside an outage too.
+		// A reload's lag first: it has its own bound, beside an outage too
+		// (an outage's excuse is restricted where its pods still serve).
 		if why, _, _ := tt.reloadLag(at, b.Reload); why != "" {
 			return why
+		}
+		if tt.downAt(at, b.Entry) != nil {
+			return ExcuseDown
 		}
 		if kubeDown(at, b.Entry) {
 			return ExcuseKubeDown
@@ -379,7 +406,8 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			}
 		}
 		if why := lagging(tt, at); why != "" && (why != ExcuseOverflow || !tt.keptServing(pods, b, at)) &&
-			(why != ExcuseKubeDown || !servedThrough(pods, b, kubeOutageAt(kubeOut, at, b.Entry), at)) {
+			(why != ExcuseKubeDown || !servedThrough(pods, b, kubeOutageAt(kubeOut, at, b.Entry), at)) &&
+			(why != ExcuseDown || !servedThrough(pods, b, tt.downAt(at, b.Entry), at)) {
 			return why
 		}
 		for _, d := range deaths {
@@ -593,6 +621,21 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			tt.apiReload = o.at
 		case obsAPIReload:
 			tt.lastReload, tt.apiReload = o.at, time.Time{}
+		case obsDown:
+			if tt.downParts == nil {
+				tt.downParts = map[string]bool{}
+			}
+			if o.hung {
+				if len(tt.downParts) == 0 {
+					tt.downs = append(tt.downs, [2]time.Time{o.at, {}})
+				}
+				tt.downParts[o.err] = true
+			} else if tt.downParts[o.err] {
+				delete(tt.downParts, o.err)
+				if len(tt.downParts) == 0 {
+					tt.downs[len(tt.downs)-1][1] = o.at
+				}
+			}
 		case obsHang:
 			if o.hung {
 				tt.hungSince = o.at
@@ -701,6 +744,13 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				if !tt.unhungAt.IsZero() && tt.unhungAt.Add(HungAfter).After(due) {
 					due = tt.unhungAt.Add(HungAfter)
 				}
+				// A pod readied while the service could not reach the
+				// target waits for the follow-up's next try.
+				for _, d := range tt.downs {
+					if back := d[1].Add(downRecovery(d) + q.entry(b)); !d[1].IsZero() && !d[0].After(due) && !d[1].Before(q.since) && back.After(due) {
+						due = back
+					}
+				}
 				// A write the API refused while the pod waited (an outage,
 				// or seed 703835231's three 409s and a dropped connection
 				// in 0.7 s) is tried again after the retry's backoff: the
@@ -780,7 +830,8 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				// reconcile that ran out of RECONCILE_TIMEOUT on one).
 				hung := false
 				for _, t := range tts {
-					hung = hung || !t.hungSince.IsZero() || !t.unhungAt.IsZero() && t.unhungAt.After(o.began.Add(-HungAfter))
+					hung = hung || !t.hungSince.IsZero() || !t.unhungAt.IsZero() && t.unhungAt.After(o.began.Add(-HungAfter)) ||
+						downDuring(t, o.began.Add(-failureBound), o.at)
 				}
 				// Or Kubernetes unreachable during the reconcile (less
 				// failureBound before it began): its read failed.

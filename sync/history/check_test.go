@@ -26,6 +26,7 @@ func TestEvaluateExcuses(t *testing.T) {
 	write := func(ms int, refused bool) obs { return obs{at: at(ms), kind: obsAPIWrite, refused: refused} }
 	kube := func(ms int, down bool) obs { return obs{at: at(ms), kind: obsKube, hung: down} }
 	restart := func(ms int, down bool) obs { return obs{at: at(ms), kind: obsRestart, hung: down} }
+	down := func(ms int, on bool) obs { return obs{at: at(ms), kind: obsDown, hung: on, err: "socket"} }
 	// Requests answered from..to every 10 ms, by pods in turn:
 	// ready-pod-in-service counts on traffic.
 	traffic := func(from, to int, pods ...int) []obs {
@@ -187,6 +188,55 @@ func TestEvaluateExcuses(t *testing.T) {
 				obs{at: at(6450), kind: obsCheck, pod: 3}),
 				append(traffic(0, 6500, 1), traffic(6500, 9000, 1, 3)...)...),
 			want: []Invariant{InService},
+		},
+		{
+			// Pod 1 served before the socket went down, and answers:
+			// HAProxy serves on, nothing excuses a failure.
+			name: "a failure while the socket is down, a pod in service before still answering",
+			obs:  []obs{down(3000, true), failed(3500), down(5000, false)},
+			want: []Invariant{NoFailedRequest},
+		},
+		{
+			name:   "a failure while the socket is down, no pod in service before",
+			obs:    []obs{{at: at(1000), kind: obsK8s, pod: 1, state: notReady}, down(3000, true), failed(3500), down(5000, false)},
+			excuse: ExcuseDown,
+		},
+		{
+			// Pod 3, ready while the socket refused (3 s to 5 s), waits
+			// for the follow-up's next try: 5 s + 2 × 2 s + 1 s, then its
+			// entry: 12 s.
+			name: "a pod ready while the socket is down, in service after the recovery",
+			obs: append(append([]obs{down(3000, true), down(5000, false),
+				{at: at(4000), kind: obsListen, pod: 3}, {at: at(4000), kind: obsK8s, pod: 3, state: live},
+				{at: at(11000), kind: obsCheck, pod: 3}}, traffic(0, 11500, 1)...), traffic(11500, 14000, 1, 3)...),
+		},
+		{
+			name: "a pod ready while the socket is down, never in service",
+			obs: append([]obs{down(3000, true), down(5000, false),
+				{at: at(4000), kind: obsListen, pod: 3}, {at: at(4000), kind: obsK8s, pod: 3, state: live}},
+				traffic(0, 16000, 1)...),
+			want: []Invariant{InService},
+		},
+		{
+			// TestTargetDownAndBack, runtime driver: a reload by others
+			// dropped the servers while the socket recovered; the
+			// reload's excuse holds, the outage's restriction (pods in
+			// service before still answer) is not the reload's.
+			name:   "a failure in a reload's lag during a socket's recovery",
+			obs:    []obs{down(3000, true), down(4000, false), {at: at(5000), kind: obsReloadStart}, {at: at(5100), kind: obsReload}, failed(5300)},
+			opts:   evalOptions{RuntimeOnly: true},
+			excuse: ExcuseReload,
+		},
+		{
+			name: "a reconcile failed on the target while its API was down",
+			obs:  []obs{down(3000, true), {at: at(3400), began: at(3200), kind: obsReconcile, err: "x", failures: []targetFailure{{target: "t0", err: "connection refused"}}}, down(5000, false)},
+			opts: evalOptions{TargetOf: func(string) int { return 0 }},
+		},
+		{
+			name: "a reconcile failed on the target long after its API came back",
+			obs:  []obs{down(3000, true), down(3500, false), {at: at(9400), began: at(9200), kind: obsReconcile, err: "x", failures: []targetFailure{{target: "t0", err: "connection refused"}}}},
+			opts: evalOptions{TargetOf: func(string) int { return 0 }},
+			want: []Invariant{FailuresExplained},
 		},
 		{
 			name: "a pod ready during an outage, never in service",

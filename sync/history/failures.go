@@ -39,6 +39,8 @@ func failureExcuse(tts []*targetTrack, i int, o obs, f targetFailure, refusedNam
 		return ExcuseHung
 	case !tt.lastFault.IsZero() && tt.lastFault.After(from):
 		return "its Data Plane API refused a write"
+	case downDuring(tt, from, o.at):
+		return ExcuseDown
 	case !tt.reloadStart.IsZero():
 		return "a reload by others"
 	}
@@ -90,6 +92,17 @@ const kubeReadError = "read kubernetes: "
 func brokenConnection(err string) bool {
 	for _, s := range []string{"EOF", "connection reset", "connection refused", "broken pipe", "i/o timeout", "http2: client connection lost"} {
 		if strings.Contains(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// downDuring says whether tt's socket or API refused connections at some
+// time in [from, to].
+func downDuring(tt *targetTrack, from, to time.Time) bool {
+	for _, d := range tt.downs {
+		if !d[0].After(to) && (d[1].IsZero() || !d[1].Before(from)) {
 			return true
 		}
 	}

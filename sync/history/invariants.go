@@ -161,7 +161,22 @@ const (
 	// again and restartMargin after; then it is judged as after a reload
 	// by others.
 	ExcuseRestart = "its HAProxy restarted"
+	// ExcuseDown (serve histories): the target's admin socket or Data
+	// Plane API refused every connection (SocketDown, APIDown) while its
+	// HAProxy served on, or came back within downRecovery and the entry
+	// bound; a failed request is excused only while no pod the service had
+	// in service before it went down still answers.
+	ExcuseDown = "its socket or API was down"
 )
+
+// downRecovery bounds how long after a target's socket or API takes
+// connections again the service may wait to try it: a reconcile that
+// failed on it is tried again by the follow-up after 1 s, doubled at each
+// failure in a row up to 30 s, so the wait under way is at most about
+// twice the outage, and a second.
+func downRecovery(out [2]time.Time) time.Duration {
+	return min(2*out[1].Sub(out[0])+time.Second, 30*time.Second)
+}
 
 // restartMargin is how long after a restarted HAProxy listens a request
 // may still fail for its being down (one sent just before).

@@ -53,3 +53,38 @@ func TestExpiredBound(t *testing.T) {
 		}
 	}
 }
+
+// TestTargetDownAndBack: a target whose admin socket, or Data Plane API,
+// refuses every connection for a few seconds while its HAProxy serves on
+// (and, with the Data Plane driver, the socket down while the API answers):
+// pods that come and go meanwhile are carried once it is back, within the
+// follow-up's next try (downRecovery), and nothing that served before is
+// lost (a request may fail only while no pod in service before still
+// answers). serve, as shipped, in pod mode with two targets.
+func TestTargetDownAndBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real HAProxy and kube-apiserver histories")
+	}
+	for _, c := range []struct {
+		name     string
+		driver   Driver
+		down, up Kind
+	}{
+		{"runtime/socket", Runtime, SocketDown, SocketUp},
+		{"dataplane/API", Dataplane, APIDown, APIUp},
+		{"dataplane/socket", Dataplane, SocketDown, SocketUp},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := RunSteps(t, Setup{Seed: 1, Driver: c.driver, Serve: true, Targets: 2}, 6, []Step{
+				{Wait: 3 * time.Second, Kind: c.down, Target: 1}, // (the pods in service well before)
+				{Wait: 500 * time.Millisecond, Kind: Add, Pods: []int{7}},
+				{Wait: 500 * time.Millisecond, Kind: Terminate, Pods: []int{2}},
+				{Wait: time.Second, Kind: Gone, Pods: []int{2}},
+				{Wait: time.Second, Kind: c.up, Target: 1},
+				{Wait: 5 * time.Second, Kind: NotReady, Pods: []int{3}},
+				{Wait: 2 * time.Second, Kind: Add, Pods: []int{8}},
+			})
+			expectNone(t, r)
+		})
+	}
+}

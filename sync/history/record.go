@@ -36,6 +36,7 @@ const (
 	obsReloadAsked                   // the Data Plane API was asked a reload (err: what asked it)
 	obsKube                          // the API server became unreachable from the service (hung) or reachable again
 	obsRestart                       // target's HAProxy was killed to restart (hung), or listens again
+	obsDown                          // target's socket or API (err) refuses every connection (hung), or takes them again
 )
 
 // obs is one observation, as the history's recorder keeps it.

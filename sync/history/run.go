@@ -38,7 +38,7 @@ type Report struct {
 // way others do, and waits again.
 func Run(t testing.TB, s Setup, shape Shape) Report {
 	t.Helper()
-	shape.Targets, shape.HangFor = max(s.Targets, 1), HangFor
+	shape.Targets, shape.HangFor, shape.API = max(s.Targets, 1), HangFor, s.Driver == Dataplane
 	shape.Nodes, shape.Zones = s.Nodes, s.Zones
 	r := RunSteps(t, s, shape.Start, Generate(s.Seed, shape))
 	r.Shape = shape.Name

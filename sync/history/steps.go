@@ -127,6 +127,14 @@ const (
 	// the running worker goes on).
 	TargetRestart Kind = "target-restart"
 	ReloadBroken  Kind = "reload-broken"
+	// SocketDown makes a target's admin socket refuse every connection
+	// (those open cut) while its HAProxy serves on, as a runtime listener
+	// or a relay that went away; APIDown does it to its Data Plane API
+	// (the dataplaneapi process stopped); SocketUp and APIUp end it.
+	SocketDown Kind = "socket-down"
+	SocketUp   Kind = "socket-up"
+	APIDown    Kind = "api-down"
+	APIUp      Kind = "api-up"
 )
 
 // nodeKind says whether k is a step on a Node.
@@ -155,7 +163,7 @@ func (s Step) String() string {
 		ps = append(ps, fmt.Sprintf("p-%d", p))
 	}
 	switch s.Kind {
-	case Reload, Hang, Unhang, TargetRestart, ReloadBroken:
+	case Reload, Hang, Unhang, TargetRestart, ReloadBroken, SocketDown, SocketUp, APIDown, APIUp:
 		ps = append(ps, fmt.Sprintf("target %d", s.Target))
 	case APIFault:
 		ps = append(ps, fmt.Sprintf("target %d %s x%d", s.Target, s.Fault, s.Times))
@@ -204,6 +212,9 @@ type Shape struct {
 	// targets that restart or fail a reload (withTargetFaults): serve
 	// histories'.
 	Kube bool
+	// API says the targets have a Data Plane API (the Data Plane
+	// driver): withTargetFaults may take it down. Run sets it.
+	API bool
 	// Reuse makes about one single-pod Add in three, when a pod is gone
 	// whose address no pod holds, an AddReused of that address (a stream
 	// of its own: the other steps are the seed's as before).
@@ -482,17 +493,42 @@ func Generate(seed uint64, shape Shape) []Step {
 	return steps
 }
 
-// withTargetFaults inserts, before about one step in 25, a TargetRestart
-// or a ReloadBroken of a target. Drawn from a stream of its own.
+// withTargetFaults inserts, before about one step in 20, a TargetRestart,
+// a ReloadBroken, or a target's socket or (Shape.API) Data Plane API going
+// down, back 2 to 4 steps later (one at a time). Drawn from a stream of its
+// own.
 func withTargetFaults(seed uint64, shape Shape, steps []Step) []Step {
 	r := rand.New(rand.NewPCG(seed^0x7a29, seed+17))
-	out := make([]Step, 0, len(steps)+len(steps)/20)
+	kinds := []Kind{TargetRestart, ReloadBroken, SocketDown}
+	if shape.API {
+		kinds = append(kinds, APIDown)
+	}
+	up := map[Kind]Kind{SocketDown: SocketUp, APIDown: APIUp}
+	out := make([]Step, 0, len(steps)+len(steps)/10)
+	upIn, pending := -1, Step{} // steps until pending (an up) is due; -1: none
 	for _, st := range steps {
-		if r.IntN(25) == 0 {
-			k := []Kind{TargetRestart, ReloadBroken}[r.IntN(2)]
-			out = append(out, Step{Kind: k, Target: r.IntN(max(shape.Targets, 1))})
+		switch {
+		case upIn == 0:
+			out = append(out, pending)
+			upIn = -1
+		case upIn > 0:
+			upIn--
+		}
+		if r.IntN(20) == 0 {
+			k, tg := kinds[r.IntN(len(kinds))], r.IntN(max(shape.Targets, 1))
+			if u, ok := up[k]; ok {
+				if upIn >= 0 {
+					k = TargetRestart // one down at a time
+				} else {
+					upIn, pending = 2+r.IntN(3), Step{Kind: u, Target: tg}
+				}
+			}
+			out = append(out, Step{Kind: k, Target: tg})
 		}
 		out = append(out, st)
+	}
+	if upIn >= 0 {
+		out = append(out, pending)
 	}
 	return out
 }

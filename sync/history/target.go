@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -38,6 +39,10 @@ type target struct {
 	// target that can hang, a TCP relay to it.
 	runtimeURL string
 	relay      *relay
+	// apiRelay stands before the Data Plane API in serve histories (it can
+	// go down: APIDown); apiURL is where the service reaches the API.
+	apiRelay *relay
+	apiURL   string
 
 	reloadMu sync.Mutex // one reload at a time: the API's and the history's
 	rec      *recorder
@@ -79,12 +84,12 @@ func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder) *target 
 	tg.h = haproxytest.StartWith(t, opts, bes...)
 	tg.front = tg.h.Frontends[backend]
 	tg.runtimeURL = tg.h.RuntimeURL()
-	if i > 0 || s.Config.Refused > 0 {
+	if i > 0 || s.Config.Refused > 0 || s.Serve {
 		var rewrite func(string) string
 		if n := s.Config.Refused; n > 0 {
 			rewrite = tg.refuseOnSocket(podAddr(n))
 		}
-		tg.relay = startRelay(t, tg.h.AdminSocket, rewrite)
+		tg.relay = startRelay(t, "unix", tg.h.AdminSocket, rewrite)
 		tg.runtimeURL = "tcp://" + tg.relay.addr
 	}
 	static := fmt.Sprintf("server static %s:%d check", podAddr(staticPod), port)
@@ -117,6 +122,15 @@ func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder) *target 
 			tg.h.SetServers(t, b, tg.api.ServerLines(b))
 		}
 		tg.h.Reload(t)
+		tg.apiURL = tg.api.URL
+		if s.Serve {
+			u, err := url.Parse(tg.api.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tg.apiRelay = startRelay(t, "tcp", u.Host, nil)
+			tg.apiURL = "http://" + tg.apiRelay.addr
+		}
 	} else if s.Static && s.Slots.N == 0 {
 		tg.h.SetServers(t, backend, []string{static})
 		tg.h.Reload(t)
@@ -187,6 +201,8 @@ type relay struct {
 	addr string
 	to   string
 	ln   net.Listener
+	// network is to's: "unix" (an admin socket) or "tcp" (a Data Plane API).
+	network string
 
 	// rewrite, when set, rewrites each line sent to the socket.
 	rewrite func(string) string
@@ -194,16 +210,20 @@ type relay struct {
 	mu      sync.Mutex
 	hanging bool
 	held    []net.Conn
-	wg      sync.WaitGroup
+	// down: the process behind it is gone (refuse): every connection is
+	// reset as it comes, and those open were cut.
+	down bool
+	open map[net.Conn]struct{}
+	wg   sync.WaitGroup
 }
 
-func startRelay(t testing.TB, socket string, rewrite func(string) string) *relay {
+func startRelay(t testing.TB, network, socket string, rewrite func(string) string) *relay {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &relay{addr: ln.Addr().String(), to: socket, ln: ln, rewrite: rewrite}
+	r := &relay{addr: ln.Addr().String(), to: socket, ln: ln, rewrite: rewrite, network: network, open: map[net.Conn]struct{}{}}
 	r.wg.Add(1)
 	go r.serve()
 	t.Cleanup(func() { _ = ln.Close(); r.hang(false); r.wg.Wait() })
@@ -218,27 +238,59 @@ func (r *relay) serve() {
 			return
 		}
 		r.mu.Lock()
+		if r.down {
+			r.mu.Unlock()
+			_ = c.(*net.TCPConn).SetLinger(0) // a reset, as from a port nothing listens on
+			c.Close()
+			continue
+		}
 		if r.hanging {
 			r.held = append(r.held, c)
 			r.mu.Unlock()
 			continue
 		}
+		r.open[c] = struct{}{}
 		r.mu.Unlock()
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			defer c.Close()
-			up, err := net.Dial("unix", r.to)
+			defer func() {
+				r.mu.Lock()
+				delete(r.open, c)
+				r.mu.Unlock()
+				c.Close()
+			}()
+			up, err := net.Dial(r.network, r.to)
 			if err != nil {
 				return
 			}
 			defer up.Close()
 			done := make(chan struct{})
-			go func() { r.copyTo(up, c); _ = up.(*net.UnixConn).CloseWrite(); close(done) }()
+			go func() {
+				r.copyTo(up, c)
+				if cw, ok := up.(interface{ CloseWrite() error }); ok {
+					_ = cw.CloseWrite()
+				}
+				close(done)
+			}()
 			_, _ = io.Copy(c, up)
 			_ = c.(*net.TCPConn).CloseWrite()
 			<-done
 		}()
+	}
+}
+
+// refuse takes the process behind r away (on: connections open are cut,
+// new ones reset) or back.
+func (r *relay) refuse(on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.down = on
+	if on {
+		for c := range r.open {
+			_ = c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}
 	}
 }
 

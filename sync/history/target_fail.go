@@ -48,3 +48,20 @@ func (w *world) reloadBroken(tg *target) error {
 	}
 	return nil
 }
+
+// down carries out a SocketDown, SocketUp, APIDown or APIUp on tg: its
+// socket's or API's relay refuses every connection, or takes them again.
+// HAProxy serves on: the service cannot reach it (obsDown).
+func (w *world) down(tg *target, k Kind) error {
+	on := k == SocketDown || k == APIDown
+	r, part := tg.relay, "socket"
+	if k == APIDown || k == APIUp {
+		r, part = tg.apiRelay, "api"
+	}
+	if r == nil {
+		return fmt.Errorf("%s of target %d: no relay before its %s", k, tg.i, part)
+	}
+	w.rec.add(obs{kind: obsDown, target: tg.i, hung: on, err: part})
+	r.refuse(on)
+	return nil
+}

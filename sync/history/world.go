@@ -192,8 +192,8 @@ func newWorld(t testing.TB, s Setup) *world {
 		runtimes = append(runtimes, tg.runtimeURL)
 		w.targetOf[tg.runtimeURL] = i
 		if tg.api != nil {
-			apis = append(apis, tg.api.URL)
-			w.targetOf[tg.api.URL] = i
+			apis = append(apis, tg.apiURL)
+			w.targetOf[tg.apiURL] = i
 		}
 	}
 	traceServers(t, w.targets)
@@ -427,6 +427,8 @@ func (w *world) apply(st Step, index int) error {
 		return w.restart(w.targets[st.Target%len(w.targets)])
 	case ReloadBroken:
 		return w.reloadBroken(w.targets[st.Target%len(w.targets)])
+	case SocketDown, SocketUp, APIDown, APIUp:
+		return w.down(w.targets[st.Target%len(w.targets)], st.Kind)
 	case KubeDown, KubeUp:
 		if st.Kind == KubeUp {
 			// What changed meanwhile is past what etcd keeps: the
