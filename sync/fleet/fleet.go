@@ -124,9 +124,21 @@ type LeftResult struct {
 	reconcile.Result
 }
 
-// ErrServices means at least one Service (or left backend) failed; the
-// Result says which.
+// ErrServices means at least one Service (or left backend) failed for a
+// reason a retry can mend (Mendable); the Result says which. Services
+// failing for their own reasons alone are listed in a Result without it.
 var ErrServices = errors.New("services failed")
+
+// Mendable decides whether a Service's failure of class c fails the
+// instance's reconcile (503, so that the CronJob and Knative try again):
+// only what a retry can mend does, a target unreachable or an answer that
+// did not come. A Permanent failure is the Service's own (a backend not in
+// haproxy.cfg or not manageable, an operator's frontend on its port): no
+// retry mends it and failing every caller for it would stop everyone's
+// retries; the result lists it, its Event and metrics say it. A failure of
+// no known class is taken as mendable: better a needless retry than a
+// failure hidden.
+func Mendable(c failure.Class) bool { return c != failure.Permanent }
 
 // NotSelectedError is ReconcileService's answer for a Service this instance
 // does not follow; Reason says why when it was refused.
@@ -246,12 +258,14 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 				continue
 			}
 			why, failed := failedFE[s.Key()]
+			class := frontendClass(report, s.Key())
 			if !failed {
 				why, failed = unsure[s.Key()]
+				class = failure.Temporary
 			}
 			if failed {
 				res.Services = append(res.Services, ServiceResult{Service: s.Key(), Result: reconcile.Result{
-					Status: reconcile.StatusError, Error: why, ErrorClass: failure.Temporary, Targets: []reconcile.TargetResult{}, Skipped: []desired.Skipped{}}})
+					Status: reconcile.StatusError, Error: why, ErrorClass: class, Targets: []reconcile.TargetResult{}, Skipped: []desired.Skipped{}}})
 				continue
 			}
 			if loading[s.Key()] {
@@ -297,20 +311,35 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	return finish(summarize(&res, dryRun))
 }
 
-// summarize sets res.Status and returns ErrServices when something failed.
+// frontendClass is the class of key's frontend failure in rep (Permanent
+// when it says none).
+func frontendClass(rep services.FrontendReport, key string) failure.Class {
+	if c := rep.FailedClass[key]; c != "" {
+		return c
+	}
+	return failure.Permanent
+}
+
+// summarize sets res.Status and returns ErrServices when something failed
+// that a retry can mend (Mendable); the Services failing for their own
+// reasons stay listed with their error.
 func summarize(res *Result, dryRun bool) error {
 	res.Status = reconcile.StatusUnchanged
 	if dryRun {
 		res.Status = reconcile.StatusPlanned
 	}
 	failed, total := 0, len(res.Services)+len(res.Left)
-	rank := map[failure.Class]int{failure.Temporary: 1, failure.Unreachable: 2, failure.Permanent: 3}
+	rank := map[failure.Class]int{failure.Temporary: 1, failure.Unreachable: 2}
 	note := func(r reconcile.Result) {
 		switch {
-		case r.Status == reconcile.StatusError:
+		case r.Status == reconcile.StatusError && Mendable(r.ErrorClass):
 			failed++
-			if rank[r.ErrorClass] > rank[res.ErrorClass] {
-				res.ErrorClass = r.ErrorClass
+			c := r.ErrorClass
+			if c == "" {
+				c = failure.Temporary
+			}
+			if rank[c] > rank[res.ErrorClass] {
+				res.ErrorClass = c
 			}
 		case r.Status == reconcile.StatusApplied:
 			res.Status = reconcile.StatusApplied

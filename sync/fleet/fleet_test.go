@@ -222,21 +222,85 @@ func TestFleetListFailureChangesNothing(t *testing.T) {
 	}
 }
 
-func TestFleetOneServiceFailingHoldsBackNoOther(t *testing.T) {
+// TestOneBadServiceFailsNotTheReconcile (issue 54 row 6): a Service naming
+// a backend haproxy.cfg lacks fails for its own reason; it is listed, and
+// the full reconcile succeeds for the others (200, not 503 "services
+// failed: 1 of 3").
+func TestOneBadServiceFailsNotTheReconcile(t *testing.T) {
 	c := &cluster{}
 	c.add(annotatedSvc("apps", "web", "be_web"), "127.0.1.1")
+	c.add(annotatedSvc("apps", "api", "be_api"), "127.0.1.3")
 	c.add(annotatedSvc("apps", "broken", "be_missing"), "127.0.1.2")
-	h := newMem("h", "be_web")
+	h := newMem("h", "be_web", "be_api")
 	res, err := newFleet(c, h).Reconcile(context.Background(), false)
-	if !errors.Is(err, ErrServices) {
-		t.Fatalf("err = %v, want ErrServices", err)
+	if err != nil {
+		t.Fatalf("err = %v: one Service's own failure failed the instance's reconcile", err)
 	}
 	got := map[string]string{}
 	for _, s := range res.Services {
 		got[s.Service] = s.Status
+		if s.Service == "apps/broken" && s.ErrorClass != failure.Permanent {
+			t.Errorf("apps/broken's class %q, want permanent", s.ErrorClass)
+		}
 	}
-	if got["apps/web"] != reconcile.StatusApplied || got["apps/broken"] != reconcile.StatusError || res.ErrorClass != failure.Permanent {
-		t.Fatalf("statuses %v class %s", got, res.ErrorClass)
+	if got["apps/web"] != reconcile.StatusApplied || got["apps/api"] != reconcile.StatusApplied || got["apps/broken"] != reconcile.StatusError {
+		t.Fatalf("statuses %v, want the bad one listed as failed", got)
+	}
+	if res.Status != reconcile.StatusApplied || res.ErrorClass != "" || res.Error != "" {
+		t.Fatalf("result %s %q %q, want applied", res.Status, res.ErrorClass, res.Error)
+	}
+}
+
+// TestSummarize: only a failure a retry can mend fails the instance's
+// reconcile; the others are listed.
+func TestSummarize(t *testing.T) {
+	ok := reconcile.Result{Status: reconcile.StatusUnchanged}
+	applied := reconcile.Result{Status: reconcile.StatusApplied}
+	bad := func(c failure.Class) reconcile.Result {
+		return reconcile.Result{Status: reconcile.StatusError, ErrorClass: c}
+	}
+	tests := []struct {
+		name     string
+		services []reconcile.Result
+		left     []reconcile.Result
+		fails    bool
+		status   string
+		class    failure.Class
+	}{
+		{"all well", []reconcile.Result{ok, applied}, nil, false, reconcile.StatusApplied, ""},
+		{"one permanent (its own)", []reconcile.Result{ok, bad(failure.Permanent), ok}, nil, false, reconcile.StatusUnchanged, ""},
+		{"every one permanent", []reconcile.Result{bad(failure.Permanent), bad(failure.Permanent)}, nil, false, reconcile.StatusUnchanged, ""},
+		{"one temporary", []reconcile.Result{ok, bad(failure.Temporary), bad(failure.Permanent)}, nil, true, reconcile.StatusUnchanged, failure.Temporary},
+		{"one unreachable", []reconcile.Result{bad(failure.Unreachable), bad(failure.Temporary)}, nil, true, reconcile.StatusUnchanged, failure.Unreachable},
+		{"a class unknown is mended by a retry", []reconcile.Result{bad("")}, nil, true, reconcile.StatusUnchanged, failure.Temporary},
+		{"a left backend unreachable", []reconcile.Result{applied}, []reconcile.Result{bad(failure.Unreachable)}, true, reconcile.StatusApplied, failure.Unreachable},
+		{"a left backend gone from haproxy.cfg", []reconcile.Result{ok}, []reconcile.Result{bad(failure.Permanent)}, false, reconcile.StatusUnchanged, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var res Result
+			for i, r := range tt.services {
+				res.Services = append(res.Services, ServiceResult{Service: fmt.Sprint("a/s", i), Result: r})
+			}
+			for i, r := range tt.left {
+				res.Left = append(res.Left, LeftResult{Backend: fmt.Sprint("be_", i), Result: r})
+			}
+			err := summarize(&res, false)
+			if (err != nil) != tt.fails || (err != nil) != errors.Is(err, ErrServices) {
+				t.Fatalf("err = %v, want failed %v", err, tt.fails)
+			}
+			if res.Status != tt.status || res.ErrorClass != tt.class {
+				t.Fatalf("status %s class %q, want %s %q", res.Status, res.ErrorClass, tt.status, tt.class)
+			}
+		})
+	}
+}
+
+func TestMendable(t *testing.T) {
+	for c, want := range map[failure.Class]bool{failure.Temporary: true, failure.Unreachable: true, failure.Permanent: false, "": true} {
+		if got := Mendable(c); got != want {
+			t.Errorf("Mendable(%q) = %v, want %v", c, got, want)
+		}
 	}
 }
 
@@ -299,8 +363,8 @@ func TestClassServicesFrontendsStatusAndDraining(t *testing.T) {
 	f := newFleet(c, h)
 	f.Frontends = fe
 	res, err := f.Reconcile(context.Background(), false)
-	if !errors.Is(err, ErrServices) {
-		t.Fatalf("err = %v, want apps/bad's failure", err)
+	if err != nil {
+		t.Fatalf("err = %v: apps/bad's frontend failure is its own, listed", err)
 	}
 	if fmt.Sprint(fe.got) != "[apps/bad apps/good]" {
 		t.Fatalf("frontends asked for %v, want the class Services", fe.got)
@@ -319,7 +383,7 @@ func TestClassServicesFrontendsStatusAndDraining(t *testing.T) {
 		t.Fatalf("draining backend: %v, left %+v; want its server parked, not deleted", st, res.Left)
 	}
 	n := len(c.updates)
-	if _, err := f.Reconcile(context.Background(), false); !errors.Is(err, ErrServices) {
+	if _, err := f.Reconcile(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
 	if len(c.updates) != n {
@@ -329,7 +393,7 @@ func TestClassServicesFrontendsStatusAndDraining(t *testing.T) {
 	c.mu.Lock()
 	c.svcs[0].Spec.LoadBalancerClass = nil
 	c.mu.Unlock()
-	if _, err := f.Reconcile(context.Background(), false); !errors.Is(err, ErrServices) {
+	if _, err := f.Reconcile(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
 	if last := c.updates[len(c.updates)-1]; last != "apps/good=[]" {

@@ -228,8 +228,8 @@ func TestLeftBackendsAreRetried(t *testing.T) {
 	defer l.Close()
 	again := make(chan []string, 10)
 	l.LeftAgain = func(b []string) { again <- b }
-	if _, err := l.Left(context.Background(), []string{"be_gone"}); err == nil {
-		t.Fatal("be_gone is not in HAProxy yet: want a failure")
+	if res, _ := l.Left(context.Background(), []string{"be_gone"}); len(res.Left) != 1 || res.Left[0].Status != reconcile.StatusError {
+		t.Fatalf("be_gone is not in HAProxy yet: want a failure, got %+v", res.Left)
 	}
 	select {
 	case b := <-again:
