@@ -77,6 +77,11 @@ type Fleet struct {
 	mu      sync.Mutex
 	runners map[string]built
 	notices map[string]map[string][]notice // kind → key → warnings last told
+	// held is what the last selection gave (services.Holdings): the
+	// holder keeps what it serves against a later claimant. Annotated
+	// backends' servers carry no mark of their Service, so HAProxy cannot
+	// say it; this process's previous selection can.
+	held map[string]string
 }
 
 type built struct {
@@ -201,7 +206,17 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	if err != nil {
 		return finish(err) // never an empty selection
 	}
-	chosen, refused := services.Select(all, f.Selection)
+	f.mu.Lock()
+	held := f.held
+	f.mu.Unlock()
+	chosen, refused := services.Select(all, f.Selection, held)
+	if !dryRun {
+		// Every Service was listed: the holdings are whole. A dry run
+		// applies nothing, so it holds nothing.
+		f.mu.Lock()
+		f.held = services.Holdings(chosen)
+		f.mu.Unlock()
+	}
 	res.Refused = append(res.Refused, refused...)
 	// Every Service was listed and selected: the refusals are all there.
 	f.tell(ReasonRefused, refusalNotices(refused), all, true)

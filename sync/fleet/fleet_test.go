@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -430,10 +431,9 @@ func TestReconcileLeftParksOnlyBackendsNoServiceNames(t *testing.T) {
 	}
 }
 
-// TestLeftBackendStillNamedReconcilesItsService: a duplicate claim of be_web
-// refuses apps/web, whose pods change meanwhile; the claim's Service goes,
-// and the watch hands be_web over as left. Nothing else would ask for
-// apps/web again: its reconcile must bring be_web up to date.
+// TestLeftBackendStillNamedReconcilesItsService: a claim of be_web by a
+// second Service goes, and the watch hands be_web over as left: the Service
+// that still names it is reconciled, never its backend parked.
 func TestLeftBackendStillNamedReconcilesItsService(t *testing.T) {
 	c := &cluster{}
 	c.add(annotatedSvc("apps", "web", "be_web"), "127.0.1.1")
@@ -442,23 +442,64 @@ func TestLeftBackendStillNamedReconcilesItsService(t *testing.T) {
 	if _, err := f.Reconcile(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
-	c.mu.Lock()
-	c.svcs = nil
-	c.mu.Unlock()
-	c.add(annotatedSvc("apps", "web", "be_web"), "127.0.1.1", "127.0.1.2") // a new pod while refused
 	c.add(annotatedSvc("apps", "claim", "be_web"))
-	if res, _ := f.ReconcileService(context.Background(), "apps/web", false); len(res.Services) != 0 {
+	if res, _ := f.ReconcileService(context.Background(), "apps/claim", false); len(res.Services) != 0 {
 		t.Fatalf("a refused Service was reconciled: %+v", res)
 	}
 	c.mu.Lock()
-	c.svcs = c.svcs[:1] // the claim is deleted
+	c.svcs = nil
 	c.mu.Unlock()
+	c.add(annotatedSvc("apps", "web", "be_web"), "127.0.1.1", "127.0.1.2") // a new pod; the claim is deleted
 	res, err := f.ReconcileLeft(context.Background(), []string{"be_web"})
 	if err != nil || len(res.Services) != 1 || len(res.Left) != 0 {
 		t.Fatalf("%v %+v: want apps/web reconciled, be_web not parked", err, res)
 	}
 	if n := len(h.states("be_web")); n != 2 {
 		t.Fatalf("be_web: %v, want both pods' servers", h.states("be_web"))
+	}
+}
+
+// TestHolderKeepsItsBackend (issue 54 row 5): a Service that serves be_web
+// keeps it when an older Service names it too: the claimant is refused
+// with an Event naming the holder, and the holder's endpoint changes still
+// reach HAProxy; once the claim goes, nothing changes.
+func TestHolderKeepsItsBackend(t *testing.T) {
+	c := &cluster{}
+	web := annotatedSvc("apps", "web", "be_web")
+	web.CreationTimestamp = metav1.NewTime(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	c.add(web, "127.0.1.1")
+	h := newMem("h", "be_web")
+	f := newFleet(c, h)
+	w := &told{}
+	f.Warn = w.warn
+	if _, err := f.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	thief := annotatedSvc("other", "thief", "be_web")
+	thief.CreationTimestamp = metav1.NewTime(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)) // older, annotated later
+	c.add(thief, "127.0.9.9")
+	c.mu.Lock()
+	c.slices["apps/web"][0].Endpoints = append(c.slices["apps/web"][0].Endpoints, c.slices["apps/web"][0].Endpoints[0])
+	c.slices["apps/web"][0].Endpoints[1].Addresses = []string{"127.0.1.2"} // the holder scales up meanwhile
+	c.mu.Unlock()
+	for _, run := range []func() (Result, error){
+		func() (Result, error) { return f.Reconcile(context.Background(), false) },
+		func() (Result, error) { return f.ReconcileService(context.Background(), "apps/web", false) },
+	} {
+		res, err := run()
+		if err != nil || len(res.Services) != 1 || res.Services[0].Service != "apps/web" || res.Services[0].Status == reconcile.StatusError {
+			t.Fatalf("%v %+v: want apps/web followed", err, res.Services)
+		}
+		if len(res.Refused) != 1 || res.Refused[0].Service != "other/thief" || res.Refused[0].Holder != "apps/web" {
+			t.Fatalf("refused %+v: want other/thief refused, naming apps/web", res.Refused)
+		}
+	}
+	st := h.states("be_web")
+	if len(st) != 2 || st["127-0-1-1"] != model.Ready || st["127-0-1-2"] != model.Ready {
+		t.Fatalf("be_web %v: want the holder's two pods, no claimant's", st)
+	}
+	if got := w.take(); len(got) != 1 || !strings.HasPrefix(got[0], "other/thief") || !strings.Contains(got[0], "held by apps/web") {
+		t.Fatalf("told %q: want one Event on the claimant naming the holder", got)
 	}
 }
 
