@@ -40,6 +40,12 @@ type StatusWriter interface {
 	UpdateServiceStatus(ctx context.Context, svc *corev1.Service) (*corev1.Service, error)
 }
 
+// Metrics is what the fleet tells package metrics (a *metrics.Metrics).
+type Metrics interface {
+	WrapService(r reconcile.Runner) reconcile.Runner
+	Outcome(ok bool)
+}
+
 // Concurrency is how many Services are reconciled at once. The per-target
 // locks let one reconcile write each HAProxy at a time; the others read
 // Kubernetes and HAProxy meanwhile.
@@ -67,6 +73,10 @@ type Fleet struct {
 	Status   StatusWriter
 	VIPs     []string
 	Hostname string
+	// Metrics, when set, counts each Service's reconciles and keeps its
+	// backends' gauges (WrapService), and is told whether each reconcile
+	// (full or of some Services) succeeded for the instance (Outcome).
+	Metrics Metrics
 	// Warn, when set, is told of each refusal and each class Service's
 	// frontend failure once while it lasts (not on every reconcile): a
 	// Warning Event on svc.
@@ -194,6 +204,9 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	res := Result{Services: []ServiceResult{}, Refused: []services.Refused{}}
 	finish := func(err error) (Result, error) {
 		res.DurationMs = float64(time.Since(start).Microseconds()) / 1000
+		if counted, ok := outcome(err); counted && f.Metrics != nil && !dryRun {
+			f.Metrics.Outcome(ok)
+		}
 		if err != nil {
 			res.Status, res.Error = reconcile.StatusError, err.Error()
 			if res.ErrorClass == "" {
@@ -326,6 +339,22 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	return finish(summarize(&res, dryRun))
 }
 
+// outcome says whether a reconcile that ended with err counts for the
+// instance's metrics (counted), and if so whether it succeeded (ok). Only
+// what fails the caller fails the instance (summarize); a Service not
+// selected, or a reconcile cut short by the shutdown, says nothing of it.
+func outcome(err error) (counted, ok bool) {
+	var nse *NotSelectedError
+	switch {
+	case err == nil:
+		return true, true
+	case errors.As(err, &nse), errors.Is(err, context.Canceled):
+		return false, false
+	default:
+		return true, false
+	}
+}
+
 // frontendClass is the class of key's frontend failure in rep (Permanent
 // when it says none).
 func frontendClass(rep services.FrontendReport, key string) failure.Class {
@@ -417,6 +446,9 @@ func (f *Fleet) runner(s services.Selected) reconcile.Runner {
 		r.Gate = f.Gate(s.Namespace)
 	}
 	var run reconcile.Runner = r
+	if f.Metrics != nil {
+		run = f.Metrics.WrapService(run)
+	}
 	if f.Wrap != nil {
 		run = f.Wrap(s, r)
 	}

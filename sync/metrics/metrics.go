@@ -224,11 +224,35 @@ func (m *Metrics) Alarm(kind, subject string, open bool) {
 func (m *Metrics) Ignored() { m.ignored.Inc() }
 
 // WrapReconciler counts reconciles, their duration, retries and reloads.
-func (m *Metrics) WrapReconciler(r reconcile.Runner) reconcile.Runner { return observed{m, r} }
+func (m *Metrics) WrapReconciler(r reconcile.Runner) reconcile.Runner { return observed{m: m, r: r} }
+
+// WrapService is WrapReconciler for one Service of many (SERVICE_SELECTION
+// annotation or class): its reconciles are counted and its backends'
+// gauges kept as in the single-Service mode. consecutive_failures and
+// last_success_timestamp_seconds are the instance's (Outcome): one
+// Service's own failure must not reset or raise them for the others. And
+// skipped_endpoints, which has no Service label, is left to the
+// single-Service mode: each Service's read would overwrite the last's.
+func (m *Metrics) WrapService(r reconcile.Runner) reconcile.Runner {
+	return observed{m: m, r: r, service: true}
+}
+
+// Outcome records one reconcile of the instance in many-Services mode (all
+// Services, or some): a success sets last_success_timestamp_seconds and
+// zeroes consecutive_failures; a failure adds one to consecutive_failures.
+func (m *Metrics) Outcome(ok bool) {
+	if ok {
+		m.failures.Set(0)
+		m.lastSuccess.SetToCurrentTime()
+		return
+	}
+	m.failures.Inc()
+}
 
 type observed struct {
-	m *Metrics
-	r reconcile.Runner
+	m       *Metrics
+	r       reconcile.Runner
+	service bool // one Service of many: see WrapService
 }
 
 func (o observed) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result, error) {
@@ -242,7 +266,7 @@ func (o observed) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result,
 	o.m.reconciles.WithLabelValues(res.Status).Inc()
 	_, partial := reconcile.OnlyTargetOf(ctx) // says nothing of the other targets
 	switch {
-	case partial:
+	case partial, o.service:
 	case err != nil:
 		o.m.failures.Inc()
 	default:
@@ -277,10 +301,10 @@ func (o observed) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result,
 			o.m.guarded.WithLabelValues(t.Target, t.Backend).Inc()
 		}
 	}
-	if err == nil && !partial {
+	if err == nil && !partial && !o.service {
 		o.m.lastSuccess.SetToCurrentTime()
 	}
-	if err == nil || errors.Is(err, reconcile.ErrTargets) { // Kubernetes was read
+	if !o.service && (err == nil || errors.Is(err, reconcile.ErrTargets)) { // Kubernetes was read
 		o.m.skipped.Reset()
 		for reason, n := range res.SkippedByReason {
 			o.m.skipped.WithLabelValues(reason).Set(float64(n))
