@@ -247,7 +247,8 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		}
 	}
 	var jobs []job
-	failedFE, unsure, loading := map[string]string{}, map[string]string{}, map[string]bool{}
+	failedFE, loading := map[string]string{}, map[string]bool{}
+	var unread error // a target whose frontends could not be read
 	var report services.FrontendReport
 	class := classOf(chosen)
 	if f.Frontends != nil && !dryRun && (full || only != "" && isClass(chosen, only)) {
@@ -259,14 +260,14 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		for _, s := range class {
 			if why, ok := report.Failed[s.Key()]; ok {
 				failedFE[s.Key()] = "frontends: " + why
-			} else if err != nil {
-				// A target could not be read: the frontends may well be
-				// there. The Service fails this reconcile, but its status
-				// is not withdrawn on one failed read, nor an Event told
-				// (the log says it).
-				unsure[s.Key()] = "frontends: " + err.Error()
 			}
 		}
+		// A target whose frontends could not be read (one HAProxy of a
+		// pair down) holds back nothing on the others: the class Services
+		// are reconciled on every target (each target's failure is its
+		// own), and fail this reconcile (unsure) without their status
+		// withdrawn, nor an Event told: their frontends may well be there.
+		unread = err
 		if err == nil && full {
 			left = append(left, report.Draining...)
 		}
@@ -285,15 +286,9 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 			if only != "" && s.Key() != only {
 				continue
 			}
-			why, failed := failedFE[s.Key()]
-			class := frontendClass(report, s.Key())
-			if !failed {
-				why, failed = unsure[s.Key()]
-				class = failure.Temporary
-			}
-			if failed {
+			if why, failed := failedFE[s.Key()]; failed {
 				res.Services = append(res.Services, ServiceResult{Service: s.Key(), Result: reconcile.Result{
-					Status: reconcile.StatusError, Error: why, ErrorClass: class, Targets: []reconcile.TargetResult{}, Skipped: []desired.Skipped{}}})
+					Status: reconcile.StatusError, Error: why, ErrorClass: frontendClass(report, s.Key()), Targets: []reconcile.TargetResult{}, Skipped: []desired.Skipped{}}})
 				continue
 			}
 			if loading[s.Key()] {
@@ -325,7 +320,11 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	out := f.runAll(ctx, jobs, dryRun)
 	for i, j := range jobs {
 		if j.svc != nil {
-			res.Services = append(res.Services, ServiceResult{Service: j.svc.Key(), Result: out[i]})
+			r := out[i]
+			if unread != nil && j.svc.Class {
+				r = unsure(r, unread)
+			}
+			res.Services = append(res.Services, ServiceResult{Service: j.svc.Key(), Result: r})
 		} else {
 			r := out[i]
 			r.Warnings = nil // "no EndpointSlice" is what a left backend is, no misconfiguration
@@ -337,6 +336,20 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		f.writeStatus(ctx, all, chosen, report, failedFE, &res, only)
 	}
 	return finish(summarize(&res, dryRun))
+}
+
+// unsure is a class Service's result r when some target's frontends could
+// not be read (unread): reconciled where they could, but not known done
+// there, so it fails with the read's class (retried by its lane, 503 when a
+// retry can mend it), and inService keeps its status from being written
+// until every target is read again.
+func unsure(r reconcile.Result, unread error) reconcile.Result {
+	why := "frontends: " + unread.Error()
+	if r.Error != "" {
+		why += "; " + r.Error
+	}
+	r.Status, r.Error, r.ErrorClass = reconcile.StatusError, why, failure.Of(unread)
+	return r
 }
 
 // outcome says whether a reconcile that ended with err counts for the

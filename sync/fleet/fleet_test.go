@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -554,12 +555,75 @@ func TestFrontendsUnreadableKeepStatus(t *testing.T) {
 	if len(c.updates) != 1 {
 		t.Fatalf("status updates %v, want the address written", c.updates)
 	}
-	fe.report, fe.err = services.FrontendReport{Ready: map[string]bool{}}, errors.New("target http://127.0.0.1:1: read frontends: connection refused")
+	fe.report, fe.err = services.FrontendReport{Ready: map[string]bool{}}, fmt.Errorf("target http://127.0.0.1:1: read frontends: %w", &failure.NetworkError{Err: syscall.ECONNREFUSED})
 	res, err := f.Reconcile(context.Background(), false)
 	if !errors.Is(err, ErrServices) || res.Services[0].Status != reconcile.StatusError {
 		t.Fatalf("unreadable target: %v %+v, want apps/web failed", err, res.Services)
 	}
 	if len(c.updates) != 1 || len(w.take()) != 0 {
 		t.Fatalf("status updates %v: want none more (no withdrawal), and no Event", c.updates)
+	}
+}
+
+// downHAProxy is a target nothing listens at.
+type downHAProxy struct{ name string }
+
+func (d downHAProxy) Name() string        { return d.name }
+func (d downHAProxy) Policy() plan.Policy { return plan.Policy{} }
+func (d downHAProxy) Read(context.Context, string) (model.Backend, error) {
+	return model.Backend{}, &failure.NetworkError{Err: syscall.ECONNREFUSED}
+}
+func (d downHAProxy) Apply(context.Context, plan.Plan) (plan.Applied, error) {
+	return plan.Applied{}, &failure.NetworkError{Err: syscall.ECONNREFUSED}
+}
+
+// TestOneHAProxyDownHoldsBackNoClassService (issue 54 row 1): one HAProxy of
+// a pair cannot be read; a class Service is still reconciled on the other
+// (a rollout there must not take it down), fails this reconcile as
+// unreachable (503: a retry mends it), and its status is neither written
+// nor withdrawn.
+func TestOneHAProxyDownHoldsBackNoClassService(t *testing.T) {
+	c := &cluster{}
+	cls := "lb"
+	c.add(corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Port: 80}}}}, "127.0.1.1")
+	_, be := services.ClassNames("", "apps", "web", 80)
+	live := newMem("a", be)
+	fe := &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/web": false}},
+		err: fmt.Errorf("target b: read frontends: %w", &failure.NetworkError{Err: syscall.ECONNREFUSED})}
+	f := newFleet(c, live, downHAProxy{"b"})
+	f.Frontends = fe
+	res, err := f.Reconcile(context.Background(), false)
+	if st := live.states(be); len(st) != 1 {
+		t.Fatalf("%s on the live HAProxy: %v, want the pod's server: one HAProxy down froze the Service on the other", be, st)
+	}
+	if !errors.Is(err, ErrServices) || res.ErrorClass != failure.Unreachable {
+		t.Fatalf("err %v class %q: want the down target's failure, unreachable (503)", err, res.ErrorClass)
+	}
+	if s := res.Services[0]; s.Status != reconcile.StatusError || s.Ingress != "" || len(c.updates) != 0 {
+		t.Fatalf("apps/web: %+v, status writes %v; want failed, its status untouched", s, c.updates)
+	}
+}
+
+func TestUnsure(t *testing.T) {
+	refused := fmt.Errorf("target b: %w", &failure.NetworkError{Err: syscall.ECONNREFUSED})
+	hung := fmt.Errorf("target b: %w", context.DeadlineExceeded)
+	tests := []struct {
+		name   string
+		r      reconcile.Result
+		unread error
+		error  string
+		class  failure.Class
+	}{
+		{"applied on the live target", reconcile.Result{Status: reconcile.StatusApplied}, refused, "frontends: target b: connection refused", failure.Unreachable},
+		{"its own failure there too", reconcile.Result{Status: reconcile.StatusError, Error: "target b: connection refused", ErrorClass: failure.Unreachable}, refused,
+			"frontends: target b: connection refused; target b: connection refused", failure.Unreachable},
+		{"a hung target", reconcile.Result{Status: reconcile.StatusUnchanged}, hung, "frontends: target b: context deadline exceeded", failure.Temporary},
+	}
+	for _, tt := range tests {
+		got := unsure(tt.r, tt.unread)
+		if got.Status != reconcile.StatusError || got.Error != tt.error || got.ErrorClass != tt.class {
+			t.Errorf("%s: %s %q %q, want error %q %q", tt.name, got.Status, got.Error, got.ErrorClass, tt.error, tt.class)
+		}
 	}
 }
