@@ -173,7 +173,7 @@ func (f *Fleet) Reconcile(ctx context.Context, dryRun bool) (Result, error) {
 
 // ReconcileService reconciles the Service key ("namespace/name") alone; a
 // Service not selected is a *NotSelectedError. Selection needs every
-// Service (a backend two name is refused for both), so all are listed; only
+// Service (a backend two name goes to its holder), so all are listed; only
 // this one's backends are read and written.
 func (f *Fleet) ReconcileService(ctx context.Context, key string, dryRun bool) (Result, error) {
 	return f.run(ctx, key, nil, dryRun)
@@ -182,8 +182,8 @@ func (f *Fleet) ReconcileService(ctx context.Context, key string, dryRun bool) (
 // ReconcileLeft reconciles backends as zero endpoints (parked, guarded,
 // never deleted on one read): those the watch saw a Service stop naming.
 // A backend a selected Service names is its Service's: that Service is
-// reconciled instead (the end of a refused duplicate claim leaves the
-// survivor's backend as it was while refused).
+// reconciled instead (a claim on it that ended hands it over, though its
+// holder still names it).
 func (f *Fleet) ReconcileLeft(ctx context.Context, backends []string) (Result, error) {
 	if len(backends) == 0 {
 		return Result{Status: reconcile.StatusUnchanged, Services: []ServiceResult{}, Refused: []services.Refused{}}, nil
@@ -309,8 +309,8 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		case s == nil:
 			jobs = append(jobs, job{backend: b, runner: f.zero(b)})
 		case leftOnly && !queued[s.Key()] && failedFE[s.Key()] == "":
-			// A Service still names it (a refused duplicate claim ended,
-			// or another Service took it over): its own reconcile brings
+			// A Service still names it (a refused claim on it ended, or
+			// another Service took it over): its own reconcile brings
 			// the backend up to date, which nothing else would ask for.
 			queued[s.Key()] = true
 			jobs = append(jobs, job{svc: s, runner: f.runner(*s)})
