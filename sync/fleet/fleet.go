@@ -44,6 +44,7 @@ type StatusWriter interface {
 type Metrics interface {
 	WrapService(r reconcile.Runner) reconcile.Runner
 	Outcome(ok bool)
+	Selected(followed, refused int)
 }
 
 // Concurrency is how many Services are reconciled at once. The per-target
@@ -223,6 +224,9 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	held := f.held
 	f.mu.Unlock()
 	chosen, refused := services.Select(all, f.Selection, held)
+	if f.Metrics != nil && !dryRun {
+		f.Metrics.Selected(len(chosen), refusedServices(chosen, refused))
+	}
 	if !dryRun {
 		// Every Service was listed: the holdings are whole. A dry run
 		// applies nothing, so it holds nothing.
@@ -336,6 +340,22 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		f.writeStatus(ctx, all, chosen, report, failedFE, &res, only)
 	}
 	return finish(summarize(&res, dryRun))
+}
+
+// refusedServices counts the Services refused whole: not those of chosen
+// (a class Service's UDP port is refused alone).
+func refusedServices(chosen []services.Selected, refused []services.Refused) int {
+	in := map[string]bool{}
+	for _, s := range chosen {
+		in[s.Key()] = true
+	}
+	out := map[string]bool{}
+	for _, r := range refused {
+		if !in[r.Service] {
+			out[r.Service] = true
+		}
+	}
+	return len(out)
 }
 
 // unsure is a class Service's result r when some target's frontends could

@@ -60,6 +60,8 @@ func TestFleetKeepsMetrics(t *testing.T) {
 	c := &cluster{}
 	c.add(annotatedSvc("apps", "web", "be_web"), "127.0.1.1", "127.0.1.2")
 	c.add(annotatedSvc("apps", "broken", "be_missing"), "127.0.1.3")
+	c.add(annotatedSvc("later", "claim", "be_web"), "127.0.1.4") // refused: same age, apps/web first by key
+	c.add(annotatedSvc("apps", "bad", "stats"), "127.0.1.5")
 	h := newMem("h", "be_web")
 	f := newFleet(c, h)
 	reg := prometheus.NewRegistry()
@@ -93,6 +95,9 @@ func TestFleetKeepsMetrics(t *testing.T) {
 	}
 	if _, ok := value(t, reg, "servers_held", map[string]string{"target": "h", "backend": "be_web", "why": "waiting"}); !ok {
 		t.Fatal("no servers_held for be_web")
+	}
+	if f, r := gauge("services", map[string]string{"state": "followed"}), gauge("services", map[string]string{"state": "refused"}); f != 2 || r != 2 {
+		t.Fatalf("services followed %v refused %v, want 2 (web, broken) and 2 (claim, bad)", f, r)
 	}
 
 	// Kubernetes cannot be read: the instance fails, twice in a row.

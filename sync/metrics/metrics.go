@@ -57,6 +57,7 @@ type Metrics struct {
 	zoneServers     *prometheus.GaugeVec
 	mismatched      *prometheus.GaugeVec
 	alarms          *prometheus.GaugeVec
+	selected        *prometheus.GaugeVec
 }
 
 // ProgrammingBuckets resolve 10 ms to 5 min, for both latency histograms.
@@ -135,13 +136,15 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 		Help: "1 while a target's runtime socket and its Data Plane API reach different HAProxy (nothing is written to it), 0 once they were seen to match; by target (the Data Plane URL)."}, []string{"target"})
 	m.alarms = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "alarms",
 		Help: "1 while a problem that was warned about lasts, 0 once it mended (package alarm), by kind (unreachable, backend-refused, tls-pair, check-not-passed) and subject (the target, its backend, the server or the certificate file)."}, []string{"kind", "subject"})
+	m.selected = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "services",
+		Help: "Many-Services mode: Services that select themselves, by state: followed, refused (what they ask for is another's or cannot be served), as the last reconcile's selection saw them."}, []string{"state"})
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
 		Help: "Build information: version, VCS revision, Go version; always 1."}, []string{"version", "revision", "goversion"})
 	build.WithLabelValues(version, revision, runtime.Version()).Set(1)
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
 		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, m.watchEvents, m.watchRestarts,
 		m.pokes, m.pokesCoalesced, m.authFailures, m.skipped, m.transitions,
-		m.servers, m.held, m.slots, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, m.podGate, m.healthPortTCP, m.missingLines, m.unexpected, m.cluster, m.zoneServers, m.mismatched, m.alarms, build)
+		m.servers, m.held, m.slots, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, m.podGate, m.healthPortTCP, m.missingLines, m.unexpected, m.cluster, m.zoneServers, m.mismatched, m.alarms, m.selected, build)
 	return m
 }
 
@@ -247,6 +250,14 @@ func (m *Metrics) Outcome(ok bool) {
 		return
 	}
 	m.failures.Inc()
+}
+
+// Selected records how many Services the last selection followed and
+// refused (many-Services mode): a refusal is no failure of the instance,
+// so this is where it is counted.
+func (m *Metrics) Selected(followed, refused int) {
+	m.selected.WithLabelValues("followed").Set(float64(followed))
+	m.selected.WithLabelValues("refused").Set(float64(refused))
 }
 
 type observed struct {
