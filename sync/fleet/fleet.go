@@ -483,7 +483,7 @@ func (f *Fleet) runner(s services.Selected) reconcile.Runner {
 		run = f.Metrics.WrapService(run)
 	}
 	if f.Wrap != nil {
-		run = f.Wrap(s, r)
+		run = f.Wrap(s, run)
 	}
 	if f.runners == nil {
 		f.runners = map[string]built{}

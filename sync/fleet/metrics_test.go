@@ -10,6 +10,8 @@ import (
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/metrics"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/services"
 )
 
 // value reads one sample of name whose labels include want from reg.
@@ -66,6 +68,8 @@ func TestFleetKeepsMetrics(t *testing.T) {
 	f := newFleet(c, h)
 	reg := prometheus.NewRegistry()
 	f.Metrics = metrics.New(reg, "dev", "x")
+	// As serve with SERVICE_EVENTS: Events wrap what the metrics wrap.
+	f.Wrap = func(_ services.Selected, r reconcile.Runner) reconcile.Runner { return r }
 	gauge := func(name string, labels map[string]string) float64 {
 		t.Helper()
 		v, ok := value(t, reg, name, labels)
