@@ -115,6 +115,7 @@ func exportedFamilies(t *testing.T) map[string]metricFamily {
 	m.Mismatched("a", false)
 	m.Alarm("unreachable", "a", true)
 	m.Ignored()
+	m.Selected(2, 1)
 	if _, err := m.WrapSource(fakeSource{}).Read(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func newFleet(cfg config.Config, rec *reconcile.Reconciler, dps []*dataplane.Cli
 	}
 	nodes := rec.Options.Mode == desired.NodeMode
 	f := &fleet.Fleet{
-		Services: kc, Selection: cfg.Selecting(), Template: rec, Log: log,
+		Services: kc, Selection: cfg.Selecting(), Template: rec, Log: log, Metrics: m,
 		Source: func(namespace, name string) reconcile.Source {
 			return m.WrapSource(&kube.Source{Client: kc, Namespace: namespace, Service: name, Nodes: nodes, Pods: cfg.ReadinessGate})
 		},

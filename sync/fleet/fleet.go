@@ -40,6 +40,13 @@ type StatusWriter interface {
 	UpdateServiceStatus(ctx context.Context, svc *corev1.Service) (*corev1.Service, error)
 }
 
+// Metrics is what the fleet tells package metrics (a *metrics.Metrics).
+type Metrics interface {
+	WrapService(r reconcile.Runner) reconcile.Runner
+	Outcome(ok bool)
+	Selected(followed, refused int)
+}
+
 // Concurrency is how many Services are reconciled at once. The per-target
 // locks let one reconcile write each HAProxy at a time; the others read
 // Kubernetes and HAProxy meanwhile.
@@ -67,6 +74,10 @@ type Fleet struct {
 	Status   StatusWriter
 	VIPs     []string
 	Hostname string
+	// Metrics, when set, counts each Service's reconciles and keeps its
+	// backends' gauges (WrapService), and is told whether each reconcile
+	// (full or of some Services) succeeded for the instance (Outcome).
+	Metrics Metrics
 	// Warn, when set, is told of each refusal and each class Service's
 	// frontend failure once while it lasts (not on every reconcile): a
 	// Warning Event on svc.
@@ -77,6 +88,11 @@ type Fleet struct {
 	mu      sync.Mutex
 	runners map[string]built
 	notices map[string]map[string][]notice // kind → key → warnings last told
+	// held is what the last selection gave (services.Holdings): the
+	// holder keeps what it serves against a later claimant. Annotated
+	// backends' servers carry no mark of their Service, so HAProxy cannot
+	// say it; this process's previous selection can.
+	held map[string]string
 }
 
 type built struct {
@@ -124,9 +140,21 @@ type LeftResult struct {
 	reconcile.Result
 }
 
-// ErrServices means at least one Service (or left backend) failed; the
-// Result says which.
+// ErrServices means at least one Service (or left backend) failed for a
+// reason a retry can mend (Mendable); the Result says which. Services
+// failing for their own reasons alone are listed in a Result without it.
 var ErrServices = errors.New("services failed")
+
+// Mendable decides whether a Service's failure of class c fails the
+// instance's reconcile (503, so that the CronJob and Knative try again):
+// only what a retry can mend does, a target unreachable or an answer that
+// did not come. A Permanent failure is the Service's own (a backend not in
+// haproxy.cfg or not manageable, an operator's frontend on its port): no
+// retry mends it and failing every caller for it would stop everyone's
+// retries; the result lists it, its Event and metrics say it. A failure of
+// no known class is taken as mendable: better a needless retry than a
+// failure hidden.
+func Mendable(c failure.Class) bool { return c != failure.Permanent }
 
 // NotSelectedError is ReconcileService's answer for a Service this instance
 // does not follow; Reason says why when it was refused.
@@ -146,7 +174,7 @@ func (f *Fleet) Reconcile(ctx context.Context, dryRun bool) (Result, error) {
 
 // ReconcileService reconciles the Service key ("namespace/name") alone; a
 // Service not selected is a *NotSelectedError. Selection needs every
-// Service (a backend two name is refused for both), so all are listed; only
+// Service (a backend two name goes to its holder), so all are listed; only
 // this one's backends are read and written.
 func (f *Fleet) ReconcileService(ctx context.Context, key string, dryRun bool) (Result, error) {
 	return f.run(ctx, key, nil, dryRun)
@@ -155,8 +183,8 @@ func (f *Fleet) ReconcileService(ctx context.Context, key string, dryRun bool) (
 // ReconcileLeft reconciles backends as zero endpoints (parked, guarded,
 // never deleted on one read): those the watch saw a Service stop naming.
 // A backend a selected Service names is its Service's: that Service is
-// reconciled instead (the end of a refused duplicate claim leaves the
-// survivor's backend as it was while refused).
+// reconciled instead (a claim on it that ended hands it over, though its
+// holder still names it).
 func (f *Fleet) ReconcileLeft(ctx context.Context, backends []string) (Result, error) {
 	if len(backends) == 0 {
 		return Result{Status: reconcile.StatusUnchanged, Services: []ServiceResult{}, Refused: []services.Refused{}}, nil
@@ -177,6 +205,9 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	res := Result{Services: []ServiceResult{}, Refused: []services.Refused{}}
 	finish := func(err error) (Result, error) {
 		res.DurationMs = float64(time.Since(start).Microseconds()) / 1000
+		if counted, ok := outcome(err); counted && f.Metrics != nil && !dryRun {
+			f.Metrics.Outcome(ok)
+		}
 		if err != nil {
 			res.Status, res.Error = reconcile.StatusError, err.Error()
 			if res.ErrorClass == "" {
@@ -189,7 +220,20 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	if err != nil {
 		return finish(err) // never an empty selection
 	}
-	chosen, refused := services.Select(all, f.Selection)
+	f.mu.Lock()
+	held := f.held
+	f.mu.Unlock()
+	chosen, refused := services.Select(all, f.Selection, held)
+	if f.Metrics != nil && !dryRun {
+		f.Metrics.Selected(len(chosen), refusedServices(chosen, refused))
+	}
+	if !dryRun {
+		// Every Service was listed: the holdings are whole. A dry run
+		// applies nothing, so it holds nothing.
+		f.mu.Lock()
+		f.held = services.Holdings(chosen)
+		f.mu.Unlock()
+	}
 	res.Refused = append(res.Refused, refused...)
 	// Every Service was listed and selected: the refusals are all there.
 	f.tell(ReasonRefused, refusalNotices(refused), all, true)
@@ -207,7 +251,8 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		}
 	}
 	var jobs []job
-	failedFE, unsure, loading := map[string]string{}, map[string]string{}, map[string]bool{}
+	failedFE, loading := map[string]string{}, map[string]bool{}
+	var unread error // a target whose frontends could not be read
 	var report services.FrontendReport
 	class := classOf(chosen)
 	if f.Frontends != nil && !dryRun && (full || only != "" && isClass(chosen, only)) {
@@ -219,14 +264,14 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		for _, s := range class {
 			if why, ok := report.Failed[s.Key()]; ok {
 				failedFE[s.Key()] = "frontends: " + why
-			} else if err != nil {
-				// A target could not be read: the frontends may well be
-				// there. The Service fails this reconcile, but its status
-				// is not withdrawn on one failed read, nor an Event told
-				// (the log says it).
-				unsure[s.Key()] = "frontends: " + err.Error()
 			}
 		}
+		// A target whose frontends could not be read (one HAProxy of a
+		// pair down) holds back nothing on the others: the class Services
+		// are reconciled on every target (each target's failure is its
+		// own), and fail this reconcile (unsure) without their status
+		// withdrawn, nor an Event told: their frontends may well be there.
+		unread = err
 		if err == nil && full {
 			left = append(left, report.Draining...)
 		}
@@ -245,13 +290,9 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 			if only != "" && s.Key() != only {
 				continue
 			}
-			why, failed := failedFE[s.Key()]
-			if !failed {
-				why, failed = unsure[s.Key()]
-			}
-			if failed {
+			if why, failed := failedFE[s.Key()]; failed {
 				res.Services = append(res.Services, ServiceResult{Service: s.Key(), Result: reconcile.Result{
-					Status: reconcile.StatusError, Error: why, ErrorClass: failure.Temporary, Targets: []reconcile.TargetResult{}, Skipped: []desired.Skipped{}}})
+					Status: reconcile.StatusError, Error: why, ErrorClass: frontendClass(report, s.Key()), Targets: []reconcile.TargetResult{}, Skipped: []desired.Skipped{}}})
 				continue
 			}
 			if loading[s.Key()] {
@@ -272,8 +313,8 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		case s == nil:
 			jobs = append(jobs, job{backend: b, runner: f.zero(b)})
 		case leftOnly && !queued[s.Key()] && failedFE[s.Key()] == "":
-			// A Service still names it (a refused duplicate claim ended,
-			// or another Service took it over): its own reconcile brings
+			// A Service still names it (a refused claim on it ended, or
+			// another Service took it over): its own reconcile brings
 			// the backend up to date, which nothing else would ask for.
 			queued[s.Key()] = true
 			jobs = append(jobs, job{svc: s, runner: f.runner(*s)})
@@ -283,7 +324,11 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	out := f.runAll(ctx, jobs, dryRun)
 	for i, j := range jobs {
 		if j.svc != nil {
-			res.Services = append(res.Services, ServiceResult{Service: j.svc.Key(), Result: out[i]})
+			r := out[i]
+			if unread != nil && j.svc.Class {
+				r = unsure(r, unread)
+			}
+			res.Services = append(res.Services, ServiceResult{Service: j.svc.Key(), Result: r})
 		} else {
 			r := out[i]
 			r.Warnings = nil // "no EndpointSlice" is what a left backend is, no misconfiguration
@@ -297,20 +342,81 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	return finish(summarize(&res, dryRun))
 }
 
-// summarize sets res.Status and returns ErrServices when something failed.
+// refusedServices counts the Services refused whole: not those of chosen
+// (a class Service's UDP port is refused alone).
+func refusedServices(chosen []services.Selected, refused []services.Refused) int {
+	in := map[string]bool{}
+	for _, s := range chosen {
+		in[s.Key()] = true
+	}
+	out := map[string]bool{}
+	for _, r := range refused {
+		if !in[r.Service] {
+			out[r.Service] = true
+		}
+	}
+	return len(out)
+}
+
+// unsure is a class Service's result r when some target's frontends could
+// not be read (unread): reconciled where they could, but not known done
+// there, so it fails with the read's class (retried by its lane, 503 when a
+// retry can mend it), and inService keeps its status from being written
+// until every target is read again.
+func unsure(r reconcile.Result, unread error) reconcile.Result {
+	why := "frontends: " + unread.Error()
+	if r.Error != "" {
+		why += "; " + r.Error
+	}
+	r.Status, r.Error, r.ErrorClass = reconcile.StatusError, why, failure.Of(unread)
+	return r
+}
+
+// outcome says whether a reconcile that ended with err counts for the
+// instance's metrics (counted), and if so whether it succeeded (ok). Only
+// what fails the caller fails the instance (summarize); a Service not
+// selected, or a reconcile cut short by the shutdown, says nothing of it.
+func outcome(err error) (counted, ok bool) {
+	var nse *NotSelectedError
+	switch {
+	case err == nil:
+		return true, true
+	case errors.As(err, &nse), errors.Is(err, context.Canceled):
+		return false, false
+	default:
+		return true, false
+	}
+}
+
+// frontendClass is the class of key's frontend failure in rep (Permanent
+// when it says none).
+func frontendClass(rep services.FrontendReport, key string) failure.Class {
+	if c := rep.FailedClass[key]; c != "" {
+		return c
+	}
+	return failure.Permanent
+}
+
+// summarize sets res.Status and returns ErrServices when something failed
+// that a retry can mend (Mendable); the Services failing for their own
+// reasons stay listed with their error.
 func summarize(res *Result, dryRun bool) error {
 	res.Status = reconcile.StatusUnchanged
 	if dryRun {
 		res.Status = reconcile.StatusPlanned
 	}
 	failed, total := 0, len(res.Services)+len(res.Left)
-	rank := map[failure.Class]int{failure.Temporary: 1, failure.Unreachable: 2, failure.Permanent: 3}
+	rank := map[failure.Class]int{failure.Temporary: 1, failure.Unreachable: 2}
 	note := func(r reconcile.Result) {
 		switch {
-		case r.Status == reconcile.StatusError:
+		case r.Status == reconcile.StatusError && Mendable(r.ErrorClass):
 			failed++
-			if rank[r.ErrorClass] > rank[res.ErrorClass] {
-				res.ErrorClass = r.ErrorClass
+			c := r.ErrorClass
+			if c == "" {
+				c = failure.Temporary
+			}
+			if rank[c] > rank[res.ErrorClass] {
+				res.ErrorClass = c
 			}
 		case r.Status == reconcile.StatusApplied:
 			res.Status = reconcile.StatusApplied
@@ -373,8 +479,11 @@ func (f *Fleet) runner(s services.Selected) reconcile.Runner {
 		r.Gate = f.Gate(s.Namespace)
 	}
 	var run reconcile.Runner = r
+	if f.Metrics != nil {
+		run = f.Metrics.WrapService(run)
+	}
 	if f.Wrap != nil {
-		run = f.Wrap(s, r)
+		run = f.Wrap(s, run)
 	}
 	if f.runners == nil {
 		f.runners = map[string]built{}

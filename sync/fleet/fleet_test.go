@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -222,21 +224,85 @@ func TestFleetListFailureChangesNothing(t *testing.T) {
 	}
 }
 
-func TestFleetOneServiceFailingHoldsBackNoOther(t *testing.T) {
+// TestOneBadServiceFailsNotTheReconcile (issue 54 row 6): a Service naming
+// a backend haproxy.cfg lacks fails for its own reason; it is listed, and
+// the full reconcile succeeds for the others (200, not 503 "services
+// failed: 1 of 3").
+func TestOneBadServiceFailsNotTheReconcile(t *testing.T) {
 	c := &cluster{}
 	c.add(annotatedSvc("apps", "web", "be_web"), "127.0.1.1")
+	c.add(annotatedSvc("apps", "api", "be_api"), "127.0.1.3")
 	c.add(annotatedSvc("apps", "broken", "be_missing"), "127.0.1.2")
-	h := newMem("h", "be_web")
+	h := newMem("h", "be_web", "be_api")
 	res, err := newFleet(c, h).Reconcile(context.Background(), false)
-	if !errors.Is(err, ErrServices) {
-		t.Fatalf("err = %v, want ErrServices", err)
+	if err != nil {
+		t.Fatalf("err = %v: one Service's own failure failed the instance's reconcile", err)
 	}
 	got := map[string]string{}
 	for _, s := range res.Services {
 		got[s.Service] = s.Status
+		if s.Service == "apps/broken" && s.ErrorClass != failure.Permanent {
+			t.Errorf("apps/broken's class %q, want permanent", s.ErrorClass)
+		}
 	}
-	if got["apps/web"] != reconcile.StatusApplied || got["apps/broken"] != reconcile.StatusError || res.ErrorClass != failure.Permanent {
-		t.Fatalf("statuses %v class %s", got, res.ErrorClass)
+	if got["apps/web"] != reconcile.StatusApplied || got["apps/api"] != reconcile.StatusApplied || got["apps/broken"] != reconcile.StatusError {
+		t.Fatalf("statuses %v, want the bad one listed as failed", got)
+	}
+	if res.Status != reconcile.StatusApplied || res.ErrorClass != "" || res.Error != "" {
+		t.Fatalf("result %s %q %q, want applied", res.Status, res.ErrorClass, res.Error)
+	}
+}
+
+// TestSummarize: only a failure a retry can mend fails the instance's
+// reconcile; the others are listed.
+func TestSummarize(t *testing.T) {
+	ok := reconcile.Result{Status: reconcile.StatusUnchanged}
+	applied := reconcile.Result{Status: reconcile.StatusApplied}
+	bad := func(c failure.Class) reconcile.Result {
+		return reconcile.Result{Status: reconcile.StatusError, ErrorClass: c}
+	}
+	tests := []struct {
+		name     string
+		services []reconcile.Result
+		left     []reconcile.Result
+		fails    bool
+		status   string
+		class    failure.Class
+	}{
+		{"all well", []reconcile.Result{ok, applied}, nil, false, reconcile.StatusApplied, ""},
+		{"one permanent (its own)", []reconcile.Result{ok, bad(failure.Permanent), ok}, nil, false, reconcile.StatusUnchanged, ""},
+		{"every one permanent", []reconcile.Result{bad(failure.Permanent), bad(failure.Permanent)}, nil, false, reconcile.StatusUnchanged, ""},
+		{"one temporary", []reconcile.Result{ok, bad(failure.Temporary), bad(failure.Permanent)}, nil, true, reconcile.StatusUnchanged, failure.Temporary},
+		{"one unreachable", []reconcile.Result{bad(failure.Unreachable), bad(failure.Temporary)}, nil, true, reconcile.StatusUnchanged, failure.Unreachable},
+		{"a class unknown is mended by a retry", []reconcile.Result{bad("")}, nil, true, reconcile.StatusUnchanged, failure.Temporary},
+		{"a left backend unreachable", []reconcile.Result{applied}, []reconcile.Result{bad(failure.Unreachable)}, true, reconcile.StatusApplied, failure.Unreachable},
+		{"a left backend gone from haproxy.cfg", []reconcile.Result{ok}, []reconcile.Result{bad(failure.Permanent)}, false, reconcile.StatusUnchanged, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var res Result
+			for i, r := range tt.services {
+				res.Services = append(res.Services, ServiceResult{Service: fmt.Sprint("a/s", i), Result: r})
+			}
+			for i, r := range tt.left {
+				res.Left = append(res.Left, LeftResult{Backend: fmt.Sprint("be_", i), Result: r})
+			}
+			err := summarize(&res, false)
+			if (err != nil) != tt.fails || (err != nil) != errors.Is(err, ErrServices) {
+				t.Fatalf("err = %v, want failed %v", err, tt.fails)
+			}
+			if res.Status != tt.status || res.ErrorClass != tt.class {
+				t.Fatalf("status %s class %q, want %s %q", res.Status, res.ErrorClass, tt.status, tt.class)
+			}
+		})
+	}
+}
+
+func TestMendable(t *testing.T) {
+	for c, want := range map[failure.Class]bool{failure.Temporary: true, failure.Unreachable: true, failure.Permanent: false, "": true} {
+		if got := Mendable(c); got != want {
+			t.Errorf("Mendable(%q) = %v, want %v", c, got, want)
+		}
 	}
 }
 
@@ -299,8 +365,8 @@ func TestClassServicesFrontendsStatusAndDraining(t *testing.T) {
 	f := newFleet(c, h)
 	f.Frontends = fe
 	res, err := f.Reconcile(context.Background(), false)
-	if !errors.Is(err, ErrServices) {
-		t.Fatalf("err = %v, want apps/bad's failure", err)
+	if err != nil {
+		t.Fatalf("err = %v: apps/bad's frontend failure is its own, listed", err)
 	}
 	if fmt.Sprint(fe.got) != "[apps/bad apps/good]" {
 		t.Fatalf("frontends asked for %v, want the class Services", fe.got)
@@ -319,7 +385,7 @@ func TestClassServicesFrontendsStatusAndDraining(t *testing.T) {
 		t.Fatalf("draining backend: %v, left %+v; want its server parked, not deleted", st, res.Left)
 	}
 	n := len(c.updates)
-	if _, err := f.Reconcile(context.Background(), false); !errors.Is(err, ErrServices) {
+	if _, err := f.Reconcile(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
 	if len(c.updates) != n {
@@ -329,7 +395,7 @@ func TestClassServicesFrontendsStatusAndDraining(t *testing.T) {
 	c.mu.Lock()
 	c.svcs[0].Spec.LoadBalancerClass = nil
 	c.mu.Unlock()
-	if _, err := f.Reconcile(context.Background(), false); !errors.Is(err, ErrServices) {
+	if _, err := f.Reconcile(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
 	if last := c.updates[len(c.updates)-1]; last != "apps/good=[]" {
@@ -366,10 +432,9 @@ func TestReconcileLeftParksOnlyBackendsNoServiceNames(t *testing.T) {
 	}
 }
 
-// TestLeftBackendStillNamedReconcilesItsService: a duplicate claim of be_web
-// refuses apps/web, whose pods change meanwhile; the claim's Service goes,
-// and the watch hands be_web over as left. Nothing else would ask for
-// apps/web again: its reconcile must bring be_web up to date.
+// TestLeftBackendStillNamedReconcilesItsService: a claim of be_web by a
+// second Service goes, and the watch hands be_web over as left: the Service
+// that still names it is reconciled, never its backend parked.
 func TestLeftBackendStillNamedReconcilesItsService(t *testing.T) {
 	c := &cluster{}
 	c.add(annotatedSvc("apps", "web", "be_web"), "127.0.1.1")
@@ -378,23 +443,64 @@ func TestLeftBackendStillNamedReconcilesItsService(t *testing.T) {
 	if _, err := f.Reconcile(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
-	c.mu.Lock()
-	c.svcs = nil
-	c.mu.Unlock()
-	c.add(annotatedSvc("apps", "web", "be_web"), "127.0.1.1", "127.0.1.2") // a new pod while refused
 	c.add(annotatedSvc("apps", "claim", "be_web"))
-	if res, _ := f.ReconcileService(context.Background(), "apps/web", false); len(res.Services) != 0 {
+	if res, _ := f.ReconcileService(context.Background(), "apps/claim", false); len(res.Services) != 0 {
 		t.Fatalf("a refused Service was reconciled: %+v", res)
 	}
 	c.mu.Lock()
-	c.svcs = c.svcs[:1] // the claim is deleted
+	c.svcs = nil
 	c.mu.Unlock()
+	c.add(annotatedSvc("apps", "web", "be_web"), "127.0.1.1", "127.0.1.2") // a new pod; the claim is deleted
 	res, err := f.ReconcileLeft(context.Background(), []string{"be_web"})
 	if err != nil || len(res.Services) != 1 || len(res.Left) != 0 {
 		t.Fatalf("%v %+v: want apps/web reconciled, be_web not parked", err, res)
 	}
 	if n := len(h.states("be_web")); n != 2 {
 		t.Fatalf("be_web: %v, want both pods' servers", h.states("be_web"))
+	}
+}
+
+// TestHolderKeepsItsBackend (issue 54 row 5): a Service that serves be_web
+// keeps it when an older Service names it too: the claimant is refused
+// with an Event naming the holder, and the holder's endpoint changes still
+// reach HAProxy; once the claim goes, nothing changes.
+func TestHolderKeepsItsBackend(t *testing.T) {
+	c := &cluster{}
+	web := annotatedSvc("apps", "web", "be_web")
+	web.CreationTimestamp = metav1.NewTime(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	c.add(web, "127.0.1.1")
+	h := newMem("h", "be_web")
+	f := newFleet(c, h)
+	w := &told{}
+	f.Warn = w.warn
+	if _, err := f.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	thief := annotatedSvc("other", "thief", "be_web")
+	thief.CreationTimestamp = metav1.NewTime(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)) // older, annotated later
+	c.add(thief, "127.0.9.9")
+	c.mu.Lock()
+	c.slices["apps/web"][0].Endpoints = append(c.slices["apps/web"][0].Endpoints, c.slices["apps/web"][0].Endpoints[0])
+	c.slices["apps/web"][0].Endpoints[1].Addresses = []string{"127.0.1.2"} // the holder scales up meanwhile
+	c.mu.Unlock()
+	for _, run := range []func() (Result, error){
+		func() (Result, error) { return f.Reconcile(context.Background(), false) },
+		func() (Result, error) { return f.ReconcileService(context.Background(), "apps/web", false) },
+	} {
+		res, err := run()
+		if err != nil || len(res.Services) != 1 || res.Services[0].Service != "apps/web" || res.Services[0].Status == reconcile.StatusError {
+			t.Fatalf("%v %+v: want apps/web followed", err, res.Services)
+		}
+		if len(res.Refused) != 1 || res.Refused[0].Service != "other/thief" || res.Refused[0].Holder != "apps/web" {
+			t.Fatalf("refused %+v: want other/thief refused, naming apps/web", res.Refused)
+		}
+	}
+	st := h.states("be_web")
+	if len(st) != 2 || st["127-0-1-1"] != model.Ready || st["127-0-1-2"] != model.Ready {
+		t.Fatalf("be_web %v: want the holder's two pods, no claimant's", st)
+	}
+	if got := w.take(); len(got) != 1 || !strings.HasPrefix(got[0], "other/thief") || !strings.Contains(got[0], "held by apps/web") {
+		t.Fatalf("told %q: want one Event on the claimant naming the holder", got)
 	}
 }
 
@@ -449,12 +555,75 @@ func TestFrontendsUnreadableKeepStatus(t *testing.T) {
 	if len(c.updates) != 1 {
 		t.Fatalf("status updates %v, want the address written", c.updates)
 	}
-	fe.report, fe.err = services.FrontendReport{Ready: map[string]bool{}}, errors.New("target http://127.0.0.1:1: read frontends: connection refused")
+	fe.report, fe.err = services.FrontendReport{Ready: map[string]bool{}}, fmt.Errorf("target http://127.0.0.1:1: read frontends: %w", &failure.NetworkError{Err: syscall.ECONNREFUSED})
 	res, err := f.Reconcile(context.Background(), false)
 	if !errors.Is(err, ErrServices) || res.Services[0].Status != reconcile.StatusError {
 		t.Fatalf("unreadable target: %v %+v, want apps/web failed", err, res.Services)
 	}
 	if len(c.updates) != 1 || len(w.take()) != 0 {
 		t.Fatalf("status updates %v: want none more (no withdrawal), and no Event", c.updates)
+	}
+}
+
+// downHAProxy is a target nothing listens at.
+type downHAProxy struct{ name string }
+
+func (d downHAProxy) Name() string        { return d.name }
+func (d downHAProxy) Policy() plan.Policy { return plan.Policy{} }
+func (d downHAProxy) Read(context.Context, string) (model.Backend, error) {
+	return model.Backend{}, &failure.NetworkError{Err: syscall.ECONNREFUSED}
+}
+func (d downHAProxy) Apply(context.Context, plan.Plan) (plan.Applied, error) {
+	return plan.Applied{}, &failure.NetworkError{Err: syscall.ECONNREFUSED}
+}
+
+// TestOneHAProxyDownHoldsBackNoClassService (issue 54 row 1): one HAProxy of
+// a pair cannot be read; a class Service is still reconciled on the other
+// (a rollout there must not take it down), fails this reconcile as
+// unreachable (503: a retry mends it), and its status is neither written
+// nor withdrawn.
+func TestOneHAProxyDownHoldsBackNoClassService(t *testing.T) {
+	c := &cluster{}
+	cls := "lb"
+	c.add(corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Port: 80}}}}, "127.0.1.1")
+	_, be := services.ClassNames("", "apps", "web", 80)
+	live := newMem("a", be)
+	fe := &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/web": false}},
+		err: fmt.Errorf("target b: read frontends: %w", &failure.NetworkError{Err: syscall.ECONNREFUSED})}
+	f := newFleet(c, live, downHAProxy{"b"})
+	f.Frontends = fe
+	res, err := f.Reconcile(context.Background(), false)
+	if st := live.states(be); len(st) != 1 {
+		t.Fatalf("%s on the live HAProxy: %v, want the pod's server: one HAProxy down froze the Service on the other", be, st)
+	}
+	if !errors.Is(err, ErrServices) || res.ErrorClass != failure.Unreachable {
+		t.Fatalf("err %v class %q: want the down target's failure, unreachable (503)", err, res.ErrorClass)
+	}
+	if s := res.Services[0]; s.Status != reconcile.StatusError || s.Ingress != "" || len(c.updates) != 0 {
+		t.Fatalf("apps/web: %+v, status writes %v; want failed, its status untouched", s, c.updates)
+	}
+}
+
+func TestUnsure(t *testing.T) {
+	refused := fmt.Errorf("target b: %w", &failure.NetworkError{Err: syscall.ECONNREFUSED})
+	hung := fmt.Errorf("target b: %w", context.DeadlineExceeded)
+	tests := []struct {
+		name   string
+		r      reconcile.Result
+		unread error
+		error  string
+		class  failure.Class
+	}{
+		{"applied on the live target", reconcile.Result{Status: reconcile.StatusApplied}, refused, "frontends: target b: connection refused", failure.Unreachable},
+		{"its own failure there too", reconcile.Result{Status: reconcile.StatusError, Error: "target b: connection refused", ErrorClass: failure.Unreachable}, refused,
+			"frontends: target b: connection refused; target b: connection refused", failure.Unreachable},
+		{"a hung target", reconcile.Result{Status: reconcile.StatusUnchanged}, hung, "frontends: target b: context deadline exceeded", failure.Temporary},
+	}
+	for _, tt := range tests {
+		got := unsure(tt.r, tt.unread)
+		if got.Status != reconcile.StatusError || got.Error != tt.error || got.ErrorClass != tt.class {
+			t.Errorf("%s: %s %q %q, want error %q %q", tt.name, got.Status, got.Error, got.ErrorClass, tt.error, tt.class)
+		}
 	}
 }

@@ -404,7 +404,13 @@ func (l *Lanes) run(ctx context.Context, ln *lane) (reconcile.Result, error) {
 		l.mu.Unlock()
 		return reconcile.Result{Status: reconcile.StatusUnchanged, Targets: []reconcile.TargetResult{}, Skipped: []desired.Skipped{}}, nil
 	case len(res.Services) == 1:
-		return res.Services[0].Result, err
+		r := res.Services[0].Result
+		if err == nil && r.Status == reconcile.StatusError {
+			// Its own failure fails no caller, but its lane retries it
+			// with a growing pause, as any failure.
+			err = errors.New(r.Error)
+		}
+		return r, err
 	default: // the list failed
 		return failed(res.Error, res.ErrorClass), err
 	}

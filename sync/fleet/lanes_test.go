@@ -168,12 +168,13 @@ func TestReconcileServicesReportsEachAndSkipsTheUnselected(t *testing.T) {
 	h := g.memHAProxy
 	l := newLanes(newFleet(c, g), cr)
 	defer l.Close()
-	res, err := l.ReconcileServices(context.Background(), []string{"apps/a", "apps/b", "apps/dup1", "apps/none"})
+	// Same age: apps/dup1 gets be_dup by its key; apps/dup2 is refused.
+	res, err := l.ReconcileServices(context.Background(), []string{"apps/a", "apps/b", "apps/dup2", "apps/none"})
 	if err != nil || res.Status != reconcile.StatusApplied || len(res.Services) != 2 || res.Services[0].Service != "apps/a" || res.Services[1].Service != "apps/b" {
 		t.Fatalf("%v %+v: want apps/a and apps/b applied", err, res)
 	}
-	if !refusedHas(res.Refused, "apps/dup1") || len(h.states("be_dup")) != 0 {
-		t.Fatalf("refused %+v, be_dup %v: want apps/dup1 refused and be_dup untouched", res.Refused, h.states("be_dup"))
+	if !refusedHas(res.Refused, "apps/dup2") || len(h.states("be_dup")) != 0 {
+		t.Fatalf("refused %+v, be_dup %v: want apps/dup2 refused and be_dup untouched", res.Refused, h.states("be_dup"))
 	}
 }
 
@@ -228,8 +229,8 @@ func TestLeftBackendsAreRetried(t *testing.T) {
 	defer l.Close()
 	again := make(chan []string, 10)
 	l.LeftAgain = func(b []string) { again <- b }
-	if _, err := l.Left(context.Background(), []string{"be_gone"}); err == nil {
-		t.Fatal("be_gone is not in HAProxy yet: want a failure")
+	if res, _ := l.Left(context.Background(), []string{"be_gone"}); len(res.Left) != 1 || res.Left[0].Status != reconcile.StatusError {
+		t.Fatalf("be_gone is not in HAProxy yet: want a failure, got %+v", res.Left)
 	}
 	select {
 	case b := <-again:

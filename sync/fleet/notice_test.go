@@ -58,8 +58,8 @@ func (w *told) take() []string {
 	return out
 }
 
-// TestWarnOncePerRefusal: a backend named by two Services warns each,
-// naming the other, and a class Service whose frontends failed is warned;
+// TestWarnOncePerRefusal: a backend named by two Services warns the one
+// refused, naming the holder, and a class Service whose frontends failed is warned;
 // once each while it lasts, again when it ended and came back.
 func TestWarnOncePerRefusal(t *testing.T) {
 	c := &cluster{}
@@ -80,8 +80,7 @@ func TestWarnOncePerRefusal(t *testing.T) {
 	_, _ = f.Reconcile(context.Background(), false)
 	got := w.take()
 	want := []string{
-		"apps/one uid=u1 Refused: backend be_dup is also named by apps/two",
-		"apps/two uid=u2 Refused: backend be_dup is also named by apps/one",
+		"apps/two uid=u2 Refused: backend be_dup is held by apps/one",
 		"apps/web uid=u3 FrontendFailed: frontends: address held by fe_x",
 	}
 	if len(got) != len(want) {

@@ -223,10 +223,6 @@ type evalOptions struct {
 	Weight bool
 	// Reloads: the Data Plane API's reloads are judged (ReloadsAsPromised).
 	Reloads bool
-	// Refusals are the spans in which be is refused (many-Services: a
-	// third Service names it too): it follows no Kubernetes change then,
-	// by design, until Bounds.Converge after.
-	Refusals [][2]time.Time
 }
 
 // evaluate checks the observations of a history against the invariants.
@@ -442,11 +438,6 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 	// nothing does or the target may lag (a hang, an API outage, a reload
 	// under way or just done, a rezone, a binding cap).
 	outTaken := func(tt *targetTrack, at, since time.Time, skip func(n int) bool) string {
-		for _, r := range opt.Refusals {
-			if !at.Before(r[0]) && !at.After(r[1].Add(b.Converge)) {
-				return ""
-			}
-		}
 		if since.IsZero() || at.Sub(since) < b.Entry || lagging(tt, at) != "" || !tt.reloadStart.IsZero() || !tt.apiReload.IsZero() ||
 			!tt.lastReload.IsZero() && at.Sub(tt.lastReload) <= b.Entry || !rezonedAt.IsZero() && at.Sub(rezonedAt) <= b.Converge || at.Before(capUntil) {
 			return ""

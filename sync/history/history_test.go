@@ -24,7 +24,7 @@ var shortShape = Shape{Name: "short", Start: 4, Steps: 30, MaxPods: 12, MaxWait:
 var soakShape = Shape{Name: "soak", Start: 5, Steps: 400, MaxPods: 16, MaxWait: 1500 * time.Millisecond, Grace: time.Second, Faults: true, Crashes: true, Reuse: true}
 
 // servicesShape is a many-Services history (ServicesSetupOf): the short
-// shape's steps with web2 joining and leaving be2 and a refused duplicate
+// shape's steps with web2 joining and leaving be2 and a refused later
 // claim of be in each 30 of them. Steps: 30, plus those it adds.
 var servicesShape = Shape{Name: "services", Start: 4, Steps: 30, MaxPods: 12, MaxWait: 1200 * time.Millisecond, Grace: time.Second, Services: true}
 
@@ -136,7 +136,7 @@ var serveRuns = []fixedRun{{1, Runtime}}
 
 // TestHistoriesManyServices runs many-Services histories: web's pod steps
 // through the fleet, web2 joining and leaving be2, a third Service claiming
-// be beside web (both refused).
+// be after web (web keeps it, the claimant is refused).
 func TestHistoriesManyServices(t *testing.T) {
 	runFixed(t, servicesRuns, ServicesSetupOf, servicesShape)
 }

@@ -102,29 +102,8 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 	w.stopAll()
 
 	all := w.rec.snapshot()
-	// The spans in which be is refused: from a duplicate claim's step to
-	// the step that ends it (or the end).
-	var refusals [][2]time.Time
-	var from time.Time
-	for _, o := range all {
-		if o.kind != obsStep || o.step < 0 || o.step >= len(steps) {
-			continue
-		}
-		switch steps[o.step].Kind {
-		case Duplicate:
-			from = o.at
-		case DuplicateEnd:
-			if !from.IsZero() {
-				refusals = append(refusals, [2]time.Time{from, o.at})
-				from = time.Time{}
-			}
-		}
-	}
-	if !from.IsZero() {
-		refusals = append(refusals, [2]time.Time{from, time.Now()})
-	}
 	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, evalOptions{Bounds: b, RuntimeOnly: s.Driver == Runtime, Slots: s.Slots.N > 0, Targets: len(w.targets), Zones: s.Zones,
-		Refused: s.Config.Refused, RefusedName: w.refusedName(), MaxServers: s.Config.MaxServers, Nodes: s.Nodes, Weight: s.Config.Weight, Refusals: refusals,
+		Refused: s.Config.Refused, RefusedName: w.refusedName(), MaxServers: s.Config.MaxServers, Nodes: s.Nodes, Weight: s.Config.Weight,
 		Reloads: s.Driver == Dataplane && !s.DefaultServer && !s.RuntimeFails, TargetOf: func(name string) int {
 			if i, ok := w.targetOf[name]; ok {
 				return i

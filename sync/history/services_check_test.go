@@ -50,26 +50,6 @@ func TestServicesViews(t *testing.T) {
 			t.Errorf("diffView %s = %q, want %q", c.name, got, want)
 		}
 	}
-	// refused-changes-nothing: a reload since the window began drops a
-	// server out of traffic the running HAProxy alone held; nothing else
-	// is excused, and nothing without a reload.
-	dropped := []struct {
-		name     string
-		snap     map[string]string
-		now      map[string]string
-		reloaded bool
-		want     string
-	}{
-		{"out, gone by a reload", map[string]string{"a": out(1), "b": in(2)}, map[string]string{"b": in(2)}, true, ""},
-		{"out, gone with no reload", map[string]string{"a": out(1), "b": in(2)}, map[string]string{"b": in(2)}, false, "a (127.0.1.2:80 out) removed"},
-		{"in traffic, gone by a reload", map[string]string{"a": in(1)}, map[string]string{}, true, "a (127.0.1.2:80 in) removed"},
-		{"out, put in traffic after a reload", map[string]string{"a": out(1)}, map[string]string{"a": in(1)}, true, "a 127.0.1.2:80 out -> 127.0.1.2:80 in"},
-	}
-	for _, c := range dropped {
-		if got, want := diffView(c.snap, withoutDropped(c.snap, c.now, c.reloaded), false), atPodAddrs(c.want); got != want {
-			t.Errorf("refused window %s: %q, want %q", c.name, got, want)
-		}
-	}
 	for _, n := range []int{0, 1, 249, 250, 5000, 5100} {
 		if got, ok := podOfAddr(podAddr(n)); !ok || got != n {
 			t.Errorf("podOfAddr(%s) = %d, %v; want %d", podAddr(n), got, ok, n)

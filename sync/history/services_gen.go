@@ -8,7 +8,7 @@ import (
 
 // serviceBlock is how many of a history's steps each round of the
 // many-Services steps spreads over: web2 joins in its first third, a
-// duplicate claim of be is refused in its second, web2 leaves in its last.
+// later claim of be (web3) is refused in its second, web2 leaves in its last.
 const serviceBlock = 30
 
 // joinedFor is the least web2 stays joined before it leaves: its servers
@@ -21,11 +21,10 @@ const joinedFor = 4 * time.Second
 // them, each with its own wait. A duplicate's window holds no step of the
 // history's own: web's pod steps and reloads are kept out of it (see
 // Duplicate's doc in world_services.go for why), except one NotReady of a
-// live pod, undone by a Ready right after the window: a change the service
-// would write to be if it followed web, so that a refusal that does not
-// hold shows, and one that holds costs nothing (the pod keeps answering).
-// web2 may join inside the window: one Service's refusal holds no other's
-// step back.
+// live pod, undone by a Ready right after the window: a change web, the
+// holder, must still reach be with (out-of-traffic judges it), so that a
+// claim that froze or took the holder's backend shows. web2 may join inside
+// the window: one Service's refusal holds no other's step back.
 func withServices(seed uint64, shape Shape, steps []Step) []Step {
 	r := rand.New(rand.NewPCG(seed^0x5e41ce5, seed))
 	pods := map[int]podState{}

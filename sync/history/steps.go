@@ -81,8 +81,8 @@ const (
 	// its servers parked, never deleted while no Service names it.
 	ServiceLeave Kind = "service-leave"
 	// Duplicate creates a third Service (web3) whose annotation names be,
-	// as web's does: both are refused, and be does not change while it
-	// lasts. DuplicateEnd deletes web3.
+	// as web's does: web holds be and keeps it, web3 is refused while it
+	// lasts (HolderKeeps). DuplicateEnd deletes web3.
 	Duplicate    Kind = "duplicate"
 	DuplicateEnd Kind = "duplicate-end"
 	// Crash kills the service (its first writer) wherever it is, a

@@ -3,7 +3,6 @@ package history
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -28,8 +27,8 @@ import (
 
 // The many-Services histories (Setup.Services): web names be, as in every
 // history; web2 (pods 5000-5002, always ready) names be2 while it has
-// joined; web3 (pod 5100) names be while a Duplicate lasts, so that both web
-// and web3 are refused.
+// joined; web3 (pod 5100), created later, names be while a Duplicate lasts:
+// web, the holder, keeps be and is followed as before; web3 is refused.
 const (
 	backend2 = "be2"
 	service2 = "web2"
@@ -64,14 +63,9 @@ type services struct {
 	phase  phase
 	since  time.Time // web2's last step
 	dup    bool      // web3 exists
-	window bool      // be must not change: web and web3 are refused
+	window bool      // web3 names be too: web keeps it, web3 is refused
 	// windows counts the duplicates' windows.
 	windows int
-	// snap is be as each target ran it when the window began, and
-	// snapReloads each target's count of reloads (the API's and others')
-	// then.
-	snap        map[int]map[string]string
-	snapReloads map[int]int64
 	// epoch counts web2's steps, so that a monitor read that spans one is
 	// not judged.
 	epoch atomic.Int64
@@ -305,7 +299,7 @@ func (s *services) apply(st Step) error {
 		}
 	case Duplicate:
 		// Judged from a quiet be: what a reconcile that read before the
-		// claim still does is not the refusal's.
+		// claim still does is not the claim's.
 		b := BoundsOf(config.ShippedCheck())
 		if why := w.waitConverged(b.Converge); why != "" {
 			w.rec.add(obs{kind: obsViolation, inv: Converges, err: "before a duplicate claim, not within " + b.Converge.String() + ": " + why})
@@ -314,20 +308,11 @@ func (s *services) apply(st Step) error {
 		s.dup = true
 		s.mu.Unlock()
 		// One reconcile of web after web3 exists (as a resync would run):
-		// it is refused, and none that read before still runs when be is
-		// read for the window.
+		// web keeps be, and none that read before still runs when the
+		// window begins.
 		s.doKey(service)
-		snap, reloads := map[int]map[string]string{}, map[int]int64{}
-		for _, tg := range w.targets {
-			reloads[tg.i] = tg.reloads.Load() + tg.othersReloads.Load()
-			v, err := viewOf(tg, backend)
-			if err != nil {
-				return fmt.Errorf("duplicate: %w", err)
-			}
-			snap[tg.i] = v
-		}
 		s.mu.Lock()
-		s.snap, s.snapReloads, s.window = snap, reloads, true
+		s.window = true
 		s.windows++
 		s.mu.Unlock()
 		s.pokeKey(service3) // what the watch pokes for web3's creation
@@ -337,26 +322,15 @@ func (s *services) apply(st Step) error {
 		s.mu.Unlock()
 		// As the watch does: web3's deletion pokes web3, and hands be, which
 		// its old object named, over as left; the fleet must leave it to
-		// web, which names it again. Nothing pokes web: its next event
-		// (the window's not-ready pod ready again) or its follow-up's
-		// retry after its refused reconciles does.
+		// web, which still names it: web's reconcile, never be parked.
 		s.pokeKey(service3)
 		s.left([]string{backend})
 	}
 	return nil
 }
 
-// viewOf reads backend's servers on tg: each one's address and whether it
-// takes traffic ("in") or not ("out"): what a reconcile writes, not what
-// the checks say.
-func viewOf(tg *target, be string) (map[string]string, error) {
-	reply, err := tg.h.Command("show servers state " + be)
-	if err != nil {
-		return nil, err
-	}
-	return view(haproxytest.ParseServers(reply, be)), nil
-}
-
+// view is each server's address and whether it takes traffic ("in") or
+// not ("out"): what a reconcile writes, not what the checks say.
 func view(servers map[string]haproxytest.Server) map[string]string {
 	out := map[string]string{}
 	for name, sv := range servers {

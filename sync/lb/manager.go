@@ -43,6 +43,7 @@ type targetResult struct {
 	ready                      map[string]bool
 	loading                    []string
 	failed                     map[string]string
+	failedClass                map[string]failure.Class
 	err                        error // the target could not be read or written at all
 }
 
@@ -52,7 +53,7 @@ type targetResult struct {
 // hold back another's. The error is for targets that could not be read; the
 // report says, per Service, what is ready and what failed.
 func (m *Manager) Sync(ctx context.Context, want []services.Selected) (services.FrontendReport, error) {
-	rep := services.FrontendReport{Ready: map[string]bool{}, Failed: map[string]string{}}
+	rep := services.FrontendReport{Ready: map[string]bool{}, Failed: map[string]string{}, FailedClass: map[string]failure.Class{}}
 	if len(m.VIPs) != 1 && len(m.VIPs) != len(m.Targets) {
 		return rep, &failure.InputError{Err: fmt.Errorf("HAPROXY_VIP has %d addresses for %d targets: give one, or one per target", len(m.VIPs), len(m.Targets))}
 	}
@@ -95,6 +96,15 @@ func (m *Manager) Sync(ctx context.Context, want []services.Selected) (services.
 				why = prev + "; " + why
 			}
 			rep.Failed[k] = why
+			// A failure a retry may mend on any target is the Service's
+			// mendable failure: the least hopeful class would hide it.
+			c := r.failedClass[k]
+			if c == "" {
+				c = failure.Permanent
+			}
+			if prev, ok := rep.FailedClass[k]; !ok || prev == failure.Permanent {
+				rep.FailedClass[k] = c
+			}
 		}
 		rep.Created = union(rep.Created, r.created)
 		rep.Removed = union(rep.Removed, r.removed)
@@ -102,7 +112,7 @@ func (m *Manager) Sync(ctx context.Context, want []services.Selected) (services.
 		rep.Loading = union(rep.Loading, r.loading)
 	}
 	if len(rep.Failed) == 0 {
-		rep.Failed = nil
+		rep.Failed, rep.FailedClass = nil, nil
 	}
 	return rep, errors.Join(errs...)
 }
@@ -128,7 +138,7 @@ func (m *Manager) log() *slog.Logger {
 // temporary failure) re-reads and re-plans, attempts times at most.
 func (m *Manager) syncTarget(ctx context.Context, t Target, vip string, want []services.Selected) targetResult {
 	log := m.log().With("target", t.Name())
-	out := targetResult{ready: map[string]bool{}, failed: map[string]string{}}
+	out := targetResult{ready: map[string]bool{}, failed: map[string]string{}, failedClass: map[string]failure.Class{}}
 	for attempt := 1; ; attempt++ {
 		held, err := t.ReadProxies(ctx)
 		if err != nil {
@@ -147,6 +157,10 @@ func (m *Manager) syncTarget(ctx context.Context, t Target, vip string, want []s
 		p := Compute(want, held, m.Cluster, vip, drained)
 		out.draining = p.Draining
 		out.failed = p.Failed
+		out.failedClass = map[string]failure.Class{}
+		for k := range p.Failed {
+			out.failedClass[k] = failure.Permanent // what the Service asks cannot be made as asked
+		}
 		out.ready = p.Ready
 		version, again := held.Version, false
 		written := map[string]bool{}
@@ -160,6 +174,7 @@ func (m *Manager) syncTarget(ctx context.Context, t Target, vip string, want []s
 				}
 				if w.Service != "" {
 					out.failed[w.Service] = err.Error()
+					out.failedClass[w.Service] = failure.Of(err)
 				}
 				log.Warn("frontend write failed", "service", w.Service, "remove", names(w.DeleteFrontends, w.DeleteBackends), "error", err)
 				continue

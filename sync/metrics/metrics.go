@@ -57,6 +57,7 @@ type Metrics struct {
 	zoneServers     *prometheus.GaugeVec
 	mismatched      *prometheus.GaugeVec
 	alarms          *prometheus.GaugeVec
+	selected        *prometheus.GaugeVec
 }
 
 // ProgrammingBuckets resolve 10 ms to 5 min, for both latency histograms.
@@ -135,13 +136,15 @@ func New(reg prometheus.Registerer, version, revision string) *Metrics {
 		Help: "1 while a target's runtime socket and its Data Plane API reach different HAProxy (nothing is written to it), 0 once they were seen to match; by target (the Data Plane URL)."}, []string{"target"})
 	m.alarms = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "alarms",
 		Help: "1 while a problem that was warned about lasts, 0 once it mended (package alarm), by kind (unreachable, backend-refused, tls-pair, check-not-passed) and subject (the target, its backend, the server or the certificate file)."}, []string{"kind", "subject"})
+	m.selected = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "services",
+		Help: "Many-Services mode: Services that select themselves, by state: followed, refused (what they ask for is another's or cannot be served), as the last reconcile's selection saw them."}, []string{"state"})
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
 		Help: "Build information: version, VCS revision, Go version; always 1."}, []string{"version", "revision", "goversion"})
 	build.WithLabelValues(version, revision, runtime.Version()).Set(1)
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.reloads, m.retries, m.kubeRequests,
 		m.haproxyRequests, m.ignored, m.guarded, m.lastSuccess, m.watchEvents, m.watchRestarts,
 		m.pokes, m.pokesCoalesced, m.authFailures, m.skipped, m.transitions,
-		m.servers, m.held, m.slots, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, m.podGate, m.healthPortTCP, m.missingLines, m.unexpected, m.cluster, m.zoneServers, m.mismatched, m.alarms, build)
+		m.servers, m.held, m.slots, m.failures, m.dryRuns, m.programming, m.inService, m.unmeasured, m.serviceEvents, m.podGate, m.healthPortTCP, m.missingLines, m.unexpected, m.cluster, m.zoneServers, m.mismatched, m.alarms, m.selected, build)
 	return m
 }
 
@@ -224,11 +227,43 @@ func (m *Metrics) Alarm(kind, subject string, open bool) {
 func (m *Metrics) Ignored() { m.ignored.Inc() }
 
 // WrapReconciler counts reconciles, their duration, retries and reloads.
-func (m *Metrics) WrapReconciler(r reconcile.Runner) reconcile.Runner { return observed{m, r} }
+func (m *Metrics) WrapReconciler(r reconcile.Runner) reconcile.Runner { return observed{m: m, r: r} }
+
+// WrapService is WrapReconciler for one Service of many (SERVICE_SELECTION
+// annotation or class): its reconciles are counted and its backends'
+// gauges kept as in the single-Service mode. consecutive_failures and
+// last_success_timestamp_seconds are the instance's (Outcome): one
+// Service's own failure must not reset or raise them for the others. And
+// skipped_endpoints, which has no Service label, is left to the
+// single-Service mode: each Service's read would overwrite the last's.
+func (m *Metrics) WrapService(r reconcile.Runner) reconcile.Runner {
+	return observed{m: m, r: r, service: true}
+}
+
+// Outcome records one reconcile of the instance in many-Services mode (all
+// Services, or some): a success sets last_success_timestamp_seconds and
+// zeroes consecutive_failures; a failure adds one to consecutive_failures.
+func (m *Metrics) Outcome(ok bool) {
+	if ok {
+		m.failures.Set(0)
+		m.lastSuccess.SetToCurrentTime()
+		return
+	}
+	m.failures.Inc()
+}
+
+// Selected records how many Services the last selection followed and
+// refused (many-Services mode): a refusal is no failure of the instance,
+// so this is where it is counted.
+func (m *Metrics) Selected(followed, refused int) {
+	m.selected.WithLabelValues("followed").Set(float64(followed))
+	m.selected.WithLabelValues("refused").Set(float64(refused))
+}
 
 type observed struct {
-	m *Metrics
-	r reconcile.Runner
+	m       *Metrics
+	r       reconcile.Runner
+	service bool // one Service of many: see WrapService
 }
 
 func (o observed) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result, error) {
@@ -242,7 +277,7 @@ func (o observed) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result,
 	o.m.reconciles.WithLabelValues(res.Status).Inc()
 	_, partial := reconcile.OnlyTargetOf(ctx) // says nothing of the other targets
 	switch {
-	case partial:
+	case partial, o.service:
 	case err != nil:
 		o.m.failures.Inc()
 	default:
@@ -277,10 +312,10 @@ func (o observed) Reconcile(ctx context.Context, dryRun bool) (reconcile.Result,
 			o.m.guarded.WithLabelValues(t.Target, t.Backend).Inc()
 		}
 	}
-	if err == nil && !partial {
+	if err == nil && !partial && !o.service {
 		o.m.lastSuccess.SetToCurrentTime()
 	}
-	if err == nil || errors.Is(err, reconcile.ErrTargets) { // Kubernetes was read
+	if !o.service && (err == nil || errors.Is(err, reconcile.ErrTargets)) { // Kubernetes was read
 		o.m.skipped.Reset()
 		for reason, n := range res.SkippedByReason {
 			o.m.skipped.WithLabelValues(reason).Set(float64(n))

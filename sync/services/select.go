@@ -41,7 +41,9 @@ type Refused struct {
 }
 
 // Select returns the Services sel chooses, sorted by key, and those refused.
-// It is pure: the same Services give the same answer on every replica.
+// held is what the previous selection gave (Holdings of its chosen; nil
+// when there was none). It is pure: the same Services and held give the
+// same answer on every replica.
 //
 // Decisions:
 //   - A Service both annotated and of the class is a class Service: its
@@ -49,14 +51,29 @@ type Refused struct {
 //     frontend gives; the annotation alone would not publish its address.
 //   - A class Service's UDP or SCTP port is refused alone and its TCP ports
 //     served: HAProxy fronts TCP, and the other ports work without it.
-//   - Two class Services on one port (one address for all): the later one
-//     (creationTimestamp, then key) is refused whole, naming the holder; the
-//     holder keeps it whatever the order of the list.
-//   - A backend named by two Services is refused for both: which one is
-//     right cannot be told, and taking either would hand one's traffic to
-//     the other's pods.
-func Select(svcs []corev1.Service, sel Selection) (chosen []Selected, refused []Refused) {
-	var class, annotated []*corev1.Service
+//   - The holder keeps what it serves: a backend (annotation) or a port of
+//     the load balancer address (class, one address for all) claimed by
+//     several Services goes to the one that holds it (Award: held, then a
+//     class Service's written status), and only between claimants that
+//     hold nothing yet to the oldest (creationTimestamp, then key). Every
+//     other claimant is refused whole, naming the holder; the holder is
+//     followed as before, so naming what another serves freezes nobody.
+func Select(svcs []corev1.Service, sel Selection, held map[string]string) (chosen []Selected, refused []Refused) {
+	var candidates []Selected
+	var claims []Claim
+	claim := func(s *corev1.Service, sl Selected) {
+		candidates = append(candidates, sl)
+		for _, r := range sl.resources() {
+			c := Claim{Resource: r, Service: key(s), Created: s.CreationTimestamp.Time}
+			switch {
+			case held[r] == key(s):
+				c.Hold = HoldsResource
+			case sl.Class && len(s.Status.LoadBalancer.Ingress) > 0:
+				c.Hold = HoldsStatus
+			}
+			claims = append(claims, c)
+		}
+	}
 	for i := range svcs {
 		s := &svcs[i]
 		if len(sel.Namespaces) > 0 && !slices.Contains(sel.Namespaces, s.Namespace) {
@@ -64,88 +81,54 @@ func Select(svcs []corev1.Service, sel Selection) (chosen []Selected, refused []
 		}
 		switch {
 		case sel.Class && isClass(s, sel.ClassName):
-			class = append(class, s)
+			sl, why := classPorts(s, sel.Cluster)
+			refused = append(refused, why...)
+			if len(sl.Ports) == 0 {
+				if len(why) == 0 {
+					refused = append(refused, Refused{Service: key(s), Reason: "it has no port"})
+				}
+				continue
+			}
+			claim(s, sl)
 		case sel.Annotation && hasAnnotation(s):
-			annotated = append(annotated, s)
+			sl, err := annotatedPorts(s, sel.AllowedBackends)
+			if err != "" {
+				refused = append(refused, Refused{Service: key(s), Reason: err})
+				continue
+			}
+			claim(s, sl)
 		}
 	}
-	// The earlier Service holds a port: sort by age, then key.
-	slices.SortFunc(class, func(a, b *corev1.Service) int {
-		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return cmp.Compare(key(a), key(b))
-	})
-	portHolder := map[int32]string{}
-	for _, s := range class {
-		sl, why := classPorts(s, sel.Cluster)
-		refused = append(refused, why...)
-		if len(sl.Ports) == 0 {
-			if len(why) == 0 {
-				refused = append(refused, Refused{Service: key(s), Reason: "it has no port"})
-			}
-			continue
-		}
-		var holder string
-		for _, p := range sl.Ports {
-			if h, ok := portHolder[p.Port]; ok {
-				holder = h
-				refused = append(refused, Refused{Service: key(s), Holder: h,
-					Reason: fmt.Sprintf("port %d of the load balancer address is held by %s", p.Port, h)})
-				break
-			}
-		}
-		if holder != "" {
-			continue
-		}
-		for _, p := range sl.Ports {
-			portHolder[p.Port] = key(s)
-		}
-		chosen = append(chosen, sl)
-	}
-	for _, s := range annotated {
-		sl, err := annotatedPorts(s, sel.AllowedBackends)
-		if err != "" {
-			refused = append(refused, Refused{Service: key(s), Reason: err})
+	winner := Award(claims)
+	for _, sl := range candidates {
+		if why := lost(sl, winner); why != nil {
+			refused = append(refused, *why)
 			continue
 		}
 		chosen = append(chosen, sl)
 	}
-	chosen, refused = refuseShared(chosen, refused)
 	slices.SortFunc(chosen, func(a, b Selected) int { return cmp.Compare(a.Key(), b.Key()) })
 	slices.SortStableFunc(refused, func(a, b Refused) int { return cmp.Compare(a.Service, b.Service) })
 	return chosen, refused
 }
 
-// refuseShared refuses every Service naming a backend another one names.
-func refuseShared(chosen []Selected, refused []Refused) ([]Selected, []Refused) {
-	by := map[string][]string{} // backend → keys naming it
-	for _, s := range chosen {
-		for _, p := range s.Ports {
-			by[p.Backend] = append(by[p.Backend], s.Key())
-		}
-	}
-	var kept []Selected
-	for _, s := range chosen {
-		var why *Refused
-		for _, p := range s.Ports {
-			if ks := by[p.Backend]; len(ks) > 1 {
-				other := ks[0]
-				if other == s.Key() {
-					other = ks[1]
-				}
-				why = &Refused{Service: s.Key(), Holder: other,
-					Reason: fmt.Sprintf("backend %s is also named by %s: neither is followed until one names another backend", p.Backend, other)}
-				break
-			}
-		}
-		if why != nil {
-			refused = append(refused, *why)
+// lost says why sl is refused when another Service won one of its
+// resources (the first, by port), or nil.
+func lost(sl Selected, winner map[string]string) *Refused {
+	for i, r := range sl.resources() {
+		h := winner[r]
+		if h == sl.Key() {
 			continue
 		}
-		kept = append(kept, s)
+		p := sl.Ports[i]
+		if sl.Class {
+			return &Refused{Service: sl.Key(), Holder: h,
+				Reason: fmt.Sprintf("port %d of the load balancer address is held by %s", p.Port, h)}
+		}
+		return &Refused{Service: sl.Key(), Holder: h,
+			Reason: fmt.Sprintf("backend %s is held by %s, which keeps it: this Service is followed once it names another backend or %s stops naming it", p.Backend, h, h)}
 	}
-	return kept, refused
+	return nil
 }
 
 func key(s *corev1.Service) string { return s.Namespace + "/" + s.Name }

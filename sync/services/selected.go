@@ -7,6 +7,8 @@ package services
 import (
 	"strconv"
 	"strings"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 )
 
 // Selected is one Service this instance follows in many-Services mode.
@@ -63,6 +65,11 @@ type FrontendReport struct {
 	Ready map[string]bool `json:"-"`
 	// Failed holds, per Service key, why its frontends could not be made.
 	Failed map[string]string `json:"failed,omitempty"`
+	// FailedClass holds the class of each Failed: Permanent for what the
+	// Service asks that cannot be made (an operator's frontend binds its
+	// port), the write's class for a write HAProxy refused or did not
+	// answer. A Failed without one is Permanent.
+	FailedClass map[string]failure.Class `json:"-"`
 	// Loading names the Services (keys) whose frontends and backends are
 	// configured but not yet run by HAProxy on some target (written this
 	// pass, or a reload is pending): their servers wait for the reload,
