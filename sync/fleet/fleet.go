@@ -405,10 +405,12 @@ func summarize(res *Result, dryRun bool) error {
 	if dryRun {
 		res.Status = reconcile.StatusPlanned
 	}
-	failed, total := 0, len(res.Services)+len(res.Left)
+	failed, permanent, total := 0, 0, len(res.Services)+len(res.Left)
 	rank := map[failure.Class]int{failure.Temporary: 1, failure.Unreachable: 2}
 	note := func(r reconcile.Result) {
 		switch {
+		case r.Status == reconcile.StatusError && !Mendable(r.ErrorClass):
+			permanent++
 		case r.Status == reconcile.StatusError && Mendable(r.ErrorClass):
 			failed++
 			c := r.ErrorClass
@@ -430,6 +432,13 @@ func summarize(res *Result, dryRun bool) error {
 	}
 	if failed > 0 {
 		return fmt.Errorf("%w: %d of %d", ErrServices, failed, total)
+	}
+	// Every one failing for good is no Service's own reason but the
+	// instance's (a certificate a target refuses, a socket it may not
+	// open): 503, class permanent, as the single-Service mode answers.
+	if total > 0 && permanent == total {
+		res.ErrorClass = failure.Permanent
+		return fmt.Errorf("%w: %d of %d, none for a reason of its own", ErrServices, permanent, total)
 	}
 	res.ErrorClass = ""
 	return nil
