@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -259,9 +260,11 @@ func (w *world) convergedOn(tg *target) []string {
 // convergedServers judges running, one instance's servers (and the static
 // one's, when withStatic), against Kubernetes.
 func (w *world) convergedServers(tg *target, running map[string]haproxytest.Server, withStatic bool) []string {
-	byAddr := map[string]haproxytest.Server{}
+	// A pod's address may be reused (AddReused) while the gone pod's
+	// server waits parked: each unit takes the server named after it.
+	atAddr := map[string][]haproxytest.Server{}
 	for _, s := range running {
-		byAddr[s.Address] = s
+		atAddr[s.Address] = append(atAddr[s.Address], s)
 	}
 	var roles map[string]bool
 	if w.setup.Zones {
@@ -280,12 +283,9 @@ func (w *world) convergedServers(tg *target, running map[string]haproxytest.Serv
 	// gone pods (parked for their batch, kept by the guard) do not count,
 	// or a backend full of them would excuse every pod left out.
 	own := 0
-	for _, sv := range running {
-		for _, u := range units {
-			if sv.Address == u.addr {
-				own++
-				break
-			}
+	for _, u := range units {
+		if _, ok := w.serverOf(atAddr, u); ok {
+			own++
 		}
 	}
 	// MAX_SERVERS counts this instance's servers (the static one is not),
@@ -304,7 +304,15 @@ func (w *world) convergedServers(tg *target, running map[string]haproxytest.Serv
 		diffs = append(diffs, fmt.Sprintf("%d pods or Nodes, %d servers, though MAX_SERVERS is %d", len(units), own, w.setup.Config.MaxServers))
 	}
 	for _, u := range units {
-		s, ok := byAddr[u.addr]
+		s, ok := w.serverOf(atAddr, u)
+		if ok {
+			atAddr[u.addr] = slices.DeleteFunc(atAddr[u.addr], func(o haproxytest.Server) bool { return o.Name == s.Name })
+		} else if len(atAddr[u.addr]) > 0 && !u.refused {
+			// A server at its address, named after none of it: another
+			// pod's (a reused address), or a name this instance does not
+			// give (CLUSTER_NAME's prefix lost).
+			diffs = append(diffs, fmt.Sprintf("%s: no server named after it; at its address %s: %s", u.name, u.addr, atAddr[u.addr][0].Name))
+		}
 		switch {
 		case !ok && u.refused:
 			// HAProxy refuses its server: no server is what it gets.
@@ -321,6 +329,11 @@ func (w *world) convergedServers(tg *target, running map[string]haproxytest.Serv
 			diffs = append(diffs, fmt.Sprintf("%s (%s, HAPROXY_LOCAL_ZONE %s): server %s backup=%v", u.name, u.zone, w.local, s.Name, roles[s.Name]))
 		case u.st == live && u.alive && s.Weight != u.weight:
 			diffs = append(diffs, fmt.Sprintf("%s: weight %d, server %s has %d", u.name, u.weight, s.Name, s.Weight))
+		case s.Port != w.port:
+			diffs = append(diffs, fmt.Sprintf("%s: port %d, server %s has %d", u.name, w.port, s.Name, s.Port))
+		case u.st == live && u.alive && !s.CheckRunning():
+			// In service without its check, a death would never take it out.
+			diffs = append(diffs, fmt.Sprintf("%s: in service, server %s's check not running (check state %#x)", u.name, s.Name, s.CheckState))
 		case (u.st == notReady || u.st == noticed) && !s.Maint() && (anyReady || w.setup.Static):
 			// Kept in traffic only while no other server could serve
 			// (make-before-break): not beside a ready pod, nor beside the
@@ -333,17 +346,22 @@ func (w *world) convergedServers(tg *target, running map[string]haproxytest.Serv
 			// could serve (make-before-break).
 			diffs = append(diffs, fmt.Sprintf("%s: terminating, server in traffic beside a ready pod", u.name))
 		}
-		delete(byAddr, u.addr)
 	}
 	if w.setup.Static && withStatic {
-		if s, ok := byAddr[podAddr(staticPod)]; !ok || s.Name != "static" || s.Maint() || s.Drain() {
+		static := atAddr[podAddr(staticPod)]
+		if i := slices.IndexFunc(static, func(s haproxytest.Server) bool { return s.Name == "static" }); i < 0 || static[i].Maint() || static[i].Drain() {
 			diffs = append(diffs, "the static server is not as configured")
 		}
-		delete(byAddr, podAddr(staticPod))
+		atAddr[podAddr(staticPod)] = slices.DeleteFunc(static, func(s haproxytest.Server) bool { return s.Name == "static" })
 	}
 	batch := cmp.Or(w.setup.Config.DeleteBatch, 10)
 	var waiting []string
-	for addr, s := range byAddr {
+	var left []haproxytest.Server
+	for _, ss := range atAddr {
+		left = append(left, ss...)
+	}
+	for _, s := range left {
+		addr := s.Address
 		// The guard keeps what it parked while no pod could replace it
 		// (plan: no replacement to wait for): out of traffic either way.
 		guardKeeps := s.Maint() && !anyReady && w.setup.Config.Guard != GuardOff
@@ -365,15 +383,38 @@ func (w *world) convergedServers(tg *target, running map[string]haproxytest.Serv
 	return diffs
 }
 
+// serverOf is unit u's server among those at its address: the one named
+// after it ([CLUSTER_NAME-]name[_bk]; in slot histories any, slots have
+// their own names), false when none is.
+func (w *world) serverOf(atAddr map[string][]haproxytest.Server, u unit) (haproxytest.Server, bool) {
+	for _, s := range atAddr[u.addr] {
+		if w.setup.Slots.N > 0 || namedAfter(s.Name, u.base) {
+			return s, true
+		}
+	}
+	return haproxytest.Server{}, false
+}
+
+// namedAfter says whether server name is one the service gives what is
+// called base: base, after a CLUSTER_NAME's "prefix-", "_bk" after a
+// backup's.
+func namedAfter(name, base string) bool {
+	n := strings.TrimSuffix(name, "_bk")
+	return n == base || strings.HasSuffix(n, "-"+base)
+}
+
 // unit is what one of the service's servers stands for, as Kubernetes and
 // the history say it should be: a pod, or in node mode a Node.
 type unit struct {
 	name, addr string
-	st         podState // live: ready; terminating: drain; notReady: maintenance
-	alive      bool     // it answers: a check of its server passes
-	refused    bool     // HAProxy refuses its server (Config.Refused)
-	zone       string
-	weight     int // the weight its server must have in service
+	// base is the name its server is named after: the pod's name in
+	// Kubernetes, or the Node's.
+	base    string
+	st      podState // live: ready; terminating: drain; notReady: maintenance
+	alive   bool     // it answers: a check of its server passes
+	refused bool     // HAProxy refuses its server (Config.Refused)
+	zone    string
+	weight  int // the weight its server must have in service
 }
 
 // units are the servers Kubernetes asks for now: one per pod, or in node
@@ -393,7 +434,7 @@ func (w *world) units() []unit {
 	var out []unit
 	if w.setup.Nodes == 0 {
 		for n, st := range w.k8s {
-			out = append(out, unit{name: podName(n), addr: w.addrOf(n), st: st, alive: alive(n),
+			out = append(out, unit{name: podName(n), base: cmp.Or(w.names[n], podName(n)), addr: w.addrOf(n), st: st, alive: alive(n),
 				refused: n == w.setup.Config.Refused && n > 0, zone: zoneOf(n), weight: 1})
 		}
 		return out
@@ -445,7 +486,7 @@ func (w *world) units() []unit {
 		case "maint":
 			st = notReady
 		}
-		u := unit{name: "Node " + nodeName(k), addr: nodeAddr(k), st: st, alive: !f.down && a.answering > 0, zone: nodeZone(k, w.setup.Nodes)}
+		u := unit{name: "Node " + nodeName(k), base: nodeName(k), addr: nodeAddr(k), st: st, alive: !f.down && a.answering > 0, zone: nodeZone(k, w.setup.Nodes)}
 		if !w.setup.Zones {
 			u.zone = ""
 		}
