@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -97,7 +99,7 @@ func (p *fleetPokes) run(ctx context.Context, key string) {
 		if len(res.Services) == 1 {
 			p.logService("watch", key, res.Services[0].Result, err)
 		} else if err != nil {
-			p.log.Info("reconcile", "trigger", "watch", "service", key, "error", err)
+			p.logService("watch", key, reconcile.Result{Status: reconcile.StatusError, Error: err.Error()}, err)
 		}
 		return
 	}
@@ -114,6 +116,13 @@ func (p *fleetPokes) left(ctx context.Context, backends []string) {
 func (p *fleetPokes) logService(tr, key string, res reconcile.Result, err error) {
 	l := p.log.With("trigger", tr, "id", trigger.NewID(), "service", key)
 	res.LogWarnings(l)
+	// A Service this instance does not follow (refused: another holds
+	// what it names; or it left the selection) failed nothing: its
+	// Event and the refusals gauge say it.
+	if nse := (*fleet.NotSelectedError)(nil); errors.As(err, &nse) {
+		l.Info("service not followed", "reason", cmp.Or(nse.Reason, "no selection matches it"))
+		return
+	}
 	if err != nil {
 		l.Error("reconcile failed", "status", res.Status, "error", err, "errorClass", res.ErrorClass, "durationMs", res.DurationMs, "targets", res.Targets)
 		return

@@ -144,6 +144,17 @@ func ServeSetupOf(seed uint64, driver Driver) Setup {
 	} else {
 		s = SetupOf(seed, driver)
 	}
+	serveDraws(&s, r)
+	// A third HAProxy in a third of the pairs: three targets' writes,
+	// one of them hanging, reloading or restarting while two serve.
+	if s.Targets == 2 && r.IntN(3) == 0 {
+		s.Targets = 3
+	}
+	return s
+}
+
+// serveDraws draws, from r, what only serve has.
+func serveDraws(s *Setup, r *rand.Rand) {
 	s.Serve = true
 	c := &s.Config
 	c.Gate = false
@@ -151,11 +162,17 @@ func ServeSetupOf(seed uint64, driver Driver) Setup {
 	c.Events = r.IntN(2) == 0
 	c.Posts = r.IntN(2) == 0
 	s.BlackHoles = r.IntN(2) == 0
-	// A third HAProxy in a third of the pairs: three targets' writes,
-	// one of them hanging, reloading or restarting while two serve.
-	if s.Targets == 2 && r.IntN(3) == 0 {
-		s.Targets = 3
-	}
+}
+
+// ServeServicesSetupOf is a many-Services history run by serve itself
+// (Setup.Services and Setup.Serve): serve's watch.Many, lanes and fleet
+// against the kube-apiserver into which the history writes web, web2 and
+// web3; pod mode (web2's pods run on no Node), one target, as
+// ServicesSetupOf.
+func ServeServicesSetupOf(seed uint64, driver Driver) Setup {
+	s := SetupOf(seed, driver)
+	s.Targets, s.Services = 1, true
+	serveDraws(&s, rand.New(rand.NewPCG(seed^0x5e75, seed*11+3)))
 	return s
 }
 

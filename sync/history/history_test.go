@@ -28,6 +28,10 @@ var soakShape = Shape{Name: "soak", Start: 5, Steps: 400, MaxPods: 16, MaxWait: 
 // claim of be in each 30 of them. Steps: 30, plus those it adds.
 var servicesShape = Shape{Name: "services", Start: 4, Steps: 30, MaxPods: 12, MaxWait: 1200 * time.Millisecond, Grace: time.Second, Services: true}
 
+// serveServicesShape is servicesShape run by serve (ServeServicesSetupOf),
+// Kubernetes failing as in serve histories.
+var serveServicesShape = kubeFails(withName(servicesShape, "serve-services"))
+
 // slotsShape and slotsSoakShape are the short and soak shapes of slot
 // histories (SlotsSetupOf): be's servers are slots of haproxy.cfg.
 var (
@@ -121,6 +125,15 @@ func TestHistoriesNodeMode(t *testing.T) { runFixed(t, nodeRuns, NodeSetupOf, no
 // callers and a resync.
 func TestHistoriesServe(t *testing.T) { runFixed(t, serveRuns, ServeSetupOf, serveShape) }
 
+// TestHistoriesServeServices runs a many-Services history through serve
+// itself: its watch of every Service, its lanes and its fleet.
+func TestHistoriesServeServices(t *testing.T) {
+	runFixed(t, serveServicesRuns, ServeServicesSetupOf, serveServicesShape)
+}
+
+// serveServicesRuns is the serve many-Services history make test runs.
+var serveServicesRuns = []fixedRun{{3, Runtime}}
+
 // TestHistoriesSlots runs a slot history: be's servers are slots of
 // haproxy.cfg, reloads by others save the server state first or not, and
 // the pods outnumber the slots at times.
@@ -188,13 +201,15 @@ func TestReplay(t *testing.T) {
 		shape, setupOf = serveShape, ServeSetupOf
 	case serveSoakShape.Name:
 		shape, setupOf = serveSoakShape, ServeSetupOf
+	case serveServicesShape.Name:
+		shape, setupOf = serveServicesShape, ServeServicesSetupOf
 	case slotsShape.Name:
 		shape, setupOf = slotsShape, SlotsSetupOf
 	case slotsSoakShape.Name:
 		shape, setupOf = slotsSoakShape, SlotsSetupOf
 	default:
-		t.Fatalf("%s=%q: want %s, %s, %s, %s, %s, %s, %s, %s or %s", shapeEnv, raw, shortShape.Name, soakShape.Name, servicesShape.Name,
-			nodesShape.Name, nodesSoakShape.Name, serveShape.Name, serveSoakShape.Name, slotsShape.Name, slotsSoakShape.Name)
+		t.Fatalf("%s=%q: want %s, %s, %s, %s, %s, %s, %s, %s, %s or %s", shapeEnv, raw, shortShape.Name, soakShape.Name, servicesShape.Name,
+			nodesShape.Name, nodesSoakShape.Name, serveShape.Name, serveSoakShape.Name, serveServicesShape.Name, slotsShape.Name, slotsSoakShape.Name)
 	}
 	d := Driver(os.Getenv(driverEnv))
 	if d == "" {
@@ -219,7 +234,7 @@ var soakRotation = []struct {
 	{nodesSoakShape, NodeSetupOf, 1},
 	{soakShape, SetupOf, 0},
 	{serveSoakShape, ServeSetupOf, 0},
-	{servicesShape, ServicesSetupOf, 1},
+	{serveServicesShape, ServeServicesSetupOf, 1}, // many Services through serve's own watch and lanes
 	{soakShape, SetupOf, 1},
 	{slotsSoakShape, SlotsSetupOf, 0}, // the runtime driver's alone
 }

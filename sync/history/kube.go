@@ -164,7 +164,7 @@ func kubeconfigFile(t testing.TB, cfg *rest.Config, hostport, dir string) string
 // never in neither).
 type kubeMirror struct {
 	c      kubernetes.Interface
-	svc    *corev1.Service
+	svcs   map[string]*corev1.Service            // as last written, by name
 	slices map[string]*discoveryv1.EndpointSlice // as last written
 	nodes  map[string]*corev1.Node
 }
@@ -207,28 +207,74 @@ func (m *kubeMirror) clear(t testing.TB) {
 	}
 }
 
-// set writes in: the Service, the Nodes, then the slices.
-func (m *kubeMirror) set(ctx context.Context, in desired.Input) error {
-	if err := m.setService(ctx, in.Service); err != nil {
+// set writes in: the Services (web's, and in many-Services histories
+// web2's and web3's while it exists), the Nodes, then the slices.
+func (m *kubeMirror) set(ctx context.Context, in kubeState) error {
+	if err := m.setServices(ctx, in.services); err != nil {
 		return err
 	}
-	if err := m.setNodes(ctx, in.Nodes); err != nil {
+	if err := m.setNodes(ctx, in.nodes); err != nil {
 		return err
 	}
-	return m.setSlices(ctx, in.Slices)
+	return m.setSlices(ctx, in.slices)
 }
 
-func (m *kubeMirror) setService(ctx context.Context, want *corev1.Service) error {
-	if want == nil || m.svc != nil {
-		return nil // the history's Service never changes
+// kubeState is what the history's Kubernetes holds.
+type kubeState struct {
+	services []*corev1.Service
+	nodes    []corev1.Node
+	slices   []discoveryv1.EndpointSlice
+}
+
+// stateOf is in as a kubeState: one Service.
+func stateOf(in desired.Input) kubeState {
+	st := kubeState{nodes: in.Nodes, slices: in.Slices}
+	if in.Service != nil {
+		st.services = []*corev1.Service{in.Service}
 	}
-	svc := want.DeepCopy()
-	svc.UID = ""
-	got, err := m.c.CoreV1().Services(namespace).Create(ctx, svc, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("create Service: %w", err)
+	return st
+}
+
+// setServices creates each Service of want not written yet, updates one
+// whose annotations changed (a Service that names a backend, or no more),
+// and deletes those want holds no more.
+func (m *kubeMirror) setServices(ctx context.Context, want []*corev1.Service) error {
+	api := m.c.CoreV1().Services(namespace)
+	if m.svcs == nil {
+		m.svcs = map[string]*corev1.Service{}
 	}
-	m.svc = got
+	seen := map[string]bool{}
+	for _, w := range want {
+		seen[w.Name] = true
+		old := m.svcs[w.Name]
+		if old == nil {
+			svc := w.DeepCopy()
+			svc.UID = ""
+			got, err := api.Create(ctx, svc, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("create Service %s: %w", w.Name, err)
+			}
+			m.svcs[w.Name] = got
+			continue
+		}
+		if !reflect.DeepEqual(old.Annotations, w.Annotations) {
+			up := old.DeepCopy()
+			up.Annotations = w.Annotations
+			got, err := api.Update(ctx, up, metav1.UpdateOptions{})
+			if err != nil {
+				return fmt.Errorf("update Service %s: %w", w.Name, err)
+			}
+			m.svcs[w.Name] = got
+		}
+	}
+	for name := range m.svcs {
+		if !seen[name] {
+			if err := api.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete Service %s: %w", name, err)
+			}
+			delete(m.svcs, name)
+		}
+	}
 	return nil
 }
 

@@ -388,7 +388,11 @@ func (w *world) startServeWorld(env map[string]string) {
 	w.mirror = newKubeMirror(t, client)
 	w.kproxy = startKubeProxy(t, hostPort(cfg.Host))
 	w.kubeconfig = kubeconfigFile(t, cfg, w.kproxy.addr(), t.TempDir())
-	if err := w.mirror.set(context.Background(), w.input()); err != nil {
+	if w.setup.Services {
+		// serve's own fleet (watch.Many, lanes) runs web2 and web3.
+		w.svc = newServices(w)
+	}
+	if err := w.mirror.set(context.Background(), w.kubeState()); err != nil {
 		t.Fatal(err)
 	}
 	first := maps.Clone(env)

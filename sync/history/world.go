@@ -523,7 +523,7 @@ func (w *world) publish() {
 	in := w.input()
 	w.live.Set(in)
 	if w.mirror != nil {
-		if err := w.mirror.set(context.Background(), in); err != nil {
+		if err := w.mirror.set(context.Background(), w.kubeState()); err != nil {
 			w.t.Errorf("write Kubernetes: %v", err)
 		}
 	}

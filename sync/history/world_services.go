@@ -150,6 +150,47 @@ func (s *services) source(_, name string) reconcile.Source {
 	return s.w.live
 }
 
+// newServices starts web2's and web3's pods.
+func newServices(w *world) *services {
+	s := &services{w: w, live2: desiredtest.NewLive(w.readyInput(service2, web2Pods)), live3: desiredtest.NewLive(w.readyInput(service3, web3Pods))}
+	for _, n := range slices.Concat(web2Pods, web3Pods) {
+		p := w.newPod(n)
+		if err := p.start(); err != nil {
+			w.t.Fatal(err)
+		}
+		w.t.Cleanup(p.stop)
+		w.mu.Lock()
+		w.pods[n] = p
+		w.mu.Unlock()
+	}
+	return s
+}
+
+// kubeState is what the history's Kubernetes holds: web's Service, slices
+// and Nodes, and in many-Services histories web2 (naming be2 while it has
+// joined) and web3 (naming be while a duplicate lasts) with theirs.
+func (w *world) kubeState() kubeState {
+	st := stateOf(w.input())
+	s := w.svc
+	if s == nil {
+		return st
+	}
+	s.mu.Lock()
+	joined, dup := s.phase == joined, s.dup
+	s.mu.Unlock()
+	be2 := ""
+	if joined {
+		be2 = backend2
+	}
+	st.services = append(st.services, w.serviceObject(service2, be2))
+	st.slices = append(st.slices, w.readyInput(service2, web2Pods).Slices...)
+	if dup {
+		st.services = append(st.services, w.serviceObject(service3, backend))
+		st.slices = append(st.slices, w.readyInput(service3, web3Pods).Slices...)
+	}
+	return st
+}
+
 // startFleet starts web2's and web3's pods and the service's loop in
 // many-Services mode: the fleet (SERVICE_SELECTION=annotation from cfg),
 // each Service's reconciles in a coalescer of its own with the follow-up,
@@ -158,18 +199,8 @@ func (s *services) source(_, name string) reconcile.Source {
 // Service. It returns web's poke and what stops it all.
 func (w *world) startFleet(cfg config.Config) (poke func(), stop func()) {
 	t := w.t
-	s := &services{w: w, live2: desiredtest.NewLive(w.readyInput(service2, web2Pods)), live3: desiredtest.NewLive(w.readyInput(service3, web3Pods))}
+	s := newServices(w)
 	w.svc = s
-	for _, n := range slices.Concat(web2Pods, web3Pods) {
-		p := w.newPod(n)
-		if err := p.start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.stop)
-		w.mu.Lock()
-		w.pods[n] = p
-		w.mu.Unlock()
-	}
 	log := serviceLog(t)
 	rec, checks, watched := reconcilerOf(t, cfg, log)
 	f := &fleet.Fleet{Services: s, Selection: cfg.Selecting(), Template: rec, Source: s.source, Log: log}
@@ -283,6 +314,9 @@ func (w *world) startFleet(cfg config.Config) (poke func(), stop func()) {
 // hands it over as left.
 func (s *services) apply(st Step) error {
 	w := s.w
+	if w.mirror != nil {
+		return s.applyServe(st)
+	}
 	switch st.Kind {
 	case ServiceJoin, ServiceLeave:
 		s.mu.Lock()
@@ -326,6 +360,39 @@ func (s *services) apply(st Step) error {
 		s.pokeKey(service3)
 		s.left([]string{backend})
 	}
+	return nil
+}
+
+// applyServe carries out a many-Services step in a serve history: what
+// Kubernetes holds changes, and serve's own watch (watch.Many) and lanes
+// do the rest.
+func (s *services) applyServe(st Step) error {
+	w := s.w
+	switch st.Kind {
+	case ServiceJoin, ServiceLeave:
+		s.mu.Lock()
+		s.phase = left
+		if st.Kind == ServiceJoin {
+			s.phase = joined
+		}
+		s.since = time.Now()
+		s.epoch.Add(1)
+		s.mu.Unlock()
+	case Duplicate:
+		b := BoundsOf(config.ShippedCheck())
+		if why := w.waitConverged(b.Converge); why != "" {
+			w.rec.add(obs{kind: obsViolation, inv: Converges, err: "before a duplicate claim, not within " + b.Converge.String() + ": " + why})
+		}
+		s.mu.Lock()
+		s.dup, s.window = true, true
+		s.windows++
+		s.mu.Unlock()
+	case DuplicateEnd:
+		s.mu.Lock()
+		s.window, s.dup = false, false
+		s.mu.Unlock()
+	}
+	w.publish()
 	return nil
 }
 
