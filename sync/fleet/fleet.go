@@ -433,10 +433,11 @@ func summarize(res *Result, dryRun bool) error {
 	if failed > 0 {
 		return fmt.Errorf("%w: %d of %d", ErrServices, failed, total)
 	}
-	// Every one failing for good is no Service's own reason but the
-	// instance's (a certificate a target refuses, a socket it may not
-	// open): 503, class permanent, as the single-Service mode answers.
-	if total > 0 && permanent == total {
+	// Every one of several failing for good is no Service's own reason
+	// but the instance's (a certificate a target refuses, a socket it may
+	// not open): 503, class permanent, as the single-Service mode answers.
+	// One alone (a lane's Service, a left backend) may fail for its own.
+	if total > 1 && permanent == total {
 		res.ErrorClass = failure.Permanent
 		return fmt.Errorf("%w: %d of %d, none for a reason of its own", ErrServices, permanent, total)
 	}

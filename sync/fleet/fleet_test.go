@@ -273,6 +273,7 @@ func TestSummarize(t *testing.T) {
 		{"one permanent (its own)", []reconcile.Result{ok, bad(failure.Permanent), ok}, nil, false, reconcile.StatusUnchanged, ""},
 		{"every one permanent: the instance's, not theirs", []reconcile.Result{bad(failure.Permanent), bad(failure.Permanent)}, nil, true, reconcile.StatusUnchanged, failure.Permanent},
 		{"every one but one permanent", []reconcile.Result{bad(failure.Permanent), ok}, nil, false, reconcile.StatusUnchanged, ""},
+		{"one alone permanent (a lane's Service: its own)", []reconcile.Result{bad(failure.Permanent)}, nil, false, reconcile.StatusUnchanged, ""},
 		{"one temporary", []reconcile.Result{ok, bad(failure.Temporary), bad(failure.Permanent)}, nil, true, reconcile.StatusUnchanged, failure.Temporary},
 		{"one unreachable", []reconcile.Result{bad(failure.Unreachable), bad(failure.Temporary)}, nil, true, reconcile.StatusUnchanged, failure.Unreachable},
 		{"a class unknown is mended by a retry", []reconcile.Result{bad("")}, nil, true, reconcile.StatusUnchanged, failure.Temporary},
