@@ -247,6 +247,12 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 				}
 			}
 			res.ErrorClass = failure.Permanent
+			if f.Status != nil && !dryRun {
+				// Left the class or refused: this instance's status goes
+				// now, whatever the trigger, not at the next full
+				// reconcile (external-dns would publish the VIP meanwhile).
+				f.writeStatus(ctx, all, chosen, services.FrontendReport{}, nil, &res, only)
+			}
 			return finish(nse)
 		}
 	}
