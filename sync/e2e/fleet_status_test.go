@@ -16,7 +16,7 @@ import (
 // exist (the backends are in haproxy.cfg), or, once failed is set, failed.
 type givenFrontends struct{ failed bool }
 
-func (g *givenFrontends) Sync(_ context.Context, want []services.Selected) (services.FrontendReport, error) {
+func (g *givenFrontends) Sync(_ context.Context, want []services.Selected, _ map[string]string) (services.FrontendReport, error) {
 	r := services.FrontendReport{Ready: map[string]bool{}, Failed: map[string]string{}}
 	for _, s := range want {
 		if g.failed {

@@ -28,10 +28,12 @@ import (
 )
 
 // Frontends makes class Services' frontends and backends (package lb's
-// Manager): Sync is given every class Service selected, and reports which
+// Manager): Sync is given every class Service selected (and the class of
+// every Service listed), and reports which
 // are ready, which failed, and which owned backends no Service wants.
 type Frontends interface {
-	Sync(ctx context.Context, want []services.Selected) (services.FrontendReport, error)
+	// classes are services.ClassesOf every listed Service.
+	Sync(ctx context.Context, want []services.Selected, classes map[string]string) (services.FrontendReport, error)
 }
 
 // StatusWriter writes a Service's status (services/status); a *kube.Client
@@ -262,7 +264,7 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	var report services.FrontendReport
 	class := classOf(chosen)
 	if f.Frontends != nil && !dryRun && (full || only != "" && isClass(chosen, only)) {
-		report, err = f.Frontends.Sync(ctx, class)
+		report, err = f.Frontends.Sync(ctx, class, services.ClassesOf(all))
 		res.Frontends = &report
 		for _, k := range report.Loading {
 			loading[k] = true
