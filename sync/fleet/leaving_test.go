@@ -213,3 +213,92 @@ func TestClaimantsLaneFinishesTheHandOver(t *testing.T) {
 		t.Fatalf("be_x %v after the follow-up: want the holder's parked server deleted", st)
 	}
 }
+
+// drainingFrontends stands for package lb over a memHAProxy: the owned
+// class backends no Service wants drain, and go once they have no server
+// (lb.Drained without a socket: sessions unknown).
+type drainingFrontends struct {
+	h     *memHAProxy
+	owned map[string]bool
+	syncs int
+}
+
+func (d *drainingFrontends) Sync(_ context.Context, want []services.Selected, _ map[string]string) (services.FrontendReport, error) {
+	d.syncs++
+	rep := services.FrontendReport{Ready: map[string]bool{}}
+	wanted := map[string]bool{}
+	for _, s := range want {
+		rep.Ready[s.Key()] = true
+		for _, p := range s.Ports {
+			wanted[p.Backend] = true
+		}
+	}
+	d.h.mu.Lock()
+	defer d.h.mu.Unlock()
+	for b := range d.owned {
+		if wanted[b] {
+			continue
+		}
+		if len(d.h.backends[b]) > 0 {
+			rep.Draining = append(rep.Draining, b)
+			continue
+		}
+		delete(d.h.backends, b)
+		delete(d.owned, b)
+		rep.Removed = append(rep.Removed, "fe"+b[2:])
+	}
+	return rep, nil
+}
+
+// TestLeftClassSectionsGoWithoutAFullReconcile (issue 54 row 7): a class
+// Service deleted: the watch hands its backend over, one reconcile parks
+// its server, the follow-up's next deletes it and has its frontend and
+// backend removed, with no full reconcile; a class backend already gone is
+// not reconciled again (it would fail, and be retried, for ever).
+func TestLeftClassSectionsGoWithoutAFullReconcile(t *testing.T) {
+	c := &cluster{}
+	cls := "lb"
+	c.add(corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}, "127.0.1.1")
+	_, be := services.ClassNames("", "apps", "web", 80)
+	h := newMem("h", be)
+	fe := &drainingFrontends{h: h, owned: map[string]bool{be: true}}
+	f := newFleet(c, h)
+	f.Frontends = fe
+	clk := &clock{now: time.Unix(0, 0)}
+	l, again, _ := clocked(f, clk)
+	defer l.Close()
+	if _, err := l.Full(context.Background()); err != nil || len(h.states(be)) != 1 {
+		t.Fatalf("%v, %s %v: want web's server", err, be, h.states(be))
+	}
+	c.mu.Lock()
+	c.svcs = nil // deleted
+	c.mu.Unlock()
+	if _, err := l.Left(context.Background(), []string{be}); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.states(be); len(st) != 1 || st["127-0-1-1"] != model.Maint {
+		t.Fatalf("%s %v: want its server parked", be, st)
+	}
+	clk.advance(time.Second)
+	var b []string
+	select {
+	case b = <-again:
+	default:
+		t.Fatal("not handed over again after the parking")
+	}
+	res, err := l.Left(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	_, still := h.backends[be]
+	h.mu.Unlock()
+	if still {
+		t.Fatalf("%s still there after its server was deleted: %+v; want its sections removed by this reconcile", be, res.Frontends)
+	}
+	syncs := fe.syncs
+	if res, err := l.Left(context.Background(), []string{be}); err != nil || len(res.Left) != 0 || fe.syncs != syncs+1 {
+		t.Fatalf("a class backend gone, handed over again: %v %+v; want nothing reconciled", err, res)
+	}
+}
