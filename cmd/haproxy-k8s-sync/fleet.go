@@ -30,7 +30,7 @@ func newFrontends(cfg config.Config, dps []*dataplane.Client, log *slog.Logger) 
 	if len(dps) == 0 {
 		return nil, errors.New("HAPROXY_DATAPLANE_URL: required with class selection: class Services' frontends and backends are created through the Data Plane API")
 	}
-	m := &lb.Manager{Cluster: cfg.ClusterName, Log: log.With("part", "frontends")}
+	m := &lb.Manager{Class: cfg.LoadBalancerClass, Cluster: cfg.ClusterName, Namespaces: cfg.Namespaces, Log: log.With("part", "frontends")}
 	for _, dp := range dps {
 		m.Targets = append(m.Targets, dp)
 	}

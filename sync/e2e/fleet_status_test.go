@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/fleet"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/services"
@@ -16,7 +19,7 @@ import (
 // exist (the backends are in haproxy.cfg), or, once failed is set, failed.
 type givenFrontends struct{ failed bool }
 
-func (g *givenFrontends) Sync(_ context.Context, want []services.Selected) (services.FrontendReport, error) {
+func (g *givenFrontends) Sync(_ context.Context, want []services.Selected, _ map[string]string) (services.FrontendReport, error) {
 	r := services.FrontendReport{Ready: map[string]bool{}, Failed: map[string]string{}}
 	for _, s := range want {
 		if g.failed {
@@ -31,7 +34,8 @@ func (g *givenFrontends) Sync(_ context.Context, want []services.Selected) (serv
 // TestFleetWritesLoadBalancerStatus: on a real kube-apiserver, a class
 // Service's status.loadBalancer.ingress gets the VIP once its backend has a
 // server in service, is not written again while unchanged, and is withdrawn
-// when its frontends fail.
+// when its frontends fail, and by the Service's own reconcile when it is
+// refused.
 func TestFleetWritesLoadBalancerStatus(t *testing.T) {
 	const class = "haproxy-k8s-sync.io/haproxy"
 	ns := newWorld(t, "unused", "pod", nil).ns
@@ -91,12 +95,46 @@ func TestFleetWritesLoadBalancerStatus(t *testing.T) {
 	}
 	fe.failed = true
 	res, err = fw.f.Reconcile(context.Background(), false)
-	// Its own failure (an operator's frontend, say): listed, not the
-	// reconcile's (issue 54 row 6).
-	if err != nil || len(res.Services) != 1 || res.Services[0].Status != reconcile.StatusError || res.Services[0].Ingress != fleet.IngressWithdrawn {
+	// Its own failure (an operator's frontend, say), listed; as the only
+	// Service, every one failing for good is the instance's failure
+	// (issue 54 row 6: 503, permanent).
+	if !errors.Is(err, fleet.ErrServices) || res.ErrorClass != failure.Permanent || len(res.Services) != 1 || res.Services[0].Status != reconcile.StatusError || res.Services[0].Ingress != fleet.IngressWithdrawn {
 		t.Fatalf("frontends failed: %v %+v, want the Service failed and its status withdrawn", err, res.Services)
 	}
 	if ing := get().Status.LoadBalancer.Ingress; len(ing) != 0 {
 		t.Fatalf("ingress %v after its frontends failed, want it withdrawn", ing)
+	}
+
+	// Written again, then the Service asks for a port another Service
+	// holds: refused, its status is withdrawn by the reconcile of that
+	// Service alone (the watch's poke), not the next full one (issue 54
+	// row 4). (Leaving the class means leaving type LoadBalancer, since
+	// the class cannot change: the API server clears the status itself.)
+	fe.failed = false
+	if _, err := svcs.Create(context.Background(), &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "other"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, AllocateLoadBalancerNodePorts: &no,
+			Ports: []corev1.ServicePort{{Name: "https", Port: 443}}, Selector: map[string]string{"app": "other"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, func() fleet.Result {
+		res, _ := fw.f.Reconcile(context.Background(), false) // other holds 443 from now on
+		return res
+	})
+	if ing := get().Status.LoadBalancer.Ingress; len(ing) != 1 {
+		t.Fatalf("ingress %v, want the VIP written again", ing)
+	}
+	claim := get()
+	claim.Spec.Ports = append(claim.Spec.Ports, corev1.ServicePort{Name: "https", Port: 443})
+	if _, err := svcs.Update(context.Background(), claim, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var nse *fleet.NotSelectedError
+	if _, err := fw.f.ReconcileService(context.Background(), ns+"/shop", false); !errors.As(err, &nse) || !strings.Contains(nse.Reason, "held by "+ns+"/other") {
+		t.Fatalf("the Service's own reconcile: %v, want it refused, naming the holder", err)
+	}
+	if ing := get().Status.LoadBalancer.Ingress; len(ing) != 0 {
+		t.Fatalf("ingress %v after the Service was refused, want it withdrawn by its own reconcile", ing)
 	}
 }

@@ -28,10 +28,12 @@ import (
 )
 
 // Frontends makes class Services' frontends and backends (package lb's
-// Manager): Sync is given every class Service selected, and reports which
+// Manager): Sync is given every class Service selected (and the class of
+// every Service listed), and reports which
 // are ready, which failed, and which owned backends no Service wants.
 type Frontends interface {
-	Sync(ctx context.Context, want []services.Selected) (services.FrontendReport, error)
+	// classes are services.ClassesOf every listed Service.
+	Sync(ctx context.Context, want []services.Selected, classes map[string]string) (services.FrontendReport, error)
 }
 
 // StatusWriter writes a Service's status (services/status); a *kube.Client
@@ -247,6 +249,12 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 				}
 			}
 			res.ErrorClass = failure.Permanent
+			if f.Status != nil && !dryRun {
+				// Left the class or refused: this instance's status goes
+				// now, whatever the trigger, not at the next full
+				// reconcile (external-dns would publish the VIP meanwhile).
+				f.writeStatus(ctx, all, chosen, services.FrontendReport{}, nil, &res, only)
+			}
 			return finish(nse)
 		}
 	}
@@ -255,8 +263,13 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	var unread error // a target whose frontends could not be read
 	var report services.FrontendReport
 	class := classOf(chosen)
-	if f.Frontends != nil && !dryRun && (full || only != "" && isClass(chosen, only)) {
-		report, err = f.Frontends.Sync(ctx, class)
+	// Left class backends are made to drain by the Frontends' pass too: it
+	// says which are still owned and draining, and removes the drained
+	// ones' sections, so the follow-up, not the next full reconcile,
+	// finishes a class Service that left.
+	classLeft := leftOnly && f.Frontends != nil && !dryRun && slices.ContainsFunc(left, isClassBackend)
+	if f.Frontends != nil && !dryRun && (full || only != "" && isClass(chosen, only) || classLeft) {
+		report, err = f.Frontends.Sync(ctx, class, services.ClassesOf(all))
 		res.Frontends = &report
 		for _, k := range report.Loading {
 			loading[k] = true
@@ -310,6 +323,10 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	for _, b := range dedupe(left) {
 		s := named[b]
 		switch {
+		case s == nil && classLeft && unread == nil && isClassBackend(b) && !slices.Contains(report.Draining, b):
+			// Not an owned backend that drains (any more): its sections
+			// were removed, by this pass or before, or are not this
+			// instance's. Nothing to reconcile.
 		case s == nil:
 			jobs = append(jobs, job{backend: b, runner: f.zero(b)})
 		case leftOnly && !queued[s.Key()] && failedFE[s.Key()] == "":
@@ -333,6 +350,14 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 			r := out[i]
 			r.Warnings = nil // "no EndpointSlice" is what a left backend is, no misconfiguration
 			res.Left = append(res.Left, LeftResult{Backend: j.backend, Result: r})
+		}
+	}
+	if classLeft && unread == nil && deletedAll(jobs, out) {
+		// Their servers were deleted (sessions unknown: no socket), so
+		// the sections drained: removed now rather than at the next full
+		// reconcile, which nothing may ask for.
+		if again, err := f.Frontends.Sync(ctx, class, services.ClassesOf(all)); err == nil {
+			report.Removed = append(report.Removed, again.Removed...)
 		}
 	}
 	slices.SortFunc(res.Services, func(a, b ServiceResult) int { return strings.Compare(a.Service, b.Service) })
@@ -535,6 +560,30 @@ func (f *Fleet) prune(chosen []services.Selected, full bool) {
 			delete(f.runners, k)
 		}
 	}
+}
+
+// isClassBackend says whether a backend is named as a class Service's
+// (services.ClassNames), so may be one this instance made.
+func isClassBackend(b string) bool { return strings.HasPrefix(b, "be_"+services.ClassPrefix) }
+
+// deletedAll reports whether some left class backend's reconcile deleted
+// servers and left none behind on any target.
+func deletedAll(jobs []job, out []reconcile.Result) bool {
+	found := false
+	for i, j := range jobs {
+		if j.svc != nil || !isClassBackend(j.backend) || out[i].Status == reconcile.StatusError {
+			continue
+		}
+		deleted, kept := false, false
+		for _, t := range out[i].Targets {
+			deleted = deleted || len(t.Delete) > 0
+			for _, n := range t.Servers {
+				kept = kept || n > 0
+			}
+		}
+		found = found || deleted && !kept
+	}
+	return found
 }
 
 func classOf(chosen []services.Selected) []services.Selected {

@@ -339,7 +339,7 @@ type fakeFrontends struct {
 	got    []string
 }
 
-func (f *fakeFrontends) Sync(_ context.Context, want []services.Selected) (services.FrontendReport, error) {
+func (f *fakeFrontends) Sync(_ context.Context, want []services.Selected, _ map[string]string) (services.FrontendReport, error) {
 	f.got = nil
 	for _, s := range want {
 		f.got = append(f.got, s.Key())

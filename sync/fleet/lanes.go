@@ -127,20 +127,7 @@ func (l *Lanes) Full(ctx context.Context) (Result, error) {
 	keep := map[string]bool{}
 	for _, s := range res.Services {
 		keep[s.Service] = true
-		l.mu.Lock()
-		ln, ok := l.lanes[s.Service]
-		l.mu.Unlock()
-		var serr error
-		if s.Status == reconcile.StatusError {
-			serr = errors.New(s.Error)
-		}
-		// Every Service's result, not only those with servers waiting:
-		// the follow-up also confirms what the deletion guard parked and
-		// watches pods held by the readiness gate, which only it can tell.
-		if !ok {
-			ln = l.lane(s.Service)
-		}
-		ln.follow.Observe(s.Result, serr, func(reason string) { l.followed(ln, reason) })
+		l.observe(s)
 	}
 	l.mu.Lock()
 	for k, ln := range l.lanes {
@@ -149,7 +136,31 @@ func (l *Lanes) Full(ctx context.Context) (Result, error) {
 		}
 	}
 	l.mu.Unlock()
+	// The owned class backends no Service wants (draining) were reconciled
+	// as left: followed up as the watch's left backends are, or their
+	// parked servers would wait for the next full reconcile.
+	var left []string
+	for _, r := range res.Left {
+		left = append(left, r.Backend)
+	}
+	if len(left) > 0 {
+		l.followLeft(left, res, err)
+	}
 	return res, err
+}
+
+// observe hands a Service's part of a reconcile that was not its lane's
+// (a full one, a left backend's hand-over) to its lane's follow-up.
+func (l *Lanes) observe(s ServiceResult) {
+	var serr error
+	if s.Status == reconcile.StatusError {
+		serr = errors.New(s.Error)
+	}
+	// Every Service's result, not only those with servers waiting: the
+	// follow-up also confirms what the deletion guard parked and watches
+	// pods held by the readiness gate, which only it can tell.
+	ln := l.lane(s.Service)
+	ln.follow.Observe(s.Result, serr, func(reason string) { l.followed(ln, reason) })
 }
 
 // Left reconciles backends no Service names any more (Fleet.ReconcileLeft),
@@ -167,6 +178,13 @@ func (l *Lanes) Left(ctx context.Context, backends []string) (Result, error) {
 	defer cancel()
 	res, err := l.Fleet.ReconcileLeft(ctx, backends)
 	l.followLeft(backends, res, err)
+	// A Service that still names a left backend (a claim that ended hands
+	// it over) was reconciled for it: its lane finishes what that left,
+	// e.g. the old holder's servers the guard parked, the new ones waiting
+	// for their check; nothing else would poke it.
+	for _, s := range res.Services {
+		l.observe(s)
+	}
 	return res, err
 }
 

@@ -1,10 +1,14 @@
 package fleet
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/services"
@@ -88,5 +92,68 @@ func TestOursPerTarget(t *testing.T) {
 		if strings.Join(got, ",") != c.want {
 			t.Errorf("VIPs %v hostname %q: ingress %v, want %s", c.vips, c.hostname, got, c.want)
 		}
+	}
+}
+
+// TestStatusWithdrawnByItsOwnReconcile (issue 54 row 4): a class Service
+// whose status this instance wrote has it withdrawn by the reconcile of
+// that Service alone (the watch's poke, through its lane) once it leaves
+// the class or is refused: external-dns must not publish the VIP until the
+// next full reconcile. Another Service's status is left as it is.
+func TestStatusWithdrawnByItsOwnReconcile(t *testing.T) {
+	cls := "lb"
+	lbSvc := func(name string, ports ...int32) corev1.Service {
+		s := corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls}}
+		for _, p := range ports {
+			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: fmt.Sprint("p", p), Port: p})
+		}
+		return s
+	}
+	for _, tt := range []struct {
+		name  string
+		leave func(a *corev1.Service)
+	}{
+		{"leaves the class", func(a *corev1.Service) { a.Spec.LoadBalancerClass = nil }},
+		{"another class", func(a *corev1.Service) { other := "other"; a.Spec.LoadBalancerClass = &other }},
+		{"refused: names a port apps/b holds", func(a *corev1.Service) {
+			a.Spec.Ports = append(a.Spec.Ports, corev1.ServicePort{Name: "p443", Port: 443})
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &cluster{}
+			c.add(lbSvc("a", 80), "127.0.1.1")
+			c.add(lbSvc("b", 443), "127.0.1.2")
+			_, beA := services.ClassNames("", "apps", "a", 80)
+			_, beB := services.ClassNames("", "apps", "b", 443)
+			h := newMem("h", beA, beB)
+			f := newFleet(c, h)
+			f.Frontends = &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/a": true, "apps/b": true}}}
+			l := &Lanes{Fleet: f}
+			defer l.Close()
+			if _, err := l.Full(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if len(c.updates) != 2 {
+				t.Fatalf("updates %v: want both statuses written", c.updates)
+			}
+			c.mu.Lock()
+			tt.leave(&c.svcs[0])
+			c.mu.Unlock()
+			_, err := l.Run(context.Background(), "apps/a")
+			var nse *NotSelectedError
+			if !errors.As(err, &nse) {
+				t.Fatalf("err = %v, want apps/a not followed", err)
+			}
+			if len(c.updates) != 3 || c.updates[2] != "apps/a=[]" {
+				t.Fatalf("updates %v: want apps/a's status withdrawn by its own reconcile", c.updates)
+			}
+			c.mu.Lock()
+			bIngress := c.svcs[1].Status.LoadBalancer.Ingress
+			c.mu.Unlock()
+			if len(bIngress) != 1 {
+				t.Fatalf("apps/b's status %v: want it kept", bIngress)
+			}
+		})
 	}
 }

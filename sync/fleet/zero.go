@@ -15,9 +15,11 @@ import (
 const zeroPort = 1
 
 // noEndpoints is a Service with one port and no endpoint: what a backend no
-// Service names any more is reconciled against. Its servers are then
-// handled as a Service that lost every endpoint is: parked, and deleted
-// only as the mass-deletion guard allows (a later reconcile confirms it).
+// Service names any more is reconciled against. Its servers are parked
+// first, as a Service's that lost every endpoint, and then, since no
+// Service will come back for them (Leaving), deleted by a later reconcile
+// once their sessions ended: the fleet lists the Services afresh before
+// each, which confirms the backend is still no Service's.
 type noEndpoints struct{ backend string }
 
 func (z noEndpoints) Read(context.Context) (desired.Input, error) {
@@ -33,5 +35,7 @@ func (f *Fleet) zero(backend string) reconcile.Runner {
 	opts := f.Template.Options
 	opts.Backends = []desired.PortBackend{{Backend: backend}}
 	opts.ReadinessGate = false
-	return f.reconciler(noEndpoints{backend}, opts, "left", backend)
+	r := f.reconciler(noEndpoints{backend}, opts, "left", backend)
+	r.Leaving = true
+	return r
 }

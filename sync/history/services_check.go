@@ -17,9 +17,11 @@ import (
 const (
 	// LeftParked: the servers of a backend no Service names any more (be2
 	// after ServiceLeave) are parked in maintenance within Bounds.Converge
-	// and none is deleted while no Service names it (zero endpoints park,
-	// never delete; a reload by others drops the runtime driver's servers,
-	// which is not a deletion).
+	// and none is deleted on the read that saw it leave: a server is
+	// deleted only once it was seen out of traffic (parked by an earlier
+	// reconcile, then deleted by the follow-up's, which reads the Services
+	// again; a reload by others drops the runtime driver's servers, which
+	// is not a deletion).
 	LeftParked Invariant = "left-parked"
 	// OthersUntouchedAcross: a step concerning one Service never changes
 	// another Service's backend: be never runs a server at another
@@ -106,8 +108,9 @@ func (s *services) check(tg *target, sw *svcWatch) {
 		for name, was := range sw.prev {
 			// The runtime driver's servers live in the running HAProxy
 			// alone: a reload by others drops them, parked or not.
-			if _, ok := v2[name]; !ok && !(tg.api == nil && byOthers) {
-				viol(LeftParked, name, "%s (%s) was deleted from %s while no Service names it", name, was, backend2)
+			// Seen in traffic, then gone: deleted without being parked first.
+			if _, ok := v2[name]; !ok && strings.HasSuffix(was, " in") && !(tg.api == nil && byOthers) {
+				viol(LeftParked, name, "%s (%s) was deleted from %s, in traffic, on the read that saw no Service name it", name, was, backend2)
 			}
 		}
 	}

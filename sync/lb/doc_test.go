@@ -28,9 +28,9 @@ func TestDocumentedClassSections(t *testing.T) {
 		t.Fatalf("docs/haproxy.md has no haproxy block after %q", marker)
 	}
 	api := dataplanetest.New(t, dataplanetest.Options{})
-	m := &lb.Manager{Targets: []lb.Target{clientOf(t, api)}, VIPs: []string{"127.0.0.73"}}
+	m := &lb.Manager{Targets: []lb.Target{clientOf(t, api)}, VIPs: []string{"127.0.0.73"}, Class: "haproxy-k8s-sync.io/haproxy"}
 	web := services.Selected{Namespace: "default", Name: "web", Class: true, Ports: []services.Port{{Port: 443}}}
-	if _, err := m.Sync(context.Background(), []services.Selected{web}); err != nil {
+	if _, err := m.Sync(context.Background(), []services.Selected{web}, nil); err != nil {
 		t.Fatal(err)
 	}
 	want := dataplanetest.NormalizeSections(strings.ReplaceAll(block, "192.0.2.10", "127.0.0.73"))

@@ -29,9 +29,12 @@ type Manager struct {
 	Targets []Target
 	// VIPs are the addresses frontends bind, one per target in target
 	// order, or one for all.
-	VIPs    []string
-	Cluster string
-	Log     *slog.Logger
+	VIPs []string
+	// Class (LOAD_BALANCER_CLASS) and Cluster (CLUSTER_NAME) are what its
+	// marks carry (Owner); Namespaces are WATCH_NAMESPACES.
+	Class, Cluster string
+	Namespaces     []string
+	Log            *slog.Logger
 }
 
 // attempts bounds the re-reads of one target after lost races.
@@ -51,8 +54,12 @@ type targetResult struct {
 // every target, and removes owned ones no Service wants once drained. Each
 // Service is written in its own transaction: one Service's failure does not
 // hold back another's. The error is for targets that could not be read; the
-// report says, per Service, what is ready and what failed.
-func (m *Manager) Sync(ctx context.Context, want []services.Selected) (services.FrontendReport, error) {
+// report says, per Service, what is ready and what failed. classes are the
+// spec.loadBalancerClass of the listed LoadBalancer Services that have one
+// (Owner.Classes): what tells whose a section marked before marks carried
+// the class is.
+func (m *Manager) Sync(ctx context.Context, want []services.Selected, classes map[string]string) (services.FrontendReport, error) {
+	own := Owner{Class: m.Class, Cluster: m.Cluster, Classes: classes, Namespaces: m.Namespaces}
 	rep := services.FrontendReport{Ready: map[string]bool{}, Failed: map[string]string{}, FailedClass: map[string]failure.Class{}}
 	if len(m.VIPs) != 1 && len(m.VIPs) != len(m.Targets) {
 		return rep, &failure.InputError{Err: fmt.Errorf("HAPROXY_VIP has %d addresses for %d targets: give one, or one per target", len(m.VIPs), len(m.Targets))}
@@ -67,7 +74,7 @@ func (m *Manager) Sync(ctx context.Context, want []services.Selected) (services.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = m.syncTarget(ctx, t, vip, want)
+			results[i] = m.syncTarget(ctx, t, vip, want, own)
 		}()
 	}
 	wg.Wait()
@@ -136,7 +143,7 @@ func (m *Manager) log() *slog.Logger {
 
 // syncTarget reads, plans and writes one target; a lost race (or any
 // temporary failure) re-reads and re-plans, attempts times at most.
-func (m *Manager) syncTarget(ctx context.Context, t Target, vip string, want []services.Selected) targetResult {
+func (m *Manager) syncTarget(ctx context.Context, t Target, vip string, want []services.Selected, own Owner) targetResult {
 	log := m.log().With("target", t.Name())
 	out := targetResult{ready: map[string]bool{}, failed: map[string]string{}, failedClass: map[string]failure.Class{}}
 	for attempt := 1; ; attempt++ {
@@ -150,11 +157,11 @@ func (m *Manager) syncTarget(ctx context.Context, t Target, vip string, want []s
 			out.err = err
 			return out
 		}
-		drained, err := m.drained(ctx, t, want, held)
+		drained, err := m.drained(ctx, t, want, held, own)
 		if err != nil {
 			log.Warn("could not tell whether unwanted backends drained; they wait", "error", err)
 		}
-		p := Compute(want, held, m.Cluster, vip, drained)
+		p := Compute(want, held, own, vip, drained)
 		out.draining = p.Draining
 		out.failed = p.Failed
 		out.failedClass = map[string]failure.Class{}
@@ -254,10 +261,10 @@ func names(fes, bes []string) []string {
 // drained tells, for each owned backend no Service wants, whether it may go
 // (Drained); the sessions are asked only of those whose servers all sit in
 // maintenance.
-func (m *Manager) drained(ctx context.Context, t Target, want []services.Selected, held dataplane.Proxies) (map[string]bool, error) {
+func (m *Manager) drained(ctx context.Context, t Target, want []services.Selected, held dataplane.Proxies, own Owner) (map[string]bool, error) {
 	out := map[string]bool{}
 	var errs []error
-	for _, b := range Unwanted(want, held, m.Cluster) {
+	for _, b := range Unwanted(want, held, own) {
 		sessions, known := 0, false
 		if len(b.Servers) > 0 && !slices.ContainsFunc(b.Servers, func(s dataplane.ProxyServer) bool { return !s.Maint }) {
 			var err error

@@ -149,7 +149,7 @@ func TestManagerOnHAProxy(t *testing.T) {
 	}
 	want := []services.Selected{classService("web", port), classService("taken", 80)}
 
-	rep, err := w.m.Sync(ctx, want)
+	rep, err := w.m.Sync(ctx, want, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestManagerOnHAProxy(t *testing.T) {
 
 	// Nothing changed: nothing written, no reload.
 	writes, reloads := w.api.Writes(), w.api.Reloads()
-	rep, err = w.m.Sync(ctx, want)
+	rep, err = w.m.Sync(ctx, want, nil)
 	if err != nil || !rep.Ready["default/web"] || len(rep.Created) != 0 || len(rep.Loading) != 0 {
 		t.Fatalf("second pass: %+v %v; want web ready, run by HAProxy", rep, err)
 	}
@@ -199,7 +199,7 @@ func TestManagerOnHAProxy(t *testing.T) {
 	// The Service is gone: its backend drains first, nothing is removed
 	// while a server is in service.
 	want = want[1:]
-	rep, err = w.m.Sync(ctx, want)
+	rep, err = w.m.Sync(ctx, want, nil)
 	if err != nil || fmt.Sprint(rep.Draining) != "["+be+"]" || len(rep.Removed) != 0 {
 		t.Fatalf("Service gone: %+v %v; want %s draining, nothing removed", rep, err, be)
 	}
@@ -211,7 +211,7 @@ func TestManagerOnHAProxy(t *testing.T) {
 	w.call(t, http.MethodPut, "/configuration/backends/"+be+"/servers/s1?version="+strconv.FormatInt(w.api.Version(), 10),
 		map[string]any{"name": "s1", "address": upstream, "port": srvPort, "check": "enabled", "inter": 200, "rise": 1, "fall": 1, "maintenance": "enabled"})
 	reloads = w.api.Reloads()
-	rep, err = w.m.Sync(ctx, want)
+	rep, err = w.m.Sync(ctx, want, nil)
 	if err != nil || fmt.Sprint(rep.Removed) != "["+fe+"]" || len(rep.Draining) != 0 {
 		t.Fatalf("drained: %+v %v; want %s removed", rep, err, fe)
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,7 +37,7 @@ func TestManagerTwoTargets(t *testing.T) {
 	port := int64(8443)
 	b.AddFrontend(models.Frontend{FrontendBase: models.FrontendBase{Name: "fe_tls"}}, models.Bind{Name: "b", Address: "127.0.0.72", Port: &port})
 	m := &lb.Manager{Targets: []lb.Target{clientOf(t, a), clientOf(t, b)}, VIPs: []string{"127.0.0.71", "127.0.0.72"}, Cluster: "c1"}
-	rep, err := m.Sync(context.Background(), []services.Selected{classService("web", 80), classService("api", 8443)})
+	rep, err := m.Sync(context.Background(), []services.Selected{classService("web", 80), classService("api", 8443)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +71,7 @@ func TestManagerLostRace(t *testing.T) {
 		return false
 	})
 	m := &lb.Manager{Targets: []lb.Target{clientOf(t, api)}, VIPs: []string{"127.0.0.71"}}
-	rep, err := m.Sync(context.Background(), []services.Selected{classService("web", 80)})
+	rep, err := m.Sync(context.Background(), []services.Selected{classService("web", 80)}, nil)
 	if err != nil || !rep.Ready["default/web"] || len(rep.Failed) != 0 {
 		t.Fatalf("Sync: %+v %v, want web ready", rep, err)
 	}
@@ -83,10 +85,93 @@ func TestManagerLostRace(t *testing.T) {
 func TestManagerRefusesVIPCount(t *testing.T) {
 	api := dataplanetest.New(t, dataplanetest.Options{})
 	m := &lb.Manager{Targets: []lb.Target{clientOf(t, api)}, VIPs: []string{"127.0.0.71", "127.0.0.72"}}
-	if _, err := m.Sync(context.Background(), []services.Selected{classService("web", 80)}); err == nil || !strings.Contains(err.Error(), "HAPROXY_VIP") {
+	if _, err := m.Sync(context.Background(), []services.Selected{classService("web", 80)}, nil); err == nil || !strings.Contains(err.Error(), "HAPROXY_VIP") {
 		t.Errorf("Sync with 2 VIPs for 1 target: %v, want an error naming HAPROXY_VIP", err)
 	}
 	if api.Writes() != 0 {
 		t.Error("something was written")
+	}
+}
+
+// TestTwoClassesOnOneHAProxy (issue 54 row 3): two installs of two
+// classes share one HAProxy (one Data Plane API), each with its Service,
+// and sync at once, pass after pass: neither takes the other's sections
+// for its own, so neither drains nor removes them. Before, the mark did
+// not carry the class: each removed the other's (unwanted, drained) at
+// every pass.
+func TestTwoClassesOnOneHAProxy(t *testing.T) {
+	api := dataplanetest.New(t, dataplanetest.Options{ReloadDelay: time.Millisecond})
+	a := &lb.Manager{Targets: []lb.Target{clientOf(t, api)}, VIPs: []string{"127.0.0.71"}, Class: "example.org/a"}
+	b := &lb.Manager{Targets: []lb.Target{clientOf(t, api)}, VIPs: []string{"127.0.0.72"}, Class: "example.org/b"}
+	classes := map[string]string{"default/web": "example.org/a", "default/api": "example.org/b"}
+	pass := func(m *lb.Manager, s services.Selected) (services.FrontendReport, error) {
+		// A lost race against the other install is read again (attempts);
+		// one that still loses is retried by the next pass, as the fleet's.
+		return m.Sync(context.Background(), []services.Selected{s}, classes)
+	}
+	for n := range 4 {
+		var wg sync.WaitGroup
+		var ra, rb services.FrontendReport
+		wg.Go(func() { ra, _ = pass(a, classService("web", 80)) })
+		wg.Go(func() { rb, _ = pass(b, classService("api", 8080)) })
+		wg.Wait()
+		for _, r := range []services.FrontendReport{ra, rb} {
+			if len(r.Draining) > 0 || len(r.Removed) > 0 {
+				t.Fatalf("pass %d: draining %v, removed %v: an install took the other's sections for its own", n, r.Draining, r.Removed)
+			}
+		}
+	}
+	for _, c := range []struct {
+		m                 *lb.Manager
+		frontend, backend string
+		key               string
+	}{{a, "fe_k8s_default_web_80", "be_k8s_default_web_80", "default/web"}, {b, "fe_k8s_default_api_8080", "be_k8s_default_api_8080", "default/api"}} {
+		mark := lb.Owner{Class: c.m.Class}.Mark(c.key)
+		if fe, _, ok := api.Frontend(c.frontend); !ok || fe.Description != mark {
+			t.Errorf("%s: %+v, want it there, marked %q", c.frontend, fe, mark)
+		}
+		if be := api.Backend(c.backend); be.Description != mark {
+			t.Errorf("%s: %+v, want it there, marked %q", c.backend, be, mark)
+		}
+	}
+	// Each install's Service gone: each removes its own sections alone.
+	if rep, err := a.Sync(context.Background(), nil, classes); err != nil || len(rep.Removed) != 1 || rep.Removed[0] != "fe_k8s_default_web_80" {
+		t.Fatalf("a without its Service: %+v %v, want its own frontend removed and no other", rep, err)
+	}
+	if _, _, ok := api.Frontend("fe_k8s_default_api_8080"); !ok {
+		t.Fatal("b's frontend removed by a")
+	}
+}
+
+// TestUpgradeAdoptsLegacyMarks (issue 54 row 3): sections marked before
+// marks carried the class are neither orphaned nor deleted by an upgrade:
+// the install that follows their Service adopts them (its frontend's mark
+// is rewritten with the class), another install whose class their Service
+// does not have leaves them alone, and the sections of a Service that went
+// meanwhile are drained and removed as before.
+func TestUpgradeAdoptsLegacyMarks(t *testing.T) {
+	api := dataplanetest.New(t, dataplanetest.Options{ReloadDelay: time.Millisecond})
+	old := &lb.Manager{Targets: []lb.Target{clientOf(t, api)}, VIPs: []string{"127.0.0.71"}}
+	if _, err := old.Sync(context.Background(), []services.Selected{classService("web", 80), classService("gone", 81)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if fe, _, _ := api.Frontend("fe_k8s_default_web_80"); fe.Description != lb.Mark("", "default/web") {
+		t.Fatalf("the old install's mark %q", fe.Description)
+	}
+	classes := map[string]string{"default/web": "example.org/a"}
+	other := &lb.Manager{Targets: []lb.Target{clientOf(t, api)}, VIPs: []string{"127.0.0.72"}, Class: "example.org/b"}
+	if rep, err := other.Sync(context.Background(), nil, classes); err != nil || slices.Contains(rep.Removed, "fe_k8s_default_web_80") || slices.Contains(rep.Draining, "be_k8s_default_web_80") {
+		t.Fatalf("another class's install: %+v %v, want default/web's sections left alone", rep, err)
+	}
+	upgraded := &lb.Manager{Targets: []lb.Target{clientOf(t, api)}, VIPs: []string{"127.0.0.71"}, Class: "example.org/a"}
+	rep, err := upgraded.Sync(context.Background(), []services.Selected{classService("web", 80)}, classes)
+	if err != nil || !rep.Ready["default/web"] || len(rep.Failed) != 0 {
+		t.Fatalf("upgraded: %+v %v, want default/web's sections adopted", rep, err)
+	}
+	if fe, _, ok := api.Frontend("fe_k8s_default_web_80"); !ok || fe.Description != (lb.Owner{Class: "example.org/a"}).Mark("default/web") {
+		t.Fatalf("adopted frontend %+v, want its mark rewritten with the class", fe)
+	}
+	if _, _, ok := api.Frontend("fe_k8s_default_gone_81"); ok {
+		t.Fatal("the sections of a Service gone before the upgrade are left behind")
 	}
 }

@@ -22,36 +22,104 @@ import (
 // MarkWord starts the description of every section this service creates.
 const MarkWord = "haproxy-k8s-sync"
 
+// Owner is who this instance is on an HAProxy several installs may share:
+// the LOAD_BALANCER_CLASS it implements and its CLUSTER_NAME, the words its
+// marks carry. Two installs of two classes, or of two clusters, never take
+// each other's sections.
+type Owner struct {
+	Class, Cluster string
+	// Classes and Namespaces decide the sections marked before marks
+	// carried the class (legacy): the spec.loadBalancerClass of every
+	// listed LoadBalancer Service that has one, by key, and the namespaces
+	// listed (WATCH_NAMESPACES; empty: all).
+	Classes    map[string]string
+	Namespaces []string
+}
+
 // Mark is the description a class Service's frontend and backend carry:
-// "haproxy-k8s-sync service=ns/name", and " cluster=NAME" with a
-// CLUSTER_NAME, so that instances of two clusters sharing an HAProxy never
-// take each other's sections.
-func Mark(cluster, key string) string {
+// "haproxy-k8s-sync service=ns/name class=CLASS", and " cluster=NAME" with
+// a CLUSTER_NAME.
+func (o Owner) Mark(key string) string {
 	m := MarkWord + " service=" + key
-	if cluster != "" {
-		m += " cluster=" + cluster
+	if o.Class != "" {
+		m += " class=" + o.Class
+	}
+	if o.Cluster != "" {
+		m += " cluster=" + o.Cluster
 	}
 	return m
 }
 
-// Owned reports whether a frontend or backend is this instance's: its name
-// starts with fe_ or be_ and services.ClassPrefix, and its description is
-// a Mark of this cluster (any Service).
-func Owned(name, description, cluster string) bool {
+// Mark is the mark of an instance of cluster whose class is not said (the
+// marks written before they carried it).
+func Mark(cluster, key string) string { return Owner{Cluster: cluster}.Mark(key) }
+
+// mark is what a description says, when it is a mark at all (ok).
+type mark struct {
+	ok, classed             bool
+	service, class, cluster string
+}
+
+func parseMark(description string) mark {
+	f := strings.Fields(description)
+	if len(f) < 2 || f[0] != MarkWord {
+		return mark{}
+	}
+	svc, ok := strings.CutPrefix(f[1], "service=")
+	if !ok {
+		return mark{}
+	}
+	m := mark{ok: true, service: svc}
+	for _, w := range f[2:] {
+		if c, ok := strings.CutPrefix(w, "cluster="); ok {
+			m.cluster = c
+		}
+		if c, ok := strings.CutPrefix(w, "class="); ok {
+			m.class, m.classed = c, true
+		}
+	}
+	return m
+}
+
+// Owned reports whether a frontend or backend is o's: its name starts with
+// fe_ or be_ and services.ClassPrefix, and its description is a mark of
+// o's cluster and class (any Service). A mark without a class (written
+// before marks carried it) is decided by legacy; wanted are the keys of
+// the class Services o follows now.
+func (o Owner) Owned(name, description string, wanted map[string]bool) bool {
 	if !strings.HasPrefix(name, "fe_"+services.ClassPrefix) && !strings.HasPrefix(name, "be_"+services.ClassPrefix) {
 		return false
 	}
-	f := strings.Fields(description)
-	if len(f) < 2 || f[0] != MarkWord || !strings.HasPrefix(f[1], "service=") {
+	m := parseMark(description)
+	switch {
+	case !m.ok || m.cluster != o.Cluster:
 		return false
+	case m.classed:
+		return m.class == o.Class
+	default:
+		return o.legacy(m.service, wanted)
 	}
-	got := ""
-	for _, w := range f[2:] {
-		if c, ok := strings.CutPrefix(w, "cluster="); ok {
-			got = c
-		}
+}
+
+// legacy decides whether a section whose mark carries no class is o's, so
+// that an upgrade neither orphans nor deletes what the install made before
+// it: a Service o follows now adopts it (its frontend's mark is rewritten
+// with the class); a Service listed with another class is another
+// install's, left for it to adopt when it upgrades; a Service outside o's
+// namespaces cannot be seen, so is left alone; any other (deleted, left
+// the class, refused) is o's, drained and removed as before.
+func (o Owner) legacy(key string, wanted map[string]bool) bool {
+	ns, _, _ := strings.Cut(key, "/")
+	switch {
+	case wanted[key]:
+		return true
+	case o.Classes[key] != "" && o.Classes[key] != o.Class:
+		return false
+	case len(o.Namespaces) > 0 && !slices.Contains(o.Namespaces, ns):
+		return false
+	default:
+		return true
 	}
-	return got == cluster
 }
 
 // Write is one transaction of a Plan: one Service's frontends and
@@ -89,8 +157,8 @@ func counterpart(name string) string {
 
 // pairsOf are the frontend/backend pairs a class Service's ports need, or
 // why it cannot have them.
-func pairsOf(s services.Selected, cluster, vip string) ([]dataplane.Pair, string) {
-	mark := Mark(cluster, s.Key())
+func pairsOf(s services.Selected, o Owner, vip string) ([]dataplane.Pair, string) {
+	cluster, mark := o.Cluster, o.Mark(s.Key())
 	var out []dataplane.Pair
 	for _, p := range s.Ports {
 		if p.Port < 1 || p.Port > 65535 {
@@ -110,12 +178,23 @@ func pairsOf(s services.Selected, cluster, vip string) ([]dataplane.Pair, string
 
 // Unwanted returns the owned backends no class Service in want asks for:
 // those to drain, then remove.
-func Unwanted(want []services.Selected, held dataplane.Proxies, cluster string) []dataplane.ProxyBackend {
-	wanted := wantedNames(want, cluster)
+func Unwanted(want []services.Selected, held dataplane.Proxies, o Owner) []dataplane.ProxyBackend {
+	wanted, keys := wantedNames(want, o.Cluster), wantedKeys(want)
 	var out []dataplane.ProxyBackend
 	for _, b := range held.Backends {
-		if Owned(b.Name, b.Description, cluster) && !wanted[b.Name] {
+		if o.Owned(b.Name, b.Description, keys) && !wanted[b.Name] {
 			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// wantedKeys are the keys of the class Services in want.
+func wantedKeys(want []services.Selected) map[string]bool {
+	out := map[string]bool{}
+	for _, s := range want {
+		if s.Class {
+			out[s.Key()] = true
 		}
 	}
 	return out
@@ -152,7 +231,9 @@ func Drained(b dataplane.ProxyBackend, sessions int, known bool) bool {
 // Compute plans one target bound on vip: what held (every frontend and
 // backend HAProxy has, read back) lacks for the class Services in want,
 // and which owned pairs no Service wants may go (drained, by backend name).
-func Compute(want []services.Selected, held dataplane.Proxies, cluster, vip string, drained map[string]bool) Plan {
+func Compute(want []services.Selected, held dataplane.Proxies, o Owner, vip string, drained map[string]bool) Plan {
+	cluster, keys := o.Cluster, wantedKeys(want)
+	owned := func(name, description string) bool { return o.Owned(name, description, keys) }
 	out := Plan{Ready: map[string]bool{}, Failed: map[string]string{}}
 	fes := map[string]dataplane.Frontend{}
 	for _, f := range held.Frontends {
@@ -170,9 +251,9 @@ func Compute(want []services.Selected, held dataplane.Proxies, cluster, vip stri
 			continue
 		}
 		key := s.Key()
-		pairs, why := pairsOf(s, cluster, vip)
+		pairs, why := pairsOf(s, o, vip)
 		if why == "" {
-			why = refusal(pairs, held.Frontends, fes, bes, claimed, cluster)
+			why = refusal(pairs, held.Frontends, fes, bes, claimed, owned)
 		}
 		if why != "" {
 			out.Failed[key] = why
@@ -201,7 +282,7 @@ func Compute(want []services.Selected, held dataplane.Proxies, cluster, vip stri
 
 	wanted := wantedNames(want, cluster)
 	for _, b := range held.Backends {
-		if !Owned(b.Name, b.Description, cluster) || wanted[b.Name] {
+		if !owned(b.Name, b.Description) || wanted[b.Name] {
 			continue
 		}
 		if !drained[b.Name] {
@@ -209,7 +290,7 @@ func Compute(want []services.Selected, held dataplane.Proxies, cluster, vip stri
 			continue
 		}
 		w := Write{}
-		if f, ok := fes[counterpart(b.Name)]; ok && Owned(f.Name, f.Description, cluster) {
+		if f, ok := fes[counterpart(b.Name)]; ok && owned(f.Name, f.Description) {
 			w.DeleteFrontends = []string{f.Name}
 		}
 		w.DeleteBackends = []string{b.Name}
@@ -218,10 +299,10 @@ func Compute(want []services.Selected, held dataplane.Proxies, cluster, vip stri
 	// An owned frontend no Service wants whose backend is not an owned
 	// one (gone, or never made): nothing to drain, it goes at once.
 	for _, f := range held.Frontends {
-		if !Owned(f.Name, f.Description, cluster) || wanted[f.Name] {
+		if !owned(f.Name, f.Description) || wanted[f.Name] {
 			continue
 		}
-		if b, ok := bes[counterpart(f.Name)]; ok && Owned(b.Name, b.Description, cluster) {
+		if b, ok := bes[counterpart(f.Name)]; ok && owned(b.Name, b.Description) {
 			continue // goes with its backend
 		}
 		out.Writes = append(out.Writes, Write{ProxyWrite: dataplane.ProxyWrite{DeleteFrontends: []string{f.Name}}})
@@ -232,12 +313,12 @@ func Compute(want []services.Selected, held dataplane.Proxies, cluster, vip stri
 // refusal says why a Service's pairs cannot be made on this target: a
 // section of the same name without the mark (an operator's, never
 // touched), or its address:port bound by another frontend.
-func refusal(pairs []dataplane.Pair, all []dataplane.Frontend, fes map[string]dataplane.Frontend, bes map[string]dataplane.ProxyBackend, claimed map[string]string, cluster string) string {
+func refusal(pairs []dataplane.Pair, all []dataplane.Frontend, fes map[string]dataplane.Frontend, bes map[string]dataplane.ProxyBackend, claimed map[string]string, owned func(name, description string) bool) string {
 	for _, p := range pairs {
-		if f, ok := fes[p.Frontend]; ok && !Owned(f.Name, f.Description, cluster) {
+		if f, ok := fes[p.Frontend]; ok && !owned(f.Name, f.Description) {
 			return fmt.Sprintf("frontend %s exists in haproxy.cfg without this instance's mark (description %q): left alone", f.Name, f.Description)
 		}
-		if b, ok := bes[p.Backend]; ok && !Owned(b.Name, b.Description, cluster) {
+		if b, ok := bes[p.Backend]; ok && !owned(b.Name, b.Description) {
 			return fmt.Sprintf("backend %s exists in haproxy.cfg without this instance's mark (description %q): left alone", b.Name, b.Description)
 		}
 		addr := net.JoinHostPort(p.Address, strconv.FormatInt(p.Port, 10))

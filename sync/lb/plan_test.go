@@ -35,23 +35,45 @@ func heldBackend(p dataplane.Pair, servers ...dataplane.ProxyServer) dataplane.P
 	return dataplane.ProxyBackend{Name: p.Backend, Description: p.Description, Servers: servers}
 }
 
+// TestOwned: a section is an instance's when its name has the class prefix
+// and its mark names the instance's cluster and class (issue 54 row 3: two
+// installs of two classes on one HAProxy). A mark without a class, written
+// before marks carried it, is adopted by the install that follows its
+// Service, left to another install whose class the Service has, left alone
+// out of the namespaces watched, and otherwise drained as before.
 func TestOwned(t *testing.T) {
+	const ours, theirs = "haproxy-k8s-sync.io/haproxy", "example.org/other"
+	a := Owner{Class: ours}
+	b := Owner{Class: theirs}
+	withClasses := Owner{Class: ours, Classes: map[string]string{"default/web": theirs, "default/mine": ours}, Namespaces: []string{"default"}}
 	for _, tc := range []struct {
-		name, desc, cluster string
-		want                bool
+		what, name, desc string
+		o                Owner
+		wanted           string
+		want             bool
 	}{
-		{"fe_k8s_default_web_80", "haproxy-k8s-sync service=default/web", "", true},
-		{"be_k8s_default_web_80", "haproxy-k8s-sync service=default/web", "", true},
-		{"be_k8s_a_default_web_80", "haproxy-k8s-sync service=default/web cluster=a", "a", true},
-		{"fe_k8s_default_web_80", "", "", false},                                                 // an operator's
-		{"fe_k8s_default_web_80", "web frontend", "", false},                                     // an operator's, described
-		{"fe_web", "haproxy-k8s-sync service=default/web", "", false},                            // not our prefix
-		{"be_k8s_a_default_web_80", "haproxy-k8s-sync service=default/web cluster=a", "", false}, // another cluster's
-		{"be_k8s_default_web_80", "haproxy-k8s-sync service=default/web", "a", false},            // a cluster-less instance's
-		{"be_k8s_default_web_80", "haproxy-k8s-sync", "", false},
+		{"ours", "fe_k8s_default_web_80", "haproxy-k8s-sync service=default/web class=" + ours, a, "", true},
+		{"ours, backend", "be_k8s_default_web_80", "haproxy-k8s-sync service=default/web class=" + ours, a, "", true},
+		{"another class's", "be_k8s_default_web_80", "haproxy-k8s-sync service=default/web class=" + theirs, a, "", false},
+		{"ours, seen by the other class", "be_k8s_default_web_80", "haproxy-k8s-sync service=default/web class=" + ours, b, "default/web", false},
+		{"ours with a cluster", "be_k8s_a_default_web_80", "haproxy-k8s-sync service=default/web class=" + ours + " cluster=a", Owner{Class: ours, Cluster: "a"}, "", true},
+		{"an operator's", "fe_k8s_default_web_80", "", a, "", false},
+		{"an operator's, described", "fe_k8s_default_web_80", "web frontend", a, "", false},
+		{"not our prefix", "fe_web", "haproxy-k8s-sync service=default/web class=" + ours, a, "", false},
+		{"another cluster's", "be_k8s_a_default_web_80", "haproxy-k8s-sync service=default/web class=" + ours + " cluster=a", a, "", false},
+		{"a cluster-less instance's", "be_k8s_default_web_80", "haproxy-k8s-sync service=default/web class=" + ours, Owner{Class: ours, Cluster: "a"}, "", false},
+		{"no service word", "be_k8s_default_web_80", "haproxy-k8s-sync", a, "", false},
+		{"legacy, its Service followed: adopted", "be_k8s_default_web_80", "haproxy-k8s-sync service=default/web", withClasses, "default/web", true},
+		{"legacy, its Service of another class: left to that install", "be_k8s_default_web_80", "haproxy-k8s-sync service=default/web", withClasses, "", false},
+		{"legacy, its Service of our class but not followed (refused): ours", "be_k8s_default_mine_80", "haproxy-k8s-sync service=default/mine", withClasses, "", true},
+		{"legacy, its Service gone: ours to drain", "be_k8s_default_gone_80", "haproxy-k8s-sync service=default/gone", withClasses, "", true},
+		{"legacy, out of the namespaces watched: left alone", "be_k8s_other_gone_80", "haproxy-k8s-sync service=other/gone", withClasses, "", false},
+		{"legacy, nothing listed: ours, as before", "be_k8s_default_web_80", "haproxy-k8s-sync service=default/web", a, "", true},
+		{"legacy, another cluster's", "be_k8s_a_default_web_80", "haproxy-k8s-sync service=default/web cluster=a", a, "", false},
 	} {
-		if got := Owned(tc.name, tc.desc, tc.cluster); got != tc.want {
-			t.Errorf("Owned(%q, %q, %q) = %v, want %v", tc.name, tc.desc, tc.cluster, got, tc.want)
+		wanted := map[string]bool{tc.wanted: tc.wanted != ""}
+		if got := tc.o.Owned(tc.name, tc.desc, wanted); got != tc.want {
+			t.Errorf("%s: Owned(%q, %q) by %+v = %v, want %v", tc.what, tc.name, tc.desc, tc.o, got, tc.want)
 		}
 	}
 }
@@ -136,7 +158,7 @@ func TestCompute(t *testing.T) {
 			plan: Plan{Failed: map[string]string{"default/web": "port 80 maps to backend be_web"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Compute(tc.want, tc.held, "", vip, tc.drained)
+			got := Compute(tc.want, tc.held, Owner{}, vip, tc.drained)
 			// Failure messages are compared by their start.
 			for k, msg := range tc.plan.Failed {
 				if !strings.HasPrefix(got.Failed[k], msg) {

@@ -71,3 +71,34 @@ func sessionsEnded(u *model.Server, timeout time.Duration) (free, kill bool) {
 		return false, false
 	}
 }
+
+// leave is what a reconcile does to a server of a backend no Service names
+// any more (Policy.Leaving).
+type leave int
+
+const (
+	leavePark   leave = iota // out of traffic now; a later read confirms
+	leaveDelete              // parked by an earlier reconcile, and free
+	leaveDrain               // parked, its sessions not ended yet
+)
+
+// leaveStep decides for one server of a leaving backend:
+//
+//	parked by an earlier reconcile \ free   yes      no
+//	no                                     park     park
+//	yes                                    delete   drain (wait)
+//
+// Parking first keeps the rule that nothing is deleted on one read of
+// Kubernetes; the reconcile that finds the server parked has read it again
+// and still found no Service for the backend. A server parked in the
+// running HAProxy only (Behind) is parked in haproxy.cfg first.
+func leaveStep(r removal) leave {
+	switch {
+	case r.State != model.Maint || behind(r.Server):
+		return leavePark
+	case r.free:
+		return leaveDelete
+	default:
+		return leaveDrain
+	}
+}

@@ -143,3 +143,57 @@ func TestExpiredServerMakesTheBatchDue(t *testing.T) {
 		t.Errorf("guarded: %v deleted, %v guarded", p.Names(Delete), p.Guarded)
 	}
 }
+
+// TestLeavingBackendGoesToTheEnd (issue 54 row 7): a backend no Service
+// names any more (Policy.Leaving) is not held by the zero-endpoints rule:
+// its servers are parked on one read (Guarded, so a later read comes), and
+// deleted by a later one once their sessions ended or the drain timeout
+// passed, whatever the delete batch. Without Leaving they stay parked.
+func TestLeavingBackendGoesToTheEnd(t *testing.T) {
+	live := func(s model.Server, sessions int, since time.Duration) model.Server {
+		return rt(s, s.State != model.Maint, true, sessions, since)
+	}
+	tests := []struct {
+		name              string
+		leaving           bool
+		old               model.Server
+		want              map[Action][]string
+		guarded, draining bool
+		kill              bool
+	}{
+		{name: "serving: parked, guarded", leaving: true, old: live(srv("x", "10.0.0.2", 80, model.Ready), 0, 0),
+			want: map[Action][]string{Maint: {"x"}}, guarded: true},
+		{name: "serving with sessions: parked, guarded", leaving: true, old: live(srv("x", "10.0.0.2", 80, model.Ready), 3, 0),
+			want: map[Action][]string{Maint: {"x"}}, guarded: true},
+		{name: "parked, no session: deleted", leaving: true, old: live(srv("x", "10.0.0.2", 80, model.Maint), 0, time.Second),
+			want: map[Action][]string{Delete: {"x"}}},
+		{name: "parked, sessions: draining", leaving: true, old: live(srv("x", "10.0.0.2", 80, model.Maint), 2, time.Second),
+			want: map[Action][]string{}, draining: true},
+		{name: "parked past the drain timeout: deleted, sessions shut", leaving: true, old: live(srv("x", "10.0.0.2", 80, model.Maint), 2, 2*time.Minute),
+			want: map[Action][]string{Delete: {"x"}}, kill: true},
+		{name: "parked, sessions unknown: deleted", leaving: true, old: srv("x", "10.0.0.2", 80, model.Maint),
+			want: map[Action][]string{Delete: {"x"}}},
+		{name: "parked in the running HAProxy only: parked in haproxy.cfg first", leaving: true, old: behindCfg(live(srv("x", "10.0.0.2", 80, model.Maint), 0, time.Second)),
+			want: map[Action][]string{Maint: {"x"}}, guarded: true},
+		{name: "not leaving (zero endpoints): parked and kept", old: live(srv("x", "10.0.0.2", 80, model.Maint), 0, time.Hour),
+			want: map[Action][]string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pol := Policy{GateChecks: true, GuardPercent: 50, DeleteBatch: 10, DrainTimeout: time.Minute, Leaving: tt.leaving}
+			p := CalculateWith(be(tt.old), be(), pol)
+			if got := summary(p); !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("plan = %v, want %v", got, tt.want)
+			}
+			if got := len(p.Guarded) == 1; got != tt.guarded {
+				t.Errorf("guarded = %v, want listed: %v", p.Guarded, tt.guarded)
+			}
+			if got := len(p.Draining) == 1; got != tt.draining {
+				t.Errorf("draining = %v, want listed: %v", p.Draining, tt.draining)
+			}
+			if len(p.Changes) == 1 && p.Changes[0].Kill != tt.kill {
+				t.Errorf("kill = %v, want %v", p.Changes[0].Kill, tt.kill)
+			}
+		})
+	}
+}

@@ -205,6 +205,14 @@ type Policy struct {
 	// server in traffic for it, as for a replacement whose check has
 	// failed for deadReplacement. Its change is planned again all the same.
 	Refused []string
+	// Leaving says the backend is no Service's any more, as the caller
+	// read Kubernetes afresh for this reconcile (package fleet: no selected
+	// Service names it). With no desired server, the zero-endpoints rule
+	// would park its servers for good; leaving, they go to the end
+	// (leaveStep): parked first and listed Guarded, then deleted by a
+	// later reconcile (which confirms it) once their sessions ended or
+	// DrainTimeout passed, whatever DeleteBatch.
+	Leaving bool
 }
 
 // Calculate returns the plan that turns current into desired, deleting
@@ -330,6 +338,22 @@ func calculateWith(current, desired model.Backend, pol Policy) Plan {
 	// Delete when allowed (some server is desired, the guard does not hold)
 	// and the batch is due (removals).
 	deleteNow := len(desired.Servers) > 0 && !guarded
+	if pol.Leaving && len(desired.Servers) == 0 {
+		for _, old := range unwanted {
+			switch leaveStep(old) {
+			case leavePark:
+				p.Guarded = append(p.Guarded, old.Name)
+				parked := *old.Server
+				parked.State = model.Maint
+				p.Changes = append(p.Changes, Change{Action: Maint, Name: old.Name, Old: old.Server, New: &parked})
+			case leaveDelete:
+				p.Changes = append(p.Changes, Change{Action: Delete, Name: old.Name, Old: old.Server, Kill: old.kill})
+			case leaveDrain:
+				p.Draining = append(p.Draining, old.Name)
+			}
+		}
+		unwanted = nil
+	}
 	for _, old := range unwanted {
 		makeRoom := needRoom && old.free && old.State == model.Maint
 		if guarded && len(desired.Servers) > 0 && !makeRoom {

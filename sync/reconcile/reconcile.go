@@ -108,6 +108,10 @@ type Reconciler struct {
 	// the servers named with Options.NamePrefix (plan.Policy.Owner), and
 	// its results carry the name. Empty: every server is its own.
 	Cluster string
+	// Leaving says this Reconciler's backends are no Service's any more
+	// (plan.Policy.Leaving): package fleet's left backends, whose every
+	// reconcile follows a fresh list of the Services that confirms it.
+	Leaving bool
 
 	// Locks, when set, are the per-target write locks this Reconciler
 	// shares with others (package fleet: one Reconciler per Service, one
@@ -522,6 +526,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 	pol.MaxServers = r.MaxServers
 	pol.DrainTimeout = r.DrainTimeout
 	pol.Owner = r.Options.NamePrefix
+	pol.Leaving = r.Leaving
 	var slots plan.SlotUse // the last attempt's
 	refusedKey := tr.Target + "\x00" + backend
 	if v, ok := r.refused.Load(refusedKey); ok {

@@ -282,3 +282,22 @@ func reversed(in []Claim) []Claim {
 	}
 	return out
 }
+
+// TestClassesOf: the class of each LoadBalancer Service that asks for one;
+// no other Service is listed (what package lb reads marks without a class
+// by).
+func TestClassesOf(t *testing.T) {
+	a, empty := "example.org/a", ""
+	svc := func(name string, typ corev1.ServiceType, class *string) corev1.Service {
+		return corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: corev1.ServiceSpec{Type: typ, LoadBalancerClass: class}}
+	}
+	got := ClassesOf([]corev1.Service{
+		svc("lb", corev1.ServiceTypeLoadBalancer, &a),
+		svc("lb-default", corev1.ServiceTypeLoadBalancer, nil),
+		svc("lb-empty", corev1.ServiceTypeLoadBalancer, &empty),
+		svc("cluster-ip", corev1.ServiceTypeClusterIP, &a),
+	})
+	if len(got) != 1 || got["ns/lb"] != a {
+		t.Fatalf("ClassesOf = %v, want ns/lb's alone", got)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 )
 
@@ -75,4 +77,18 @@ type FrontendReport struct {
 	// pass, or a reload is pending): their servers wait for the reload,
 	// since HAProxy's socket knows no backend before it.
 	Loading []string `json:"loading,omitempty"`
+}
+
+// ClassesOf returns the spec.loadBalancerClass of every LoadBalancer
+// Service of svcs that has one, by key: what tells package lb whose a
+// section marked before marks carried the class is.
+func ClassesOf(svcs []corev1.Service) map[string]string {
+	out := map[string]string{}
+	for i := range svcs {
+		s := &svcs[i]
+		if s.Spec.Type == corev1.ServiceTypeLoadBalancer && s.Spec.LoadBalancerClass != nil && *s.Spec.LoadBalancerClass != "" {
+			out[key(s)] = *s.Spec.LoadBalancerClass
+		}
+	}
+	return out
 }
