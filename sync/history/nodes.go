@@ -304,13 +304,9 @@ func (w *world) nodeStep(st Step) error {
 		}
 	case NodeUp, NodeJoin:
 		for _, n := range st.Pods {
-			if err := w.startPod(n); err != nil {
+			if err := w.startReady(n); err != nil {
 				return err
 			}
-			w.mu.Lock()
-			w.k8s[n] = live
-			w.mu.Unlock()
-			w.rec.add(obs{kind: obsK8s, pod: n, state: live})
 		}
 	}
 	w.rec.add(obs{kind: obsNode, pod: k, gate: flags.serving(w.setup.Config.DrainCordoned), excluded: flags.excluded})

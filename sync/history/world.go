@@ -319,13 +319,9 @@ func (w *world) addReused(st Step) error {
 		w.reused[n] = owner
 	}
 	w.addrMu.Unlock()
-	if err := w.startPod(n); err != nil {
+	if err := w.startReady(n); err != nil {
 		return err
 	}
-	w.mu.Lock()
-	w.k8s[n] = live
-	w.mu.Unlock()
-	w.rec.add(obs{kind: obsK8s, pod: n, state: live})
 	w.publish()
 	return nil
 }
@@ -528,6 +524,18 @@ func (w *world) publish() {
 		}
 	}
 	w.poke()
+}
+
+// startReady starts pod n's process and makes its endpoint ready.
+func (w *world) startReady(n int) error {
+	if err := w.startPod(n); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.k8s[n] = live
+	w.mu.Unlock()
+	w.rec.add(obs{kind: obsK8s, pod: n, state: live})
+	return nil
 }
 
 // startPod starts pod n's process, a new one.

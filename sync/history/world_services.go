@@ -319,14 +319,7 @@ func (s *services) apply(st Step) error {
 	}
 	switch st.Kind {
 	case ServiceJoin, ServiceLeave:
-		s.mu.Lock()
-		s.phase = left
-		if st.Kind == ServiceJoin {
-			s.phase = joined
-		}
-		s.since = time.Now()
-		s.epoch.Add(1)
-		s.mu.Unlock()
+		s.step2(st.Kind)
 		s.pokeKey(service2)
 		if st.Kind == ServiceLeave {
 			s.left([]string{backend2})
@@ -363,6 +356,18 @@ func (s *services) apply(st Step) error {
 	return nil
 }
 
+// step2 records web2's step k (ServiceJoin or ServiceLeave).
+func (s *services) step2(k Kind) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.phase = left
+	if k == ServiceJoin {
+		s.phase = joined
+	}
+	s.since = time.Now()
+	s.epoch.Add(1)
+}
+
 // applyServe carries out a many-Services step in a serve history: what
 // Kubernetes holds changes, and serve's own watch (watch.Many) and lanes
 // do the rest.
@@ -370,14 +375,7 @@ func (s *services) applyServe(st Step) error {
 	w := s.w
 	switch st.Kind {
 	case ServiceJoin, ServiceLeave:
-		s.mu.Lock()
-		s.phase = left
-		if st.Kind == ServiceJoin {
-			s.phase = joined
-		}
-		s.since = time.Now()
-		s.epoch.Add(1)
-		s.mu.Unlock()
+		s.step2(st.Kind)
 	case Duplicate:
 		b := BoundsOf(config.ShippedCheck())
 		if why := w.waitConverged(b.Converge); why != "" {
