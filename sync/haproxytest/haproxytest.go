@@ -591,13 +591,16 @@ func (h *HAProxy) TryReloadBroken() error {
 	if !ok {
 		return fmt.Errorf("show proc: no failed reload count in %q", reply)
 	}
+	// 3.1 and later load the configuration in a new worker: its failure
+	// is also said in the master's log ("Failed to load worker").
+	said := strings.Count(h.Logs(), "Failed to load worker")
 	if err := h.cur.Load().cmd.Process.Signal(syscall.SIGUSR2); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		reply, err := h.masterCommand("show proc")
-		if n, ok := failedReloads(reply); err == nil && ok && n > before {
+		if n, ok := failedReloads(reply); err == nil && ok && n > before || strings.Count(h.Logs(), "Failed to load worker") > said {
 			return nil
 		}
 		if time.Now().After(deadline) {

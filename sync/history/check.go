@@ -40,6 +40,9 @@ type seen struct {
 	lastHit  time.Time // its last client connection through this target
 	hitCount int       // the target's answered requests when it was last hit, or became available
 	reported bool      // an InService violation was reported for this availability
+	// everChecked: a check of this target reached it once, whenever: its
+	// server has been in service, haproxy.cfg may hold it so.
+	everChecked bool
 }
 
 // targetTrack is one target as the evaluation walks.
@@ -165,6 +168,12 @@ func (tt *targetTrack) apiRefusing(at time.Time, after time.Duration) bool {
 		}
 	}
 	return false
+}
+
+// reloadedWithin says whether a reload of tt (by others or by its API)
+// was under way at at or ended within d before it.
+func (tt *targetTrack) reloadedWithin(at time.Time, d time.Duration) bool {
+	return !tt.reloadStart.IsZero() || !tt.apiReload.IsZero() || !tt.lastReload.IsZero() && at.Sub(tt.lastReload) <= d
 }
 
 // restarting says whether tt's HAProxy was down at at for a restart: from
@@ -550,7 +559,8 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				nodeTraffic(nodeOf(o.pod), o.at)
 			}
 		case obsCheck:
-			tt.pod(o.pod).checked = true
+			sn := tt.pod(o.pod)
+			sn.checked, sn.everChecked = true, true
 		case obsClient:
 			if o.pod == opt.Refused && opt.Refused > 0 {
 				add(OneBadItem, o.target, o.at, "a client reached %s, whose server HAProxy refused", podName(o.pod))
@@ -565,7 +575,18 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			// Node mode: kube-proxy hands a client to any of a Node's
 			// pods, a check to one of them; checks are judged per Node.
 			if !sn.checked && opt.Nodes == 0 {
-				add(CheckedFirst, o.target, o.at, "a client connection reached %s before any health check since it began to listen", podName(o.pod))
+				// A reload loads every server haproxy.cfg has in service
+				// UP until its first check (HAProxy's default): one that
+				// had been in service, its pod back just then, takes a
+				// client before that check. Not a server never checked:
+				// haproxy.cfg holds it out of traffic until its check
+				// passed (seed 430577631 on 3.4.0, p-35 revived 0.6 s
+				// after a reload by others).
+				if sn.everChecked && tt.reloadedWithin(o.at, b.Abrupt) {
+					ev.Excused["checked-before-traffic: "+ExcuseReloadLoadsUp]++
+				} else {
+					add(CheckedFirst, o.target, o.at, "a client connection reached %s before any health check since it began to listen", podName(o.pod))
+				}
 				sn.checked = true // once per listening period
 			}
 			// Judged when the client reached the backup, not when its

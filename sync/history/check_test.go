@@ -218,6 +218,29 @@ func TestEvaluateExcuses(t *testing.T) {
 			want: []Invariant{InService},
 		},
 		{
+			// Seed 430577631 on 3.4.0: p-3, in service before, killed,
+			// back 0.3 s after a reload by others loaded its server UP.
+			name: "a client reaches a pod back just after a reload, before a check",
+			obs: []obs{{at: at(1000), kind: obsListen, pod: 3}, {at: at(1000), kind: obsK8s, pod: 3, state: live}, {at: at(1200), kind: obsCheck, pod: 3},
+				{at: at(3000), kind: obsStop, pod: 3}, {at: at(4000), kind: obsReloadStart}, {at: at(4100), kind: obsReload},
+				{at: at(4400), kind: obsListen, pod: 3}, {at: at(4500), kind: obsClient, pod: 3}},
+			opts:   evalOptions{Reloads: false},
+			excuse: "checked-before-traffic: " + ExcuseReloadLoadsUp,
+		},
+		{
+			name: "a client reaches a pod never checked just after a reload",
+			obs: []obs{{at: at(4000), kind: obsReloadStart}, {at: at(4100), kind: obsReload},
+				{at: at(4400), kind: obsListen, pod: 3}, {at: at(4400), kind: obsK8s, pod: 3, state: live}, {at: at(4500), kind: obsClient, pod: 3}},
+			want: []Invariant{CheckedFirst},
+		},
+		{
+			name: "a client reaches a pod back long after a reload, before a check",
+			obs: []obs{{at: at(1000), kind: obsListen, pod: 3}, {at: at(1000), kind: obsK8s, pod: 3, state: live}, {at: at(1200), kind: obsCheck, pod: 3},
+				{at: at(3000), kind: obsStop, pod: 3}, {at: at(4000), kind: obsReloadStart}, {at: at(4100), kind: obsReload},
+				{at: at(6400), kind: obsListen, pod: 3}, {at: at(6500), kind: obsClient, pod: 3}},
+			want: []Invariant{CheckedFirst},
+		},
+		{
 			// TestTargetDownAndBack, runtime driver: a reload by others
 			// dropped the servers while the socket recovered; the
 			// reload's excuse holds, the outage's restriction (pods in

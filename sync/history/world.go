@@ -538,12 +538,19 @@ func (w *world) startReady(n int) error {
 	return nil
 }
 
-// startPod starts pod n's process, a new one.
+// startPod starts pod n's process, a new one: the one before, if any,
+// is gone, a black hole's hold on the address included (seed 430577631: a
+// pod killed as a black hole came back with its Node, NodeUp).
 func (w *world) startPod(n int) error {
 	p := w.newPod(n)
 	w.mu.Lock()
+	old := w.pods[n]
 	w.pods[n] = p
 	w.mu.Unlock()
+	if old != nil {
+		old.stop()
+		old.closeHole()
+	}
 	return p.start()
 }
 
