@@ -304,8 +304,13 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 				continue
 			}
 			if why, failed := failedFE[s.Key()]; failed {
-				res.Services = append(res.Services, ServiceResult{Service: s.Key(), Result: reconcile.Result{
-					Status: reconcile.StatusError, Error: why, ErrorClass: frontendClass(report, s.Key()), Targets: []reconcile.TargetResult{}, Skipped: []desired.Skipped{}}})
+				r := reconcile.Result{Status: reconcile.StatusError, Error: why, ErrorClass: frontendClass(report, s.Key()), Targets: []reconcile.TargetResult{}, Skipped: []desired.Skipped{}}
+				if unread != nil {
+					// A target not read hides behind no Service's own
+					// failure: the caller retries (503).
+					r = unsure(r, unread)
+				}
+				res.Services = append(res.Services, ServiceResult{Service: s.Key(), Result: r})
 				continue
 			}
 			if loading[s.Key()] {
@@ -364,7 +369,7 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	if f.Status != nil && !dryRun && !leftOnly {
 		f.writeStatus(ctx, all, chosen, report, failedFE, &res, only)
 	}
-	return finish(summarize(&res, dryRun))
+	return finish(summarize(&res, dryRun, only == "" && !leftOnly))
 }
 
 // refusedServices counts the Services refused whole: not those of chosen
@@ -425,7 +430,7 @@ func frontendClass(rep services.FrontendReport, key string) failure.Class {
 // summarize sets res.Status and returns ErrServices when something failed
 // that a retry can mend (Mendable); the Services failing for their own
 // reasons stay listed with their error.
-func summarize(res *Result, dryRun bool) error {
+func summarize(res *Result, dryRun, full bool) error {
 	res.Status = reconcile.StatusUnchanged
 	if dryRun {
 		res.Status = reconcile.StatusPlanned
@@ -461,8 +466,10 @@ func summarize(res *Result, dryRun bool) error {
 	// Every one of several failing for good is no Service's own reason
 	// but the instance's (a certificate a target refuses, a socket it may
 	// not open): 503, class permanent, as the single-Service mode answers.
-	// One alone (a lane's Service, a left backend) may fail for its own.
-	if total > 1 && permanent == total {
+	// One alone (a lane's Service, a left backend), or a batch of a few
+	// (a CloudEvent's), may fail for their own: only a full reconcile
+	// (full) speaks for the instance.
+	if full && total > 1 && permanent == total {
 		res.ErrorClass = failure.Permanent
 		return fmt.Errorf("%w: %d of %d, none for a reason of its own", ErrServices, permanent, total)
 	}

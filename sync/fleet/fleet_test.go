@@ -268,17 +268,19 @@ func TestSummarize(t *testing.T) {
 		fails    bool
 		status   string
 		class    failure.Class
+		full     bool // a full reconcile's (speaks for the instance)
 	}{
-		{"all well", []reconcile.Result{ok, applied}, nil, false, reconcile.StatusApplied, ""},
-		{"one permanent (its own)", []reconcile.Result{ok, bad(failure.Permanent), ok}, nil, false, reconcile.StatusUnchanged, ""},
-		{"every one permanent: the instance's, not theirs", []reconcile.Result{bad(failure.Permanent), bad(failure.Permanent)}, nil, true, reconcile.StatusUnchanged, failure.Permanent},
-		{"every one but one permanent", []reconcile.Result{bad(failure.Permanent), ok}, nil, false, reconcile.StatusUnchanged, ""},
-		{"one alone permanent (a lane's Service: its own)", []reconcile.Result{bad(failure.Permanent)}, nil, false, reconcile.StatusUnchanged, ""},
-		{"one temporary", []reconcile.Result{ok, bad(failure.Temporary), bad(failure.Permanent)}, nil, true, reconcile.StatusUnchanged, failure.Temporary},
-		{"one unreachable", []reconcile.Result{bad(failure.Unreachable), bad(failure.Temporary)}, nil, true, reconcile.StatusUnchanged, failure.Unreachable},
-		{"a class unknown is mended by a retry", []reconcile.Result{bad("")}, nil, true, reconcile.StatusUnchanged, failure.Temporary},
-		{"a left backend unreachable", []reconcile.Result{applied}, []reconcile.Result{bad(failure.Unreachable)}, true, reconcile.StatusApplied, failure.Unreachable},
-		{"a left backend gone from haproxy.cfg", []reconcile.Result{ok}, []reconcile.Result{bad(failure.Permanent)}, false, reconcile.StatusUnchanged, ""},
+		{"all well", []reconcile.Result{ok, applied}, nil, false, reconcile.StatusApplied, "", false},
+		{"one permanent (its own)", []reconcile.Result{ok, bad(failure.Permanent), ok}, nil, false, reconcile.StatusUnchanged, "", false},
+		{"every one permanent: the instance's, not theirs", []reconcile.Result{bad(failure.Permanent), bad(failure.Permanent)}, nil, true, reconcile.StatusUnchanged, failure.Permanent, true},
+		{"every one of a batch permanent: theirs (a CloudEvent's batch)", []reconcile.Result{bad(failure.Permanent), bad(failure.Permanent)}, nil, false, reconcile.StatusUnchanged, "", false},
+		{"every one but one permanent", []reconcile.Result{bad(failure.Permanent), ok}, nil, false, reconcile.StatusUnchanged, "", false},
+		{"one alone permanent (a lane's Service: its own)", []reconcile.Result{bad(failure.Permanent)}, nil, false, reconcile.StatusUnchanged, "", false},
+		{"one temporary", []reconcile.Result{ok, bad(failure.Temporary), bad(failure.Permanent)}, nil, true, reconcile.StatusUnchanged, failure.Temporary, false},
+		{"one unreachable", []reconcile.Result{bad(failure.Unreachable), bad(failure.Temporary)}, nil, true, reconcile.StatusUnchanged, failure.Unreachable, false},
+		{"a class unknown is mended by a retry", []reconcile.Result{bad("")}, nil, true, reconcile.StatusUnchanged, failure.Temporary, false},
+		{"a left backend unreachable", []reconcile.Result{applied}, []reconcile.Result{bad(failure.Unreachable)}, true, reconcile.StatusApplied, failure.Unreachable, false},
+		{"a left backend gone from haproxy.cfg", []reconcile.Result{ok}, []reconcile.Result{bad(failure.Permanent)}, false, reconcile.StatusUnchanged, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -289,7 +291,7 @@ func TestSummarize(t *testing.T) {
 			for i, r := range tt.left {
 				res.Left = append(res.Left, LeftResult{Backend: fmt.Sprint("be_", i), Result: r})
 			}
-			err := summarize(&res, false)
+			err := summarize(&res, false, tt.full)
 			if (err != nil) != tt.fails || (err != nil) != errors.Is(err, ErrServices) {
 				t.Fatalf("err = %v, want failed %v", err, tt.fails)
 			}
@@ -604,6 +606,29 @@ func TestOneHAProxyDownHoldsBackNoClassService(t *testing.T) {
 	}
 	if s := res.Services[0]; s.Status != reconcile.StatusError || s.Ingress != "" || len(c.updates) != 0 {
 		t.Fatalf("apps/web: %+v, status writes %v; want failed, its status untouched", s, c.updates)
+	}
+}
+
+// TestOneHAProxyDownHidesNotBehindAServicesOwnFailure (a second reader):
+// a class Service whose frontend an operator's holds on the HAProxy read
+// (its own, permanent failure) while the other HAProxy cannot be read: the
+// unread target is not hidden behind the Service's own failure: 503,
+// unreachable, as without it.
+func TestOneHAProxyDownHidesNotBehindAServicesOwnFailure(t *testing.T) {
+	c := &cluster{}
+	cls := "lb"
+	c.add(corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Port: 80}}}}, "127.0.1.1")
+	_, be := services.ClassNames("", "apps", "web", 80)
+	live := newMem("a", be)
+	fe := &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/web": false},
+		Failed: map[string]string{"apps/web": "an operator's frontend binds 127.0.1.1:80"}, FailedClass: map[string]failure.Class{"apps/web": failure.Permanent}},
+		err: fmt.Errorf("target b: read frontends: %w", &failure.NetworkError{Err: syscall.ECONNREFUSED})}
+	f := newFleet(c, live, downHAProxy{"b"})
+	f.Frontends = fe
+	res, err := f.Reconcile(context.Background(), false)
+	if !errors.Is(err, ErrServices) || res.ErrorClass != failure.Unreachable {
+		t.Fatalf("err %v class %q: want the down target's failure, unreachable (503), not hidden behind the Service's own", err, res.ErrorClass)
 	}
 }
 

@@ -301,7 +301,7 @@ func (l *Lanes) ReconcileServices(ctx context.Context, keys []string) (Result, e
 		}
 	}
 	slices.SortFunc(res.Services, func(a, b ServiceResult) int { return strings.Compare(a.Service, b.Service) })
-	err := summarize(&res, false)
+	err := summarize(&res, false, false)
 	if err != nil {
 		res.Error = err.Error()
 	}

@@ -106,6 +106,12 @@ func (f *Fleet) writeStatus(ctx context.Context, all []corev1.Service, chosen []
 			continue
 		}
 		sel, followed := classByKey[k]
+		if c := svc.Spec.LoadBalancerClass; !followed && c != nil && f.Selection.ClassName != "" && *c != f.Selection.ClassName {
+			// Another class's (its class cannot change): another install
+			// writes its status, possibly the same VIP as ours (two
+			// classes on one HAProxy); withdrawing it would flap.
+			continue
+		}
 		sr := byKey[k]
 		ready := followed && sr != nil && report.Ready[k] && inService(sr.Result, sel, len(f.Template.Targets))
 		_, failed := failedFE[k]

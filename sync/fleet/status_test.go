@@ -115,7 +115,7 @@ func TestStatusWithdrawnByItsOwnReconcile(t *testing.T) {
 		leave func(a *corev1.Service)
 	}{
 		{"leaves the class", func(a *corev1.Service) { a.Spec.LoadBalancerClass = nil }},
-		{"another class", func(a *corev1.Service) { other := "other"; a.Spec.LoadBalancerClass = &other }},
+
 		{"refused: names a port apps/b holds", func(a *corev1.Service) {
 			a.Spec.Ports = append(a.Spec.Ports, corev1.ServicePort{Name: "p443", Port: 443})
 		}},
@@ -155,5 +155,42 @@ func TestStatusWithdrawnByItsOwnReconcile(t *testing.T) {
 				t.Fatalf("apps/b's status %v: want it kept", bIngress)
 			}
 		})
+	}
+}
+
+// TestAnotherClassStatusIsLeftAlone (a second reader): two installs of two
+// classes on one HAProxy may write the same VIP; a Service of the other
+// class whose status equals ours is that install's, never withdrawn here
+// (its class cannot change in Kubernetes), by a full reconcile or by its
+// own key's.
+func TestAnotherClassStatusIsLeftAlone(t *testing.T) {
+	cls, other := "lb", "other"
+	c := &cluster{}
+	a := corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "a"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Name: "p80", Port: 80}}}}
+	b := corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "b"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &other, Ports: []corev1.ServicePort{{Name: "p443", Port: 443}}}}
+	c.add(a, "127.0.1.1")
+	c.add(b, "127.0.1.2")
+	_, beA := services.ClassNames("", "apps", "a", 80)
+	f := newFleet(c, newMem("h", beA))
+	f.Frontends = &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/a": true}}}
+	l := &Lanes{Fleet: f}
+	defer l.Close()
+	if _, err := l.Full(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.svcs[1].Status.LoadBalancer.Ingress = f.ours() // the other install's, the same VIP
+	c.updates = nil
+	c.mu.Unlock()
+	if _, err := l.Full(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = l.Run(context.Background(), "apps/b")
+	for _, u := range c.updates {
+		if strings.HasPrefix(u, "apps/b=") {
+			t.Fatalf("updates %v: the other class's status was written", c.updates)
+		}
 	}
 }
