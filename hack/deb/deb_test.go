@@ -704,7 +704,9 @@ func TestMakeDeb(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("no make")
 	}
-	cmd := exec.Command("make", "-n", "deb")
+	// --no-print-directory: under make test (a make running this test)
+	// make says which directory it enters.
+	cmd := exec.Command("make", "--no-print-directory", "-n", "deb")
 	cmd.Dir = "../.."
 	out, err := cmd.Output()
 	if err != nil {
