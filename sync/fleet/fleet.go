@@ -47,6 +47,7 @@ type Metrics interface {
 	WrapService(r reconcile.Runner) reconcile.Runner
 	Outcome(ok bool)
 	Selected(followed, refused int)
+	ForgetBackend(backend string)
 }
 
 // Concurrency is how many Services are reconciled at once. The per-target
@@ -95,6 +96,11 @@ type Fleet struct {
 	// backends' servers carry no mark of their Service, so HAProxy cannot
 	// say it; this process's previous selection can.
 	held map[string]string
+	// leftSeen holds the backends an earlier read of the Services found
+	// left: a left backend's parked servers are deleted only on a second
+	// read (plan.Policy.LeftBefore). A new process (or replica) starts
+	// with none, so it waits for one read more, never one less.
+	leftSeen map[string]bool
 }
 
 type built struct {
@@ -333,7 +339,7 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 			// were removed, by this pass or before, or are not this
 			// instance's. Nothing to reconcile.
 		case s == nil:
-			jobs = append(jobs, job{backend: b, runner: f.zero(b)})
+			jobs = append(jobs, job{backend: b, runner: f.zero(b, f.seenLeft(b, dryRun))})
 		case leftOnly && !queued[s.Key()] && failedFE[s.Key()] == "":
 			// A Service still names it (a refused claim on it ended, or
 			// another Service took it over): its own reconcile brings
@@ -343,6 +349,7 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		}
 	}
 	f.prune(chosen, full)
+	f.forgetLeft(named)
 	out := f.runAll(ctx, jobs, dryRun)
 	for i, j := range jobs {
 		if j.svc != nil {
@@ -354,6 +361,14 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		} else {
 			r := out[i]
 			r.Warnings = nil // "no EndpointSlice" is what a left backend is, no misconfiguration
+			if !dryRun && finished(r) {
+				f.mu.Lock()
+				delete(f.leftSeen, j.backend)
+				f.mu.Unlock()
+				if f.Metrics != nil {
+					f.Metrics.ForgetBackend(j.backend) // no Service's, and no server left
+				}
+			}
 			res.Left = append(res.Left, LeftResult{Backend: j.backend, Result: r})
 		}
 	}
@@ -361,8 +376,19 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		// Their servers were deleted (sessions unknown: no socket), so
 		// the sections drained: removed now rather than at the next full
 		// reconcile, which nothing may ask for.
-		if again, err := f.Frontends.Sync(ctx, class, services.ClassesOf(all)); err == nil {
-			report.Removed = append(report.Removed, again.Removed...)
+		again, err := f.Frontends.Sync(ctx, class, services.ClassesOf(all))
+		report.Removed = append(report.Removed, again.Removed...)
+		for i := range res.Left {
+			// Its sections could not be removed: failed, so that the
+			// follow-up comes back for them rather than leave them to a
+			// full reconcile nothing may ask for.
+			if b := res.Left[i].Backend; isClassBackend(b) && (err != nil || slices.Contains(again.Draining, b)) {
+				why := "its frontend and backend are not removed yet"
+				if err != nil {
+					why += ": " + err.Error()
+				}
+				res.Left[i].Status, res.Left[i].Error, res.Left[i].ErrorClass = reconcile.StatusError, why, failure.Temporary
+			}
 		}
 	}
 	slices.SortFunc(res.Services, func(a, b ServiceResult) int { return strings.Compare(a.Service, b.Service) })

@@ -203,7 +203,7 @@ func (l *Lanes) followLeft(asked []string, res Result, err error) {
 		}
 	}
 	for _, r := range res.Left {
-		if r.Status == reconcile.StatusError || r.Pending() || guardParked(r.Result) {
+		if r.Status == reconcile.StatusError || r.Pending() || !finished(r.Result) {
 			l.leftLast[r.Backend] = r.Targets
 		}
 	}
@@ -235,19 +235,6 @@ func (l *Lanes) followLeft(asked []string, res Result, err error) {
 			l.LeftAgain(again)
 		}
 	})
-}
-
-// guardParked reports whether r parked servers the deletion guard holds
-// until a later read confirms them unwanted.
-func guardParked(r reconcile.Result) bool {
-	for _, t := range r.Targets {
-		for _, g := range t.Guarded {
-			if slices.Contains(t.Maint, g) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // Reconcile is the HTTP API's full reconcile: Full, or the Fleet's dry run.

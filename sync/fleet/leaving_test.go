@@ -218,9 +218,10 @@ func TestClaimantsLaneFinishesTheHandOver(t *testing.T) {
 // class backends no Service wants drain, and go once they have no server
 // (lb.Drained without a socket: sessions unknown).
 type drainingFrontends struct {
-	h     *memHAProxy
-	owned map[string]bool
-	syncs int
+	h          *memHAProxy
+	owned      map[string]bool
+	syncs      int
+	failRemove int // the next removals that fail (the Data Plane API answered 503)
 }
 
 func (d *drainingFrontends) Sync(_ context.Context, want []services.Selected, _ map[string]string) (services.FrontendReport, error) {
@@ -241,6 +242,11 @@ func (d *drainingFrontends) Sync(_ context.Context, want []services.Selected, _ 
 		}
 		if len(d.h.backends[b]) > 0 {
 			rep.Draining = append(rep.Draining, b)
+			continue
+		}
+		if d.failRemove > 0 {
+			d.failRemove--
+			rep.Draining = append(rep.Draining, b) // still there, as package lb says it
 			continue
 		}
 		delete(d.h.backends, b)
@@ -300,5 +306,92 @@ func TestLeftClassSectionsGoWithoutAFullReconcile(t *testing.T) {
 	syncs := fe.syncs
 	if res, err := l.Left(context.Background(), []string{be}); err != nil || len(res.Left) != 0 || fe.syncs != syncs+1 {
 		t.Fatalf("a class backend gone, handed over again: %v %+v; want nothing reconciled", err, res)
+	}
+}
+
+// TestParkedServersOfADeletedServiceWaitForASecondRead (a second reader):
+// a Service that lost every endpoint (its servers parked, as zero
+// endpoints park them) and is then deleted: the first read that finds its
+// backend left deletes nothing, though every server is parked and free;
+// the follow-up's second read, which finds it left again, deletes them.
+// Before, the first read deleted them: one read of Kubernetes (a Service
+// deleted and created again by a GitOps sync) was enough.
+func TestParkedServersOfADeletedServiceWaitForASecondRead(t *testing.T) {
+	c := &cluster{}
+	c.add(annotatedSvc("apps", "stay", "be_stay"), "127.0.1.9")
+	h := newMem("h", "be_stay", "be_gone")
+	h.backends["be_gone"]["old-1"] = model.Server{Name: "old-1", Address: "127.0.3.1", Port: 80, State: model.Maint, Weight: 1}
+	f := newFleet(c, h)
+	clk := &clock{now: time.Unix(0, 0)}
+	l, again, _ := clocked(f, clk)
+	defer l.Close()
+	if _, err := l.Full(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	res, err := l.Left(context.Background(), []string{"be_gone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := h.states("be_gone"); len(st) != 1 || st["old-1"] != model.Maint {
+		t.Fatalf("be_gone %v after the first read that finds it left (%+v): want its parked server kept", st, res.Left)
+	}
+	clk.advance(time.Second)
+	b := receive(t, again, "the left backend handed over again for its second read")
+	if _, err := l.Left(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.states("be_gone"); len(st) != 0 {
+		t.Fatalf("be_gone %v after the second read: want its server deleted", st)
+	}
+	clk.advance(time.Minute)
+	nothing(t, again, "handed over again with nothing left to do")
+}
+
+// TestFailedRemovalOfALeftClassSectionIsFollowedUp (a second reader): a
+// deleted class Service's server is deleted by the follow-up's reconcile,
+// but the removal of its frontend and backend that comes next fails (the
+// Data Plane API answered 503): that left backend's result fails, so the
+// follow-up comes back and removes them. Before, the failure was dropped:
+// the sections stayed until a full reconcile, which nothing may ask for.
+func TestFailedRemovalOfALeftClassSectionIsFollowedUp(t *testing.T) {
+	c := &cluster{}
+	cls := "lb"
+	c.add(corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}, "127.0.1.1")
+	_, be := services.ClassNames("", "apps", "web", 80)
+	h := newMem("h", be)
+	fe := &drainingFrontends{h: h, owned: map[string]bool{be: true}}
+	f := newFleet(c, h)
+	f.Frontends = fe
+	clk := &clock{now: time.Unix(0, 0)}
+	l, again, _ := clocked(f, clk)
+	defer l.Close()
+	if _, err := l.Full(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.svcs = nil // deleted
+	c.mu.Unlock()
+	if _, err := l.Left(context.Background(), []string{be}); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(time.Second)
+	fe.failRemove = 1
+	res, _ := l.Left(context.Background(), receive(t, again, "handed over for the confirming read"))
+	if st := h.states(be); len(st) != 0 {
+		t.Fatalf("%s %v: want its server deleted", be, st)
+	}
+	if len(res.Left) != 1 || res.Left[0].Status != reconcile.StatusError {
+		t.Fatalf("left %+v: want the left backend failed while its sections stay", res.Left)
+	}
+	clk.advance(time.Minute)
+	if _, err := l.Left(context.Background(), receive(t, again, "handed over again after the failed removal")); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	_, still := h.backends[be]
+	h.mu.Unlock()
+	if still {
+		t.Fatalf("%s still there after the follow-up", be)
 	}
 }

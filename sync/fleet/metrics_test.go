@@ -151,3 +151,45 @@ func TestOutcome(t *testing.T) {
 		}
 	}
 }
+
+// TestLeftBackendsMetricsAreForgotten (a second reader): once a deleted
+// Service's backend has no server left, its per-backend series (servers,
+// servers_held) are deleted; before, they stayed at their last values for
+// the process's life. Another Service's stay.
+func TestLeftBackendsMetricsAreForgotten(t *testing.T) {
+	c := &cluster{}
+	c.add(annotatedSvc("apps", "web", "be_web"), "127.0.1.1", "127.0.1.2")
+	c.add(annotatedSvc("apps", "stay", "be_stay"), "127.0.1.3")
+	h := newMem("h", "be_web", "be_stay")
+	f := newFleet(c, h)
+	reg := prometheus.NewRegistry()
+	f.Metrics = metrics.New(reg, "dev", "x")
+	if _, err := f.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := value(t, reg, "servers", map[string]string{"backend": "be_web"}); !ok {
+		t.Fatal("no servers series for be_web to begin with")
+	}
+	c.mu.Lock()
+	c.svcs = c.svcs[1:] // apps/web deleted
+	c.mu.Unlock()
+	for read := range 2 { // parked, then deleted on the second read
+		if _, err := f.ReconcileLeft(context.Background(), []string{"be_web"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := value(t, reg, "servers", map[string]string{"backend": "be_web"}); read == 0 && !ok {
+			t.Fatal("be_web's series gone while its servers are only parked")
+		}
+	}
+	if st := h.states("be_web"); len(st) != 0 {
+		t.Fatalf("be_web %v: want its servers deleted", st)
+	}
+	for _, name := range []string{"servers", "servers_held"} {
+		if v, ok := value(t, reg, name, map[string]string{"backend": "be_web"}); ok {
+			t.Errorf("%s{backend=be_web} = %v still there", name, v)
+		}
+	}
+	if _, ok := value(t, reg, "servers", map[string]string{"backend": "be_stay"}); !ok {
+		t.Error("be_stay's series gone")
+	}
+}

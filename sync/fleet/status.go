@@ -44,7 +44,7 @@ func sameIngress(a, b []corev1.LoadBalancerIngress) bool {
 // statusChange decides a Service's status.loadBalancer.ingress (pure):
 // write ours once it is selected and ready, withdraw ours (and only ours:
 // another controller's is never touched) once it is no longer followed as
-// a class Service or its frontends failed. Anything else, e.g. a failed
+// a class Service or its frontends failed for good. Anything else, e.g. a failed
 // reconcile or no server in service for a moment, changes nothing: a
 // status that comes and goes would have external-dns churn.
 func statusChange(cur, ours []corev1.LoadBalancerIngress, followed, ready, frontendFailed bool) (to []corev1.LoadBalancerIngress, change string) {
@@ -114,7 +114,12 @@ func (f *Fleet) writeStatus(ctx context.Context, all []corev1.Service, chosen []
 		}
 		sr := byKey[k]
 		ready := followed && sr != nil && report.Ready[k] && inService(sr.Result, sel, len(f.Template.Targets))
+		// Only a frontend failure of the Service's own withdraws (its port
+		// taken, a frontend the Data Plane API refuses for good): one a
+		// retry mends (an API that answered 503, a reload under way) keeps
+		// what external-dns publishes, as a failed reconcile does.
 		_, failed := failedFE[k]
+		failed = failed && !Mendable(frontendClass(report, k))
 		to, change := statusChange(svc.Status.LoadBalancer.Ingress, ours, followed, ready, failed)
 		if change == "" {
 			continue

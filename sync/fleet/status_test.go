@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/services"
 )
@@ -192,5 +193,48 @@ func TestAnotherClassStatusIsLeftAlone(t *testing.T) {
 		if strings.HasPrefix(u, "apps/b=") {
 			t.Fatalf("updates %v: the other class's status was written", c.updates)
 		}
+	}
+}
+
+// TestRetryableFrontendFailureKeepsTheStatus (a second reader): a class
+// Service whose frontend write failed for a reason a retry mends (the Data
+// Plane API answered 503, a reload under way) keeps the status this
+// instance wrote, as a failed reconcile does: withdrawing it would have
+// external-dns drop and publish the VIP again at every hiccup. A failure of
+// its own (its port taken by an operator's frontend) withdraws it.
+func TestRetryableFrontendFailureKeepsTheStatus(t *testing.T) {
+	cls := "lb"
+	for _, tt := range []struct {
+		class     failure.Class
+		withdrawn bool
+	}{
+		{failure.Temporary, false},
+		{failure.Unreachable, false},
+		{failure.Permanent, true},
+	} {
+		t.Run(string(tt.class), func(t *testing.T) {
+			c := &cluster{}
+			c.add(corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "a"},
+				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Name: "p80", Port: 80}}}}, "127.0.1.1")
+			_, beA := services.ClassNames("", "apps", "a", 80)
+			f := newFleet(c, newMem("h", beA))
+			fe := &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/a": true}}}
+			f.Frontends = fe
+			l := &Lanes{Fleet: f}
+			defer l.Close()
+			if _, err := l.Full(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if len(c.updates) != 1 {
+				t.Fatalf("updates %v: want the status written", c.updates)
+			}
+			fe.report = services.FrontendReport{Failed: map[string]string{"apps/a": "writing the frontend: 503"},
+				FailedClass: map[string]failure.Class{"apps/a": tt.class}}
+			_, _ = l.Full(context.Background())
+			withdrawn := len(c.updates) == 2 && c.updates[1] == "apps/a=[]"
+			if withdrawn != tt.withdrawn || len(c.updates) > 2 {
+				t.Errorf("updates %v after a %s frontend failure: withdrawn %v, want %v", c.updates, tt.class, withdrawn, tt.withdrawn)
+			}
+		})
 	}
 }

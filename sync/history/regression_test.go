@@ -91,3 +91,25 @@ func TestRefusedWritesDelayEntryByTheRetryOnly(t *testing.T) {
 	})
 	expectNone(t, r)
 }
+
+// TestNotReadyLocalPodsLeaveWhileABackupServes (found by seed 430577631,
+// Data Plane driver, zones, soak shape, on 3.4.0): every local-zone pod
+// went not ready while a local replacement waited for its check, and
+// make-before-break kept the not-ready ones in traffic (3.9 s in the seed)
+// although the other zone's ready pod, a backup, could serve: the guarantee
+// is that it keeps one only while nothing else could. Here the replacement
+// never answers, so under the old rule the not-ready pods stayed until its
+// check had failed for 3 s; the judge reports out-of-traffic.
+func TestNotReadyLocalPodsLeaveWhileABackupServes(t *testing.T) {
+	for _, d := range []Driver{Runtime, Dataplane} {
+		t.Run(string(d), func(t *testing.T) {
+			// p-1 and p-2 are of the local zone, p-3 a backup that stays.
+			r := RunSteps(t, Setup{Seed: 430577631, Driver: d, Zones: true}, 3, []Step{
+				{Wait: 300 * time.Millisecond, Kind: AddDead, Pods: []int{4}},
+				{Wait: 200 * time.Millisecond, Kind: NotReady, Pods: []int{1, 2}},
+				{Wait: 4 * time.Second, Kind: Ready, Pods: []int{1}},
+			})
+			expectNone(t, r)
+		})
+	}
+}

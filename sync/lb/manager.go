@@ -183,6 +183,10 @@ func (m *Manager) syncTarget(ctx context.Context, t Target, vip string, want []s
 					out.failed[w.Service] = err.Error()
 					out.failedClass[w.Service] = failure.Of(err)
 				}
+				// A drained backend whose removal failed is still there:
+				// listed draining, so that whoever follows it up (a left
+				// backend's follow-up) comes back to remove it.
+				out.draining = append(out.draining, w.DeleteBackends...)
 				log.Warn("frontend write failed", "service", w.Service, "remove", names(w.DeleteFrontends, w.DeleteBackends), "error", err)
 				continue
 			}

@@ -175,3 +175,36 @@ func TestUpgradeAdoptsLegacyMarks(t *testing.T) {
 		t.Fatal("the sections of a Service gone before the upgrade are left behind")
 	}
 }
+
+// TestFailedRemovalStaysDraining: a drained backend whose removal the Data
+// Plane API refuses (503 on every try) is still there, and the report says
+// so (Draining), so that its follow-up comes back to remove it; before, it
+// was in neither Removed nor Draining and the fleet took it for gone.
+func TestFailedRemovalStaysDraining(t *testing.T) {
+	api := dataplanetest.New(t, dataplanetest.Options{ReloadDelay: time.Millisecond})
+	m := &lb.Manager{Targets: []lb.Target{clientOf(t, api)}, VIPs: []string{"127.0.0.71"}}
+	if _, err := m.Sync(context.Background(), []services.Selected{classService("web", 80)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var refused atomic.Int32
+	api.Intercept(func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/transactions/") {
+			refused.Add(1)
+			http.Error(w, `{"code":503,"message":"try again"}`, http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	})
+	rep, err := m.Sync(context.Background(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, be := services.ClassNames("", "default", "web", 80)
+	if refused.Load() == 0 || len(rep.Removed) != 0 || !slices.Contains(rep.Draining, be) {
+		t.Fatalf("removal refused %d times: report %+v, want %s still draining and nothing removed", refused.Load(), rep, be)
+	}
+	api.Intercept(nil)
+	if rep, err := m.Sync(context.Background(), nil, nil); err != nil || len(rep.Removed) == 0 || len(rep.Draining) != 0 {
+		t.Fatalf("the next pass: %+v %v, want the sections removed", rep, err)
+	}
+}

@@ -252,6 +252,19 @@ func (m *Metrics) Outcome(ok bool) {
 	m.failures.Inc()
 }
 
+// ForgetBackend deletes every series of backend (on every target): a
+// backend no Service names any more, whose servers are gone (many-Services
+// mode). Without it, servers and servers_held of a deleted Service stayed
+// at their last values for the process's life, and a dashboard summed
+// them with the living.
+func (m *Metrics) ForgetBackend(backend string) {
+	l := prometheus.Labels{"backend": backend}
+	for _, g := range []*prometheus.GaugeVec{m.servers, m.held, m.slots, m.healthPortTCP, m.missingLines, m.zoneServers} {
+		g.DeletePartialMatch(l)
+	}
+	m.guarded.DeletePartialMatch(l)
+}
+
 // Selected records how many Services the last selection followed and
 // refused (many-Services mode): a refusal is no failure of the instance,
 // so this is where it is counted.

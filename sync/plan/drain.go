@@ -77,25 +77,30 @@ func sessionsEnded(u *model.Server, timeout time.Duration) (free, kill bool) {
 type leave int
 
 const (
-	leavePark   leave = iota // out of traffic now; a later read confirms
-	leaveDelete              // parked by an earlier reconcile, and free
-	leaveDrain               // parked, its sessions not ended yet
+	leavePark    leave = iota // out of traffic now; a later read confirms
+	leaveConfirm              // parked already; no earlier read found the backend left
+	leaveDelete               // parked, left on an earlier read too, and free
+	leaveDrain                // parked, its sessions not ended yet
 )
 
-// leaveStep decides for one server of a leaving backend:
+// leaveStep decides for one server of a leaving backend, confirmed when an
+// earlier read of Kubernetes found the backend left too (Policy.LeftBefore):
 //
-//	parked by an earlier reconcile \ free   yes      no
-//	no                                     park     park
-//	yes                                    delete   drain (wait)
+//	parked \ confirmed, free   yes, yes   yes, no       no, any
+//	no                        park       park          park
+//	yes                       delete     drain (wait)  wait for a second read
 //
-// Parking first keeps the rule that nothing is deleted on one read of
-// Kubernetes; the reconcile that finds the server parked has read it again
-// and still found no Service for the backend. A server parked in the
-// running HAProxy only (Behind) is parked in haproxy.cfg first.
-func leaveStep(r removal) leave {
+// Nothing is deleted on one read of Kubernetes: a server parked for another
+// reason (its Service had lost every endpoint before it was deleted) waits
+// for a second read that still finds no Service for the backend. A server
+// parked in the running HAProxy only (Behind) is parked in haproxy.cfg
+// first.
+func leaveStep(r removal, confirmed bool) leave {
 	switch {
 	case r.State != model.Maint || behind(r.Server):
 		return leavePark
+	case !confirmed:
+		return leaveConfirm
 	case r.free:
 		return leaveDelete
 	default:

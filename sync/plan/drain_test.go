@@ -147,15 +147,18 @@ func TestExpiredServerMakesTheBatchDue(t *testing.T) {
 // TestLeavingBackendGoesToTheEnd (issue 54 row 7): a backend no Service
 // names any more (Policy.Leaving) is not held by the zero-endpoints rule:
 // its servers are parked on one read (Guarded, so a later read comes), and
-// deleted by a later one once their sessions ended or the drain timeout
-// passed, whatever the delete batch. Without Leaving they stay parked.
+// deleted by a later one that found it left too (LeftBefore) once their
+// sessions ended or the drain timeout passed, whatever the delete batch. A
+// server parked already on the first read that finds the backend left (its
+// Service lost every endpoint, then was deleted) waits for that second
+// read: one read never deletes. Without Leaving they stay parked.
 func TestLeavingBackendGoesToTheEnd(t *testing.T) {
 	live := func(s model.Server, sessions int, since time.Duration) model.Server {
 		return rt(s, s.State != model.Maint, true, sessions, since)
 	}
 	tests := []struct {
 		name              string
-		leaving           bool
+		leaving, first    bool // first: no earlier read found the backend left
 		old               model.Server
 		want              map[Action][]string
 		guarded, draining bool
@@ -175,12 +178,18 @@ func TestLeavingBackendGoesToTheEnd(t *testing.T) {
 			want: map[Action][]string{Delete: {"x"}}},
 		{name: "parked in the running HAProxy only: parked in haproxy.cfg first", leaving: true, old: behindCfg(live(srv("x", "10.0.0.2", 80, model.Maint), 0, time.Second)),
 			want: map[Action][]string{Maint: {"x"}}, guarded: true},
+		{name: "parked, no session, first read that finds it left: kept, guarded", leaving: true, first: true, old: live(srv("x", "10.0.0.2", 80, model.Maint), 0, time.Hour),
+			want: map[Action][]string{}, guarded: true},
+		{name: "parked, sessions unknown, first read: kept, guarded", leaving: true, first: true, old: srv("x", "10.0.0.2", 80, model.Maint),
+			want: map[Action][]string{}, guarded: true},
+		{name: "serving, first read: parked, guarded", leaving: true, first: true, old: live(srv("x", "10.0.0.2", 80, model.Ready), 0, 0),
+			want: map[Action][]string{Maint: {"x"}}, guarded: true},
 		{name: "not leaving (zero endpoints): parked and kept", old: live(srv("x", "10.0.0.2", 80, model.Maint), 0, time.Hour),
 			want: map[Action][]string{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pol := Policy{GateChecks: true, GuardPercent: 50, DeleteBatch: 10, DrainTimeout: time.Minute, Leaving: tt.leaving}
+			pol := Policy{GateChecks: true, GuardPercent: 50, DeleteBatch: 10, DrainTimeout: time.Minute, Leaving: tt.leaving, LeftBefore: tt.leaving && !tt.first}
 			p := CalculateWith(be(tt.old), be(), pol)
 			if got := summary(p); !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("plan = %v, want %v", got, tt.want)

@@ -26,17 +26,17 @@ const deadReplacement = 3 * time.Second
 // change emptied the backend for about a check (~0.1-0.4 s: "backend has
 // no server available!").
 //
-// With backup servers (HAPROXY_LOCAL_ZONE, model.Server.Backup) it counts
-// as HAProxy chooses: a backup takes traffic only while no active server
-// is UP, so it is not in service beside active ones. When the plan would
-// leave no active server in service while an active replacement waits for
-// its check, the active servers it takes out that serve now keep their
-// traffic, whatever backups stay: else replacing every local-zone server
-// at once sends the traffic to the other zones for a check. When no active
-// replacement waits (the local zone loses its servers for good), or none
-// of the leaving active servers serves (the backups serve already), the
-// backups take over, which is what they are for. When no server at all
-// would serve, every serving server that leaves is kept, whatever its role.
+// With backup servers (HAPROXY_LOCAL_ZONE, model.Server.Backup) a backup
+// that serves counts as serving: HAProxy sends it the traffic the moment
+// no active server is UP, so replacing every local-zone server at once
+// hands the traffic to the other zones for a check, rather than keep pods
+// Kubernetes took out in traffic (the guarantee: make-before-break keeps
+// one only while nothing else could serve). Before 0.8.6 the leaving local
+// servers were kept beside serving backups; the history checker (seed
+// 430577631, Data Plane driver, zones) found a not-ready pod so kept in
+// traffic for 3.9 s while the other zone's ready pod could serve.
+// When no server at all would serve, every serving server that leaves is
+// kept, whatever its role.
 //
 // A replacement whose check has failed for deadReplacement (a dead or
 // unreachable pod that Kubernetes calls ready) is not about to serve: a server Kubernetes took
@@ -53,14 +53,13 @@ func (p *Plan) keepUntilReplaced(desired model.Backend, refused []string) {
 	if len(p.Waiting) == 0 || !slices.ContainsFunc(desired.Servers, func(s model.Server) bool { return s.State == model.Ready }) {
 		return
 	}
-	backup := roles(p.current, desired)
 	changed := make(map[string]*Change, len(p.Changes))
 	for i := range p.Changes {
 		changed[p.Changes[i].Name] = &p.Changes[i]
 	}
 	// Only this instance's servers bridge a replacement's check; another
 	// cluster's (Policy.Owner) count only where nothing is about to serve.
-	anyAfter, activeAfter, othersServe := false, false, false // in service after this plan
+	anyAfter, othersServe := false, false // in service after this plan
 	for _, s := range p.current {
 		if !model.Owns(p.owner, s.Name) {
 			othersServe = othersServe || serving(&s, false)
@@ -71,10 +70,7 @@ func (p *Plan) keepUntilReplaced(desired model.Backend, refused []string) {
 			// (back) in service after this plan
 			after = ch.New != nil && ch.New.State == model.Ready && !ch.Gate && serving(ch.Old, true)
 		}
-		if after {
-			anyAfter = true
-			activeAfter = activeAfter || !backup[s.Name]
-		}
+		anyAfter = anyAfter || after
 	}
 	failed := map[string]bool{} // failing for deadReplacement at least, or refused
 	for _, s := range p.current {
@@ -84,14 +80,7 @@ func (p *Plan) keepUntilReplaced(desired model.Backend, refused []string) {
 		failed[n] = true
 	}
 	pending := func(n string) bool { return !failed[n] } // about to serve
-	keeps := func(string) bool { return true }
-	switch {
-	case !slices.ContainsFunc(p.Waiting, pending) && (anyAfter || othersServe):
-		return
-	case !anyAfter:
-	case !activeAfter && slices.ContainsFunc(p.Waiting, func(n string) bool { return !backup[n] && pending(n) }):
-		keeps = func(name string) bool { return !backup[name] }
-	default:
+	if anyAfter || !slices.ContainsFunc(p.Waiting, pending) && othersServe {
 		return
 	}
 	kept := map[string]bool{}
@@ -101,7 +90,7 @@ func (p *Plan) keepUntilReplaced(desired model.Backend, refused []string) {
 		// that is an order, not a change.
 		leaving := ch.Old != nil && !ch.Gate && (ch.Action == Delete || ch.Action == Maint || ch.Action == Drain) &&
 			(ch.New == nil || ch.New.Address == ch.Old.Address && ch.New.Port == ch.Old.Port && ch.New.Reason != model.ReasonAnnotation)
-		if leaving && serving(ch.Old, false) && keeps(ch.Name) {
+		if leaving && serving(ch.Old, false) {
 			kept[ch.Name] = true
 			if ch.Old.Runtime != nil && ch.Old.Runtime.Unwritten {
 				// haproxy.cfg lacks or parks it (a reload came between
@@ -123,21 +112,6 @@ func (p *Plan) keepUntilReplaced(desired model.Backend, refused []string) {
 	}
 	drop := func(l []string) []string { return slices.DeleteFunc(l, func(n string) bool { return kept[n] }) }
 	p.Guarded, p.Draining = drop(p.Guarded), drop(p.Draining)
-}
-
-// roles names the backup servers among current and desired ones: a desired
-// server has the role it is written with (its name says it); a current one
-// that is not desired has its role as read (model.Server.Backup), active
-// where the driver cannot read it (the runtime socket).
-func roles(current []model.Server, desired model.Backend) map[string]bool {
-	out := make(map[string]bool, len(current)+len(desired.Servers))
-	for _, s := range current {
-		out[s.Name] = s.Backup
-	}
-	for _, d := range desired.Servers {
-		out[d.Name] = d.Backup
-	}
-	return out
 }
 
 // serving reports whether current server s takes traffic: in service and

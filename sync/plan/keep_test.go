@@ -13,14 +13,12 @@ import (
 // backup returns s with the backup role (HAPROXY_LOCAL_ZONE: another zone's).
 func backup(s model.Server) model.Server { s.Backup = true; return s }
 
-// TestMakeBeforeBreakWithBackups: a backup server serves only while no
-// active one is UP, so for make-before-break it is not in service beside a
-// local-zone server: replacing every local server at once keeps the leaving
-// ones in service until a local replacement is, rather than send the
-// traffic to the other zones' backups for a check. Where the local zone has
-// no replacement waiting, or no server serving, the backups take over as
-// they should. A current server's role is the desired one's of its name,
-// else as read (the Data Plane API reads it; the runtime socket cannot).
+// TestMakeBeforeBreakWithBackups: a backup server that serves takes the
+// traffic the moment no active one is UP, so it counts as serving: replacing
+// every local server at once takes the leaving ones out, and the other
+// zones' backups serve until a local replacement passed its check (seed
+// 430577631). Only where no server at all would serve are the leaving ones
+// kept, whatever their role.
 func TestMakeBeforeBreakWithBackups(t *testing.T) {
 	serving := func(name, addr string) model.Server {
 		return rt(srv(name, addr, 80, model.Ready), true, true, 0, 0)
@@ -35,15 +33,15 @@ func TestMakeBeforeBreakWithBackups(t *testing.T) {
 		want     map[Action][]string
 		handover []string
 	}{
-		{name: "every local server replaced, another zone's backup UP: the local one keeps its traffic",
+		{name: "every local server replaced, another zone's backup UP: the backup serves, the local one goes",
 			current: be(serving("old", "10.0.0.1"), otherServing), desired: be(newReady, other),
-			want: map[Action][]string{Add: {"new"}}, handover: []string{"old"}},
+			want: map[Action][]string{Add: {"new"}, Delete: {"old"}}},
 		{name: "the same with the backup's role as read (the Data Plane API)",
 			current: be(serving("old", "10.0.0.1"), backup(otherServing)), desired: be(newReady, other),
-			want: map[Action][]string{Add: {"new"}}, handover: []string{"old"}},
-		{name: "two local servers replaced by one: both kept",
+			want: map[Action][]string{Add: {"new"}, Delete: {"old"}}},
+		{name: "two local servers replaced by one: both go",
 			current: be(serving("old", "10.0.0.1"), serving("old2", "10.0.0.2"), otherServing), desired: be(newReady, other),
-			want: map[Action][]string{Add: {"new"}}, handover: []string{"old", "old2"}},
+			want: map[Action][]string{Add: {"new"}, Delete: {"old", "old2"}}},
 		{name: "a local replacement passed its check: in service, the old one parked in the same plan",
 			current: be(serving("old", "10.0.0.1"), rt(srv("new", "10.0.1.1", 80, model.Drain), true, true, 0, 0), otherServing),
 			desired: be(newReady, other),
@@ -52,10 +50,10 @@ func TestMakeBeforeBreakWithBackups(t *testing.T) {
 			current: be(serving("old", "10.0.0.1"), serving("stay", "10.0.0.2"), otherServing),
 			desired: be(srv("stay", "10.0.0.2", 80, model.Ready), newReady, other),
 			want:    map[Action][]string{Add: {"new"}, Delete: {"old"}}},
-		{name: "a leaving backup (role as read) is not kept while other backups stay; the local one is",
+		{name: "a leaving backup and the local one go while another backup stays",
 			current: be(serving("old", "10.0.0.1"), backup(serving("x_bk", "10.0.9.2")), otherServing),
 			desired: be(newReady, other),
-			want:    map[Action][]string{Add: {"new"}, Delete: {"x_bk"}}, handover: []string{"old"}},
+			want:    map[Action][]string{Add: {"new"}, Delete: {"old", "x_bk"}}},
 		{name: "the local zone's server leaves for good, only a backup waits: the backups serve, nothing kept",
 			current: be(serving("old", "10.0.0.1"), otherServing),
 			desired: be(other, backup(srv("d_bk", "10.0.9.3", 80, model.Ready))),
@@ -68,18 +66,22 @@ func TestMakeBeforeBreakWithBackups(t *testing.T) {
 			current: be(serving("old", "10.0.0.1"), failedCheck(srv("new", "10.0.1.1", 80, model.Drain)), otherServing),
 			desired: be(newReady, other),
 			want:    map[Action][]string{Delete: {"old"}}},
-		{name: "the local replacement's first check failed a moment ago: kept (it may pass the next)",
+		{name: "the local replacement's first check failed a moment ago: the backup serves all the same",
 			current: be(serving("old", "10.0.0.1"), func() model.Server {
 				s := failedCheck(srv("new", "10.0.1.1", 80, model.Drain))
 				s.Runtime.Since = time.Second
 				return s
 			}(), otherServing),
-			desired:  be(newReady, other),
+			desired: be(newReady, other),
+			want:    map[Action][]string{Delete: {"old"}}},
+		{name: "nothing else serves, the local replacement's first check failed a moment ago: kept (it may pass the next)",
+			current: be(serving("old", "10.0.0.1"), func() model.Server {
+				s := failedCheck(srv("new", "10.0.1.1", 80, model.Drain))
+				s.Runtime.Since = time.Second
+				return s
+			}()),
+			desired:  be(newReady),
 			handover: []string{"old"}},
-		{name: "one local replacement failed, another still waits for its first check: kept",
-			current: be(serving("old", "10.0.0.1"), failedCheck(srv("new", "10.0.1.1", 80, model.Drain)), otherServing),
-			desired: be(newReady, srv("new2", "10.0.1.2", 80, model.Ready), other),
-			want:    map[Action][]string{Add: {"new2"}}, handover: []string{"old"}},
 		{name: "every replacement failed and no backup serves: kept all the same (no empty backend)",
 			current:  be(serving("old", "10.0.0.1"), failedCheck(srv("new", "10.0.1.1", 80, model.Drain))),
 			desired:  be(newReady),
@@ -114,43 +116,59 @@ func failedCheck(s model.Server) model.Server {
 	return s
 }
 
-// TestReplacingEveryLocalServerKeepsTheLocalZone: three local servers all
-// replaced beside a serving backup of another zone, the replacements'
-// checks passing only from the third reconcile on: after every reconcile
-// an active server is in service (HAProxy never falls back to the backup),
-// and in the end the new ones alone with the backup.
-func TestReplacingEveryLocalServerKeepsTheLocalZone(t *testing.T) {
-	c := backup(rt(up(srv("c_bk", "10.0.9.1", 80, model.Ready)), true, true, 0, 0))
-	current, desired := be(c), be(backup(srv("c_bk", "10.0.9.1", 80, model.Ready)))
-	for i := range 3 {
-		current.Servers = append(current.Servers, rt(up(srv(fmt.Sprintf("old%d", i), fmt.Sprintf("10.0.0.%d", i+1), 80, model.Ready)), true, true, 0, 0))
-		desired.Servers = append(desired.Servers, srv(fmt.Sprintf("new%d", i), fmt.Sprintf("10.0.1.%d", i+1), 80, model.Ready))
-	}
-	pol := Policy{GateChecks: true, GuardPercent: 50, DeleteBatch: 1}
-	for round := range 6 {
-		p := CalculateWith(current, desired, pol)
-		next := simulate(current, p)
-		if round < 2 { // the new servers' checks have not passed yet
-			for i, s := range next.Servers {
-				if strings.HasPrefix(s.Name, "new") {
-					next.Servers[i].Runtime.CheckPassed, next.Servers[i].Up = false, false
+// TestReplacingEveryLocalServerNeverEmptiesTheBackend: three local servers
+// all replaced beside a serving backup of another zone, the replacements'
+// checks passing only from the third reconcile on: the old ones leave at
+// once (the backup serves), after every reconcile a server is in service,
+// and in the end the new ones serve beside the backup. Then the same
+// without the backup: the old ones keep their traffic until a replacement
+// serves.
+func TestReplacingEveryLocalServerNeverEmptiesTheBackend(t *testing.T) {
+	for _, withBackup := range []bool{true, false} {
+		current, desired := be(), be()
+		if withBackup {
+			current = be(backup(rt(up(srv("c_bk", "10.0.9.1", 80, model.Ready)), true, true, 0, 0)))
+			desired = be(backup(srv("c_bk", "10.0.9.1", 80, model.Ready)))
+		}
+		for i := range 3 {
+			current.Servers = append(current.Servers, rt(up(srv(fmt.Sprintf("old%d", i), fmt.Sprintf("10.0.0.%d", i+1), 80, model.Ready)), true, true, 0, 0))
+			desired.Servers = append(desired.Servers, srv(fmt.Sprintf("new%d", i), fmt.Sprintf("10.0.1.%d", i+1), 80, model.Ready))
+		}
+		pol := Policy{GateChecks: true, GuardPercent: 50, DeleteBatch: 1}
+		for round := range 6 {
+			p := CalculateWith(current, desired, pol)
+			next := simulate(current, p)
+			if round < 2 { // the new servers' checks have not passed yet
+				for i, s := range next.Servers {
+					if strings.HasPrefix(s.Name, "new") {
+						next.Servers[i].Runtime.CheckPassed, next.Servers[i].Up = false, false
+					}
 				}
 			}
-		}
-		active := 0
-		for _, s := range next.Servers {
-			if !s.Backup && s.State == model.Ready && s.Runtime.CheckPassed {
-				active++
+			inService, old := 0, 0
+			for _, s := range next.Servers {
+				if s.State == model.Ready && s.Runtime.CheckPassed {
+					inService++
+					if strings.HasPrefix(s.Name, "old") {
+						old++
+					}
+				}
 			}
+			if inService == 0 {
+				t.Fatalf("backup %v, round %d: no server in service after plan %v", withBackup, round, summary(p))
+			}
+			if withBackup && old > 0 {
+				t.Fatalf("round %d: %d old servers kept in traffic beside a serving backup after plan %v", round, old, summary(p))
+			}
+			if !withBackup && round < 2 && old == 0 {
+				t.Fatalf("round %d: the old servers left before a replacement served: plan %v", round, summary(p))
+			}
+			current = next
 		}
-		if active == 0 {
-			t.Fatalf("round %d: no active server in service after plan %v: the other zone's backup takes the traffic", round, summary(p))
-		}
-		current = next
-	}
-	for _, s := range current.Servers {
-		if s.Name != "c_bk" && (!strings.HasPrefix(s.Name, "new") || s.State != model.Ready) {
-			t.Errorf("in the end: %s %s", s.Name, s.State)
+		for _, s := range current.Servers {
+			if s.Name != "c_bk" && (!strings.HasPrefix(s.Name, "new") || s.State != model.Ready) {
+				t.Errorf("backup %v, in the end: %s %s", withBackup, s.Name, s.State)
+			}
 		}
 	}
 }
@@ -228,9 +246,13 @@ func TestMakeBeforeBreakWaitsForNoRefusedReplacement(t *testing.T) {
 		{name: "the seed's: a not-ready local pod, its would-be replacement refused, a backup serves: parked",
 			current: be(serving("old", "10.0.0.1"), otherServing), desired: be(notReady, newReady, other), refused: []string{"new"},
 			want: map[Action][]string{Add: {"new"}, Maint: {"old"}}},
-		{name: "one local replacement refused, another waits for its first check: kept for that one",
+		{name: "one local replacement refused, another waits for its first check, a backup serves: parked",
 			current: be(serving("old", "10.0.0.1"), otherServing),
 			desired: be(notReady, newReady, srv("new2", "10.0.1.2", 80, model.Ready), other), refused: []string{"new"},
+			want: map[Action][]string{Add: {"new", "new2"}, Maint: {"old"}}},
+		{name: "one replacement refused, another waits for its first check, nothing else serves: kept for that one",
+			current: be(serving("old", "10.0.0.1")),
+			desired: be(notReady, newReady, srv("new2", "10.0.1.2", 80, model.Ready)), refused: []string{"new"},
 			want: map[Action][]string{Add: {"new", "new2"}}, handover: []string{"old"}},
 		{name: "refused, and no other server serves: kept all the same (no empty backend)",
 			current: be(serving("old", "10.0.0.1")), desired: be(notReady, newReady), refused: []string{"new"},

@@ -213,6 +213,10 @@ type Policy struct {
 	// later reconcile (which confirms it) once their sessions ended or
 	// DrainTimeout passed, whatever DeleteBatch.
 	Leaving bool
+	// LeftBefore says an earlier read of Kubernetes found the backend
+	// Leaving too: only then are its parked servers deleted, so that one
+	// read never deletes (leaveStep).
+	LeftBefore bool
 }
 
 // Calculate returns the plan that turns current into desired, deleting
@@ -340,7 +344,9 @@ func calculateWith(current, desired model.Backend, pol Policy) Plan {
 	deleteNow := len(desired.Servers) > 0 && !guarded
 	if pol.Leaving && len(desired.Servers) == 0 {
 		for _, old := range unwanted {
-			switch leaveStep(old) {
+			switch leaveStep(old, pol.LeftBefore) {
+			case leaveConfirm:
+				p.Guarded = append(p.Guarded, old.Name)
 			case leavePark:
 				p.Guarded = append(p.Guarded, old.Name)
 				parked := *old.Server

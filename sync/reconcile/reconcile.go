@@ -112,6 +112,9 @@ type Reconciler struct {
 	// (plan.Policy.Leaving): package fleet's left backends, whose every
 	// reconcile follows a fresh list of the Services that confirms it.
 	Leaving bool
+	// LeftBefore says an earlier read of the Services found them left
+	// too (plan.Policy.LeftBefore): only then are parked servers deleted.
+	LeftBefore bool
 
 	// Locks, when set, are the per-target write locks this Reconciler
 	// shares with others (package fleet: one Reconciler per Service, one
@@ -526,7 +529,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 	pol.MaxServers = r.MaxServers
 	pol.DrainTimeout = r.DrainTimeout
 	pol.Owner = r.Options.NamePrefix
-	pol.Leaving = r.Leaving
+	pol.Leaving, pol.LeftBefore = r.Leaving, r.LeftBefore
 	var slots plan.SlotUse // the last attempt's
 	refusedKey := tr.Target + "\x00" + backend
 	if v, ok := r.refused.Load(refusedKey); ok {
