@@ -36,6 +36,13 @@ type Frontends interface {
 	Sync(ctx context.Context, want []services.Selected, classes map[string]string) (services.FrontendReport, error)
 }
 
+// HolderReader reads back which Service each resource is served to (a
+// *lb.Manager: the frontends' marks and binds). Frontends that are one are
+// asked once, by the first selection of the process.
+type HolderReader interface {
+	Holders(ctx context.Context) (map[string]string, error)
+}
+
 // StatusWriter writes a Service's status (services/status); a *kube.Client
 // is one.
 type StatusWriter interface {
@@ -228,9 +235,7 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	if err != nil {
 		return finish(err) // never an empty selection
 	}
-	f.mu.Lock()
-	held := f.held
-	f.mu.Unlock()
+	held := f.holdings(ctx)
 	chosen, refused := services.Select(all, f.Selection, held)
 	if f.Metrics != nil && !dryRun {
 		f.Metrics.Selected(len(chosen), refusedServices(chosen, refused))
@@ -396,6 +401,26 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		f.writeStatus(ctx, all, chosen, report, failedFE, &res, only)
 	}
 	return finish(summarize(&res, dryRun, only == "" && !leftOnly))
+}
+
+// holdings is what the previous selection gave, or, before this process
+// selected anything, what HAProxy's frontends say (HolderReader): a
+// restart or a new replica must not hand a served port to an older
+// claimant because its memory is empty. Ports the read-back cannot say
+// (a target down, targets that disagree) go by the status, then by age.
+func (f *Fleet) holdings(ctx context.Context) map[string]string {
+	f.mu.Lock()
+	held := f.held
+	f.mu.Unlock()
+	hr, ok := f.Frontends.(HolderReader)
+	if held != nil || !ok {
+		return held
+	}
+	read, err := hr.Holders(ctx)
+	if err != nil && f.Log != nil {
+		f.Log.Warn("which Service serves each port could not be read back from every target; the status and age decide the rest", "error", err)
+	}
+	return read
 }
 
 // refusedServices counts the Services refused whole: not those of chosen

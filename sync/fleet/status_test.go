@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -236,5 +237,62 @@ func TestRetryableFrontendFailureKeepsTheStatus(t *testing.T) {
 				t.Errorf("updates %v after a %s frontend failure: withdrawn %v, want %v", c.updates, tt.class, withdrawn, tt.withdrawn)
 			}
 		})
+	}
+}
+
+// holdingFrontends is fakeFrontends that also reads back who holds what
+// (as *lb.Manager does from the frontends' marks).
+type holdingFrontends struct {
+	fakeFrontends
+	holders map[string]string
+	reads   int
+}
+
+func (h *holdingFrontends) Holders(context.Context) (map[string]string, error) {
+	h.reads++
+	return h.holders, nil
+}
+
+// TestARestartKeepsThePortWithItsHolder (issue 54 row 2): apps/new serves
+// port 80 (its frontend binds it), and the older apps/old is edited to
+// claim it too, while neither has a status (not written yet, or written by
+// no one). A new process (a restart, a second replica) has no earlier
+// selection: it reads back the frontends' marks, and the holder keeps the
+// port; the older claimant is refused. Without the read-back, age gave the
+// port to apps/old and its clients reached the other Service's pods. The
+// frontends are read once, by the first selection.
+func TestARestartKeepsThePortWithItsHolder(t *testing.T) {
+	cls := "lb"
+	svc := func(name string, created time.Time, ports ...int32) corev1.Service {
+		s := corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name, CreationTimestamp: metav1.NewTime(created)},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls}}
+		for _, p := range ports {
+			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: fmt.Sprint("p", p), Port: p})
+		}
+		return s
+	}
+	for _, readBack := range []bool{true, false} {
+		c := &cluster{}
+		c.add(svc("old", time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), 80, 81), "127.0.1.1")
+		c.add(svc("new", time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC), 80), "127.0.1.2")
+		_, beNew := services.ClassNames("", "apps", "new", 80)
+		f := newFleet(c, newMem("h", beNew))
+		fe := &holdingFrontends{fakeFrontends: fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/new": true}}}}
+		if readBack {
+			fe.holders = map[string]string{services.PortResource(80): "apps/new"}
+		}
+		f.Frontends = fe
+		res, _ := f.Reconcile(context.Background(), false)
+		refused := map[string]bool{}
+		for _, r := range res.Refused {
+			refused[r.Service] = true
+		}
+		if got := refused["apps/old"] && !refused["apps/new"]; got != readBack {
+			t.Errorf("read back %v: refused %+v; want the holder apps/new kept: %v", readBack, res.Refused, readBack)
+		}
+		_, _ = f.Reconcile(context.Background(), false)
+		if fe.reads != 1 {
+			t.Errorf("read back %v: the frontends' holders read %d times, want once (the first selection)", readBack, fe.reads)
+		}
 	}
 }
