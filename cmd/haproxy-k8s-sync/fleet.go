@@ -14,6 +14,7 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/events"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/fleet"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/gate"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
@@ -41,26 +42,33 @@ func newFrontends(cfg config.Config, dps []*dataplane.Client, log *slog.Logger) 
 }
 
 // newFleet wires the many-Services reconcile around rec, the template every
-// Service's Reconciler copies (targets, drivers, policies). With events
-// (serve), refused Services and failed frontends are told as Warning
-// Events, and with SERVICE_EVENTS each followed Service's reconciles too.
-func newFleet(cfg config.Config, rec *reconcile.Reconciler, dps []*dataplane.Client, kc *kube.Client, log *slog.Logger, m *metrics.Metrics, withEvents bool) (*fleet.Fleet, error) {
-	if kc == nil {
-		return nil, fmt.Errorf("SERVICE_SELECTION: %s reads Services from the Kubernetes API, not --manifests", cfg.Selection)
-	}
+// Service's Reconciler copies (targets, drivers, policies). Services are
+// read from the Kubernetes API (kc), or with manifests (--manifests' path;
+// kc is nil then) from the files, listed and selected by the same rules.
+// With events (serve, from the API), refused Services and failed frontends
+// are told as Warning Events, and with SERVICE_EVENTS each followed
+// Service's reconciles too. From manifests there is no API to write to:
+// no Events, no status, no readiness gate.
+func newFleet(cfg config.Config, rec *reconcile.Reconciler, dps []*dataplane.Client, kc *kube.Client, manifests string, log *slog.Logger, m *metrics.Metrics, withEvents bool) (*fleet.Fleet, error) {
 	nodes := rec.Options.Mode == desired.NodeMode
-	f := &fleet.Fleet{
-		Services: kc, Selection: cfg.Selecting(), Template: rec, Log: log, Metrics: m,
-		Source: func(namespace, name string) reconcile.Source {
+	f := &fleet.Fleet{Selection: cfg.Selecting(), Template: rec, Log: log, Metrics: m}
+	if manifests != "" {
+		f.Services = fileServices{&kube.FileServices{Path: manifests}}
+		f.Source = func(namespace, name string) reconcile.Source {
+			return m.WrapSource(fileSource{&kube.FileSource{Path: manifests, Namespace: namespace, Service: name, Nodes: nodes}})
+		}
+	} else {
+		f.Services = kc
+		f.Source = func(namespace, name string) reconcile.Source {
 			return m.WrapSource(&kube.Source{Client: kc, Namespace: namespace, Service: name, Nodes: nodes, Pods: cfg.ReadinessGate})
-		},
+		}
 	}
-	if cfg.ReadinessGate {
+	if cfg.ReadinessGate && kc != nil {
 		f.Gate = func(namespace string) reconcile.PodGate {
 			return &gate.Writer{Client: kc, Namespace: namespace, Log: log, OnWrite: m.PodGate}
 		}
 	}
-	if withEvents {
+	if withEvents && kc != nil {
 		host, _ := os.Hostname() // the pod's name
 		hub := events.NewHub(kc, host, log)
 		hub.OnWrite = m.ServiceEvent
@@ -77,25 +85,45 @@ func newFleet(cfg config.Config, rec *reconcile.Reconciler, dps []*dataplane.Cli
 		}
 	}
 	if cfg.ByClass {
-		fe, err := newFrontends(cfg, dps, log)
-		if err != nil {
-			return nil, err
-		}
-		f.Frontends, f.Status, f.Hostname = fe, kc, cfg.VIPHostname
 		for _, v := range cfg.VIPs {
 			f.VIPs = append(f.VIPs, v.String())
+		}
+		f.Hostname = cfg.VIPHostname
+		if kc != nil {
+			f.Status = kc // never a nil *kube.Client in the interface
+		}
+		// A dry run from manifests may have no Data Plane API (config's
+		// LoadForPlan): it makes no frontend, and plans them (classPlan).
+		if len(dps) > 0 || manifests == "" {
+			fe, err := newFrontends(cfg, dps, log)
+			if err != nil {
+				return nil, err
+			}
+			f.Frontends = fe
 		}
 	}
 	return f, nil
 }
 
 // reconcileFleetOnce is the reconcile command in many-Services mode: one
-// reconcile of every selected Service, the result as JSON on stdout.
-func reconcileFleetOnce(f *fleet.Fleet, dryRun bool, log *slog.Logger) int {
-	res, err := f.Reconcile(context.Background(), dryRun)
-	_ = json.NewEncoder(os.Stdout).Encode(res)
+// reconcile of every selected Service, the result as JSON on stdout. A dry
+// run with class selection adds the frontends and backends it would make
+// on each Data Plane target (dps), or on an empty HAProxy without one.
+func reconcileFleetOnce(f *fleet.Fleet, dps []*dataplane.Client, dryRun bool, log *slog.Logger) int {
+	ctx := context.Background()
+	res, err := f.Reconcile(ctx, dryRun)
+	out := fleetPlan{Result: res}
+	if dryRun && f.Selection.Class && err == nil {
+		steps, perr := planFrontends(ctx, f, dps)
+		if perr != nil {
+			err = fmt.Errorf("plan class frontends: %w", perr)
+			out.Status, out.Error, out.ErrorClass = reconcile.StatusError, err.Error(), failure.Of(perr)
+		}
+		out.FrontendPlan = steps
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(out)
 	if err != nil {
-		log.Error("reconcile failed", "error", err, "errorClass", res.ErrorClass)
+		log.Error("reconcile failed", "error", err, "errorClass", out.ErrorClass)
 		return 1
 	}
 	return 0

@@ -31,20 +31,24 @@ import (
 
 // fleetPokes is serve's machinery in many-Services mode: per-Service lanes
 // with their follow-ups (fleet.Lanes), fed by a per-key queue
-// (watch.Queue) that the watch (watch.Many), the resync tick and a reload
-// of HAProxy by others poke. The queue's run waits for the lane, so its
+// (watch.Queue) that the watch (watch.Many; with --manifests, the files'
+// poll, watch.Manifests), the resync tick and a reload of HAProxy by
+// others poke. The queue's run waits for the lane, so its
 // concurrency bounds the watch's reconciles.
 type fleetPokes struct {
-	lanes   *fleet.Lanes
-	queue   *watch.Queue
-	many    *watch.Many      // nil without WATCH
-	reloads *reloads.Watcher // nil without a runtime socket
-	full    atomic.Bool      // a full reconcile has run, whatever its result
-	log     *slog.Logger
-	m       *metrics.Metrics
+	lanes     *fleet.Lanes
+	queue     *watch.Queue
+	many      *watch.Many      // nil without WATCH or a Kubernetes client
+	manifests *watch.Manifests // nil without --manifests
+	reloads   *reloads.Watcher // nil without a runtime socket
+	full      atomic.Bool      // a full reconcile has run, whatever its result
+	log       *slog.Logger
+	m         *metrics.Metrics
 }
 
-func newFleetPokes(cfg config.Config, f *fleet.Fleet, checks map[string]reconcile.CheckReader, kc *kube.Client, log *slog.Logger, m *metrics.Metrics) *fleetPokes {
+// newFleetPokes wires serve's pokes; manifests is --manifests' path, empty
+// when Kubernetes is read.
+func newFleetPokes(cfg config.Config, f *fleet.Fleet, checks map[string]reconcile.CheckReader, kc *kube.Client, manifests string, log *slog.Logger, m *metrics.Metrics) *fleetPokes {
 	p := &fleetPokes{log: log, m: m}
 	p.lanes = &fleet.Lanes{Fleet: f, Checks: checks,
 		OnPoked: func(key string, res reconcile.Result, err error) { p.logService("poke", key, res, err) },
@@ -57,6 +61,11 @@ func newFleetPokes(cfg config.Config, f *fleet.Fleet, checks map[string]reconcil
 	p.lanes.LeftAgain = p.queue.Left
 	if rw := reloadWatcher(checks, log, func(target string) { p.pokeAll("reload", "HAProxy reloaded: "+target) }); rw != nil {
 		p.reloads = rw
+	}
+	if manifests != "" {
+		// No watch says which Service an edit touched: any change of the
+		// files reconciles every Service, as a resync does.
+		p.manifests = &watch.Manifests{Version: func() (string, error) { return kube.ManifestsVersion(manifests) }, Poke: p.pokeAll, Log: log}
 	}
 	if cfg.Watch && kc != nil {
 		p.many = &watch.Many{
@@ -162,7 +171,11 @@ func (p *fleetPokes) start(ctx context.Context, resync time.Duration) (stop func
 	if p.many != nil {
 		wg.Go(func() { p.many.Run(ctx) })
 	}
-	p.pokeAll("start", "start")
+	if p.manifests != nil {
+		wg.Go(func() { p.manifests.Run(ctx) }) // pokes "start" itself
+	} else {
+		p.pokeAll("start", "start")
+	}
 	if p.reloads != nil {
 		wg.Go(func() { p.reloads.Run(ctx) })
 	}
@@ -173,10 +186,10 @@ func (p *fleetPokes) start(ctx context.Context, resync time.Duration) (stop func
 }
 
 // serveFleet is serve in many-Services mode: the HTTP API over the lanes,
-// the watch, the follow-ups, the resync and a full reconcile on a reload
+// the watch (or the manifests' poll), the follow-ups, the resync and a full reconcile on a reload
 // of HAProxy by others. At shutdown no reconcile starts any more; the
 // running ones end within the reconcile timeout, or at a second signal.
-func serveFleet(cfg config.Config, f *fleet.Fleet, checks map[string]reconcile.CheckReader, kc *kube.Client, log *slog.Logger, m *metrics.Metrics, metricsHandler http.Handler) error {
+func serveFleet(cfg config.Config, f *fleet.Fleet, checks map[string]reconcile.CheckReader, kc *kube.Client, manifests string, log *slog.Logger, m *metrics.Metrics, metricsHandler http.Handler) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	authn, err := newAuthenticator(cfg, kc)
@@ -184,7 +197,7 @@ func serveFleet(cfg config.Config, f *fleet.Fleet, checks map[string]reconcile.C
 		return err
 	}
 	warnAuth(cfg, authn, log)
-	p := newFleetPokes(cfg, f, checks, kc, log, m)
+	p := newFleetPokes(cfg, f, checks, kc, manifests, log, m)
 	var listening atomic.Bool
 	h := handler.New(handler.Config{
 		Fleet: p.lanes, Auth: authn, OnAuthFailure: m.AuthFailure, Log: log, Metrics: metricsHandler,

@@ -146,25 +146,25 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "configuration: %v\n", err)
 		return 2
 	}
+	source := "kubernetes"
+	if *manifests != "" {
+		source = "manifests " + *manifests
+	}
 	if cfg.ManyServices() {
-		f, err := newFleet(cfg, rec, dps, kc, log, m, cmd == "serve")
+		f, err := newFleet(cfg, rec, dps, kc, *manifests, log, m, cmd == "serve")
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "configuration: %v\n", err)
 			return 2
 		}
-		log.Info("configured", "command", cmd, "dryRun", *dryRun, "config", cfg.String(), "owns", cfg.Owns())
+		log.Info("configured", "command", cmd, "dryRun", *dryRun, "source", source, "config", cfg.String(), "owns", cfg.Owns())
 		if cmd == "reconcile" {
-			return reconcileFleetOnce(f, *dryRun, log)
+			return reconcileFleetOnce(f, dps, *dryRun, log)
 		}
-		if err := serveFleet(cfg, f, checks, kc, log, m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
+		if err := serveFleet(cfg, f, checks, kc, *manifests, log, m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
 			log.Error("serve", "error", err)
 			return 1
 		}
 		return 0
-	}
-	source := "kubernetes"
-	if *manifests != "" {
-		source = "manifests " + *manifests
 	}
 	if cmd == "reconcile" {
 		log.Info("configured", "command", "reconcile", "dryRun", *dryRun, "source", source, "config", cfg.String(), "owns", cfg.Owns())

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
@@ -41,4 +44,16 @@ func (f fileSource) Read(ctx context.Context) (desired.Input, error) {
 		return in, &failure.InputError{Err: err}
 	}
 	return in, nil
+}
+
+// fileServices lists the Services of manifests; its failures are
+// permanent, as fileSource's.
+type fileServices struct{ *kube.FileServices }
+
+func (f fileServices) ListServices(ctx context.Context, namespace string, opts metav1.ListOptions) (*corev1.ServiceList, error) {
+	l, err := f.FileServices.ListServices(ctx, namespace, opts)
+	if err != nil {
+		return l, &failure.InputError{Err: err}
+	}
+	return l, nil
 }

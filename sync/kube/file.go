@@ -8,13 +8,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -36,26 +39,13 @@ type FileSource struct {
 
 // Read decodes the manifests again on every call, so edits are picked up.
 func (f *FileSource) Read(context.Context) (desired.Input, error) {
-	files, err := manifestFiles(f.Path)
+	objs, err := readManifests(f.Path)
 	if err != nil {
 		return desired.Input{}, err
 	}
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, discoveryv1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			return desired.Input{}, err
-		}
-	}
-	dec := serializer.NewCodecFactory(scheme).UniversalDeserializer()
 	var in desired.Input
-	for _, file := range files {
-		objs, err := decodeFile(dec, file)
-		if err != nil {
-			return desired.Input{}, err
-		}
-		for _, o := range objs {
-			f.keep(&in, o)
-		}
+	for _, o := range objs {
+		f.keep(&in, o)
 	}
 	if in.Service == nil {
 		return desired.Input{}, fmt.Errorf("service %s/%s in %s: %w", f.Namespace, f.Service, f.Path, &desired.ServiceNotFoundError{Namespace: f.Namespace, Name: f.Service})
@@ -78,6 +68,63 @@ func (f *FileSource) keep(in *desired.Input, o runtime.Object) {
 			in.Nodes = append(in.Nodes, *x)
 		}
 	}
+}
+
+// FileServices lists the Services of manifests (read as FileSource reads
+// them) for the many-Services modes: a ServiceLister, as the API's client
+// is. A Service without a namespace is left out, as FileSource leaves it
+// out (a `kubectl get -o yaml` dump always has one); of two with one
+// namespace and name, the last read counts, as for FileSource.
+type FileServices struct {
+	Path string
+}
+
+// ListServices reads the files again on every call, so edits are picked
+// up; the list is one page, sorted by namespace and name.
+func (f *FileServices) ListServices(_ context.Context, namespace string, _ metav1.ListOptions) (*corev1.ServiceList, error) {
+	objs, err := readManifests(f.Path)
+	if err != nil {
+		return nil, err
+	}
+	byKey := map[string]corev1.Service{}
+	for _, o := range objs {
+		s, ok := o.(*corev1.Service)
+		if !ok || s.Namespace == "" || namespace != "" && s.Namespace != namespace {
+			continue
+		}
+		byKey[s.Namespace+"/"+s.Name] = *s
+	}
+	out := &corev1.ServiceList{}
+	for _, k := range slices.Sorted(maps.Keys(byKey)) {
+		out.Items = append(out.Items, byKey[k])
+	}
+	return out, nil
+}
+
+// readManifests decodes every object of the manifest files at path, in
+// file order: Services, EndpointSlices and Nodes (other kinds are left
+// out while decoding).
+func readManifests(path string) ([]runtime.Object, error) {
+	files, err := manifestFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, discoveryv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return nil, err
+		}
+	}
+	dec := serializer.NewCodecFactory(scheme).UniversalDeserializer()
+	var out []runtime.Object
+	for _, file := range files {
+		objs, err := decodeFile(dec, file)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, objs...)
+	}
+	return out, nil
 }
 
 // ManifestsVersion is a digest of what FileSource reads at path (the file,

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 )
@@ -121,5 +123,57 @@ func TestManifestsVersion(t *testing.T) {
 	}
 	if _, err := ManifestsVersion(filepath.Join(dir, "gone.yaml")); err == nil {
 		t.Error("a path that is not there has a version")
+	}
+}
+
+// TestFileServicesListsAsTheAPIWould: the many-Services modes' lister over
+// manifests gives every Service of the files, or one namespace's, sorted,
+// one page; a Service without a namespace is left out (FileSource does not
+// see it either), and of two with one key the last read counts.
+func TestFileServicesListsAsTheAPIWould(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dump, err := os.ReadFile("../../testdata/manifests/dump.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("a-dump.yaml", string(dump))
+	write("b-more.yaml", `apiVersion: v1
+kind: Service
+metadata: {name: nowhere}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: other, annotations: {read: last}}
+`)
+	for _, tt := range []struct {
+		namespace string
+		want      []string
+	}{
+		{"", []string{"other/web", "shop/web"}},
+		{"shop", []string{"shop/web"}},
+		{"none", nil},
+	} {
+		l, err := (&FileServices{Path: dir}).ListServices(context.Background(), tt.namespace, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, s := range l.Items {
+			got = append(got, s.Namespace+"/"+s.Name)
+			if s.Namespace == "other" && s.Annotations["read"] != "last" {
+				t.Errorf("%s: the first of two Services other/web counted", tt.namespace)
+			}
+		}
+		if !reflect.DeepEqual(got, tt.want) || l.Continue != "" {
+			t.Errorf("namespace %q: %v (continue %q), want %v", tt.namespace, got, l.Continue, tt.want)
+		}
+	}
+	if _, err := (&FileServices{Path: filepath.Join(dir, "missing")}).ListServices(context.Background(), "", metav1.ListOptions{}); err == nil {
+		t.Error("a missing path lists no error")
 	}
 }
