@@ -72,7 +72,7 @@ release:
 lint-workflows:
 	$(GO) tool actionlint -color=false
 
-## demo: a local HAProxy synced from testdata/demo/cluster.yaml (no cluster needed).
+## demo: a local HAProxy synced from testdata/demo/ (no cluster needed): one Service, then many.
 demo: build
 	./hack/demo.sh
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
 )
 
@@ -229,5 +230,40 @@ func TestServeManifestsManyServices(t *testing.T) {
 	}
 	if got := served("be_web"); got != "web-1,web-2" {
 		t.Errorf("be_web serves %q after api's edit", got)
+	}
+}
+
+// TestClassReconcileFromManifests: class mode from manifests through a Data
+// Plane API: the first `reconcile --manifests` makes the frontend bound on
+// HAPROXY_VIP:port and its backend (the Service waits for HAProxy's reload),
+// the next adds the servers; a dry run then reads the target back and
+// plans nothing more: both sections in place. No status is written: there
+// is no API to write it to.
+func TestClassReconcileFromManifests(t *testing.T) {
+	api := dataplanetest.New(t, dataplanetest.Options{})
+	path := filepath.Join(t.TempDir(), "lb.yaml")
+	manifestsOf(t, path, svcDoc{namespace: "lb", name: "shop", class: "haproxy-k8s-sync.io/haproxy", addrs: []string{"127.0.0.71:8080"}})
+	env := []string{"SERVICE_SELECTION=class", "HAPROXY_VIP=192.0.2.10", "TARGET_ADDRESS=pod", "ALLOWED_SERVER_CIDRS=127.0.0.0/8", "HAPROXY_DATAPLANE_URL=" + api.URL}
+	code, stdout, stderr := runCommand(t, "reconcile --manifests "+path, env...)
+	if code != 0 || !strings.Contains(stdout, `"created":["fe_k8s_lb_shop_443","fe_k8s_lb_shop_80"]`) || !strings.Contains(stdout, `"loading":["lb/shop"]`) {
+		t.Fatalf("first run: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	fe, binds, ok := api.Frontend("fe_k8s_lb_shop_80")
+	if !ok || fe.DefaultBackend != "be_k8s_lb_shop_80" || len(binds) != 1 || binds[0].Address != "192.0.2.10" || binds[0].Port == nil || *binds[0].Port != 80 {
+		t.Fatalf("frontend %v %+v %+v, want bound on 192.0.2.10:80 to be_k8s_lb_shop_80", ok, fe.DefaultBackend, binds)
+	}
+	code, stdout, stderr = runCommand(t, "reconcile --manifests "+path, env...)
+	if srvs := api.Servers("be_k8s_lb_shop_80"); code != 0 || len(srvs) != 1 || srvs[0].Address != "127.0.0.71" {
+		t.Fatalf("second run: exit %d, servers %d\nstdout %s\nstderr %s", code, len(srvs), stdout, stderr)
+	}
+	code, stdout, stderr = runCommand(t, "reconcile --dry-run --manifests "+path, env...)
+	var res fleetAnswer
+	if code != 0 || json.Unmarshal([]byte(stdout), &res) != nil || len(res.FrontendPlan) != 2 {
+		t.Fatalf("dry run: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	for _, st := range res.FrontendPlan {
+		if st.Target != api.URL || st.FrontendAction != actInPlace || st.BackendAction != actInPlace {
+			t.Errorf("dry run after both runs: %+v, want both in place on %s", st, api.URL)
+		}
 	}
 }

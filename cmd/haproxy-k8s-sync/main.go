@@ -8,7 +8,8 @@
 //	haproxy-k8s-sync version | help
 //
 // --manifests reads the Service, EndpointSlices and Nodes from YAML or JSON
-// files (e.g. a `kubectl get -o yaml` dump) instead of the Kubernetes API.
+// files (e.g. a `kubectl get -o yaml` dump) instead of the Kubernetes API; in
+// many-Services mode, every Service of the files.
 package main
 
 import (
@@ -326,8 +327,10 @@ Commands:
 
 --manifests reads the Service, EndpointSlices and Nodes from YAML or JSON files
 instead of the Kubernetes API; reconcile --dry-run --manifests needs no HAProxy
-(with no HAProxy URL set it plans against empty backends). Each command takes
---help.
+(with no HAProxy URL set it plans against empty backends). With SERVICE_SELECTION
+annotation or class, every Service of the files is selected as from the API; a
+class dry run also lists the frontends and backends it would make. Each command
+takes --help.
 
 Variables (name, default, meaning):
 `)
