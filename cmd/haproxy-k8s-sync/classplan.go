@@ -52,14 +52,21 @@ const noFrontendsTarget = "none (no HAPROXY_DATAPLANE_URL set: planned against a
 // planFrontends plans, without writing, the class Services' frontends and
 // backends on every Data Plane target (read back), or on an empty HAProxy
 // when there is none. It lists and selects the Services itself, as the
-// fleet does on its first reconcile (no previous selection): a one-shot
-// dry run has no other.
+// fleet does on its first reconcile (a one-shot dry run has no other): the
+// holders are what the targets' frontends say (fleet.HolderReader), none
+// without a target.
 func planFrontends(ctx context.Context, f *fleet.Fleet, dps []*dataplane.Client) ([]frontendStep, error) {
 	all, err := kube.ReadServices(ctx, f.Services, f.Selection.Namespaces)
 	if err != nil {
 		return nil, err
 	}
-	chosen, _ := services.Select(all, f.Selection, nil)
+	var held map[string]string
+	if hr, ok := f.Frontends.(fleet.HolderReader); ok {
+		// What cannot be read back goes by status and age, as the
+		// fleet's selection does; its reconcile has warned already.
+		held, _ = hr.Holders(ctx)
+	}
+	chosen, _ := services.Select(all, f.Selection, held)
 	own := lb.Owner{Class: f.Selection.ClassName, Cluster: f.Selection.Cluster, Classes: services.ClassesOf(all), Namespaces: f.Selection.Namespaces}
 	if len(f.VIPs) == 0 {
 		return nil, fmt.Errorf("HAPROXY_VIP: no address to plan class frontends on")
