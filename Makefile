@@ -163,7 +163,7 @@ fuzz:
 ## once each (they are long), with the idle period docs/benchmarks.md quotes.
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 $$($(GO) list ./... | grep -v /sync/e2e)
-	HKS_BENCH_IDLE=1m HKS_BENCH_NODES=5000 HKS_BENCH_ENDPOINTS=10000 HKS_BENCH_ROLLOUT_STEPS=10 HKS_BENCH_ROLLOUT_HTTP=all $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./sync/e2e
+	HKS_BENCH_IDLE=1m HKS_BENCH_SERVICES=10,100,500,2000 HKS_BENCH_NODES=5000 HKS_BENCH_ENDPOINTS=10000 HKS_BENCH_ROLLOUT_STEPS=10 HKS_BENCH_ROLLOUT_HTTP=all $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./sync/e2e
 
 clean:
 	rm -rf bin

@@ -62,6 +62,9 @@ func newFleet(cfg config.Config, rec *reconcile.Reconciler, dps []*dataplane.Cli
 		f.Source = func(namespace, name string) reconcile.Source {
 			return m.WrapSource(&kube.Source{Client: kc, Namespace: namespace, Service: name, Nodes: nodes, Pods: cfg.ReadinessGate})
 		}
+		// A full reconcile reads each kind once (the readiness gate's
+		// pods excepted: a Reconciler with the gate reads its own).
+		f.Inputs = kube.Bulk{Client: kc, Namespaces: cfg.Namespaces, Nodes: nodes}
 	}
 	if cfg.ReadinessGate && kc != nil {
 		f.Gate = func(namespace string) reconcile.PodGate {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -33,6 +34,28 @@ type counting struct {
 	reconcile.Driver
 	mu             sync.Mutex
 	reads, applies map[string]int
+	bulk           int // ReadAll calls
+}
+
+// ReadAll is the driver's, counted (a full reconcile's one read of all).
+func (c *counting) ReadAll(ctx context.Context) (map[string]model.Backend, error) {
+	br, ok := reconcile.BulkOf(c.Driver)
+	if !ok {
+		return nil, errors.New("this driver reads its backends one by one")
+	}
+	c.mu.Lock()
+	c.bulk++
+	c.mu.Unlock()
+	return br.ReadAll(ctx)
+}
+
+// bulkReads returns the ReadAll calls since the last, and resets.
+func (c *counting) bulkReads() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.bulk
+	c.bulk = 0
+	return n
 }
 
 func newCounting(d reconcile.Driver) *counting {

@@ -36,6 +36,12 @@ type Frontends interface {
 	Sync(ctx context.Context, want []services.Selected, classes map[string]string) (services.FrontendReport, error)
 }
 
+// InputReader reads every followed Service's objects at once (a
+// kube.Bulk), for a full reconcile's snapshots.
+type InputReader interface {
+	Inputs(ctx context.Context, svcs []corev1.Service) (map[string]desired.Input, error)
+}
+
 // HolderReader reads back which Service each resource is served to (a
 // *lb.Manager: the frontends' marks and binds). Frontends that are one are
 // asked once, by the first selection of the process.
@@ -93,6 +99,12 @@ type Fleet struct {
 	// Warning Event on svc.
 	Warn func(svc *corev1.Service, reason, message string)
 	Log  *slog.Logger
+	// Inputs, when set, makes a full reconcile read each kind once: every
+	// target that can (reconcile.BulkOf) reads all its backends at once,
+	// then Kubernetes is listed once, and each Service plans from that
+	// snapshot; only a Service with something to write reads afresh
+	// (reconcile.Snapshot).
+	Inputs InputReader
 
 	locks   reconcile.Locks
 	mu      sync.Mutex
@@ -355,7 +367,11 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	}
 	f.prune(chosen, full)
 	f.forgetLeft(named)
-	out := f.runAll(ctx, jobs, dryRun)
+	var snaps map[string]*reconcile.Snapshot
+	if full && !dryRun {
+		snaps = f.snapshots(ctx, all, jobs)
+	}
+	out := f.runAll(ctx, jobs, snaps, dryRun)
 	for i, j := range jobs {
 		if j.svc != nil {
 			r := out[i]
@@ -529,7 +545,7 @@ func summarize(res *Result, dryRun, full bool) error {
 }
 
 // runAll runs jobs, Concurrency at a time; out[i] is jobs[i]'s result.
-func (f *Fleet) runAll(ctx context.Context, jobs []job, dryRun bool) []reconcile.Result {
+func (f *Fleet) runAll(ctx context.Context, jobs []job, snaps map[string]*reconcile.Snapshot, dryRun bool) []reconcile.Result {
 	out := make([]reconcile.Result, len(jobs))
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -540,7 +556,11 @@ func (f *Fleet) runAll(ctx context.Context, jobs []job, dryRun bool) []reconcile
 			for i := range next {
 				// A failure is in its result; one Service's never stops
 				// another's.
-				out[i], _ = jobs[i].runner.Reconcile(ctx, dryRun)
+				jctx := ctx
+				if s := jobs[i].svc; s != nil && snaps[s.Key()] != nil {
+					jctx = reconcile.WithSnapshot(ctx, snaps[s.Key()])
+				}
+				out[i], _ = jobs[i].runner.Reconcile(jctx, dryRun)
 			}
 		}()
 	}

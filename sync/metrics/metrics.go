@@ -367,6 +367,9 @@ type driver struct {
 
 func (d driver) Name() string { return d.d.Name() }
 
+// Unwrap is the driver counted (reconcile.BulkOf looks through it).
+func (d driver) Unwrap() reconcile.Driver { return d.d }
+
 func (d driver) Policy() plan.Policy { return d.d.Policy() }
 
 // upDriver is a driver whose driver reads UP states separately.

@@ -386,9 +386,41 @@ func leastHopeful(targets []TargetResult, err error) failure.Class {
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error) {
+	snap := snapshotOf(ctx)
+	if snap != nil {
+		ctx = WithSnapshot(ctx, nil) // for the fresh run below, if any
+		// The readiness gate reads pods and writes their conditions: no
+		// snapshot has them.
+		if !dryRun && r.Gate == nil {
+			if res, err := r.reconcileFrom(ctx, snap); err == nil {
+				return res, nil
+			}
+		}
+	}
+	return r.reconcileFresh(ctx, nil, dryRun)
+}
+
+// reconcileFrom is a reconcile planned from snap alone: its result when
+// nothing is written, else an error (errStale, or any failure), and the
+// caller reconciles afresh.
+func (r *Reconciler) reconcileFrom(ctx context.Context, snap *Snapshot) (Result, error) {
+	res, err := r.reconcileFresh(ctx, snap, false)
+	if err == nil && res.Status != StatusUnchanged {
+		err = errStale
+	}
+	return res, err
+}
+
+// reconcileFresh reconciles from fresh reads, or from snap when not nil
+// (reconcileFrom: no lock, nothing written).
+func (r *Reconciler) reconcileFresh(ctx context.Context, snap *Snapshot, dryRun bool) (Result, error) {
 	res := Result{Targets: []TargetResult{}, Skipped: []desired.Skipped{}, Cluster: r.Cluster}
 	var warnOnce sync.Once
-	kube := &freshReader{src: r.Source, opts: r.Options, skipped: func(rep desired.Report) {
+	src := r.Source
+	if snap != nil {
+		src = staticSource{snap.Input}
+	}
+	kube := &freshReader{src: src, opts: r.Options, skipped: func(rep desired.Report) {
 		if rep.Total() == 0 {
 			r.lastingGone("skipped")
 			return
@@ -407,7 +439,7 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if !dryRun { // a dry run writes nothing: it need not wait
+			if !dryRun && snap == nil { // a dry run writes nothing: it need not wait, nor one from a snapshot
 				unlock, err := r.lock(ctx, t.Name())
 				if err != nil {
 					results[i] = append(results[i], TargetResult{Target: t.Name(), Error: err.Error(), ErrorClass: failure.Temporary,
@@ -417,13 +449,13 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 				defer unlock()
 			}
 			for _, pb := range r.Options.Backends {
-				tr, err := r.syncBackend(ctx, t, pb.Backend, kube, dryRun)
+				tr, err := r.syncBackend(ctx, t, pb.Backend, kube, snap, dryRun)
 				results[i] = append(results[i], tr)
-				if errors.As(err, new(*kubeError)) {
-					return // the same read would fail for every backend
+				if errors.As(err, new(*kubeError)) || snap != nil && err != nil {
+					return // the same read would fail for every backend; a snapshot's failure is read again afresh
 				}
 			}
-			if done, ok := ctx.Value(targetDoneKey{}).(func(string, []TargetResult)); ok && !dryRun {
+			if done, ok := ctx.Value(targetDoneKey{}).(func(string, []TargetResult)); ok && !dryRun && snap == nil {
 				done(t.Name(), results[i])
 			}
 		}()
@@ -520,7 +552,7 @@ func (l *Locks) Lock(ctx context.Context, target string) (unlock func(), err err
 
 // syncBackend reads, plans and applies one backend on one target, retrying
 // temporary failures from a fresh read of both sides.
-func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, kube *freshReader, dryRun bool) (TargetResult, error) {
+func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, kube *freshReader, snap *Snapshot, dryRun bool) (TargetResult, error) {
 	tr := TargetResult{Target: t.Name(), Backend: backend,
 		Add: []string{}, Update: []string{}, Drain: []string{}, Maint: []string{}, Delete: []string{}}
 	pol := t.Policy()
@@ -538,7 +570,17 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 	err := retry.Do(ctx, r.backoff(), func(ctx context.Context) error {
 		tr.Attempts++
 		tr.onlyRefused = false
-		cur, err := t.Read(ctx, backend)
+		cur, read := model.Backend{}, false
+		if snap != nil {
+			cur, read = snap.Backend(tr.Target, backend)
+		}
+		var err error
+		if !read {
+			cur, err = t.Read(ctx, backend)
+		}
+		if snap != nil && err != nil {
+			return err // read again afresh, with retries
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				last = err
@@ -551,6 +593,9 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		all := cur
 		cur = cur.Owned(pol.Owner)
 		readAt := time.Now()
+		if snap != nil {
+			readAt = time.Time{} // the snapshot's, read once
+		}
 		backends, err := kube.after(ctx, readAt)
 		if err != nil {
 			return err
@@ -598,6 +643,9 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			r.warnMissingLines(tr.Target, backend, tr.MissingBackendLines)
 		}
 		p := plan.CalculateWith(all, want, pol)
+		if snap != nil && (p.HasChanges() || len(p.Guarded) > 0) {
+			return errStale // writes, or the guard reads: afresh
+		}
 		if len(p.Guarded) > 0 {
 			p = r.releaseGuard(ctx, t, all, want, pol, p)
 		}

@@ -232,11 +232,6 @@ func (c *Client) ReadRuntime(ctx context.Context, backend string) ([]model.Serve
 	if err != nil || len(servers) == 0 {
 		return servers, err
 	}
-	for i := range servers {
-		port := servers[i].Check.Port
-		servers[i].Check = c.check
-		servers[i].Check.Port = port
-	}
 	cmd := "show stat " + backend + " 4 -1"
 	reply, err := c.sock.Command(ctx, cmd)
 	if err != nil {
@@ -246,11 +241,21 @@ func (c *Client) ReadRuntime(ctx context.Context, backend string) ([]model.Serve
 	if err != nil {
 		return nil, &CommandError{Command: cmd, Reply: err.Error()}
 	}
+	c.complete(servers, stats)
+	return servers, nil
+}
+
+// complete gives servers read from "show servers state" what that does not
+// show: the check this driver adds servers with (the socket shows only its
+// port), and from "show stat" their sessions and role.
+func (c *Client) complete(servers []model.Server, stats map[string]Stat) {
 	for i := range servers {
+		port := servers[i].Check.Port
+		servers[i].Check = c.check
+		servers[i].Check.Port = port
 		st := stats[servers[i].Name]
 		servers[i].Runtime.Sessions, servers[i].Backup = st.Sessions, st.Backup
 	}
-	return servers, nil
 }
 
 // serversState reads "show servers state" of backend. A backend the
