@@ -138,3 +138,54 @@ func TestFleetWritesLoadBalancerStatus(t *testing.T) {
 		t.Fatalf("ingress %v after the Service was refused, want it withdrawn by its own reconcile", ing)
 	}
 }
+
+// TestFleetWritesIPModeProxy: on a real kube-apiserver (1.34), with
+// HAPROXY_SEND_PROXY_V2 a class Service's ingress keeps ipMode: Proxy
+// (KEP-1860), so kube-proxy sends in-cluster clients of the VIP through
+// HAProxy; the status is written once.
+func TestFleetWritesIPModeProxy(t *testing.T) {
+	const class = "haproxy-k8s-sync.io/haproxy"
+	ns := newWorld(t, "unused", "pod", nil).ns
+	_, be := services.ClassNames("", ns, "shop", 80)
+	fw := newFleetWorld(t, be)
+	fw.ns = ns
+	fw.f.Selection = services.Selection{Class: true, ClassName: class, Namespaces: []string{ns}}
+	fw.f.Frontends, fw.f.Status, fw.f.VIPs = &givenFrontends{}, cluster.service, []string{"127.0.0.10"}
+	fw.f.Template.Options.Check.SendProxyV2 = true
+	cls, no := class, false
+	svcs := cluster.client.CoreV1().Services(ns)
+	if _, err := svcs.Create(context.Background(), &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "shop"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, AllocateLoadBalancerNodePorts: &no,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80}}, Selector: map[string]string{"app": "shop"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	(&world{t: t, ns: ns, ctx: context.Background()}).slice("shop-1", "shop", map[string]int32{"http": 21510}, endpoint{ip: "10.244.0.1", pod: "shop-a"})
+	listen(t, "shop-a", "10.244.0.1", 21510)
+	settle(t, func() fleet.Result {
+		res, err := fw.f.Reconcile(context.Background(), false)
+		if err != nil {
+			t.Fatalf("reconcile: %v %+v", err, res)
+		}
+		return res
+	})
+	get := func() *corev1.Service {
+		s, err := svcs.Get(context.Background(), "shop", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	ing := get().Status.LoadBalancer.Ingress
+	if len(ing) != 1 || ing[0].IP != "127.0.0.10" || ing[0].IPMode == nil || *ing[0].IPMode != corev1.LoadBalancerIPModeProxy {
+		t.Fatalf("ingress %+v, want the VIP with ipMode Proxy", ing)
+	}
+	rv := get().ResourceVersion
+	if _, err := fw.f.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if get().ResourceVersion != rv {
+		t.Fatal("status written again though unchanged")
+	}
+}

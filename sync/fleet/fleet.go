@@ -120,6 +120,9 @@ type Fleet struct {
 	// read (plan.Policy.LeftBefore). A new process (or replica) starts
 	// with none, so it waits for one read more, never one less.
 	leftSeen map[string]bool
+	// ipModeDropped: the API server dropped the ipMode of a status
+	// written (noteIPMode).
+	ipModeDropped bool
 }
 
 type built struct {

@@ -104,6 +104,8 @@ type cluster struct {
 	slices  map[string][]discoveryv1.EndpointSlice
 	listErr error
 	updates []string
+	// dropIPMode is an API server before 1.30: it keeps no ipMode.
+	dropIPMode bool
 }
 
 func (c *cluster) ListServices(_ context.Context, ns string, _ metav1.ListOptions) (*corev1.ServiceList, error) {
@@ -120,7 +122,13 @@ func (c *cluster) UpdateServiceStatus(_ context.Context, svc *corev1.Service) (*
 	defer c.mu.Unlock()
 	for i := range c.svcs {
 		if c.svcs[i].Namespace == svc.Namespace && c.svcs[i].Name == svc.Name {
-			c.svcs[i].Status = svc.Status
+			c.svcs[i].Status = *svc.Status.DeepCopy()
+			if c.dropIPMode {
+				for j := range c.svcs[i].Status.LoadBalancer.Ingress {
+					c.svcs[i].Status.LoadBalancer.Ingress[j].IPMode = nil
+				}
+			}
+			svc = c.svcs[i].DeepCopy()
 		}
 	}
 	c.updates = append(c.updates, fmt.Sprintf("%s/%s=%v", svc.Namespace, svc.Name, svc.Status.LoadBalancer.Ingress))

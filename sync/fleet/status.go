@@ -19,26 +19,67 @@ const (
 )
 
 // ours is the status.loadBalancer.ingress this instance writes: the
-// hostname, or each distinct VIP in target order.
+// hostname, or each distinct VIP in target order. Where the servers get the
+// PROXY protocol (HAPROXY_SEND_PROXY_V2: a class backend has no
+// default-server line, so nothing else gives it), each address says
+// ipMode: Proxy (KEP-1860), so that kube-proxy sends in-cluster clients of
+// the VIP through HAProxy too rather than straight to pods that expect the
+// header. Not where the API server dropped the field (ipModeDropped).
 func (f *Fleet) ours() []corev1.LoadBalancerIngress {
 	if f.Hostname != "" {
-		return []corev1.LoadBalancerIngress{{Hostname: f.Hostname}}
+		return []corev1.LoadBalancerIngress{{Hostname: f.Hostname}} // ipMode goes with an IP only
+	}
+	var mode *corev1.LoadBalancerIPMode
+	f.mu.Lock()
+	dropped := f.ipModeDropped
+	f.mu.Unlock()
+	if f.Template != nil && f.Template.Options.Check.SendProxyV2 && !dropped {
+		proxy := corev1.LoadBalancerIPModeProxy
+		mode = &proxy
 	}
 	var out []corev1.LoadBalancerIngress
 	seen := map[string]bool{}
 	for _, v := range f.VIPs {
 		if !seen[v] {
 			seen[v] = true
-			out = append(out, corev1.LoadBalancerIngress{IP: v})
+			out = append(out, corev1.LoadBalancerIngress{IP: v, IPMode: mode})
 		}
 	}
 	return out
 }
 
-// sameIngress compares what the ingress says (address, hostname), not the
-// fields others may add to it.
+// sameIngress compares what the ingress says (address, hostname, ipMode,
+// unset being VIP as the API server defaults it), not the fields others
+// may add to it.
 func sameIngress(a, b []corev1.LoadBalancerIngress) bool {
-	return slices.EqualFunc(a, b, func(x, y corev1.LoadBalancerIngress) bool { return x.IP == y.IP && x.Hostname == y.Hostname })
+	return slices.EqualFunc(a, b, func(x, y corev1.LoadBalancerIngress) bool {
+		return x.IP == y.IP && x.Hostname == y.Hostname && ipModeOf(x) == ipModeOf(y)
+	})
+}
+
+// ipModeOf is in's ipMode, VIP when unset.
+func ipModeOf(in corev1.LoadBalancerIngress) corev1.LoadBalancerIPMode {
+	if in.IPMode == nil || in.Hostname != "" {
+		return corev1.LoadBalancerIPModeVIP
+	}
+	return *in.IPMode
+}
+
+// noteIPMode remembers that the API server dropped the ipMode written (a
+// Kubernetes before 1.30, or its feature gate off), so that ours stops
+// asking for it: else every reconcile would write the status again.
+func (f *Fleet) noteIPMode(wrote, got []corev1.LoadBalancerIngress) {
+	if len(wrote) == 0 || ipModeOf(wrote[0]) != corev1.LoadBalancerIPModeProxy ||
+		len(got) > 0 && ipModeOf(got[0]) == corev1.LoadBalancerIPModeProxy {
+		return
+	}
+	f.mu.Lock()
+	already := f.ipModeDropped
+	f.ipModeDropped = true
+	f.mu.Unlock()
+	if !already && f.Log != nil {
+		f.Log.Warn("the API server dropped status.loadBalancer.ingress[].ipMode (Kubernetes before 1.30?): in-cluster clients of the VIP may go straight to the pods, without the PROXY protocol header HAPROXY_SEND_PROXY_V2 gives", "wrote", wrote)
+	}
 }
 
 // statusChange decides a Service's status.loadBalancer.ingress (pure):
@@ -126,7 +167,10 @@ func (f *Fleet) writeStatus(ctx context.Context, all []corev1.Service, chosen []
 		}
 		up := svc.DeepCopy()
 		up.Status.LoadBalancer.Ingress = to
-		_, err := f.Status.UpdateServiceStatus(ctx, up)
+		got, err := f.Status.UpdateServiceStatus(ctx, up)
+		if err == nil && got != nil && change == IngressWritten {
+			f.noteIPMode(to, got.Status.LoadBalancer.Ingress)
+		}
 		if err != nil && f.Log != nil {
 			f.Log.Warn("service status not written; the next reconcile tries again", "service", k, "change", change, "error", err)
 		} else if f.Log != nil {

@@ -296,3 +296,72 @@ func TestARestartKeepsThePortWithItsHolder(t *testing.T) {
 		}
 	}
 }
+
+// TestSameIngress: ipMode counts, unset being VIP (what the API server
+// defaults it to), so that a status written without it is not written
+// again for ever; another field does not.
+func TestSameIngress(t *testing.T) {
+	proxy, vip := ptrMode(corev1.LoadBalancerIPModeProxy), ptrMode(corev1.LoadBalancerIPModeVIP)
+	ing := func(ip string, mode *corev1.LoadBalancerIPMode) []corev1.LoadBalancerIngress {
+		return []corev1.LoadBalancerIngress{{IP: ip, IPMode: mode}}
+	}
+	for _, c := range []struct {
+		name string
+		a, b []corev1.LoadBalancerIngress
+		same bool
+	}{
+		{"unset and VIP", ing("127.0.0.10", nil), ing("127.0.0.10", vip), true},
+		{"Proxy and unset", ing("127.0.0.10", proxy), ing("127.0.0.10", nil), false},
+		{"Proxy and VIP", ing("127.0.0.10", proxy), ing("127.0.0.10", vip), false},
+		{"Proxy and Proxy", ing("127.0.0.10", proxy), ing("127.0.0.10", proxy), true},
+		{"another address", ing("127.0.0.10", nil), ing("127.0.0.11", nil), false},
+		{"ports said by another", ing("127.0.0.10", nil), []corev1.LoadBalancerIngress{{IP: "127.0.0.10", Ports: []corev1.PortStatus{{Port: 80}}}}, true},
+	} {
+		if got := sameIngress(c.a, c.b); got != c.same {
+			t.Errorf("%s: same %v, want %v", c.name, got, c.same)
+		}
+	}
+}
+
+// TestIPModeProxyWithSendProxyV2 (issue 54, status that tells the truth
+// about the path): with HAPROXY_SEND_PROXY_V2 the status says ipMode:
+// Proxy, so that kube-proxy does not short-cut in-cluster clients of the
+// VIP to pods that expect the header; without it, no ipMode (VIP). An API
+// server that drops the field (before 1.30) gets the status once, and a
+// warning, not a write at every reconcile.
+func TestIPModeProxyWithSendProxyV2(t *testing.T) {
+	cls := "lb"
+	for _, tt := range []struct {
+		name            string
+		proxy, dropping bool
+		want            string
+	}{
+		{"send-proxy-v2", true, false, "Proxy"},
+		{"no PROXY protocol", false, false, "VIP"},
+		{"send-proxy-v2, an API server before 1.30", true, true, "VIP"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &cluster{dropIPMode: tt.dropping}
+			c.add(corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "a"},
+				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Name: "p80", Port: 80}}}}, "127.0.1.1")
+			_, be := services.ClassNames("", "apps", "a", 80)
+			f := newFleet(c, newMem("h", be))
+			f.Template.Options.Check.SendProxyV2 = tt.proxy
+			f.Frontends = &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/a": true}}}
+			for range 3 {
+				if _, err := f.Reconcile(context.Background(), false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(c.updates) != 1 {
+				t.Fatalf("updates %v: want the status written once", c.updates)
+			}
+			c.mu.Lock()
+			ing := c.svcs[0].Status.LoadBalancer.Ingress
+			c.mu.Unlock()
+			if len(ing) != 1 || string(ipModeOf(ing[0])) != tt.want || tt.want == "VIP" && ing[0].IPMode != nil {
+				t.Errorf("ingress %+v, want ipMode %s", ing, tt.want)
+			}
+		})
+	}
+}

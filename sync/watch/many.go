@@ -38,7 +38,9 @@ type Pokes interface {
 //     label names, in its namespace, when that Service may be selected;
 //   - a Node event that can change a server (NodeFilter) pokes every
 //     Service: finding those with endpoints on the Node would need every
-//     slice kept in memory;
+//     slice's Nodes kept in memory, and the full reconcile it asks for
+//     reads each kind once and writes only the Services whose servers
+//     change (fleet.Fleet.Inputs);
 //   - a watch restart pokes every Service (changes may have been missed).
 //
 // A Service deleted, or updated so that it names backends no more (its
