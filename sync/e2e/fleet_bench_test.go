@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -114,4 +115,11 @@ func benchFleetReconcile(b *testing.B, n int, once bool) {
 		reads = 1
 	}
 	b.ReportMetric(reads, "haproxy-reads/op")
+	// The live heap after the reconciles: the fleet's Reconcilers, lanes'
+	// state and the last results, plus this test's harness (an upper bound
+	// of what serve keeps for n Services).
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MB")
 }

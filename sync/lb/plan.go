@@ -340,8 +340,22 @@ func refusal(pairs []dataplane.Pair, all []dataplane.Frontend, fes map[string]da
 }
 
 // inPlace reports whether an owned frontend is what p asks for: its mark,
-// its backend, and one bind, on p's address and port.
+// its backend, and one bind, on p's address and port. A mark without a
+// class (an earlier release's) of the same Service and cluster is in
+// place: rewritten for the class alone, an older replica still running
+// during the upgrade would write it back (it compares the whole
+// description), and each would reload HAProxy at every pass.
 func inPlace(f dataplane.Frontend, p dataplane.Pair) bool {
-	return f.Description == p.Description && f.DefaultBackend == p.Backend &&
+	return sameMark(f.Description, p.Description) && f.DefaultBackend == p.Backend &&
 		len(f.Binds) == 1 && f.Binds[0].Address == p.Address && f.Binds[0].Port == p.Port
+}
+
+// sameMark says whether the mark have stands for want: equal, or the same
+// Service and cluster without a class.
+func sameMark(have, want string) bool {
+	if have == want {
+		return true
+	}
+	h, w := parseMark(have), parseMark(want)
+	return h.ok && w.ok && !h.classed && h.service == w.service && h.cluster == w.cluster
 }
