@@ -231,6 +231,10 @@ type job struct {
 
 func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool) (Result, error) {
 	start := time.Now()
+	// One pass for every Service's reconcile: a target's pair check
+	// (pair.Guard.Verify) runs once per reconcile of the instance, not
+	// once per Service.
+	ctx = reconcile.WithPass(ctx)
 	leftOnly, full := left != nil, only == "" && left == nil
 	res := Result{Services: []ServiceResult{}, Refused: []services.Refused{}}
 	finish := func(err error) (Result, error) {

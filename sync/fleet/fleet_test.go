@@ -36,6 +36,7 @@ type memHAProxy struct {
 	writes   map[string]int
 	applying atomic.Int32
 	overlap  atomic.Bool
+	passes   map[any]int // reads by reconcile.PassOf
 }
 
 func newMem(name string, backends ...string) *memHAProxy {
@@ -49,10 +50,14 @@ func newMem(name string, backends ...string) *memHAProxy {
 func (m *memHAProxy) Name() string        { return m.name }
 func (m *memHAProxy) Policy() plan.Policy { return plan.Policy{} }
 
-func (m *memHAProxy) Read(_ context.Context, backend string) (model.Backend, error) {
+func (m *memHAProxy) Read(ctx context.Context, backend string) (model.Backend, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.reads[backend]++
+	if m.passes == nil {
+		m.passes = map[any]int{}
+	}
+	m.passes[reconcile.PassOf(ctx)]++
 	servers, ok := m.backends[backend]
 	if !ok {
 		return model.Backend{}, &failure.BackendError{Backend: backend, Reason: "no such backend"}

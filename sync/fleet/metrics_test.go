@@ -193,3 +193,32 @@ func TestLeftBackendsMetricsAreForgotten(t *testing.T) {
 		t.Error("be_stay's series gone")
 	}
 }
+
+// TestOnePassForEveryService (issue 54: the pair check runs once per
+// reconcile and target): every Service's reconcile of one full reconcile
+// reads its target in one pass (reconcile.PassOf), so a target's pair
+// check, which runs once a pass, runs once, not once per Service; the next
+// full reconcile is another pass.
+func TestOnePassForEveryService(t *testing.T) {
+	c := &cluster{}
+	c.add(annotatedSvc("apps", "a", "be_a"), "127.0.1.1")
+	c.add(annotatedSvc("apps", "b", "be_b"), "127.0.1.2")
+	c.add(annotatedSvc("apps", "c", "be_c"), "127.0.1.3")
+	h := newMem("h", "be_a", "be_b", "be_c")
+	f := newFleet(c, h)
+	for range 2 {
+		if _, err := f.Reconcile(context.Background(), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.passes) != 2 {
+		t.Fatalf("reads by pass %v: want the reads of each full reconcile in one pass, two passes", h.passes)
+	}
+	for p := range h.passes {
+		if p == nil {
+			t.Fatal("a read outside any pass")
+		}
+	}
+}
