@@ -478,3 +478,43 @@ func jsonEqual(a, b any) bool {
 	y, _ := json.Marshal(b)
 	return slices.Equal(x, y)
 }
+
+// TestAlertsUseExportedMetrics: every alert of the chart's PrometheusRule
+// reads metrics the service exports, with labels they carry, and the
+// many-Services mode has its own (refused Services), beside the instance's
+// NoSuccess and Failing, which both modes keep.
+func TestAlertsUseExportedMetrics(t *testing.T) {
+	families := exportedFamilies(t)
+	out := helm(t, "--set", "prometheusRule.enabled=true")
+	var rule struct {
+		Spec struct {
+			Groups []struct {
+				Rules []struct {
+					Alert string `json:"alert"`
+					Expr  string `json:"expr"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"spec"`
+	}
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		if strings.Contains(doc, "kind: PrometheusRule") {
+			if err := yaml.Unmarshal([]byte(doc), &rule); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	alerts := map[string]bool{}
+	for _, g := range rule.Spec.Groups {
+		for _, r := range g.Rules {
+			alerts[r.Alert] = true
+			for _, p := range checkQuery(families, r.Expr, "") {
+				t.Errorf("%s: %s\n\t%s", r.Alert, p, r.Expr)
+			}
+		}
+	}
+	for _, want := range []string{"HAProxyK8sSyncNoSuccess", "HAProxyK8sSyncFailing", "HAProxyK8sSyncServicesRefused"} {
+		if !alerts[want] {
+			t.Errorf("no alert %s among %v", want, alerts)
+		}
+	}
+}
