@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -109,12 +110,23 @@ func newFleet(cfg config.Config, rec *reconcile.Reconciler, dps []*dataplane.Cli
 }
 
 // reconcileFleetOnce is the reconcile command in many-Services mode: one
-// reconcile of every selected Service, the result as JSON on stdout. A dry
-// run with class selection adds the frontends and backends it would make
-// on each Data Plane target (dps), or on an empty HAProxy without one.
+// reconcile of every selected Service, followed up (fleet.Settle, up to
+// settleTime) until no new server waits for its check nor removed one for
+// its sessions, the result as JSON on stdout. A dry run with class
+// selection adds the frontends and backends it would make on each Data
+// Plane target (dps), or on an empty HAProxy without one.
+// settlePoll is how often the one-shot reconcile looks again at the
+// Services whose servers wait.
+const settlePoll = 100 * time.Millisecond
+
 func reconcileFleetOnce(f *fleet.Fleet, dps []*dataplane.Client, dryRun bool, log *slog.Logger) int {
 	ctx := context.Background()
 	res, err := f.Reconcile(ctx, dryRun)
+	if !dryRun {
+		sctx, cancel := context.WithTimeout(ctx, settleTime)
+		res, err = f.Settle(sctx, res, err, settlePoll)
+		cancel()
+	}
 	out := fleetPlan{Result: res}
 	if dryRun && f.Selection.Class && err == nil {
 		steps, perr := planFrontends(ctx, f, dps)

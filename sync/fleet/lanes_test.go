@@ -255,3 +255,43 @@ func TestLeftBackendsAreRetried(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 }
+
+// TestSettleFinishesTheOneShotReconcile: the one-shot reconcile (a
+// CronJob's) in many-Services mode follows its pending Services up until
+// their gated servers entered service (their checks passed) and nothing
+// waits, and leaves a Service with nothing pending alone; without Settle
+// the servers stayed gated until the next run.
+func TestSettleFinishesTheOneShotReconcile(t *testing.T) {
+	c := &cluster{}
+	c.add(annotatedSvc("apps", "web", "be_web"), "127.0.1.1", "127.0.1.2")
+	c.add(annotatedSvc("apps", "empty", "be_empty"))
+	g, cr := newGated("h", "be_web", "be_empty")
+	h := g.memHAProxy
+	f := newFleet(c, g)
+	res, err := f.Reconcile(context.Background(), false)
+	if err != nil || !allIn(h, "be_web", model.Drain)() {
+		t.Fatalf("first reconcile: %v, be_web %v: want its servers gated", err, h.states("be_web"))
+	}
+	go func() { time.Sleep(50 * time.Millisecond); cr.pass.Store(true) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	reads := h.reads["be_empty"]
+	res, err = f.Settle(ctx, res, err, 10*time.Millisecond)
+	if err != nil || ctx.Err() != nil {
+		t.Fatalf("settle: %v (ctx %v)", err, ctx.Err())
+	}
+	if !allIn(h, "be_web", model.Ready)() {
+		t.Fatalf("be_web %v after settling: want its servers in service", h.states("be_web"))
+	}
+	for _, s := range res.Services {
+		if s.Pending() {
+			t.Errorf("%s still pending in the settled result", s.Service)
+		}
+	}
+	if res.Status != reconcile.StatusApplied {
+		t.Errorf("status %s, want applied", res.Status)
+	}
+	if h.reads["be_empty"] != reads {
+		t.Errorf("be_empty read %d times more: a Service with nothing pending is not followed", h.reads["be_empty"]-reads)
+	}
+}
