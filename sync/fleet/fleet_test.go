@@ -111,6 +111,7 @@ type cluster struct {
 	updates []string
 	// dropIPMode is an API server before 1.30: it keeps no ipMode.
 	dropIPMode bool
+	modes      []string // the ipMode each update sent, "" when unset
 }
 
 func (c *cluster) ListServices(_ context.Context, ns string, _ metav1.ListOptions) (*corev1.ServiceList, error) {
@@ -125,6 +126,10 @@ func (c *cluster) ListServices(_ context.Context, ns string, _ metav1.ListOption
 func (c *cluster) UpdateServiceStatus(_ context.Context, svc *corev1.Service) (*corev1.Service, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	sent := "" // the ipMode sent
+	if ing := svc.Status.LoadBalancer.Ingress; len(ing) > 0 && ing[0].IPMode != nil {
+		sent = string(*ing[0].IPMode)
+	}
 	for i := range c.svcs {
 		if c.svcs[i].Namespace == svc.Namespace && c.svcs[i].Name == svc.Name {
 			c.svcs[i].Status = *svc.Status.DeepCopy()
@@ -137,6 +142,7 @@ func (c *cluster) UpdateServiceStatus(_ context.Context, svc *corev1.Service) (*
 		}
 	}
 	c.updates = append(c.updates, fmt.Sprintf("%s/%s=%v", svc.Namespace, svc.Name, svc.Status.LoadBalancer.Ingress))
+	c.modes = append(c.modes, sent)
 	return svc, nil
 }
 

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -28,6 +29,7 @@ func (f *Fleet) snapshots(ctx context.Context, all []corev1.Service, jobs []job)
 	if len(want) == 0 {
 		return nil
 	}
+	readAt := time.Now() // before any read: a fresh reconcile since makes it stale for its Service
 	backends := f.readAll(ctx)
 	var svcs []corev1.Service
 	for i := range all {
@@ -48,7 +50,7 @@ func (f *Fleet) snapshots(ctx context.Context, all []corev1.Service, jobs []job)
 	}
 	out := make(map[string]*reconcile.Snapshot, len(inputs))
 	for k, in := range inputs {
-		out[k] = &reconcile.Snapshot{Input: in, Backend: find}
+		out[k] = &reconcile.Snapshot{ReadAt: readAt, Input: in, Backend: find}
 	}
 	return out
 }
@@ -68,6 +70,9 @@ func (f *Fleet) readAll(ctx context.Context) map[string]map[string]model.Backend
 		wg.Go(func() {
 			got, err := br.ReadAll(ctx)
 			if err != nil {
+				if f.Log != nil {
+					f.Log.Warn("one read of every backend failed; each Service reads its own", "target", t.Name(), "error", err)
+				}
 				return
 			}
 			mu.Lock()

@@ -57,6 +57,11 @@ func sameIngress(a, b []corev1.LoadBalancerIngress) bool {
 	})
 }
 
+// sameAddresses compares the addresses and hostnames alone.
+func sameAddresses(a, b []corev1.LoadBalancerIngress) bool {
+	return slices.EqualFunc(a, b, func(x, y corev1.LoadBalancerIngress) bool { return x.IP == y.IP && x.Hostname == y.Hostname })
+}
+
 // ipModeOf is in's ipMode, VIP when unset.
 func ipModeOf(in corev1.LoadBalancerIngress) corev1.LoadBalancerIPMode {
 	if in.IPMode == nil || in.Hostname != "" {
@@ -92,7 +97,9 @@ func statusChange(cur, ours []corev1.LoadBalancerIngress, followed, ready, front
 	switch {
 	case followed && !frontendFailed && ready && !sameIngress(cur, ours):
 		return ours, IngressWritten
-	case (!followed || frontendFailed) && len(ours) > 0 && sameIngress(cur, ours):
+	case (!followed || frontendFailed) && len(ours) > 0 && sameAddresses(cur, ours):
+		// By address alone: an ipMode written under another setting
+		// (HAPROXY_SEND_PROXY_V2 changed since) is ours all the same.
 		return []corev1.LoadBalancerIngress{}, IngressWithdrawn
 	}
 	return nil, ""
@@ -129,7 +136,6 @@ func inService(r reconcile.Result, s services.Selected, targets int) bool {
 // that holds this instance's status.
 func (f *Fleet) writeStatus(ctx context.Context, all []corev1.Service, chosen []services.Selected, report services.FrontendReport,
 	failedFE map[string]string, res *Result, only string) {
-	ours := f.ours()
 	byKey := map[string]*ServiceResult{}
 	for i := range res.Services {
 		byKey[res.Services[i].Service] = &res.Services[i]
@@ -153,6 +159,7 @@ func (f *Fleet) writeStatus(ctx context.Context, all []corev1.Service, chosen []
 			// classes on one HAProxy); withdrawing it would flap.
 			continue
 		}
+		ours := f.ours() // per Service: a write may have found the API server drops ipMode (noteIPMode)
 		sr := byKey[k]
 		ready := followed && sr != nil && report.Ready[k] && inService(sr.Result, sel, len(f.Template.Targets))
 		// Only a frontend failure of the Service's own withdraws (its port

@@ -35,6 +35,9 @@ func TestStatusChange(t *testing.T) {
 		{"ours, left the class: withdrawn", ours, false, false, false, IngressWithdrawn},
 		{"another controller's, not followed: untouched", other, false, false, false, ""},
 		{"another address, followed and ready: ours written", other, true, true, false, IngressWritten},
+		{"ours with another ipMode (the setting changed since), left the class: withdrawn", []corev1.LoadBalancerIngress{{IP: "127.0.0.10", IPMode: ptrMode(corev1.LoadBalancerIPModeProxy)}}, false, false, false, IngressWithdrawn},
+		{"ours with another ipMode, frontends failed: withdrawn", []corev1.LoadBalancerIngress{{IP: "127.0.0.10", IPMode: ptrMode(corev1.LoadBalancerIPModeProxy)}}, true, false, true, IngressWithdrawn},
+		{"ours with another ipMode, followed and ready: written again with ours", []corev1.LoadBalancerIngress{{IP: "127.0.0.10", IPMode: ptrMode(corev1.LoadBalancerIPModeProxy)}}, true, true, false, IngressWritten},
 	}
 	for _, tt := range tests {
 		to, change := statusChange(tt.cur, ours, tt.followed, tt.ready, tt.feFailed)
@@ -363,5 +366,35 @@ func TestIPModeProxyWithSendProxyV2(t *testing.T) {
 				t.Errorf("ingress %+v, want ipMode %s", ing, tt.want)
 			}
 		})
+	}
+}
+
+// TestIPModeDroppedIsNotedWithinOnePass (a second reader): on an API server
+// that drops ipMode, the first write shows it, and the Services after it in
+// the same pass are written without: each status is written once, not
+// once more at every restart's next pass.
+func TestIPModeDroppedIsNotedWithinOnePass(t *testing.T) {
+	cls := "lb"
+	c := &cluster{dropIPMode: true}
+	var bes []string
+	for _, name := range []string{"a", "b", "c"} {
+		c.add(corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Name: "p", Port: 80 + int32(len(bes))}}}}, "127.0.1."+fmt.Sprint(len(bes)+1))
+		_, be := services.ClassNames("", "apps", name, 80+int32(len(bes)))
+		bes = append(bes, be)
+	}
+	f := newFleet(c, newMem("h", bes...))
+	f.Template.Options.Check.SendProxyV2 = true
+	f.Frontends = &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/a": true, "apps/b": true, "apps/c": true}}}
+	for range 2 {
+		if _, err := f.Reconcile(context.Background(), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(c.updates) != 3 {
+		t.Fatalf("updates %v: want each status written once", c.updates)
+	}
+	if c.modes[0] != "Proxy" || c.modes[1] != "" || c.modes[2] != "" {
+		t.Errorf("ipModes sent %q: want Proxy first, then none once the API server was seen to drop it", c.modes)
 	}
 }

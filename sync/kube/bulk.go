@@ -30,13 +30,25 @@ func (b Bulk) Inputs(ctx context.Context, svcs []corev1.Service) (map[string]des
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
+	// Only the slices of svcs are kept, page by page, and only the Nodes
+	// they name: a cluster's other Services cost a list, not memory.
+	want := make(map[string]bool, len(svcs))
+	for i := range svcs {
+		want[svcs[i].Namespace+"/"+svcs[i].Name] = true
+	}
 	slices := map[string][]discoveryv1.EndpointSlice{}
 	for _, ns := range namespaces {
 		var got []discoveryv1.EndpointSlice
 		err := eachPage(ctx, pageSize, func(ctx context.Context, o metav1.ListOptions) (*discoveryv1.EndpointSliceList, error) {
 			o.LabelSelector = discoveryv1.LabelServiceName // every slice of a Service
 			return b.Client.ListEndpointSlices(ctx, ns, o)
-		}, func() { got = nil }, func(l *discoveryv1.EndpointSliceList) { got = append(got, l.Items...) })
+		}, func() { got = nil }, func(l *discoveryv1.EndpointSliceList) {
+			for _, s := range l.Items {
+				if want[s.Namespace+"/"+s.Labels[discoveryv1.LabelServiceName]] {
+					got = append(got, s)
+				}
+			}
+		})
 		if err != nil {
 			return nil, fmt.Errorf("list endpointslices: %w", err)
 		}
@@ -47,10 +59,18 @@ func (b Bulk) Inputs(ctx context.Context, svcs []corev1.Service) (map[string]des
 	}
 	var nodes map[string]corev1.Node
 	if b.Nodes {
+		named := map[string]bool{}
+		for _, l := range slices {
+			for _, n := range nodeNames(l) {
+				named[n] = true
+			}
+		}
 		nodes = map[string]corev1.Node{}
 		err := eachPage(ctx, nodePage, b.Client.ListNodes, func() { clear(nodes) }, func(l *corev1.NodeList) {
 			for _, n := range l.Items {
-				nodes[n.Name] = n
+				if named[n.Name] {
+					nodes[n.Name] = n
+				}
 			}
 		})
 		if err != nil {

@@ -135,6 +135,12 @@ type Reconciler struct {
 	// lasting: the warnings said while their cause lasts (warnLasting).
 	lastingMu sync.Mutex
 	lasting   map[string]said
+	// fresh counts the fresh reconciles running, and freshAt is when the
+	// last one started or ended: a Snapshot read before either may miss
+	// what it wrote (reconcileFrom).
+	freshMu sync.Mutex
+	fresh   int
+	freshAt time.Time
 }
 
 // Status values of a Result.
@@ -402,8 +408,16 @@ func (r *Reconciler) reconcile(ctx context.Context, dryRun bool) (Result, error)
 
 // reconcileFrom is a reconcile planned from snap alone: its result when
 // nothing is written, else an error (errStale, or any failure), and the
-// caller reconciles afresh.
+// caller reconciles afresh. A snapshot read while a fresh reconcile of this
+// Reconciler ran, or before one (its Service's lane), is stale for it: that
+// reconcile's writes, refusals and waits may be missing from it.
 func (r *Reconciler) reconcileFrom(ctx context.Context, snap *Snapshot) (Result, error) {
+	r.freshMu.Lock()
+	stale := r.fresh > 0 || !r.freshAt.Before(snap.ReadAt)
+	r.freshMu.Unlock()
+	if stale {
+		return Result{}, errStale
+	}
 	res, err := r.reconcileFresh(ctx, snap, false)
 	if err == nil && res.Status != StatusUnchanged {
 		err = errStale
@@ -414,6 +428,18 @@ func (r *Reconciler) reconcileFrom(ctx context.Context, snap *Snapshot) (Result,
 // reconcileFresh reconciles from fresh reads, or from snap when not nil
 // (reconcileFrom: no lock, nothing written).
 func (r *Reconciler) reconcileFresh(ctx context.Context, snap *Snapshot, dryRun bool) (Result, error) {
+	if snap == nil && !dryRun {
+		r.freshMu.Lock()
+		r.fresh++
+		r.freshAt = time.Now()
+		r.freshMu.Unlock()
+		defer func() {
+			r.freshMu.Lock()
+			r.fresh--
+			r.freshAt = time.Now()
+			r.freshMu.Unlock()
+		}()
+	}
 	res := Result{Targets: []TargetResult{}, Skipped: []desired.Skipped{}, Cluster: r.Cluster}
 	var warnOnce sync.Once
 	src := r.Source
@@ -655,8 +681,8 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		} else {
 			r.lastingGone("guard\x00" + tr.Target + "\x00" + backend)
 		}
-		if !dryRun && !p.HasChanges() {
-			r.refused.Delete(refusedKey) // nothing planned: nothing refused
+		if !dryRun && !p.HasChanges() && snap == nil {
+			r.refused.Delete(refusedKey) // nothing planned: nothing refused (a snapshot's plan may be older than the refusal)
 		}
 		if dryRun || !p.HasChanges() {
 			tr.fill(p)

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
@@ -18,7 +19,10 @@ import (
 // is dropped and the reconcile runs as ever: locked, HAProxy read and then
 // Kubernetes, afresh. A snapshot never drives a write.
 type Snapshot struct {
-	Input desired.Input
+	// ReadAt is when the reads began (before the first HAProxy read): a
+	// Reconciler whose fresh reconcile ran since, or runs, does not use it.
+	ReadAt time.Time
+	Input  desired.Input
 	// Backend returns target's backend as read, if the bulk read had it
 	// (a backend with no server is not told from a missing one there: it
 	// is read alone).

@@ -35,7 +35,7 @@ func TestSnapshotNeverDrivesAWrite(t *testing.T) {
 		return b, err == nil
 	}
 	snap := func(in []string) *reconcile.Snapshot {
-		return &reconcile.Snapshot{Input: cluster(in...), Backend: read}
+		return &reconcile.Snapshot{ReadAt: time.Now(), Input: cluster(in...), Backend: read}
 	}
 
 	// Nothing to write: done from the snapshot, while another holds the lock.
@@ -75,5 +75,35 @@ func TestSnapshotNeverDrivesAWrite(t *testing.T) {
 	}
 	if _, ok := servers["10-244-0-4"]; !ok {
 		t.Errorf("servers %v: the fresh read's pod is missing", slices.Sorted(maps.Keys(servers)))
+	}
+}
+
+// TestSnapshotOlderThanAFreshReconcileIsNotUsed: a snapshot read before a
+// fresh reconcile of the same Reconciler (its Service's lane wrote after
+// the full pass's one read) may miss what that wrote: the Service is
+// reconciled afresh, its driver read, not planned from the snapshot.
+func TestSnapshotOlderThanAFreshReconcileIsNotUsed(t *testing.T) {
+	d := &reconciletest.Driver{}
+	r := reconciler(desiredtest.NewLive(cluster("10.244.0.1")), d)
+	for range 2 {
+		if _, err := r.Reconcile(context.Background(), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snapAt := time.Now()
+	time.Sleep(time.Millisecond)
+	if _, err := r.Reconcile(context.Background(), false); err != nil { // the lane's, after the snapshot's read
+		t.Fatal(err)
+	}
+	reads, _, _ := d.Counts()
+	snap := &reconcile.Snapshot{ReadAt: snapAt, Input: cluster("10.244.0.1"), Backend: func(string, string) (model.Backend, bool) {
+		t.Error("a stale snapshot was read")
+		return model.Backend{}, false
+	}}
+	if _, err := r.Reconcile(reconcile.WithSnapshot(context.Background(), snap), false); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := d.Counts(); got != reads+1 {
+		t.Errorf("%d reads of the driver, want one (afresh)", got-reads)
 	}
 }
