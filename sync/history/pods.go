@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -137,7 +139,17 @@ func (p *pod) start() error {
 		p.hole = nil
 	}
 	p.l.mu.Unlock()
-	err := p.l.open(p.addr, func() { p.rec.add(obs{kind: obsListen, pod: p.n}) }, p.handle)
+	// The address a black hole held may be in use for a moment after it
+	// closed (seen under the race detector: seed 1, serve, revive): the
+	// harness's, not the service's, so tried again for up to a second.
+	var err error
+	for range 20 {
+		err = p.l.open(p.addr, func() { p.rec.add(obs{kind: obsListen, pod: p.n}) }, p.handle)
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err != nil {
 		return fmt.Errorf("pod %s: %w", p.addr, err)
 	}
