@@ -93,6 +93,7 @@ func newFleet(cfg config.Config, rec *reconcile.Reconciler, dps []*dataplane.Cli
 			f.VIPs = append(f.VIPs, v.String())
 		}
 		f.Hostname = cfg.VIPHostname
+		f.ProxyProtocol = cfg.SendProxyV2
 		if kc != nil {
 			f.Status = kc // never a nil *kube.Client in the interface
 		}

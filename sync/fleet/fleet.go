@@ -90,6 +90,9 @@ type Fleet struct {
 	Status   StatusWriter
 	VIPs     []string
 	Hostname string
+	// ProxyProtocol says class Services' servers get the PROXY protocol
+	// (HAPROXY_SEND_PROXY_V2): their status says ipMode Proxy (ours).
+	ProxyProtocol bool
 	// Metrics, when set, counts each Service's reconciles and keeps its
 	// backends' gauges (WrapService), and is told whether each reconcile
 	// (full or of some Services) succeeded for the instance (Outcome).

@@ -33,7 +33,7 @@ func (f *Fleet) ours() []corev1.LoadBalancerIngress {
 	f.mu.Lock()
 	dropped := f.ipModeDropped
 	f.mu.Unlock()
-	if f.Template != nil && f.Template.Options.Check.SendProxyV2 && !dropped {
+	if f.ProxyProtocol && !dropped {
 		proxy := corev1.LoadBalancerIPModeProxy
 		mode = &proxy
 	}

@@ -349,7 +349,7 @@ func TestIPModeProxyWithSendProxyV2(t *testing.T) {
 				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Name: "p80", Port: 80}}}}, "127.0.1.1")
 			_, be := services.ClassNames("", "apps", "a", 80)
 			f := newFleet(c, newMem("h", be))
-			f.Template.Options.Check.SendProxyV2 = tt.proxy
+			f.ProxyProtocol = tt.proxy
 			f.Frontends = &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/a": true}}}
 			for range 3 {
 				if _, err := f.Reconcile(context.Background(), false); err != nil {
@@ -384,7 +384,7 @@ func TestIPModeDroppedIsNotedWithinOnePass(t *testing.T) {
 		bes = append(bes, be)
 	}
 	f := newFleet(c, newMem("h", bes...))
-	f.Template.Options.Check.SendProxyV2 = true
+	f.ProxyProtocol = true
 	f.Frontends = &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/a": true, "apps/b": true, "apps/c": true}}}
 	for range 2 {
 		if _, err := f.Reconcile(context.Background(), false); err != nil {
