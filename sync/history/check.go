@@ -664,6 +664,13 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		case obsRequest:
 			if o.err != "" {
 				why := excuse(tt, o.at)
+				if why == "" && !o.began.IsZero() {
+					for _, d := range deaths {
+						if d.After(o.began) && !d.After(o.at) {
+							why = ExcuseDeathInFlight
+						}
+					}
+				}
 				if why == "" {
 					// One violation per burst of failures.
 					if n := len(ev.Violations); n > 0 && ev.Violations[n-1].Invariant == NoFailedRequest && o.at.Sub(tt.lastFail) < time.Second {

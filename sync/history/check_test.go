@@ -221,7 +221,7 @@ func TestEvaluateExcuses(t *testing.T) {
 			// Seed 430577631 on 3.4.0: p-3, in service before, killed,
 			// back 0.3 s after a reload by others loaded its server UP.
 			name: "a client reaches a pod back just after a reload, before a check",
-			obs: []obs{{at: at(1000), kind: obsListen, pod: 3}, {at: at(1000), kind: obsK8s, pod: 3, state: live}, {at: at(1200), kind: obsCheck, pod: 3},
+			obs: []obs{{at: at(0), kind: obsListen, pod: 3}, {at: at(0), kind: obsK8s, pod: 3, state: live}, {at: at(1200), kind: obsCheck, pod: 3},
 				{at: at(3000), kind: obsStop, pod: 3}, {at: at(4000), kind: obsReloadStart}, {at: at(4100), kind: obsReload},
 				{at: at(4400), kind: obsListen, pod: 3}, {at: at(4500), kind: obsClient, pod: 3}},
 			opts:   evalOptions{Reloads: false},
@@ -235,7 +235,7 @@ func TestEvaluateExcuses(t *testing.T) {
 		},
 		{
 			name: "a client reaches a pod back long after a reload, before a check",
-			obs: []obs{{at: at(1000), kind: obsListen, pod: 3}, {at: at(1000), kind: obsK8s, pod: 3, state: live}, {at: at(1200), kind: obsCheck, pod: 3},
+			obs: []obs{{at: at(0), kind: obsListen, pod: 3}, {at: at(0), kind: obsK8s, pod: 3, state: live}, {at: at(1200), kind: obsCheck, pod: 3},
 				{at: at(3000), kind: obsStop, pod: 3}, {at: at(4000), kind: obsReloadStart}, {at: at(4100), kind: obsReload},
 				{at: at(6400), kind: obsListen, pod: 3}, {at: at(6500), kind: obsClient, pod: 3}},
 			want: []Invariant{CheckedFirst},
@@ -260,6 +260,30 @@ func TestEvaluateExcuses(t *testing.T) {
 			obs:  []obs{down(3000, true), down(3500, false), {at: at(9400), began: at(9200), kind: obsReconcile, err: "x", failures: []targetFailure{{target: "t0", err: "connection refused"}}}},
 			opts: evalOptions{TargetOf: func(string) int { return 0 }},
 			want: []Invariant{FailuresExplained},
+		},
+		{
+			// Seed 1 (serve, node mode, black holes, under the race
+			// detector): a request sent just before a pod died as a black
+			// hole timed out 4 s later, past Bounds.Abrupt.
+			name: "a request under way when a pod died, failed past the abrupt bound",
+			obs: append([]obs{{at: at(0), kind: obsListen, pod: 3}, {at: at(0), kind: obsK8s, pod: 3, state: live},
+				{at: at(0), kind: obsCheck, pod: 3}, {at: at(5000), kind: obsStop, pod: 3},
+				{at: at(8900), began: at(4900), kind: obsRequest, err: "i/o timeout"}}, append(traffic(0, 5000, 1, 3), traffic(5000, 9000, 1)...)...),
+			excuse: ExcuseDeathInFlight,
+		},
+		{
+			name: "a request sent after a pod died, failed past the abrupt bound",
+			obs: append([]obs{{at: at(0), kind: obsListen, pod: 3}, {at: at(0), kind: obsK8s, pod: 3, state: live},
+				{at: at(0), kind: obsCheck, pod: 3}, {at: at(5000), kind: obsStop, pod: 3},
+				{at: at(8900), began: at(5100), kind: obsRequest, err: "i/o timeout"}}, append(traffic(0, 5000, 1, 3), traffic(5000, 9000, 1)...)...),
+			want: []Invariant{NoFailedRequest},
+		},
+		{
+			name: "a request failed before a pod died",
+			obs: append([]obs{{at: at(0), kind: obsListen, pod: 3}, {at: at(0), kind: obsK8s, pod: 3, state: live},
+				{at: at(0), kind: obsCheck, pod: 3}, {at: at(5000), kind: obsStop, pod: 3},
+				{at: at(4000), began: at(3000), kind: obsRequest, err: "i/o timeout"}}, append(traffic(0, 5000, 1, 3), traffic(5000, 9000, 1)...)...),
+			want: []Invariant{NoFailedRequest},
 		},
 		{
 			name: "a pod ready during an outage, never in service",

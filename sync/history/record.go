@@ -61,7 +61,8 @@ type obs struct {
 	// excluded (obsNode): the Node is labelled out of load balancers.
 	excluded bool
 	gate     bool // obsGate: in service on every target
-	// obsReconcile: when it began, and what failed on which target.
+	// obsReconcile: when it began, and what failed on which target;
+	// a failed obsRequest: when it was sent.
 	began    time.Time
 	failures []targetFailure
 }
@@ -114,8 +115,9 @@ func clients(ctx context.Context, target int, addr string, n int, interval time.
 				o := obs{at: at, kind: obsRequest, pod: pod, target: target}
 				if err != nil {
 					// A failure is judged when it came: a request sent
-					// just before a pod died fails because it died.
-					o.at, o.err = time.Now(), err.Error()
+					// just before a pod died fails because it died; when
+					// it was sent is kept too (ExcuseDeathInFlight).
+					o.at, o.began, o.err = time.Now(), at, err.Error()
 				}
 				rec.add(o)
 			}
