@@ -132,16 +132,16 @@ func BoundsOf(c model.Check) Bounds {
 
 // Why a failed request breaks no invariant.
 const (
-	ExcuseDeath      = "a pod died"         // within Bounds.Abrupt of a ready pod's death
+	ExcuseDeath = "a pod died" // within Bounds.Abrupt of a ready pod's death
 	// ExcuseDeathInFlight: a ready pod died while the request was under
 	// way (sent before, failed after): it may have been the pod's, and a
 	// black hole keeps it waiting for the client's whole timeout, past
 	// Bounds.Abrupt. Bounded by the request's own life (the client's
 	// dial and read timeouts): one request per client at most.
 	ExcuseDeathInFlight = "a pod died under it"
-	ExcuseNoReadyPod = "no ready pod"       // no pod ready and answering for Bounds.Entry
-	ExcuseReload     = "a reload by others" // runtime driver, within Bounds.Reload of one that lost the state
-	ExcuseHung       = "its target hung"    // the target hangs, or did within HungAfter
+	ExcuseNoReadyPod    = "no ready pod"       // no pod ready and answering for Bounds.Entry
+	ExcuseReload        = "a reload by others" // runtime driver, within Bounds.Reload of one that lost the state
+	ExcuseHung          = "its target hung"    // the target hangs, or did within HungAfter
 	// ExcuseReloadLoadsUp: within Bounds.Abrupt of a reload, while a pod
 	// Kubernetes says is ready does not answer (HAProxy loads it UP until
 	// its first check; a server-state-file would keep it DOWN).
