@@ -58,30 +58,8 @@ func newClassWorld(t *testing.T) *classWorld {
 	cw := &classWorld{fleetWorld: &fleetWorld{t: t, ns: w.ns}}
 	h := haproxytest.Start(t, haproxytest.Backend{Name: opBackend, Lines: []string{"balance roundrobin", "option tcp-check"}})
 	cw.h = h
-	cw.api = dataplanetest.New(t, dataplanetest.Options{RuntimeSocket: h.AdminSocket, ReloadDelay: 50 * time.Millisecond, Reload: func() {
-		defer cw.reloaded.Add(1)
-		// The whole configuration, as the real API writes it: the class
-		// sections and the servers of the operator's backend (else a reload
-		// drops servers the API holds, which the real one never does).
-		if err := h.TrySetSections(cw.api.Sections(dataplanetest.ClassSection)); err != nil {
-			t.Errorf("write haproxy.cfg: %v", err)
-			return
-		}
-		if err := h.TrySetServers(opBackend, cw.api.ServerLines(opBackend)); err != nil {
-			t.Errorf("write haproxy.cfg: %v", err)
-			return
-		}
-		// The master re-executes itself at a reload: right after one, its
-		// socket may refuse a connection for a moment.
-		err := h.TryReload()
-		for i := 0; err != nil && strings.HasPrefix(err.Error(), "master socket") && i < 40; i++ {
-			time.Sleep(50 * time.Millisecond)
-			err = h.TryReload()
-		}
-		if err != nil {
-			t.Errorf("reload: %v", err)
-		}
-	}})
+	cw.api = dataplanetest.Over(t, h, dataplanetest.Options{ReloadDelay: 50 * time.Millisecond},
+		func(_, _ time.Time) { cw.reloaded.Add(1) }, opBackend)
 	rr := "roundrobin"
 	cw.api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: opBackend, Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
 	host, port, _ := net.SplitHostPort(h.Frontends[opBackend])

@@ -192,6 +192,9 @@ func TestReplay(t *testing.T) {
 	}
 	shape, setupOf := soakShape, SetupOf
 	switch raw := os.Getenv(shapeEnv); raw {
+	case classShapeName:
+		expectNone(t, RunClass(t, seed, classSoakSteps))
+		return
 	case "", soakShape.Name:
 	case shortShape.Name:
 		shape = shortShape
@@ -212,8 +215,8 @@ func TestReplay(t *testing.T) {
 	case slotsSoakShape.Name:
 		shape, setupOf = slotsSoakShape, SlotsSetupOf
 	default:
-		t.Fatalf("%s=%q: want %s, %s, %s, %s, %s, %s, %s, %s, %s or %s", shapeEnv, raw, shortShape.Name, soakShape.Name, servicesShape.Name,
-			nodesShape.Name, nodesSoakShape.Name, serveShape.Name, serveSoakShape.Name, serveServicesShape.Name, slotsShape.Name, slotsSoakShape.Name)
+		t.Fatalf("%s=%q: want %s, %s, %s, %s, %s, %s, %s, %s, %s, %s or %s", shapeEnv, raw, shortShape.Name, soakShape.Name, servicesShape.Name,
+			nodesShape.Name, nodesSoakShape.Name, serveShape.Name, serveSoakShape.Name, serveServicesShape.Name, slotsShape.Name, slotsSoakShape.Name, classShapeName)
 	}
 	d := Driver(os.Getenv(driverEnv))
 	if d == "" {
@@ -239,6 +242,7 @@ var soakRotation = []struct {
 	{soakShape, SetupOf, 0},
 	{serveSoakShape, ServeSetupOf, 0},
 	{serveServicesShape, ServeServicesSetupOf, 1}, // many Services through serve's own watch and lanes
+	{Shape{Name: classShapeName}, nil, 0},         // class mode through serve: frontends on VIP ports, status (RunClass)
 	{soakShape, SetupOf, 1},
 	{slotsSoakShape, SlotsSetupOf, 0}, // the runtime driver's alone
 }
@@ -262,6 +266,17 @@ func TestSoak(t *testing.T) {
 		k := uint64(i / len(soakRotation))
 		r := soakRotation[i%len(soakRotation)]
 		drv := []Driver{Runtime, Dataplane}[(k+r.other)%2]
+		if r.setupOf == nil {
+			t.Run(fmt.Sprintf("%s-%d", classShapeName, seed+k), func(t *testing.T) {
+				r := RunClass(t, seed+k, classSoakSteps)
+				histories++
+				steps += len(r.Steps)
+				requests += r.Requests
+				violations += len(r.Violations)
+				expectNone(t, r)
+			})
+			continue
+		}
 		shape, s := r.shape, r.setupOf(seed+k, drv)
 		t.Run(fmt.Sprintf("%s-%s-%d", shape.Name, s.Driver, s.Seed), func(t *testing.T) {
 			r := Run(t, s, shape)

@@ -104,13 +104,21 @@ func (w *world) serveEnv(i int, port int) []string {
 // and returns its process: poke does nothing (its watch sees Kubernetes),
 // stop is SIGTERM (then SIGKILL), crash is SIGKILL.
 func (w *world) startServe(i int, zone string) *process {
-	t := w.t
-	t.Helper()
-	port := freeTCPPort(t)
-	cmd := exec.Command(serviceBinary(t), "serve")
+	w.t.Helper()
+	port := freeTCPPort(w.t)
 	w.serveStarts.Add(1)
-	cmd.Env = append(w.serveEnv(i, port), "HAPROXY_LOCAL_ZONE="+zone)
-	lw := w.serveLog(i)
+	env := append(w.serveEnv(i, port), "HAPROXY_LOCAL_ZONE="+zone)
+	return launchServe(w.t, env, port, w.serveLog(i), fmt.Sprintf("replica %d", i), w.cfg.ReconcileTimeout+5*time.Second)
+}
+
+// launchServe runs the binary's `serve` with env (listening on port), its
+// output to lw, until the history stops (SIGTERM, then SIGKILL after
+// stopWait) or crashes it (SIGKILL); one that exits by itself fails t, as
+// who. It returns once serve listens.
+func launchServe(t testing.TB, env []string, port int, lw *logLines, who string, stopWait time.Duration) *process {
+	t.Helper()
+	cmd := exec.Command(serviceBinary(t), "serve")
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = lw, lw
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -125,7 +133,7 @@ func (w *world) startServe(i int, zone string) *process {
 		byUs := ended
 		ending.Unlock()
 		if !byUs {
-			t.Errorf("replica %d: serve exited by itself: %v", i, err)
+			t.Errorf("%s: serve exited by itself: %v", who, err)
 		}
 		close(exited)
 	}()
@@ -144,14 +152,12 @@ func (w *world) startServe(i int, zone string) *process {
 		}
 	}
 	p = &process{
-		base: fmt.Sprintf("http://127.0.0.1:%d", port),
-		poke: func() {},
-		stop: func() {
-			end(syscall.SIGTERM, w.cfg.ReconcileTimeout+5*time.Second)
-		},
+		base:  fmt.Sprintf("http://127.0.0.1:%d", port),
+		poke:  func() {},
+		stop:  func() { end(syscall.SIGTERM, stopWait) },
 		crash: func() { end(syscall.SIGKILL, 5*time.Second) },
 	}
-	w.t.Cleanup(p.stop)
+	t.Cleanup(p.stop)
 	waitListening(t, p.base, exited)
 	return p
 }
@@ -204,9 +210,15 @@ func (l *logLines) Close() { l.pw.Close(); <-l.done }
 // serveLog is writer i's output: its lines to the history's log file (make
 // replay LOG=…, make soak's folder), its reconciles to the recorder.
 func (w *world) serveLog(i int) *logLines {
+	return lineLog(w.t, fmt.Sprintf("replica %d", i), func(line []byte) { w.logged(i, line) })
+}
+
+// lineLog is a process's output: its lines to the history's log file, each
+// to onLine, a data race the race-built binary reports to t, as who's.
+func lineLog(t testing.TB, who string, onLine func(line []byte)) *logLines {
 	pr, pw := io.Pipe()
 	l := &logLines{pw: pw, done: make(chan struct{})}
-	out := serviceLogFile(w.t)
+	out := serviceLogFile(t)
 	go func() {
 		defer close(l.done)
 		sc := bufio.NewScanner(pr)
@@ -221,12 +233,12 @@ func (w *world) serveLog(i int) *logLines {
 			case len(race) > 0 && len(race) < 60:
 				race = append(race, string(line))
 			default:
-				w.logged(i, line)
+				onLine(line)
 			}
 		}
 		_, _ = io.Copy(io.Discard, pr)
 		if len(race) > 0 {
-			w.t.Errorf("replica %d: the race detector found a data race in serve:\n%s", i, strings.Join(race, "\n"))
+			t.Errorf("%s: the race detector found a data race in serve:\n%s", who, strings.Join(race, "\n"))
 		}
 	}()
 	return l

@@ -174,6 +174,9 @@ func (s Step) String() string {
 	case Crash:
 		ps = append(ps, s.Fault)
 	}
+	if classKind(s.Kind) {
+		ps = append(ps, classString(s))
+	}
 	if nodeKind(s.Kind) {
 		ps = append(ps, nodeName(s.Node))
 		if s.Fault != "" {

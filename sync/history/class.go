@@ -1,0 +1,508 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/haproxytech/client-native/v6/models"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
+)
+
+// Class histories (SERVICE_SELECTION=class; make soak's "class" shape) run
+// the binary as shipped in class mode: `serve` against a real
+// kube-apiserver, the Data Plane test API over a real HAProxy (it writes
+// the class frontends and backends into haproxy.cfg and reloads, as the
+// real API does) with the admin socket beside it. Three Services of the
+// class join and leave it, change and swap ports, are deleted and created
+// again, their pods come, terminate, die and are noticed, serve crashes;
+// clients go through every VIP port and the operator's own frontend all
+// along (classEvaluate judges them), and after a third of the steps the
+// history waits until what runs is what Kubernetes says — every port
+// served by one of its claimants (the one that held it, if it still
+// claims it), nothing on a port nobody claims, the status of each Service
+// naming the VIP exactly when it holds its port (settle).
+
+const (
+	classNS      = "hist-class"
+	classVIP     = "127.0.0.91"
+	classLB      = "haproxy-k8s-sync.io/haproxy"
+	classOp      = "be_op"
+	classPodPort = 18080
+	classOpPod   = 599
+)
+
+// classWorld is one class history as it runs.
+type classWorld struct {
+	t      *testing.T
+	b      Bounds
+	c      kubernetes.Interface
+	h      *haproxytest.HAProxy
+	env    []string
+	ports  []int
+	model  *classModel
+	listen map[int]*haproxytest.Listener
+	termAt map[int]time.Time // when each pod began to terminate
+
+	mu         sync.Mutex
+	obs        []classObs
+	violations []Violation
+	step       int
+	claimSince []time.Time
+	holders    []int
+	settledAt  time.Time
+	requests   int
+	failed     int
+
+	serve *process
+}
+
+func (w *classWorld) rec(o classObs) {
+	if o.at.IsZero() {
+		o.at = time.Now()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.obs = append(w.obs, o)
+	if o.kind == cRequest {
+		w.requests++
+		if o.err != "" {
+			w.failed++
+		}
+	}
+}
+
+func (w *classWorld) violation(inv Invariant, format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.violations = append(w.violations, Violation{Invariant: inv, At: time.Now(), Step: w.step, What: fmt.Sprintf(format, args...)})
+}
+
+// RunClass runs the class history of seed with n steps.
+func RunClass(t *testing.T, seed uint64, n int) Report {
+	t.Helper()
+	if !privateNet {
+		t.Skip("class histories run as root, in a network namespace of their own (TestMain): Kubernetes refuses loopback endpoints")
+	}
+	steps := classSteps(seed, n)
+	w := startClassWorld(t, seed)
+	stopClients := w.clients()
+	w.settle()
+	for i, st := range steps {
+		time.Sleep(st.Wait)
+		w.apply(i, st)
+		if st.Times == 1 {
+			w.settle()
+		}
+	}
+	w.settle()
+	stopClients()
+	w.serve.stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ev := classEvaluate(w.obs, w.b, classServices)
+	ev.Violations = append(ev.Violations, w.violations...)
+	sort.SliceStable(ev.Violations, func(i, j int) bool { return ev.Violations[i].At.Before(ev.Violations[j].At) })
+	return Report{Setup: Setup{Seed: seed, Driver: Dataplane, Serve: true}, Shape: classShapeName, Steps: steps,
+		Requests: w.requests, Failed: w.failed, Evaluation: ev}
+}
+
+const classShapeName = "class"
+
+func startClassWorld(t *testing.T, seed uint64) *classWorld {
+	t.Helper()
+	cfg, c := startKube(t)
+	w := &classWorld{t: t, b: BoundsOf(config.ShippedCheck()), c: c, model: classStart(), listen: map[int]*haproxytest.Listener{}, termAt: map[int]time.Time{},
+		step: -1, claimSince: make([]time.Time, classServices), holders: []int{-1, -1, -1}}
+	w.clearKube()
+	t.Cleanup(w.clearKube)
+
+	w.h = haproxytest.Start(t, haproxytest.Backend{Name: classOp, Lines: []string{"balance roundrobin"}})
+	api := dataplanetest.Over(t, w.h, dataplanetest.Options{ReloadDelay: 300 * time.Millisecond},
+		func(began, ended time.Time) { w.rec(classObs{at: ended, began: began, kind: cReload}) }, classOp)
+	// The operator's own frontend and backend: nothing of the class's may
+	// touch them.
+	opPort := int64(classPodPort)
+	rr := "roundrobin"
+	api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: classOp, Mode: "tcp", Balance: &models.Balance{Algorithm: &rr}}},
+		models.Server{Name: "op", Address: podAddr(classOpPod), Port: &opPort})
+	host, port, _ := net.SplitHostPort(w.h.Frontends[classOp])
+	fp, _ := strconv.ParseInt(port, 10, 64)
+	api.AddFrontend(models.Frontend{FrontendBase: models.FrontendBase{Name: "fe_" + classOp, DefaultBackend: classOp}},
+		models.Bind{Name: "b", Address: host, Port: &fp})
+	haproxytest.Listen(t, "op", net.JoinHostPort(podAddr(classOpPod), strconv.Itoa(classPodPort)))
+	w.h.SetServers(t, classOp, api.ServerLines(classOp))
+	w.h.Reload(t)
+	w.ports = haproxytest.FreePorts(t, classVIP, classPorts)
+
+	// c-2 first, a second before the others: the oldest claimant.
+	for _, s := range []int{2, 0, 1} {
+		for n := range w.model.svcs[s].pods {
+			w.startPod(s, n)
+		}
+		if err := w.writeService(s); err != nil {
+			t.Fatal(err)
+		}
+		if s == 2 {
+			time.Sleep(1100 * time.Millisecond)
+		}
+	}
+	w.rec(classObs{kind: cStep, step: -1, claims: w.model.claims()})
+
+	r := r2(seed)
+	w.env = []string{"PATH=" + os.Getenv("PATH"), "KUBECONFIG=" + kubeconfigFile(t, cfg, hostPort(cfg.Host), t.TempDir()),
+		"WEBHOOK_AUTH=token", "WEBHOOK_TOKEN=" + webhookToken, "LOG_LEVEL=debug", "LOG_FORMAT=json",
+		"SERVICE_SELECTION=class", "LOAD_BALANCER_CLASS=" + classLB, "HAPROXY_VIP=" + classVIP, "WATCH_NAMESPACES=" + classNS,
+		"TARGET_ADDRESS=pod", "ALLOWED_SERVER_CIDRS=10.244.0.0/16",
+		"HAPROXY_DATAPLANE_URL=" + api.URL, "HAPROXY_RUNTIME_URL=" + w.h.RuntimeURL(),
+		"CLUSTER_NAME=" + []string{"", "west"}[r%2], "RESYNC_PERIOD=" + []string{"0", "7s"}[r/2%2]}
+	if dir := os.Getenv(coverDirEnv); dir != "" {
+		w.env = append(w.env, "GOCOVERDIR="+dir)
+	}
+	w.startServe()
+	t.Logf("class history %d: %s", seed, strings.Join(w.env[6:], " "))
+	return w
+}
+
+// r2 is the seed's draw of the configuration (two bits).
+func r2(seed uint64) uint64 { return (seed*2654435761 + 7) >> 7 % 4 }
+
+func (w *classWorld) startServe() {
+	port := freeTCPPort(w.t)
+	env := append(slices.Clone(w.env), "PORT="+strconv.Itoa(port))
+	w.serve = launchServe(w.t, env, port, lineLog(w.t, "serve", func([]byte) {}), "serve", 35*time.Second)
+}
+
+// clearKube empties the history's namespace.
+func (w *classWorld) clearKube() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := w.c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: classNS}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		w.t.Fatal(err)
+	}
+	errs := []error{
+		w.c.DiscoveryV1().EndpointSlices(classNS).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}),
+		w.c.CoreV1().Events(classNS).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}),
+	}
+	svcs, err := w.c.CoreV1().Services(classNS).List(ctx, metav1.ListOptions{})
+	errs = append(errs, err)
+	if err == nil {
+		for _, s := range svcs.Items {
+			errs = append(errs, w.c.CoreV1().Services(classNS).Delete(ctx, s.Name, metav1.DeleteOptions{}))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		w.t.Errorf("empty the API server: %v", err)
+	}
+}
+
+func (w *classWorld) startPod(s, n int) {
+	w.listen[n] = haproxytest.Listen(w.t, fmt.Sprintf("c%d-p-%d", s, n), net.JoinHostPort(podAddr(n), strconv.Itoa(classPodPort)))
+}
+
+func (w *classWorld) stopPod(n int) {
+	if l := w.listen[n]; l != nil {
+		l.Close()
+		delete(w.listen, n)
+	}
+}
+
+// writeService writes Service s and its slice as the model holds them.
+func (w *classWorld) writeService(s int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v := w.model.svcs[s]
+	name := className(s)
+	svcs, slices := w.c.CoreV1().Services(classNS), w.c.DiscoveryV1().EndpointSlices(classNS)
+	if !v.exists {
+		err := errors.Join(svcs.Delete(ctx, name, metav1.DeleteOptions{}), slices.Delete(ctx, name+"-0", metav1.DeleteOptions{}))
+		return err
+	}
+	cur, err := svcs.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		cur = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: classNS, Name: name}}
+	case err != nil:
+		return err
+	}
+	cur.Spec.Ports = []corev1.ServicePort{{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: int32(w.ports[v.port]), TargetPort: intstr.FromInt32(classPodPort)}}
+	if v.inClass {
+		cls, no := classLB, false
+		cur.Spec.Type, cur.Spec.LoadBalancerClass, cur.Spec.AllocateLoadBalancerNodePorts = corev1.ServiceTypeLoadBalancer, &cls, &no
+	} else {
+		cur.Spec.Type, cur.Spec.LoadBalancerClass, cur.Spec.AllocateLoadBalancerNodePorts = corev1.ServiceTypeClusterIP, nil, nil
+		cur.Spec.ExternalTrafficPolicy = ""
+	}
+	if cur.ResourceVersion == "" {
+		if _, err := svcs.Create(ctx, cur, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	} else if _, err := svcs.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	return w.writeSlice(ctx, s)
+}
+
+func (w *classWorld) writeSlice(ctx context.Context, s int) error {
+	v := w.model.svcs[s]
+	name := className(s)
+	port, pname := int32(classPodPort), "tcp"
+	sl := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: classNS, Name: name + "-0", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &pname, Port: &port}},
+	}
+	pods := make([]int, 0, len(v.pods))
+	for n := range v.pods {
+		pods = append(pods, n)
+	}
+	sort.Ints(pods)
+	for _, n := range pods {
+		ready, term := v.pods[n] != cTerminating, v.pods[n] == cTerminating
+		serving := true
+		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{
+			Addresses:  []string{podAddr(n)},
+			Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &term},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: classNS, Name: fmt.Sprintf("c%d-p-%d", s, n)},
+		})
+	}
+	api := w.c.DiscoveryV1().EndpointSlices(classNS)
+	cur, err := api.Get(ctx, sl.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = api.Create(ctx, sl, metav1.CreateOptions{})
+	case err == nil:
+		sl.ResourceVersion = cur.ResourceVersion
+		_, err = api.Update(ctx, sl, metav1.UpdateOptions{})
+	}
+	return err
+}
+
+// apply carries out step i.
+func (w *classWorld) apply(i int, st Step) {
+	before := w.model.claims()
+	prev := w.model.svcs[st.Node]
+	w.model.apply(st)
+	w.mu.Lock()
+	w.step = i
+	w.mu.Unlock()
+	s := st.Node
+	var err error
+	switch st.Kind {
+	case ClassCrash:
+		w.serve.crash()
+		w.startServe()
+	case ClassJoin, ClassLeave, ClassPort:
+		for n := range w.model.svcs[s].pods {
+			if w.listen[n] == nil {
+				w.startPod(s, n)
+			}
+		}
+		err = w.writeService(s)
+	case ClassDelete:
+		err = w.writeService(s)
+		for n := range prev.pods {
+			w.stopPod(n)
+		}
+	case ClassPodAdd:
+		w.startPod(s, st.Pods[0])
+		err = w.writeSlice(context.Background(), s)
+	case ClassPodTerm:
+		w.termAt[st.Pods[0]] = time.Now()
+		err = w.writeSlice(context.Background(), s)
+	case ClassPodGone:
+		// A pod that terminated for its entry bound (its server drained)
+		// exits; Kubernetes removes its endpoint.
+		time.Sleep(time.Until(w.termAt[st.Pods[0]].Add(w.b.Entry)))
+		err = w.writeSlice(context.Background(), s)
+		w.stopPod(st.Pods[0])
+	case ClassPodKill:
+		w.stopPod(st.Pods[0])
+		w.rec(classObs{kind: cDeath, svc: s})
+	case ClassPodNotice:
+		err = w.writeSlice(context.Background(), s)
+		w.rec(classObs{kind: cNotice, svc: s})
+	}
+	if err != nil {
+		w.t.Errorf("step %d (%s): %v", i, st, err)
+	}
+	claims := w.model.claims()
+	now := time.Now()
+	for s := range claims {
+		if claims[s] != before[s] {
+			w.claimSince[s] = now
+		}
+	}
+	w.rec(classObs{at: now, kind: cStep, step: i, claims: claims})
+}
+
+// clients sends requests through every VIP port and the operator's
+// frontend until the returned func is called.
+func (w *classWorld) clients() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	run := func(port int, addr string) {
+		wg.Go(func() {
+			t := time.NewTicker(25 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				began := time.Now()
+				name, err := haproxytest.Ask(addr)
+				o := classObs{at: began, kind: cRequest, port: port, svc: -1}
+				if err != nil {
+					o.at, o.began, o.err = time.Now(), began, err.Error()
+				} else if port != opPort {
+					o.svc = classServiceOf(name)
+				}
+				w.rec(o)
+			}
+		})
+	}
+	for p, port := range w.ports {
+		run(p, net.JoinHostPort(classVIP, strconv.Itoa(port)))
+		run(p, net.JoinHostPort(classVIP, strconv.Itoa(port)))
+	}
+	run(opPort, w.h.Frontends[classOp])
+	return func() { cancel(); wg.Wait() }
+}
+
+// classServiceOf is the Service of a pod's answer ("c1-p-705"); -1: none.
+func classServiceOf(name string) int {
+	if len(name) < 3 || name[0] != 'c' || name[2] != '-' {
+		return -1
+	}
+	return int(name[1] - '0')
+}
+
+// settle waits, up to Bounds.Converge, until every port is served by one
+// of its claimants (its holder at the last settled moment if it still
+// claims it without a break), a port nobody claims refuses, and each
+// Service's status names the VIP exactly when it holds its port. Then the
+// holders are recorded for the judge; else what differed is a violation.
+func (w *classWorld) settle() {
+	deadline := time.Now().Add(w.b.Converge)
+	claims := w.model.claims()
+	var traffic, status []string
+	var holders []int
+	for {
+		traffic, status, holders = w.differences(claims)
+		if len(traffic)+len(status) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(traffic) > 0 {
+		w.violation(Converges, "not within %v: %s", w.b.Converge, strings.Join(traffic, "; "))
+	}
+	if len(status) > 0 {
+		w.violation(StatusTruthful, "not within %v: %s", w.b.Converge, strings.Join(status, "; "))
+	}
+	now := time.Now()
+	w.mu.Lock()
+	w.holders, w.settledAt = holders, now
+	step := w.step
+	w.mu.Unlock()
+	w.t.Logf("settled after step %d: claims %v, ports held by %v", step, claims, holders)
+	w.rec(classObs{at: now, kind: cSettled, holders: holders})
+}
+
+// differences says how what runs differs from what Kubernetes says, and
+// which Service serves each port (-1: none, or not one of its claimants).
+func (w *classWorld) differences(claims []int) (traffic, status []string, holders []int) {
+	holders = make([]int, classPorts)
+	w.mu.Lock()
+	prev, settledAt := slices.Clone(w.holders), w.settledAt
+	since := slices.Clone(w.claimSince)
+	w.mu.Unlock()
+	for p, port := range w.ports {
+		holders[p] = -1
+		addr := net.JoinHostPort(classVIP, strconv.Itoa(port))
+		var claimants []int
+		for s, c := range claims {
+			if c == p {
+				claimants = append(claimants, s)
+			}
+		}
+		kept := prev[p] >= 0 && claims[prev[p]] == p && !since[prev[p]].After(settledAt)
+		seen := map[int]int{}
+		for range 4 {
+			name, err := haproxytest.Ask(addr)
+			switch {
+			case err != nil:
+				seen[-2]++
+			default:
+				seen[classServiceOf(name)]++
+			}
+		}
+		switch {
+		case len(claimants) == 0:
+			if len(seen) != 1 || seen[-2] == 0 {
+				traffic = append(traffic, fmt.Sprintf("port %d, which no Service claims, answered %v", p, seen))
+			}
+		case len(seen) != 1 || seen[-2] > 0:
+			traffic = append(traffic, fmt.Sprintf("port %d (claimed by %v) answered %v", p, claimants, seen))
+		default:
+			for x := range seen {
+				switch {
+				case !slices.Contains(claimants, x):
+					traffic = append(traffic, fmt.Sprintf("port %d (claimed by %v) answered by %s", p, claimants, classNameOr(x)))
+				case kept && x != prev[p]:
+					traffic = append(traffic, fmt.Sprintf("port %d, held by %s, answered by %s", p, className(prev[p]), className(x)))
+				default:
+					holders[p] = x
+				}
+			}
+		}
+	}
+	if name, err := haproxytest.Ask(w.h.Frontends[classOp]); err != nil || name != "op" {
+		traffic = append(traffic, fmt.Sprintf("the operator's frontend answered %q (%v)", name, err))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for s, v := range w.model.svcs {
+		if !v.exists {
+			continue
+		}
+		svc, err := w.c.CoreV1().Services(classNS).Get(ctx, className(s), metav1.GetOptions{})
+		if err != nil {
+			status = append(status, fmt.Sprintf("%s: %v", className(s), err))
+			continue
+		}
+		var ips []string
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			ips = append(ips, in.IP)
+		}
+		holds := claims[s] >= 0 && holders[claims[s]] == s
+		switch {
+		case holds && !slices.Equal(ips, []string{classVIP}):
+			status = append(status, fmt.Sprintf("%s holds port %d and its status says %v", className(s), claims[s], ips))
+		case !holds && len(ips) > 0:
+			status = append(status, fmt.Sprintf("%s holds no port (claims %d) and its status says %v", className(s), claims[s], ips))
+		}
+	}
+	return traffic, status, holders
+}
