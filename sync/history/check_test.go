@@ -296,17 +296,7 @@ func TestEvaluateExcuses(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			opt := c.opts
 			opt.Bounds, opt.Targets = b, 1
-			ev := evaluate(append(append([]obs{}, start...), c.obs...), opt)
-			var got []Invariant
-			for _, v := range ev.Violations {
-				got = append(got, v.Invariant)
-			}
-			if len(got) != len(c.want) || len(got) > 0 && got[0] != c.want[0] {
-				t.Fatalf("violations %v, want %v: %+v (excused %v)", got, c.want, ev.Violations, ev.Excused)
-			}
-			if c.excuse != "" && ev.Excused[c.excuse] == 0 {
-				t.Fatalf("not excused as %q: %v", c.excuse, ev.Excused)
-			}
+			judged(t, evaluate(append(append([]obs{}, start...), c.obs...), opt), c.want, c.excuse)
 		})
 	}
 }
@@ -404,5 +394,21 @@ func TestRetryAfterFollowsTheDocumentedSchedule(t *testing.T) {
 		if got := retryAfter(n); got != want {
 			t.Errorf("retryAfter(%d) = %v, want %v", n, got, want)
 		}
+	}
+}
+
+// judged fails t unless ev reports want (their number, the first's
+// invariant) and, when excuse is set, excused something as it.
+func judged(t *testing.T, ev Evaluation, want []Invariant, excuse string) {
+	t.Helper()
+	var got []Invariant
+	for _, v := range ev.Violations {
+		got = append(got, v.Invariant)
+	}
+	if len(got) != len(want) || len(got) > 0 && got[0] != want[0] {
+		t.Fatalf("violations %v, want %v: %+v (excused %v)", got, want, ev.Violations, ev.Excused)
+	}
+	if excuse != "" && ev.Excused[excuse] == 0 {
+		t.Fatalf("not excused as %q: %v", excuse, ev.Excused)
 	}
 }

@@ -361,25 +361,16 @@ func (w *classWorld) clients() (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	run := func(port int, addr string) {
-		wg.Go(func() {
-			t := time.NewTicker(25 * time.Millisecond)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-				began := time.Now()
-				name, err := haproxytest.Ask(addr)
-				o := classObs{at: began, kind: cRequest, port: port, svc: -1}
-				if err != nil {
-					o.at, o.began, o.err = time.Now(), began, err.Error()
-				} else if port != opPort {
-					o.svc = classServiceOf(name)
-				}
-				w.rec(o)
+		every(ctx, &wg, 25*time.Millisecond, func() {
+			began := time.Now()
+			name, err := haproxytest.Ask(addr)
+			o := classObs{at: began, kind: cRequest, port: port, svc: -1}
+			if err != nil {
+				o.at, o.began, o.err = time.Now(), began, err.Error()
+			} else if port != opPort {
+				o.svc = classServiceOf(name)
 			}
+			w.rec(o)
 		})
 	}
 	for p, port := range w.ports {

@@ -2,7 +2,6 @@ package history
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -98,17 +97,7 @@ func TestClassEvaluate(t *testing.T) {
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ev := classEvaluate(append(append([]classObs{}, start...), c.obs...), b, classServices)
-			var got []Invariant
-			for _, v := range ev.Violations {
-				got = append(got, v.Invariant)
-			}
-			if len(got) != len(c.want) || len(got) > 0 && got[0] != c.want[0] {
-				t.Fatalf("violations %v, want %v: %+v (excused %v)", got, c.want, ev.Violations, ev.Excused)
-			}
-			if c.excuse != "" && ev.Excused[c.excuse] == 0 {
-				t.Fatalf("not excused as %q: %v", c.excuse, ev.Excused)
-			}
+			judged(t, classEvaluate(append(append([]classObs{}, start...), c.obs...), b, classServices), c.want, c.excuse)
 		})
 	}
 }
@@ -152,12 +141,7 @@ var classRuns = []uint64{3, 8}
 // TestHistoriesClass runs the class histories of classRuns (the binary's
 // serve in class mode, see class.go).
 func TestHistoriesClass(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real HAProxy histories")
-	}
-	if os.Getenv(soakEnv) != "" || os.Getenv(seedEnv) != "" {
-		t.Skip("make soak / make replay run TestSoak / TestReplay")
-	}
+	skipUnlessFixed(t)
 	for _, seed := range classRuns {
 		t.Run(fmt.Sprintf("class-%d", seed), func(t *testing.T) {
 			expectNone(t, RunClass(t, seed, classShortSteps))

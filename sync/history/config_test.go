@@ -33,6 +33,9 @@ var drawn = map[string]string{
 	"WEBHOOK_TOKEN":                "ServeSetupOf: the token Config.Posts' callers send",
 	"SERVICE_EVENTS":               "Config.Events (serve histories): true or false",
 	"RESYNC_PERIOD":                "Config.Resync (serve histories): 0, 3 s or 7 s",
+	"LOAD_BALANCER_CLASS":          "class histories (RunClass): serve in class mode",
+	"HAPROXY_VIP":                  "class histories: every VIP port's frontend, judged through its clients",
+	"WATCH_NAMESPACES":             "class histories: the history's namespace",
 }
 
 // invisible are the variables that change nothing a history could see,
@@ -55,7 +58,7 @@ var invisible = map[string]string{
 	"LOG_FORMAT":                      "logs only",
 	"KUBE_CONTEXT":                    "how Kubernetes is reached",
 	"RECONCILE_TIMEOUT":               "kept at the shipped 30 s: the HA pair's hang (HangFor) is drawn against it",
-	"HAPROXY_VIP_HOSTNAME":            "class mode's status only: see notDrawn (class mode)",
+	"HAPROXY_VIP_HOSTNAME":            "the status's hostname instead of the VIP: class histories judge the VIP",
 }
 
 // notDrawn are the variables that change what a history could see and
@@ -76,9 +79,6 @@ var notDrawn = map[string]string{
 	"HAPROXY_CHECK_HEALTH_NODE_PORT":  "HTTP checks of kube-proxy's health ports: the histories' checks are tcp-check lines every pod answers",
 	"HAPROXY_CHECK_KUBE_PROXY_PORT":   "HTTP checks of kube-proxy's health ports: the histories' checks are tcp-check lines every pod answers",
 	"HAPROXY_DRAIN_TIMEOUT":           "long-lived client sessions: the histories' requests are short",
-	"WATCH_NAMESPACES":                "many-Services histories run one namespace",
-	"LOAD_BALANCER_CLASS":             "class mode (frontends on VIP ports)",
-	"HAPROXY_VIP":                     "class mode (frontends on VIP ports)",
 }
 
 // TestEveryVariableIsDrawnOrExcused: each variable of help is drawn by the

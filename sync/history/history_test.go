@@ -104,12 +104,7 @@ var servicesRuns = []fixedRun{{3, Runtime}}
 var fixedSeeds = []uint64{1, 2, 5, 9}
 
 func TestHistories(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real HAProxy histories")
-	}
-	if os.Getenv(soakEnv) != "" || os.Getenv(seedEnv) != "" {
-		t.Skip("make soak / make replay run TestSoak / TestReplay")
-	}
+	skipUnlessFixed(t)
 	for _, seed := range fixedSeeds {
 		for _, d := range []Driver{Runtime, Dataplane} {
 			t.Run(fmt.Sprintf("%s-%d", d, seed), func(t *testing.T) {
@@ -158,6 +153,18 @@ func TestHistoriesManyServices(t *testing.T) {
 	runFixed(t, servicesRuns, ServicesSetupOf, servicesShape)
 }
 
+// skipUnlessFixed skips make test's fixed histories under -short and
+// while make soak or make replay runs.
+func skipUnlessFixed(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real HAProxy histories")
+	}
+	if os.Getenv(soakEnv) != "" || os.Getenv(seedEnv) != "" {
+		t.Skip("make soak / make replay run TestSoak / TestReplay")
+	}
+}
+
 // fixedRun is one history make test runs.
 type fixedRun struct {
 	seed   uint64
@@ -167,12 +174,7 @@ type fixedRun struct {
 // runFixed runs make test's histories of a kind, unless make soak or
 // make replay runs (or -short).
 func runFixed(t *testing.T, runs []fixedRun, setupOf func(uint64, Driver) Setup, shape Shape) {
-	if testing.Short() {
-		t.Skip("real HAProxy histories")
-	}
-	if os.Getenv(soakEnv) != "" || os.Getenv(seedEnv) != "" {
-		t.Skip("make soak / make replay run TestSoak / TestReplay")
-	}
+	skipUnlessFixed(t)
 	for _, r := range runs {
 		t.Run(fmt.Sprintf("%s-%d", r.driver, r.seed), func(t *testing.T) {
 			expectNone(t, Run(t, setupOf(r.seed, r.driver), shape))
@@ -226,9 +228,9 @@ func TestReplay(t *testing.T) {
 }
 
 // soakRotation is the order of make soak's histories for each seed: node
-// mode (the shipped default) and serve (the binary as shipped against a
-// kube-apiserver) first, so that the first 8 minutes reach every mode and
-// both drivers; then the others, each kind with both drivers (other: the
+// mode (the shipped default), serve (the binary as shipped against a
+// kube-apiserver) and class mode first, so that the first 8 minutes reach
+// every mode and both drivers; then the others, each kind with both drivers (other: the
 // seed's other driver first); slot histories last, the runtime driver's.
 var soakRotation = []struct {
 	shape   Shape
@@ -237,12 +239,12 @@ var soakRotation = []struct {
 }{
 	{nodesSoakShape, NodeSetupOf, 0},
 	{serveSoakShape, ServeSetupOf, 1},
+	{Shape{Name: classShapeName}, nil, 0}, // class mode through serve: frontends on VIP ports, status (RunClass)
 	{servicesShape, ServicesSetupOf, 0},
 	{nodesSoakShape, NodeSetupOf, 1},
 	{soakShape, SetupOf, 0},
 	{serveSoakShape, ServeSetupOf, 0},
 	{serveServicesShape, ServeServicesSetupOf, 1}, // many Services through serve's own watch and lanes
-	{Shape{Name: classShapeName}, nil, 0},         // class mode through serve: frontends on VIP ports, status (RunClass)
 	{soakShape, SetupOf, 1},
 	{slotsSoakShape, SlotsSetupOf, 0}, // the runtime driver's alone
 }

@@ -101,29 +101,36 @@ func (r *recorder) snapshot() []obs {
 func clients(ctx context.Context, target int, addr string, n int, interval time.Duration, rec *recorder) (wait func()) {
 	var wg sync.WaitGroup
 	for range n {
-		wg.Go(func() {
-			t := time.NewTicker(interval)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-				at := time.Now()
-				pod, err := ask(addr)
-				o := obs{at: at, kind: obsRequest, pod: pod, target: target}
-				if err != nil {
-					// A failure is judged when it came: a request sent
-					// just before a pod died fails because it died; when
-					// it was sent is kept too (ExcuseDeathInFlight).
-					o.at, o.began, o.err = time.Now(), at, err.Error()
-				}
-				rec.add(o)
+		every(ctx, &wg, interval, func() {
+			at := time.Now()
+			pod, err := ask(addr)
+			o := obs{at: at, kind: obsRequest, pod: pod, target: target}
+			if err != nil {
+				// A failure is judged when it came: a request sent just
+				// before a pod died fails because it died; when it was
+				// sent is kept too (ExcuseDeathInFlight).
+				o.at, o.began, o.err = time.Now(), at, err.Error()
 			}
+			rec.add(o)
 		})
 	}
 	return wg.Wait
+}
+
+// every runs f every interval in a goroutine of wg until ctx ends.
+func every(ctx context.Context, wg *sync.WaitGroup, interval time.Duration, f func()) {
+	wg.Go(func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			f()
+		}
+	})
 }
 
 // ask sends one request through the frontend and returns the number of the
