@@ -126,6 +126,9 @@ type Fleet struct {
 	// ipModeDropped: the API server dropped the ipMode of a status
 	// written (noteIPMode).
 	ipModeDropped bool
+	// servedBy is what each class Service's reconciles last found in
+	// service, per target (served): its status waits for every target.
+	servedBy map[string]served
 }
 
 type built struct {

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -105,29 +106,50 @@ func statusChange(cur, ours []corev1.LoadBalancerIngress, followed, ready, front
 	return nil, ""
 }
 
-// inService says whether every backend of s has a server in service on
-// every target, as its reconcile left them (a server is put in service once
-// its check passed).
-func inService(r reconcile.Result, s services.Selected, targets int) bool {
-	if r.Status == reconcile.StatusError || targets == 0 {
+// served is what a class Service's reconciles last found, per target and
+// backend: whether a server is in service there. A follow-up reconciles one
+// target at a time (reconcile.OnlyTarget: a check passed there), so one
+// result need not hold every target; the status waits for all of them.
+type served map[string]map[string]bool // target → backend → in service
+
+// merge returns s with r's targets as r left them (one that failed: none
+// in service). s is not changed.
+func (s served) merge(r reconcile.Result) served {
+	out := make(served, len(s))
+	for t, bes := range s {
+		out[t] = maps.Clone(bes)
+	}
+	for _, t := range r.Targets {
+		if out[t.Target] == nil {
+			out[t.Target] = map[string]bool{}
+		}
+		out[t.Target][t.Backend] = t.Error == "" && t.Servers[string(model.Ready)] > 0
+	}
+	return out
+}
+
+// everywhere says whether every backend of sel has a server in service on
+// each of targets.
+func (s served) everywhere(sel services.Selected, targets []string) bool {
+	if len(targets) == 0 {
 		return false
 	}
-	for _, p := range s.Ports {
-		n := 0
-		for _, t := range r.Targets {
-			if t.Backend != p.Backend {
-				continue
-			}
-			if t.Error != "" || t.Servers[string(model.Ready)] == 0 {
+	for _, p := range sel.Ports {
+		for _, t := range targets {
+			if !s[t][p.Backend] {
 				return false
 			}
-			n++
-		}
-		if n < targets {
-			return false
 		}
 	}
 	return true
+}
+
+// inService says whether every backend of sel has a server in service on
+// every target, as r and the reconciles before it (what it knew, s) left
+// them; a failed reconcile says no.
+func inService(s served, r reconcile.Result, sel services.Selected, targets []string) (bool, served) {
+	now := s.merge(r)
+	return r.Status != reconcile.StatusError && now.everywhere(sel, targets), now
 }
 
 // writeStatus writes or withdraws each class Service's status as
@@ -140,6 +162,15 @@ func (f *Fleet) writeStatus(ctx context.Context, all []corev1.Service, chosen []
 	for i := range res.Services {
 		byKey[res.Services[i].Service] = &res.Services[i]
 	}
+	var names []string
+	for _, d := range f.Template.Targets {
+		names = append(names, d.Name())
+	}
+	f.mu.Lock()
+	if f.servedBy == nil {
+		f.servedBy = map[string]served{}
+	}
+	f.mu.Unlock()
 	classByKey := map[string]services.Selected{}
 	for _, s := range chosen {
 		if s.Class {
@@ -161,7 +192,19 @@ func (f *Fleet) writeStatus(ctx context.Context, all []corev1.Service, chosen []
 		}
 		ours := f.ours() // per Service: a write may have found the API server drops ipMode (noteIPMode)
 		sr := byKey[k]
-		ready := followed && sr != nil && report.Ready[k] && inService(sr.Result, sel, len(f.Template.Targets))
+		ready := false
+		if followed && sr != nil {
+			f.mu.Lock()
+			var now served
+			ready, now = inService(f.servedBy[k], sr.Result, sel, names)
+			f.servedBy[k] = now
+			f.mu.Unlock()
+			ready = ready && report.Ready[k]
+		} else if !followed {
+			f.mu.Lock()
+			delete(f.servedBy, k)
+			f.mu.Unlock()
+		}
 		// Only a frontend failure of the Service's own withdraws (its port
 		// taken, a frontend the Data Plane API refuses for good): one a
 		// retry mends (an API that answered 503, a reload under way) keeps

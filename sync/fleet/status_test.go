@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/services"
 )
@@ -57,20 +60,88 @@ func TestInService(t *testing.T) {
 	tr := func(target, backend string, ready int, err string) reconcile.TargetResult {
 		return reconcile.TargetResult{Target: target, Backend: backend, Error: err, Servers: map[string]int{"ready": ready, "maint": 1}}
 	}
+	res := func(ts ...reconcile.TargetResult) reconcile.Result {
+		return reconcile.Result{Status: reconcile.StatusUnchanged, Targets: ts}
+	}
+	t1ready := res(tr("t1", "be_80", 1, ""), tr("t1", "be_443", 2, ""))
 	tests := []struct {
-		name    string
-		targets []reconcile.TargetResult
-		want    bool
+		name   string
+		before []reconcile.Result // earlier reconciles of the Service
+		now    reconcile.Result
+		want   bool
 	}{
-		{"every backend on every target", []reconcile.TargetResult{tr("t1", "be_80", 1, ""), tr("t1", "be_443", 2, ""), tr("t2", "be_80", 1, ""), tr("t2", "be_443", 1, "")}, true},
-		{"one target without a ready server", []reconcile.TargetResult{tr("t1", "be_80", 1, ""), tr("t1", "be_443", 2, ""), tr("t2", "be_80", 0, ""), tr("t2", "be_443", 1, "")}, false},
-		{"one target failed", []reconcile.TargetResult{tr("t1", "be_80", 1, ""), tr("t1", "be_443", 2, ""), tr("t2", "be_80", 1, "boom"), tr("t2", "be_443", 1, "")}, false},
-		{"one target missing", []reconcile.TargetResult{tr("t1", "be_80", 1, ""), tr("t1", "be_443", 2, "")}, false},
+		{"every backend on every target", nil, res(tr("t1", "be_80", 1, ""), tr("t1", "be_443", 2, ""), tr("t2", "be_80", 1, ""), tr("t2", "be_443", 1, "")), true},
+		{"one target without a ready server", nil, res(tr("t1", "be_80", 1, ""), tr("t1", "be_443", 2, ""), tr("t2", "be_80", 0, ""), tr("t2", "be_443", 1, "")), false},
+		{"one target failed", nil, res(tr("t1", "be_80", 1, ""), tr("t1", "be_443", 2, ""), tr("t2", "be_80", 1, "boom"), tr("t2", "be_443", 1, "")), false},
+		{"one target missing", nil, t1ready, false},
+		// A follow-up reconciles one target at a time (a check passed
+		// there): the other's earlier result counts.
+		{"the other target in service at its own last reconcile", []reconcile.Result{res(tr("t2", "be_80", 1, ""), tr("t2", "be_443", 1, ""))}, t1ready, true},
+		{"the other target out of service since", []reconcile.Result{res(tr("t2", "be_80", 1, ""), tr("t2", "be_443", 1, "")),
+			res(tr("t2", "be_80", 0, ""), tr("t2", "be_443", 1, ""))}, t1ready, false},
+		{"the other target's earlier result for another backend", []reconcile.Result{res(tr("t2", "be_8080", 1, ""))}, t1ready, false},
+		{"a failed reconcile", []reconcile.Result{res(tr("t2", "be_80", 1, ""), tr("t2", "be_443", 1, ""))},
+			reconcile.Result{Status: reconcile.StatusError, Targets: t1ready.Targets}, false},
 	}
 	for _, tt := range tests {
-		if got := inService(reconcile.Result{Status: reconcile.StatusUnchanged, Targets: tt.targets}, s, 2); got != tt.want {
+		var known served
+		for _, r := range tt.before {
+			_, known = inService(known, r, s, []string{"t1", "t2"})
+		}
+		if got, _ := inService(known, tt.now, s, []string{"t1", "t2"}); got != tt.want {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// flakyHAProxy is memHAProxy that refuses while down.
+type flakyHAProxy struct {
+	*memHAProxy
+	down bool
+}
+
+func (f *flakyHAProxy) Read(ctx context.Context, backend string) (model.Backend, error) {
+	if f.down {
+		return model.Backend{}, &failure.NetworkError{Err: syscall.ECONNREFUSED}
+	}
+	return f.memHAProxy.Read(ctx, backend)
+}
+
+func (f *flakyHAProxy) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
+	if f.down {
+		return plan.Applied{}, &failure.NetworkError{Err: syscall.ECONNREFUSED}
+	}
+	return f.memHAProxy.Apply(ctx, p)
+}
+
+// TestStatusWrittenWhenTheLastTargetEntersService (found by class history
+// seed 4, an HA pair): a follow-up reconciles one target at a time
+// (reconcile.OnlyTarget, a check passed there); the reconcile that puts the
+// last target's servers in service writes the status, counting the other
+// target's earlier result. It waited for a full reconcile (a resync, off
+// in the binary; a reload), 11 s in that history.
+func TestStatusWrittenWhenTheLastTargetEntersService(t *testing.T) {
+	c := &cluster{}
+	cls := "lb"
+	c.add(corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Port: 80}}}}, "127.0.1.1")
+	_, be := services.ClassNames("", "apps", "web", 80)
+	a, b := newMem("a", be), &flakyHAProxy{memHAProxy: newMem("b", be), down: true}
+	f := newFleet(c, a, b)
+	f.Frontends = &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/web": true}}}
+	f.VIPs = []string{"127.0.0.10", "127.0.0.11"}
+	if _, err := f.Reconcile(context.Background(), false); err == nil {
+		t.Fatal("want b's failure")
+	}
+	if len(c.updates) != 0 {
+		t.Fatalf("status writes %v with b down", c.updates)
+	}
+	b.down = false
+	if _, err := f.ReconcileService(reconcile.OnlyTarget(context.Background(), "b"), "apps/web", false); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.updates) != 1 {
+		t.Fatalf("status writes %v: want it written once b's servers are in service too", c.updates)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"slices"
 	"sort"
@@ -41,9 +42,17 @@ import (
 // claims it), nothing on a port nobody claims, the status of each Service
 // naming the VIP exactly when it holds its port (settle).
 
+// classTarget is one HAProxy of a class history, its VIP, and the relays
+// before its Data Plane API and admin socket (ClassTargetDown).
+type classTarget struct {
+	h           *haproxytest.HAProxy
+	vip         string
+	api, socket *relay
+	down        bool
+}
+
 const (
 	classNS      = "hist-class"
-	classVIP     = "127.0.0.91"
 	classLB      = "haproxy-k8s-sync.io/haproxy"
 	classOp      = "be_op"
 	classPodPort = 18080
@@ -55,7 +64,7 @@ type classWorld struct {
 	t      *testing.T
 	b      Bounds
 	c      kubernetes.Interface
-	h      *haproxytest.HAProxy
+	tgs    []*classTarget
 	env    []string
 	ports  []int
 	model  *classModel
@@ -67,10 +76,11 @@ type classWorld struct {
 	violations []Violation
 	step       int
 	claimSince []time.Time
-	holders    []int
-	settledAt  time.Time
-	requests   int
-	failed     int
+	// holders and settledAt: each target's at its last settled moment.
+	holders   [][]int
+	settledAt []time.Time
+	requests  int
+	failed    int
 
 	serve *process
 }
@@ -102,8 +112,9 @@ func RunClass(t *testing.T, seed uint64, n int) Report {
 	if !privateNet {
 		t.Skip("class histories run as root, in a network namespace of their own (TestMain): Kubernetes refuses loopback endpoints")
 	}
-	steps := classSteps(seed, n)
-	w := startClassWorld(t, seed)
+	targets := 1 + int(classDraw(seed)/4%2)
+	steps := classSteps(seed, n, targets)
+	w := startClassWorld(t, seed, targets)
 	stopClients := w.clients()
 	w.settle()
 	for i, st := range steps {
@@ -127,31 +138,24 @@ func RunClass(t *testing.T, seed uint64, n int) Report {
 
 const classShapeName = "class"
 
-func startClassWorld(t *testing.T, seed uint64) *classWorld {
+func startClassWorld(t *testing.T, seed uint64, targets int) *classWorld {
 	t.Helper()
 	cfg, c := startKube(t)
 	w := &classWorld{t: t, b: BoundsOf(config.ShippedCheck()), c: c, model: classStart(), listen: map[int]*haproxytest.Listener{}, termAt: map[int]time.Time{},
-		step: -1, claimSince: make([]time.Time, classServices), holders: []int{-1, -1, -1}}
+		step: -1, claimSince: make([]time.Time, classServices), settledAt: make([]time.Time, targets)}
 	w.clearKube()
 	t.Cleanup(w.clearKube)
 
-	w.h = haproxytest.Start(t, haproxytest.Backend{Name: classOp, Lines: []string{"balance roundrobin"}})
-	api := dataplanetest.Over(t, w.h, dataplanetest.Options{ReloadDelay: 300 * time.Millisecond},
-		func(began, ended time.Time) { w.rec(classObs{at: ended, began: began, kind: cReload}) }, classOp)
-	// The operator's own frontend and backend: nothing of the class's may
-	// touch them.
-	opPort := int64(classPodPort)
-	rr := "roundrobin"
-	api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: classOp, Mode: "tcp", Balance: &models.Balance{Algorithm: &rr}}},
-		models.Server{Name: "op", Address: podAddr(classOpPod), Port: &opPort})
-	host, port, _ := net.SplitHostPort(w.h.Frontends[classOp])
-	fp, _ := strconv.ParseInt(port, 10, 64)
-	api.AddFrontend(models.Frontend{FrontendBase: models.FrontendBase{Name: "fe_" + classOp, DefaultBackend: classOp}},
-		models.Bind{Name: "b", Address: host, Port: &fp})
 	haproxytest.Listen(t, "op", net.JoinHostPort(podAddr(classOpPod), strconv.Itoa(classPodPort)))
-	w.h.SetServers(t, classOp, api.ServerLines(classOp))
-	w.h.Reload(t)
-	w.ports = haproxytest.FreePorts(t, classVIP, classPorts)
+	var vips, apis, sockets []string
+	for i := range targets {
+		tg := w.startTarget(i)
+		w.tgs = append(w.tgs, tg)
+		w.holders = append(w.holders, []int{-1, -1, -1})
+		vips, apis, sockets = append(vips, tg.vip), append(apis, "http://"+tg.api.addr), append(sockets, "tcp://"+tg.socket.addr)
+	}
+	// The same ports on every VIP.
+	w.ports = haproxytest.FreePorts(t, vips[0], classPorts)
 
 	// c-2 first, a second before the others: the oldest claimant.
 	for _, s := range []int{2, 0, 1} {
@@ -167,12 +171,12 @@ func startClassWorld(t *testing.T, seed uint64) *classWorld {
 	}
 	w.rec(classObs{kind: cStep, step: -1, claims: w.model.claims()})
 
-	r := r2(seed)
+	r := classDraw(seed)
 	w.env = []string{"PATH=" + os.Getenv("PATH"), "KUBECONFIG=" + kubeconfigFile(t, cfg, hostPort(cfg.Host), t.TempDir()),
 		"WEBHOOK_AUTH=token", "WEBHOOK_TOKEN=" + webhookToken, "LOG_LEVEL=debug", "LOG_FORMAT=json",
-		"SERVICE_SELECTION=class", "LOAD_BALANCER_CLASS=" + classLB, "HAPROXY_VIP=" + classVIP, "WATCH_NAMESPACES=" + classNS,
+		"SERVICE_SELECTION=class", "LOAD_BALANCER_CLASS=" + classLB, "HAPROXY_VIP=" + strings.Join(vips, ","), "WATCH_NAMESPACES=" + classNS,
 		"TARGET_ADDRESS=pod", "ALLOWED_SERVER_CIDRS=10.244.0.0/16",
-		"HAPROXY_DATAPLANE_URL=" + api.URL, "HAPROXY_RUNTIME_URL=" + w.h.RuntimeURL(),
+		"HAPROXY_DATAPLANE_URL=" + strings.Join(apis, ","), "HAPROXY_RUNTIME_URL=" + strings.Join(sockets, ","),
 		"CLUSTER_NAME=" + []string{"", "west"}[r%2], "RESYNC_PERIOD=" + []string{"0", "7s"}[r/2%2]}
 	if dir := os.Getenv(coverDirEnv); dir != "" {
 		w.env = append(w.env, "GOCOVERDIR="+dir)
@@ -182,8 +186,37 @@ func startClassWorld(t *testing.T, seed uint64) *classWorld {
 	return w
 }
 
-// r2 is the seed's draw of the configuration (two bits).
-func r2(seed uint64) uint64 { return (seed*2654435761 + 7) >> 7 % 4 }
+// startTarget starts target i: a real HAProxy with the operator's own
+// frontend and backend (nothing of the class's may touch them), the Data
+// Plane test API over it, and relays before the API and the socket.
+func (w *classWorld) startTarget(i int) *classTarget {
+	t := w.t
+	tg := &classTarget{vip: fmt.Sprintf("127.0.0.%d", 91+i)}
+	tg.h = haproxytest.Start(t, haproxytest.Backend{Name: classOp, Lines: []string{"balance roundrobin"}})
+	api := dataplanetest.Over(t, tg.h, dataplanetest.Options{ReloadDelay: 300 * time.Millisecond},
+		func(began, ended time.Time) { w.rec(classObs{at: ended, began: began, kind: cReload, target: i}) }, classOp)
+	opPort := int64(classPodPort)
+	rr := "roundrobin"
+	api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: classOp, Mode: "tcp", Balance: &models.Balance{Algorithm: &rr}}},
+		models.Server{Name: "op", Address: podAddr(classOpPod), Port: &opPort})
+	host, port, _ := net.SplitHostPort(tg.h.Frontends[classOp])
+	fp, _ := strconv.ParseInt(port, 10, 64)
+	api.AddFrontend(models.Frontend{FrontendBase: models.FrontendBase{Name: "fe_" + classOp, DefaultBackend: classOp}},
+		models.Bind{Name: "b", Address: host, Port: &fp})
+	tg.h.SetServers(t, classOp, api.ServerLines(classOp))
+	tg.h.Reload(t)
+	u, err := url.Parse(api.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg.api = startRelay(t, "tcp", u.Host, nil)
+	tg.socket = startRelay(t, "unix", tg.h.AdminSocket, nil)
+	return tg
+}
+
+// classDraw is the seed's draw of the configuration: one bit each for
+// CLUSTER_NAME, RESYNC_PERIOD and a second target.
+func classDraw(seed uint64) uint64 { return (seed*2654435761 + 7) >> 7 }
 
 func (w *classWorld) startServe() {
 	port := freeTCPPort(w.t)
@@ -311,6 +344,15 @@ func (w *classWorld) apply(i int, st Step) {
 	case ClassCrash:
 		w.serve.crash()
 		w.startServe()
+	case ClassTargetDown, ClassTargetUp:
+		tg := w.tgs[st.Target]
+		on := st.Kind == ClassTargetDown
+		w.rec(classObs{kind: cDown, target: st.Target, on: on})
+		tg.api.refuse(on)
+		tg.socket.refuse(on)
+		w.mu.Lock()
+		tg.down = on
+		w.mu.Unlock()
 	case ClassJoin, ClassLeave, ClassPort:
 		for n := range w.model.svcs[s].pods {
 			if w.listen[n] == nil {
@@ -335,6 +377,7 @@ func (w *classWorld) apply(i int, st Step) {
 		time.Sleep(time.Until(w.termAt[st.Pods[0]].Add(w.b.Entry)))
 		err = w.writeSlice(context.Background(), s)
 		w.stopPod(st.Pods[0])
+		w.rec(classObs{kind: cGone, svc: s})
 	case ClassPodKill:
 		w.stopPod(st.Pods[0])
 		w.rec(classObs{kind: cDeath, svc: s})
@@ -360,11 +403,11 @@ func (w *classWorld) apply(i int, st Step) {
 func (w *classWorld) clients() (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	run := func(port int, addr string) {
+	run := func(tg, port int, addr string) {
 		every(ctx, &wg, 25*time.Millisecond, func() {
 			began := time.Now()
 			name, err := haproxytest.Ask(addr)
-			o := classObs{at: began, kind: cRequest, port: port, svc: -1}
+			o := classObs{at: began, kind: cRequest, target: tg, port: port, svc: -1}
 			if err != nil {
 				o.at, o.began, o.err = time.Now(), began, err.Error()
 			} else if port != opPort {
@@ -373,11 +416,13 @@ func (w *classWorld) clients() (stop func()) {
 			w.rec(o)
 		})
 	}
-	for p, port := range w.ports {
-		run(p, net.JoinHostPort(classVIP, strconv.Itoa(port)))
-		run(p, net.JoinHostPort(classVIP, strconv.Itoa(port)))
+	for i, tg := range w.tgs {
+		for p, port := range w.ports {
+			run(i, p, net.JoinHostPort(tg.vip, strconv.Itoa(port)))
+			run(i, p, net.JoinHostPort(tg.vip, strconv.Itoa(port)))
+		}
+		run(i, opPort, tg.h.Frontends[classOp])
 	}
-	run(opPort, w.h.Frontends[classOp])
 	return func() { cancel(); wg.Wait() }
 }
 
@@ -389,16 +434,18 @@ func classServiceOf(name string) int {
 	return int(name[1] - '0')
 }
 
-// settle waits, up to Bounds.Converge, until every port is served by one
-// of its claimants (its holder at the last settled moment if it still
-// claims it without a break), a port nobody claims refuses, and each
-// Service's status names the VIP exactly when it holds its port. Then the
-// holders are recorded for the judge; else what differed is a violation.
+// settle waits, up to Bounds.Converge, until through every target that is
+// up every port is served by one of its claimants (its holder at that
+// target's last settled moment if it still claims it without a break, the
+// same on every target), a port nobody claims refuses, the operator's
+// frontend answers, and (no target down) each Service's status names the
+// VIPs exactly when it holds its port. Then each target's holders are
+// recorded for the judge; else what differed is a violation.
 func (w *classWorld) settle() {
 	deadline := time.Now().Add(w.b.Converge)
 	claims := w.model.claims()
 	var traffic, status []string
-	var holders []int
+	var holders [][]int
 	for {
 		traffic, status, holders = w.differences(claims)
 		if len(traffic)+len(status) == 0 || time.Now().After(deadline) {
@@ -414,63 +461,107 @@ func (w *classWorld) settle() {
 	}
 	now := time.Now()
 	w.mu.Lock()
-	w.holders, w.settledAt = holders, now
 	step := w.step
+	for i, hs := range holders {
+		if hs != nil {
+			w.holders[i], w.settledAt[i] = hs, now
+		}
+	}
 	w.mu.Unlock()
-	w.t.Logf("settled after step %d: claims %v, ports held by %v", step, claims, holders)
-	w.rec(classObs{at: now, kind: cSettled, holders: holders})
+	for i, hs := range holders {
+		if hs != nil {
+			w.rec(classObs{at: now, kind: cSettled, target: i, holders: hs})
+		}
+	}
+	w.t.Logf("settled after step %d: claims %v, ports held by %v (per target; nil: down)", step, claims, holders)
 }
 
 // differences says how what runs differs from what Kubernetes says, and
-// which Service serves each port (-1: none, or not one of its claimants).
-func (w *classWorld) differences(claims []int) (traffic, status []string, holders []int) {
-	holders = make([]int, classPorts)
+// which Service serves each port through each target that is up (nil: down;
+// -1: none, or not one of its claimants).
+func (w *classWorld) differences(claims []int) (traffic, status []string, holders [][]int) {
 	w.mu.Lock()
-	prev, settledAt := slices.Clone(w.holders), w.settledAt
+	prev, settledAt := make([][]int, len(w.tgs)), slices.Clone(w.settledAt)
+	for i := range prev {
+		prev[i] = slices.Clone(w.holders[i])
+	}
 	since := slices.Clone(w.claimSince)
+	anyDown := false
+	up := make([]bool, len(w.tgs))
+	for i, tg := range w.tgs {
+		up[i] = !tg.down
+		anyDown = anyDown || tg.down
+	}
 	w.mu.Unlock()
-	for p, port := range w.ports {
-		holders[p] = -1
-		addr := net.JoinHostPort(classVIP, strconv.Itoa(port))
-		var claimants []int
-		for s, c := range claims {
-			if c == p {
-				claimants = append(claimants, s)
-			}
+	holders = make([][]int, len(w.tgs))
+	for i, tg := range w.tgs {
+		if !up[i] {
+			continue
 		}
-		kept := prev[p] >= 0 && claims[prev[p]] == p && !since[prev[p]].After(settledAt)
-		seen := map[int]int{}
-		for range 4 {
-			name, err := haproxytest.Ask(addr)
-			switch {
-			case err != nil:
-				seen[-2]++
-			default:
-				seen[classServiceOf(name)]++
+		holders[i] = make([]int, classPorts)
+		for p, port := range w.ports {
+			holders[i][p] = -1
+			var claimants []int
+			for s, c := range claims {
+				if c == p {
+					claimants = append(claimants, s)
+				}
 			}
-		}
-		switch {
-		case len(claimants) == 0:
-			if len(seen) != 1 || seen[-2] == 0 {
-				traffic = append(traffic, fmt.Sprintf("port %d, which no Service claims, answered %v", p, seen))
-			}
-		case len(seen) != 1 || seen[-2] > 0:
-			traffic = append(traffic, fmt.Sprintf("port %d (claimed by %v) answered %v", p, claimants, seen))
-		default:
-			for x := range seen {
+			h := prev[i][p]
+			kept := h >= 0 && claims[h] == p && !since[h].After(settledAt[i])
+			seen := map[int]int{}
+			for range 4 {
+				name, err := haproxytest.Ask(net.JoinHostPort(tg.vip, strconv.Itoa(port)))
 				switch {
-				case !slices.Contains(claimants, x):
-					traffic = append(traffic, fmt.Sprintf("port %d (claimed by %v) answered by %s", p, claimants, classNameOr(x)))
-				case kept && x != prev[p]:
-					traffic = append(traffic, fmt.Sprintf("port %d, held by %s, answered by %s", p, className(prev[p]), className(x)))
+				case err != nil:
+					seen[-2]++
 				default:
-					holders[p] = x
+					seen[classServiceOf(name)]++
+				}
+			}
+			where := fmt.Sprintf("port %d of target %d", p, i)
+			switch {
+			case len(claimants) == 0:
+				if len(seen) != 1 || seen[-2] == 0 {
+					traffic = append(traffic, fmt.Sprintf("%s, which no Service claims, answered %v", where, seen))
+				}
+			case len(seen) != 1 || seen[-2] > 0:
+				traffic = append(traffic, fmt.Sprintf("%s (claimed by %v) answered %v", where, claimants, seen))
+			default:
+				for x := range seen {
+					switch {
+					case !slices.Contains(claimants, x):
+						traffic = append(traffic, fmt.Sprintf("%s (claimed by %v) answered by %s", where, claimants, classNameOr(x)))
+					case kept && x != h:
+						traffic = append(traffic, fmt.Sprintf("%s, held by %s, answered by %s", where, className(h), className(x)))
+					default:
+						holders[i][p] = x
+					}
 				}
 			}
 		}
+		if name, err := haproxytest.Ask(tg.h.Frontends[classOp]); err != nil || name != "op" {
+			traffic = append(traffic, fmt.Sprintf("the operator's frontend of target %d answered %q (%v)", i, name, err))
+		}
 	}
-	if name, err := haproxytest.Ask(w.h.Frontends[classOp]); err != nil || name != "op" {
-		traffic = append(traffic, fmt.Sprintf("the operator's frontend answered %q (%v)", name, err))
+	// Every target that is up serves each port by the same Service.
+	var first []int
+	for i, hs := range holders {
+		switch {
+		case hs == nil:
+		case first == nil:
+			first = hs
+		case !slices.Equal(hs, first):
+			traffic = append(traffic, fmt.Sprintf("target %d serves the ports by %v, another by %v", i, hs, first))
+		}
+	}
+	if anyDown || first == nil {
+		// A Service's status waits for every target.
+		return traffic, status, holders
+	}
+	var vips []string
+	for _, tg := range w.tgs {
+		vips = append(vips, tg.vip)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -487,9 +578,9 @@ func (w *classWorld) differences(claims []int) (traffic, status []string, holder
 		for _, in := range svc.Status.LoadBalancer.Ingress {
 			ips = append(ips, in.IP)
 		}
-		holds := claims[s] >= 0 && holders[claims[s]] == s
+		holds := claims[s] >= 0 && first[claims[s]] == s
 		switch {
-		case holds && !slices.Equal(ips, []string{classVIP}):
+		case holds && !slices.Equal(ips, vips):
 			status = append(status, fmt.Sprintf("%s holds port %d and its status says %v", className(s), claims[s], ips))
 		case !holds && len(ips) > 0:
 			status = append(status, fmt.Sprintf("%s holds no port (claims %d) and its status says %v", className(s), claims[s], ips))

@@ -32,8 +32,11 @@ type classObs struct {
 	err   string
 	// settled: the Service holding each port, -1 for none.
 	holders []int
-	// death: the Service whose ready pod died; reload: when it began.
-	what string
+	// target: the HAProxy a request went through, a settled moment
+	// checked, that reloaded, or whose API and socket went down (on) or
+	// came back.
+	target int
+	on     bool
 }
 
 type classObsKind int
@@ -45,6 +48,8 @@ const (
 	cDeath  // a ready pod stopped answering (killed), svc
 	cReload // HAProxy reloaded (by the Data Plane API), began..at
 	cNotice // every killed pod of svc is out of Kubernetes
+	cDown   // the target's API and socket refuse (on) or answer again
+	cGone   // a terminating pod of svc exited, its endpoint gone
 )
 
 // Why a failed request through a VIP port breaks no invariant, beside a
@@ -54,6 +59,12 @@ const (
 	// ExcuseClaimChanged: within Bounds.Converge of a Service beginning
 	// or ceasing to claim the port, with no holder settled since.
 	ExcuseClaimChanged = "the port's claims changed"
+	// ExcuseTargetDown: through a target whose API and socket refuse (or
+	// did within Bounds.Converge), on a port whose claims changed since
+	// its holder settled there, or whose holder lost a pod since the
+	// target went down: the change could not reach it. A holder that
+	// keeps its port and its pods is judged there all the same.
+	ExcuseTargetDown = "its target was unreachable"
 )
 
 // opPort is the operator's own frontend in requests.
@@ -85,35 +96,50 @@ func classEvaluate(all []classObs, b Bounds, services int) Evaluation {
 	changed := map[int]time.Time{}
 	// claimedUntil[s][p]: the last time s claimed p, while it does not.
 	claimedUntil := map[[2]int]time.Time{}
-	var holders []int
-	var settledAt time.Time
+	// Per target: the holders found at its last settled moment (a target
+	// that is down is not checked), and its outages.
+	holders, settledAt := map[int][]int{}, map[int]time.Time{}
+	downSince, upAt, wentDown := map[int]time.Time{}, map[int]time.Time{}, map[int]time.Time{}
+	// lost: when each Service lost a pod (it died, or exited terminating).
+	lost := map[int][]time.Time{}
+	// outage says whether target tg is down, or came back within
+	// Bounds.Converge: what Kubernetes changed meanwhile may not have
+	// reached it.
+	outage := func(tg int, at time.Time) bool {
+		return !downSince[tg].IsZero() || !upAt[tg].IsZero() && at.Sub(upAt[tg]) <= b.Converge
+	}
 	deaths := map[int][]time.Time{}
-	unnoticed := map[int]bool{} // a killed pod of s is still in Kubernetes
-	var reloads [][2]time.Time
-	lastFail := map[int]time.Time{}
-	add := func(inv Invariant, at time.Time, port int, format string, args ...any) {
+	unnoticed := map[int]bool{}         // a killed pod of s is still in Kubernetes
+	reloads := map[int][][2]time.Time{} // by target
+	lastFail := map[[2]int]time.Time{}
+	add := func(inv Invariant, o classObs, format string, args ...any) {
+		at, port := o.at, [2]int{o.target, o.port}
 		what := fmt.Sprintf(format, args...)
+		if o.target > 0 {
+			what = fmt.Sprintf("target %d: %s", o.target, what)
+		}
 		if n := len(ev.Violations); n > 0 && ev.Violations[n-1].Invariant == inv && inv == NoFailedRequest && at.Sub(lastFail[port]) < time.Second {
 			ev.Violations[n-1].Count++
 			lastFail[port] = at
 			return
 		}
 		lastFail[port] = at
-		ev.Violations = append(ev.Violations, Violation{Invariant: inv, At: at, Step: step, What: what})
+		ev.Violations = append(ev.Violations, Violation{Invariant: inv, Target: o.target, At: at, Step: step, What: what})
 	}
-	// holder is the Service found holding p at the last settled moment
-	// that still claims it without a break since; -1: none.
-	holder := func(p int) int {
-		if p < 0 || p >= len(holders) {
+	// holder is the Service found holding p through tg at its last
+	// settled moment that still claims it without a break since; -1: none.
+	holder := func(tg, p int) int {
+		hs := holders[tg]
+		if p < 0 || p >= len(hs) {
 			return -1
 		}
-		h := holders[p]
-		if h < 0 || claims[h] != p || claimSince[h].After(settledAt) {
+		h := hs[p]
+		if h < 0 || claims[h] != p || claimSince[h].After(settledAt[tg]) {
 			return -1
 		}
 		return h
 	}
-	excused := func(h int, at, began time.Time) string {
+	excused := func(h, tg int, at, began time.Time) string {
 		for _, d := range deaths[h] {
 			if !at.Before(d) && at.Sub(d) <= b.Abrupt {
 				return ExcuseDeath
@@ -122,8 +148,17 @@ func classEvaluate(all []classObs, b Bounds, services int) Evaluation {
 				return ExcuseDeathInFlight
 			}
 		}
+		if outage(tg, at) {
+			// The holder lost a pod since its target went down: the
+			// target still sends to it.
+			for _, l := range lost[h] {
+				if !l.Before(wentDown[tg]) && !l.After(at) {
+					return ExcuseTargetDown
+				}
+			}
+		}
 		if unnoticed[h] {
-			for _, r := range reloads {
+			for _, r := range reloads[tg] {
 				if !at.Before(r[0]) && at.Sub(r[1]) <= b.Abrupt {
 					return ExcuseReloadLoadsUp
 				}
@@ -149,22 +184,31 @@ func classEvaluate(all []classObs, b Bounds, services int) Evaluation {
 				claims[s], claimSince[s] = p, o.at
 			}
 		case cSettled:
-			holders, settledAt = o.holders, o.at
+			holders[o.target], settledAt[o.target] = o.holders, o.at
+		case cDown:
+			if o.on {
+				downSince[o.target], wentDown[o.target] = o.at, o.at
+			} else {
+				downSince[o.target], upAt[o.target] = time.Time{}, o.at
+			}
 		case cDeath:
 			deaths[o.svc] = append(deaths[o.svc], o.at)
+			lost[o.svc] = append(lost[o.svc], o.at)
 			unnoticed[o.svc] = true
+		case cGone:
+			lost[o.svc] = append(lost[o.svc], o.at)
 		case cNotice:
 			unnoticed[o.svc] = false
 		case cReload:
-			reloads = append(reloads, [2]time.Time{o.began, o.at})
+			reloads[o.target] = append(reloads[o.target], [2]time.Time{o.began, o.at})
 		case cRequest:
 			if o.port == opPort {
 				if o.err != "" {
-					add(OthersUntouchedAcross, o.at, o.port, "a request through the operator's own frontend failed (%s)", o.err)
+					add(OthersUntouchedAcross, o, "a request through the operator's own frontend failed (%s)", o.err)
 				}
 				continue
 			}
-			h := holder(o.port)
+			h := holder(o.target, o.port)
 			if o.err != "" && h < 0 {
 				// No settled holder: one of the claimants serves once
 				// the last change of the port's claims is Bounds.Converge
@@ -175,7 +219,7 @@ func classEvaluate(all []classObs, b Bounds, services int) Evaluation {
 						if claimant < 0 {
 							claimant = s
 						}
-						if w := excused(s, o.at, o.began); w != "" {
+						if w := excused(s, o.target, o.at, o.began); w != "" {
 							why = w
 						}
 					}
@@ -185,29 +229,32 @@ func classEvaluate(all []classObs, b Bounds, services int) Evaluation {
 					ev.Excused[ExcuseUnclaimed]++
 				case o.at.Sub(changed[o.port]) <= b.Converge:
 					ev.Excused[ExcuseClaimChanged]++
+				case outage(o.target, o.at):
+					ev.Excused[ExcuseTargetDown]++
 				case why != "":
 					ev.Excused[why]++
 				default:
-					add(NoFailedRequest, o.at, o.port, "a request through port %d failed (%s) while %s claimed it, unchanged for %v", o.port, o.err, className(claimant), b.Converge)
+					add(NoFailedRequest, o, "a request through port %d failed (%s) while %s claimed it, unchanged for %v", o.port, o.err, className(claimant), b.Converge)
 				}
 				continue
 			}
 			if o.err != "" {
-				if why := excused(h, o.at, o.began); why != "" {
+				if why := excused(h, o.target, o.at, o.began); why != "" {
 					ev.Excused[why]++
 					continue
 				}
-				add(NoFailedRequest, o.at, o.port, "a request through port %d failed (%s) while %s held it", o.port, o.err, className(h))
+				add(NoFailedRequest, o, "a request through port %d failed (%s) while %s held it", o.port, o.err, className(h))
 				continue
 			}
 			x := o.svc
-			claimed := x >= 0 && x < services && (claims[x] == o.port || o.at.Sub(claimedUntil[[2]int{x, o.port}]) <= b.Converge)
+			claimed := x >= 0 && x < services && (claims[x] == o.port || o.at.Sub(claimedUntil[[2]int{x, o.port}]) <= b.Converge ||
+				outage(o.target, o.at) && !claimedUntil[[2]int{x, o.port}].IsZero())
 			if !claimed {
-				add(OthersUntouchedAcross, o.at, o.port, "port %d answered by a pod of %s, which has not claimed it for %v", o.port, classNameOr(x), b.Converge)
+				add(OthersUntouchedAcross, o, "port %d answered by a pod of %s, which has not claimed it for %v", o.port, classNameOr(x), b.Converge)
 				continue
 			}
 			if h >= 0 && x != h {
-				add(HolderKeeps, o.at, o.port, "port %d, which %s holds, answered by a pod of %s", o.port, className(h), className(x))
+				add(HolderKeeps, o, "port %d, which %s holds, answered by a pod of %s", o.port, className(h), className(x))
 			}
 		}
 	}

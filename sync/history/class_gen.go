@@ -24,11 +24,17 @@ const (
 	ClassPodKill   Kind = "class-pod-kill"   // a ready pod dies; Kubernetes has not noticed
 	ClassPodNotice Kind = "class-pod-notice" // the killed pods' endpoints go
 	ClassCrash     Kind = "class-crash"      // serve is killed, a new one starts
+	// ClassTargetDown: the second HAProxy's Data Plane API and admin
+	// socket refuse every connection (its host's control plane is gone;
+	// HAProxy serves on); ClassTargetUp: they answer again.
+	ClassTargetDown Kind = "class-target-down"
+	ClassTargetUp   Kind = "class-target-up"
 )
 
 func classKind(k Kind) bool {
 	switch k {
-	case ClassJoin, ClassLeave, ClassPort, ClassDelete, ClassPodAdd, ClassPodTerm, ClassPodGone, ClassPodKill, ClassPodNotice, ClassCrash:
+	case ClassJoin, ClassLeave, ClassPort, ClassDelete, ClassPodAdd, ClassPodTerm, ClassPodGone, ClassPodKill, ClassPodNotice, ClassCrash,
+		ClassTargetDown, ClassTargetUp:
 		return true
 	}
 	return false
@@ -146,13 +152,21 @@ func (m *classModel) apply(st Step) {
 	}
 }
 
-// classSteps draws n steps from seed. Every Service that exists keeps a
-// ready pod that answers: a holder can always serve.
-func classSteps(seed uint64, n int) []Step {
+// classSteps draws n steps from seed, for targets HAProxies. Every Service
+// that exists keeps a ready pod that answers: a holder can always serve.
+// The second target, once down, comes back within 4 steps, and before the
+// end.
+func classSteps(seed uint64, n, targets int) []Step {
 	r := rand.New(rand.NewPCG(seed^0xc1a55, seed*5+3))
 	m := classStart()
 	var out []Step
+	down := -1 // the step the second target went down at
 	for len(out) < n {
+		if down >= 0 && (len(out)-down >= 4 || len(out) == n-1) {
+			out = append(out, Step{Kind: ClassTargetUp, Target: 1, Times: 1, Wait: time.Duration(r.IntN(1500)) * time.Millisecond})
+			down = -1
+			continue
+		}
 		s := r.IntN(classServices)
 		v := m.svcs[s]
 		st := Step{Node: s, Wait: time.Duration(r.IntN(1500)) * time.Millisecond}
@@ -191,6 +205,9 @@ func classSteps(seed uint64, n int) []Step {
 			if k, _ := m.count(s, cKilled); k > 0 {
 				st.Kind = ClassPodNotice
 			}
+		case targets > 1 && down < 0 && r.IntN(2) == 0:
+			st.Kind, st.Node, st.Target = ClassTargetDown, 0, 1
+			down = len(out)
 		default:
 			st.Kind = ClassCrash
 		}
@@ -200,7 +217,7 @@ func classSteps(seed uint64, n int) []Step {
 		if r.IntN(3) == 0 {
 			st.Times = 1
 		}
-		if (st.Kind == ClassJoin || st.Kind == ClassPort) && slices.Contains(m.claims(), st.Target) && len(out) > 0 {
+		if (st.Kind == ClassJoin || st.Kind == ClassPort) && slices.Contains(m.claims(), st.Target) && len(out) > 0 && down < 0 {
 			// A claim of a port another Service claims is judged from a
 			// settled moment before it and one after.
 			out[len(out)-1].Times, st.Times = 1, 1
@@ -221,6 +238,8 @@ func classString(s Step) string {
 		what += fmt.Sprintf(" p-%d", s.Pods[0])
 	case ClassCrash:
 		what = "serve"
+	case ClassTargetDown, ClassTargetUp:
+		what = fmt.Sprintf("target %d", s.Target)
 	}
 	if s.Times == 1 {
 		what += ", then settled"

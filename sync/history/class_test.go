@@ -91,6 +91,45 @@ func TestClassEvaluate(t *testing.T) {
 			want: []Invariant{NoFailedRequest},
 		},
 		{
+			name:   "through a target that is down, the old holder answers long after it moved away",
+			obs:    []classObs{{at: at(1500), kind: cDown, target: 1, on: true}, step(2000, 0, 2, 1, 0), {at: at(12500), kind: cRequest, target: 1, port: 0, svc: 0}},
+			excuse: "",
+		},
+		{
+			name: "through the target that is up, the old holder answers long after it moved away",
+			obs:  []classObs{{at: at(1500), kind: cDown, target: 1, on: true}, step(2000, 0, 2, 1, 0), answered(12500, 0, 0)},
+			want: []Invariant{OthersUntouchedAcross},
+		},
+		{
+			name: "through a target that came back more than the converge bound ago",
+			obs: []classObs{{at: at(1500), kind: cDown, target: 1, on: true}, step(2000, 0, 2, 1, 0), {at: at(3000), kind: cDown, target: 1},
+				{at: at(13500), kind: cRequest, target: 1, port: 0, svc: 0}},
+			want: []Invariant{OthersUntouchedAcross},
+		},
+		{
+			name:   "a failure through a target that is down, on a port whose claims changed long ago",
+			obs:    []classObs{{at: at(1500), kind: cDown, target: 1, on: true}, step(2000, 0, 2, 1, 0), {at: at(12500), began: at(12400), kind: cRequest, target: 1, port: 0, svc: -1, err: "x"}},
+			excuse: ExcuseTargetDown,
+		},
+		{
+			name: "a failure through a target that is down, of the holder settled there before",
+			obs: []classObs{{at: at(1000), kind: cSettled, target: 1, holders: []int{0, 1, -1}}, {at: at(1500), kind: cDown, target: 1, on: true},
+				{at: at(3000), began: at(2900), kind: cRequest, target: 1, port: 0, svc: -1, err: "x"}},
+			want: []Invariant{NoFailedRequest},
+		},
+		{
+			name: "a failure through a target that is down, of the holder settled there before, which lost a pod since",
+			obs: []classObs{{at: at(1000), kind: cSettled, target: 1, holders: []int{0, 1, -1}}, {at: at(1500), kind: cDown, target: 1, on: true},
+				{at: at(2000), kind: cGone, svc: 0}, {at: at(5000), began: at(4900), kind: cRequest, target: 1, port: 0, svc: -1, err: "x"}},
+			excuse: ExcuseTargetDown,
+		},
+		{
+			name: "a failure through the target that is up, of the holder, which lost a pod while the other was down",
+			obs: []classObs{{at: at(1500), kind: cDown, target: 1, on: true},
+				{at: at(2000), kind: cGone, svc: 0}, {at: at(5000), began: at(4900), kind: cRequest, target: 0, port: 0, svc: -1, err: "x"}},
+			want: []Invariant{NoFailedRequest},
+		},
+		{
 			name: "a failure through the operator's frontend, during a reload",
 			obs:  []classObs{{at: at(4100), began: at(4000), kind: cReload}, failed(4050, 4000, opPort)},
 			want: []Invariant{OthersUntouchedAcross},
@@ -111,7 +150,7 @@ func TestClassStepsKeepAServingPod(t *testing.T) {
 	lateOldest := 0
 	for seed := range uint64(20) {
 		m := classStart()
-		for i, st := range classSteps(seed, 40) {
+		for i, st := range classSteps(seed, 40, 2) {
 			claims := m.claims()
 			if st.Kind == ClassJoin && st.Node == 2 && m.svcs[2].exists && slices.Contains(claims[:2], st.Target) {
 				lateOldest++
@@ -125,7 +164,7 @@ func TestClassStepsKeepAServingPod(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []Kind{ClassJoin, ClassLeave, ClassPort, ClassDelete, ClassPodAdd, ClassPodTerm, ClassPodGone, ClassPodKill, ClassPodNotice, ClassCrash} {
+	for _, k := range []Kind{ClassJoin, ClassLeave, ClassPort, ClassDelete, ClassPodAdd, ClassPodTerm, ClassPodGone, ClassPodKill, ClassPodNotice, ClassCrash, ClassTargetDown, ClassTargetUp} {
 		if kinds[k] == 0 {
 			t.Errorf("no seed drew %s", k)
 		}
@@ -136,7 +175,7 @@ func TestClassStepsKeepAServingPod(t *testing.T) {
 }
 
 // classRuns are make test's class histories.
-var classRuns = []uint64{3, 8}
+var classRuns = []uint64{3, 4}
 
 // TestHistoriesClass runs the class histories of classRuns (the binary's
 // serve in class mode, see class.go).
