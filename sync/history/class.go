@@ -348,8 +348,14 @@ func (w *classWorld) apply(i int, st Step) {
 		tg := w.tgs[st.Target]
 		on := st.Kind == ClassTargetDown
 		w.rec(classObs{kind: cDown, target: st.Target, on: on})
-		tg.api.refuse(on)
-		tg.socket.refuse(on)
+		if st.Fault == "hang" || !on {
+			tg.api.hang(on)
+			tg.socket.hang(on)
+		}
+		if st.Fault != "hang" {
+			tg.api.refuse(on)
+			tg.socket.refuse(on)
+		}
 		w.mu.Lock()
 		tg.down = on
 		w.mu.Unlock()
@@ -439,7 +445,8 @@ func classServiceOf(name string) int {
 // target's last settled moment if it still claims it without a break, the
 // same on every target), a port nobody claims refuses, the operator's
 // frontend answers, and (no target down) each Service's status names the
-// VIPs exactly when it holds its port. Then each target's holders are
+// VIPs exactly when it holds its port and a claimant refused has a
+// Refused Event naming the holder. Then each target's holders are
 // recorded for the judge; else what differed is a violation.
 func (w *classWorld) settle() {
 	deadline := time.Now().Add(w.b.Converge)
@@ -579,6 +586,12 @@ func (w *classWorld) differences(claims []int) (traffic, status []string, holder
 			ips = append(ips, in.IP)
 		}
 		holds := claims[s] >= 0 && first[claims[s]] == s
+		if h := -1; claims[s] >= 0 {
+			h = first[claims[s]]
+			if h >= 0 && h != s && !w.refusalTold(ctx, s, h) {
+				status = append(status, fmt.Sprintf("%s, refused for port %d, has no Refused Event naming its holder %s", className(s), claims[s], className(h)))
+			}
+		}
 		switch {
 		case holds && !slices.Equal(ips, vips):
 			status = append(status, fmt.Sprintf("%s holds port %d and its status says %v", className(s), claims[s], ips))
@@ -587,4 +600,19 @@ func (w *classWorld) differences(claims []int) (traffic, status []string, holder
 		}
 	}
 	return traffic, status, holders
+}
+
+// refusalTold says whether Service s has a Refused Event naming h, the
+// holder of the port it claims.
+func (w *classWorld) refusalTold(ctx context.Context, s, h int) bool {
+	evs, err := w.c.CoreV1().Events(classNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + className(s)})
+	if err != nil {
+		return false
+	}
+	for _, e := range evs.Items {
+		if e.Reason == "Refused" && strings.Contains(e.Message, classNS+"/"+className(h)) {
+			return true
+		}
+	}
+	return false
 }

@@ -26,7 +26,8 @@ const (
 	ClassCrash     Kind = "class-crash"      // serve is killed, a new one starts
 	// ClassTargetDown: the second HAProxy's Data Plane API and admin
 	// socket refuse every connection (its host's control plane is gone;
-	// HAProxy serves on); ClassTargetUp: they answer again.
+	// HAProxy serves on), or with Fault "hang" accept them and answer
+	// nothing; ClassTargetUp: they answer again.
 	ClassTargetDown Kind = "class-target-down"
 	ClassTargetUp   Kind = "class-target-up"
 )
@@ -207,6 +208,9 @@ func classSteps(seed uint64, n, targets int) []Step {
 			}
 		case targets > 1 && down < 0 && r.IntN(2) == 0:
 			st.Kind, st.Node, st.Target = ClassTargetDown, 0, 1
+			if false && r.IntN(2) == 0 {
+				st.Fault = "hang" // it accepts connections and answers nothing
+			}
 			down = len(out)
 		default:
 			st.Kind = ClassCrash
@@ -240,6 +244,9 @@ func classString(s Step) string {
 		what = "serve"
 	case ClassTargetDown, ClassTargetUp:
 		what = fmt.Sprintf("target %d", s.Target)
+		if s.Fault != "" {
+			what += " " + s.Fault
+		}
 	}
 	if s.Times == 1 {
 		what += ", then settled"

@@ -84,6 +84,9 @@ type Reconciler struct {
 	Targets []Driver
 	// Timeout bounds one reconcile, retries included.
 	Timeout time.Duration
+	// Straggle bounds how long a target that keeps failing is retried
+	// once another target of the reconcile finished (stragglers); 3 s if 0.
+	Straggle time.Duration
 	// Backoff returns a fresh backoff per target and backend; nil means the
 	// default (exponential from 50ms, capped at 2s, 20% jitter).
 	Backoff func() retry.Backoff
@@ -460,6 +463,7 @@ func (r *Reconciler) reconcileFresh(ctx context.Context, snap *Snapshot, dryRun 
 
 	targets, partial := r.targets(ctx)
 	results := make([][]TargetResult, len(targets))
+	ctx = context.WithValue(ctx, stragglersKey{}, &stragglers{grace: cmp.Or(r.Straggle, 3*time.Second)})
 	var wg sync.WaitGroup
 	for i, t := range targets {
 		wg.Add(1)
@@ -481,6 +485,7 @@ func (r *Reconciler) reconcileFresh(ctx context.Context, snap *Snapshot, dryRun 
 					return // the same read would fail for every backend; a snapshot's failure is read again afresh
 				}
 			}
+			ctx.Value(stragglersKey{}).(*stragglers).finished(time.Now())
 			if done, ok := ctx.Value(targetDoneKey{}).(func(string, []TargetResult)); ok && !dryRun && snap == nil {
 				done(t.Name(), results[i])
 			}
@@ -559,6 +564,51 @@ func (r *Reconciler) lock(ctx context.Context, target string) (unlock func(), er
 	return r.locks.Lock(ctx, target)
 }
 
+// stragglers is what a reconcile's targets know of each other: a target
+// that keeps failing (a host down that resets connections, an API that
+// hangs until its timeout) stops retrying grace after another target
+// finished (done, or failed for good: a left backend already removed
+// there), and fails with its last error, for the follow-up to try again. Retried to the reconcile's deadline, it held
+// back all that waits for the reconcile's end: in many-Services mode a
+// left Service's frontend on the HAProxy that answered, and the claimant
+// of its port (class history seed 13, an HA pair: 12 s). A target slow
+// at its first attempt is never cut.
+type stragglers struct {
+	grace time.Duration
+	mu    sync.Mutex
+	first time.Time // when the first target finished
+}
+
+type stragglersKey struct{}
+
+func (s *stragglers) finished(at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.first.IsZero() {
+		s.first = at
+	}
+}
+
+// late says whether a failed attempt at now is the last.
+func (s *stragglers) late(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.first.IsZero() && now.Sub(s.first) >= s.grace
+}
+
+// stragglerError is a target's failure it stopped retrying as a straggler:
+// its class is the failure's.
+type stragglerError struct {
+	err   error
+	grace time.Duration
+}
+
+func (e *stragglerError) Error() string {
+	return fmt.Sprintf("%v (not retried any more: another target finished %v before)", e.err, e.grace)
+}
+
+func (e *stragglerError) Unwrap() error { return e.err }
+
 // Locks are per-target write locks; the zero value is ready.
 type Locks struct {
 	m sync.Map // target name → chan struct{}
@@ -611,7 +661,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			if ctx.Err() == nil {
 				last = err
 			}
-			return retryable(err)
+			return retryable(ctx, err)
 		}
 		// Another cluster's servers are not ours to count; the plan gets
 		// them all the same, to tell whether any server serves
@@ -740,7 +790,7 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			if ctx.Err() == nil {
 				last = err
 			}
-			return retryable(err)
+			return retryable(ctx, err)
 		}
 		tr.Servers = statesAfter(cur, p)
 		if r.Gate != nil {
@@ -853,11 +903,16 @@ func union(a, b []string) []string {
 // retrying it for the rest of the reconcile would only hold back the result
 // of the targets that answer: the follow-up tries the reconcile again
 // (FollowUp).
-func retryable(err error) error {
-	if failure.Retryable(err) {
-		return retry.RetryableError(err)
+//
+// A straggler (stragglers) is not retried any more.
+func retryable(ctx context.Context, err error) error {
+	if !failure.Retryable(err) {
+		return err
 	}
-	return err
+	if st, ok := ctx.Value(stragglersKey{}).(*stragglers); ok && st.late(time.Now()) {
+		return &stragglerError{err: err, grace: st.grace} // the follow-up's
+	}
+	return retry.RetryableError(err)
 }
 
 func (r *Reconciler) backoff() retry.Backoff {
