@@ -46,6 +46,7 @@ import (
 // before its Data Plane API and admin socket (ClassTargetDown).
 type classTarget struct {
 	h           *haproxytest.HAProxy
+	srv         *dataplanetest.Server
 	vip         string
 	api, socket *relay
 	down        bool
@@ -209,6 +210,7 @@ func (w *classWorld) startTarget(i int) *classTarget {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tg.srv = api
 	tg.api = startRelay(t, "tcp", u.Host, nil)
 	tg.socket = startRelay(t, "unix", tg.h.AdminSocket, nil)
 	return tg
@@ -348,13 +350,19 @@ func (w *classWorld) apply(i int, st Step) {
 		tg := w.tgs[st.Target]
 		on := st.Kind == ClassTargetDown
 		w.rec(classObs{kind: cDown, target: st.Target, on: on})
-		if st.Fault == "hang" || !on {
-			tg.api.hang(on)
-			tg.socket.hang(on)
-		}
-		if st.Fault != "hang" {
-			tg.api.refuse(on)
-			tg.socket.refuse(on)
+		switch {
+		case st.Fault == "hang":
+			// Every request hangs, on connections open too (keep-alive).
+			tg.socket.hang(true)
+			tg.srv.InjectFault(dataplanetest.Fault{Hang: true})
+		case on:
+			tg.api.refuse(true)
+			tg.socket.refuse(true)
+		default:
+			tg.socket.hang(false)
+			tg.srv.ClearFault()
+			tg.api.refuse(false)
+			tg.socket.refuse(false)
 		}
 		w.mu.Lock()
 		tg.down = on

@@ -208,7 +208,7 @@ func classSteps(seed uint64, n, targets int) []Step {
 			}
 		case targets > 1 && down < 0 && r.IntN(2) == 0:
 			st.Kind, st.Node, st.Target = ClassTargetDown, 0, 1
-			if false && r.IntN(2) == 0 {
+			if r.IntN(2) == 0 {
 				st.Fault = "hang" // it accepts connections and answers nothing
 			}
 			down = len(out)

@@ -175,7 +175,7 @@ func TestClassStepsKeepAServingPod(t *testing.T) {
 }
 
 // classRuns are make test's class histories.
-var classRuns = []uint64{3, 4}
+var classRuns = []uint64{3, 4, 7}
 
 // TestHistoriesClass runs the class histories of classRuns (the binary's
 // serve in class mode, see class.go).
