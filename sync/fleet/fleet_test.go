@@ -186,6 +186,14 @@ func annotatedSvc(ns, name, backend string) corev1.Service {
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 8080}}}}
 }
 
+// lbService is a LoadBalancer Service of class "lb" in namespace apps with
+// one port.
+func lbService(name string, port int32) corev1.Service {
+	cls := "lb"
+	return corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Port: port}}}}
+}
+
 func newFleet(c *cluster, targets ...reconcile.Driver) *Fleet {
 	return &Fleet{
 		Services:  c,
@@ -533,9 +541,7 @@ func TestHolderKeepsItsBackend(t *testing.T) {
 // a follow-up.
 func TestClassServiceWaitsForReload(t *testing.T) {
 	c := &cluster{}
-	cls := "lb"
-	c.add(corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "new"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Port: 80}}}}, "127.0.1.1")
+	c.add(lbService("new", 80), "127.0.1.1")
 	_, be := services.ClassNames("", "apps", "new", 80)
 	h := newMem("h", be)
 	fe := &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/new": true}, Loading: []string{"apps/new"}}}
@@ -607,9 +613,7 @@ func (d downHAProxy) Apply(context.Context, plan.Plan) (plan.Applied, error) {
 // nor withdrawn.
 func TestOneHAProxyDownHoldsBackNoClassService(t *testing.T) {
 	c := &cluster{}
-	cls := "lb"
-	c.add(corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Port: 80}}}}, "127.0.1.1")
+	c.add(lbService("web", 80), "127.0.1.1")
 	_, be := services.ClassNames("", "apps", "web", 80)
 	live := newMem("a", be)
 	fe := &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/web": false}},
@@ -635,9 +639,7 @@ func TestOneHAProxyDownHoldsBackNoClassService(t *testing.T) {
 // unreachable, as without it.
 func TestOneHAProxyDownHidesNotBehindAServicesOwnFailure(t *testing.T) {
 	c := &cluster{}
-	cls := "lb"
-	c.add(corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Port: 80}}}}, "127.0.1.1")
+	c.add(lbService("web", 80), "127.0.1.1")
 	_, be := services.ClassNames("", "apps", "web", 80)
 	live := newMem("a", be)
 	fe := &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/web": false},

@@ -122,9 +122,7 @@ func (f *flakyHAProxy) Apply(ctx context.Context, p plan.Plan) (plan.Applied, er
 // in the binary; a reload), 11 s in that history.
 func TestStatusWrittenWhenTheLastTargetEntersService(t *testing.T) {
 	c := &cluster{}
-	cls := "lb"
-	c.add(corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &cls, Ports: []corev1.ServicePort{{Port: 80}}}}, "127.0.1.1")
+	c.add(lbService("web", 80), "127.0.1.1")
 	_, be := services.ClassNames("", "apps", "web", 80)
 	a, b := newMem("a", be), &flakyHAProxy{memHAProxy: newMem("b", be), down: true}
 	f := newFleet(c, a, b)
