@@ -59,7 +59,7 @@ func newFleetPokes(cfg config.Config, f *fleet.Fleet, checks map[string]reconcil
 	}
 	p.queue = watch.NewQueue(p.run, p.left, watch.QueueLimits{}, log)
 	p.lanes.LeftAgain = p.queue.Left
-	if rw := reloadWatcher(checks, log, func(target string) { p.pokeAll("reload", "HAProxy reloaded: "+target) }); rw != nil {
+	if rw := reloadWatcher(checks, log, func(target string) { p.pokeAll("reload", "HAProxy reloaded or reachable again: "+target) }); rw != nil {
 		p.reloads = rw
 	}
 	if manifests != "" {

@@ -60,7 +60,7 @@ func newPokes(cfg config.Config, r reconcile.Runner, checks map[string]reconcile
 		}
 		l.Log(context.Background(), reconcile.Level(res.Status), "reconcile", "status", res.Status, "desired", res.Desired, "durationMs", res.DurationMs, "targets", res.Targets)
 	})
-	if rw := reloadWatcher(checks, log, func(target string) { p.poke("reload", "HAProxy reloaded: "+target) }); rw != nil {
+	if rw := reloadWatcher(checks, log, func(target string) { p.poke("reload", "HAProxy reloaded or reachable again: "+target) }); rw != nil {
 		p.reloads = rw
 	}
 	if manifests != "" {

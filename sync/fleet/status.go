@@ -112,18 +112,38 @@ func statusChange(cur, ours []corev1.LoadBalancerIngress, followed, ready, front
 // result need not hold every target; the status waits for all of them.
 type served map[string]map[string]bool // target → backend → in service
 
-// merge returns s with r's targets as r left them (one that failed: none
-// in service). s is not changed.
+// merge returns s with r's targets as r left them: a target that failed
+// anywhere (before any backend too: its lock, a Kubernetes read) is known
+// nowhere in service but where r says so. s is not changed.
 func (s served) merge(r reconcile.Result) served {
 	out := make(served, len(s))
 	for t, bes := range s {
 		out[t] = maps.Clone(bes)
 	}
 	for _, t := range r.Targets {
-		if out[t.Target] == nil {
+		if t.Error != "" || out[t.Target] == nil {
 			out[t.Target] = map[string]bool{}
 		}
-		out[t.Target][t.Backend] = t.Error == "" && t.Servers[string(model.Ready)] > 0
+	}
+	for _, t := range r.Targets {
+		if t.Backend != "" {
+			out[t.Target][t.Backend] = t.Error == "" && t.Servers[string(model.Ready)] > 0
+		}
+	}
+	return out
+}
+
+// only returns s with sel's backends alone: what a Service whose ports
+// changed served before is forgotten.
+func (s served) only(sel services.Selected) served {
+	out := make(served, len(s))
+	for t, bes := range s {
+		out[t] = map[string]bool{}
+		for _, p := range sel.Ports {
+			if bes[p.Backend] {
+				out[t][p.Backend] = true
+			}
+		}
 	}
 	return out
 }
@@ -148,7 +168,7 @@ func (s served) everywhere(sel services.Selected, targets []string) bool {
 // every target, as r and the reconciles before it (what it knew, s) left
 // them; a failed reconcile says no.
 func inService(s served, r reconcile.Result, sel services.Selected, targets []string) (bool, served) {
-	now := s.merge(r)
+	now := s.merge(r).only(sel)
 	return r.Status != reconcile.StatusError && now.everywhere(sel, targets), now
 }
 
@@ -171,6 +191,19 @@ func (f *Fleet) writeStatus(ctx context.Context, all []corev1.Service, chosen []
 		f.servedBy = map[string]served{}
 	}
 	f.mu.Unlock()
+	listed := map[string]bool{}
+	if only == "" {
+		// A full list: what it lacks (a Service deleted) is forgotten.
+		defer func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			for sk := range f.servedBy {
+				if !listed[sk] {
+					delete(f.servedBy, sk)
+				}
+			}
+		}()
+	}
 	classByKey := map[string]services.Selected{}
 	for _, s := range chosen {
 		if s.Class {
@@ -192,17 +225,21 @@ func (f *Fleet) writeStatus(ctx context.Context, all []corev1.Service, chosen []
 		}
 		ours := f.ours() // per Service: a write may have found the API server drops ipMode (noteIPMode)
 		sr := byKey[k]
+		// Keyed by UID too: a Service deleted and created again starts
+		// from nothing.
+		sk := k + "\x00" + string(svc.UID)
+		listed[sk] = true
 		ready := false
 		if followed && sr != nil {
 			f.mu.Lock()
 			var now served
-			ready, now = inService(f.servedBy[k], sr.Result, sel, names)
-			f.servedBy[k] = now
+			ready, now = inService(f.servedBy[sk], sr.Result, sel, names)
+			f.servedBy[sk] = now
 			f.mu.Unlock()
 			ready = ready && report.Ready[k]
 		} else if !followed {
 			f.mu.Lock()
-			delete(f.servedBy, k)
+			delete(f.servedBy, sk)
 			f.mu.Unlock()
 		}
 		// Only a frontend failure of the Service's own withdraws (its port

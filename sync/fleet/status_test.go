@@ -467,3 +467,47 @@ func TestIPModeDroppedIsNotedWithinOnePass(t *testing.T) {
 		t.Errorf("ipModes sent %q: want Proxy first, then none once the API server was seen to drop it", c.modes)
 	}
 }
+
+// TestServedForgetsATargetThatFailed (a second reader): a target whose
+// reconcile failed before any backend (its lock wait timed out) is known in
+// service nowhere: the next follow-up of the other target alone writes no
+// status from what b served before.
+func TestServedForgetsATargetThatFailed(t *testing.T) {
+	s := services.Selected{Ports: []services.Port{{Backend: "be_80"}}}
+	names := []string{"a", "b"}
+	tr := func(target, backend string, ready int, err string) reconcile.TargetResult {
+		return reconcile.TargetResult{Target: target, Backend: backend, Error: err, Servers: map[string]int{"ready": ready}}
+	}
+	var known served
+	// earlier incarnation: in service on both
+	_, known = inService(known, reconcile.Result{Status: reconcile.StatusApplied, Targets: []reconcile.TargetResult{tr("a", "be_80", 1, ""), tr("b", "be_80", 1, "")}}, s, names)
+	// new incarnation: a waits for its check, b's lock wait timed out
+	_, known = inService(known, reconcile.Result{Status: reconcile.StatusError, Targets: []reconcile.TargetResult{tr("a", "be_80", 0, ""),
+		{Target: "b", Error: "another reconcile of b still runs: context deadline exceeded"}}}, s, names)
+	// follow-up of a alone
+	if got, _ := inService(known, reconcile.Result{Status: reconcile.StatusApplied, Targets: []reconcile.TargetResult{tr("a", "be_80", 1, "")}}, s, names); got {
+		t.Errorf("in service with b never reconciled since its failure: %v", known)
+	}
+}
+
+// TestServedForgetsADeletedService (a second reader): a deleted Service is
+// listed no more; a full reconcile forgets what it served.
+func TestServedForgetsADeletedService(t *testing.T) {
+	c := &cluster{}
+	c.add(lbService("web", 80), "127.0.1.1")
+	_, be := services.ClassNames("", "apps", "web", 80)
+	f := newFleet(c, newMem("a", be), newMem("b", be))
+	f.Frontends = &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/web": true}}}
+	if _, err := f.Reconcile(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.svcs = nil
+	c.mu.Unlock()
+	_, _ = f.Reconcile(context.Background(), false)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.servedBy) != 0 {
+		t.Errorf("servedBy still holds the deleted Service: %v", f.servedBy)
+	}
+}

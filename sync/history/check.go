@@ -664,7 +664,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		case obsRequest:
 			if o.err != "" {
 				why := excuse(tt, o.at)
-				if why == "" && !o.began.IsZero() {
+				if why == "" && !o.began.IsZero() && heldPastDeath(o.err) {
 					for _, d := range deaths {
 						if d.After(o.began) && !d.After(o.at) {
 							why = ExcuseDeathInFlight
@@ -874,4 +874,12 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		}
 	}
 	return ev
+}
+
+// heldPastDeath says whether a failed request's error is a read that timed
+// out once connected: what a connection a black hole held gives, the one
+// failure ExcuseDeathInFlight is for (a refused or reset connection, an
+// early end, a wrong answer are judged as ever).
+func heldPastDeath(err string) bool {
+	return strings.HasPrefix(err, "read ") && strings.HasSuffix(err, "i/o timeout")
 }

@@ -139,12 +139,12 @@ func classEvaluate(all []classObs, b Bounds, services int) Evaluation {
 		}
 		return h
 	}
-	excused := func(h, tg int, at, began time.Time) string {
+	excused := func(h, tg int, at, began time.Time, why string) string {
 		for _, d := range deaths[h] {
 			if !at.Before(d) && at.Sub(d) <= b.Abrupt {
 				return ExcuseDeath
 			}
-			if !began.IsZero() && d.After(began) && !d.After(at) {
+			if !began.IsZero() && d.After(began) && !d.After(at) && heldPastDeath(why) {
 				return ExcuseDeathInFlight
 			}
 		}
@@ -219,7 +219,7 @@ func classEvaluate(all []classObs, b Bounds, services int) Evaluation {
 						if claimant < 0 {
 							claimant = s
 						}
-						if w := excused(s, o.target, o.at, o.began); w != "" {
+						if w := excused(s, o.target, o.at, o.began, o.err); w != "" {
 							why = w
 						}
 					}
@@ -229,7 +229,7 @@ func classEvaluate(all []classObs, b Bounds, services int) Evaluation {
 					ev.Excused[ExcuseUnclaimed]++
 				case o.at.Sub(changed[o.port]) <= b.Converge:
 					ev.Excused[ExcuseClaimChanged]++
-				case outage(o.target, o.at):
+				case outage(o.target, o.at) && changed[o.port].After(settledAt[o.target]):
 					ev.Excused[ExcuseTargetDown]++
 				case why != "":
 					ev.Excused[why]++
@@ -239,7 +239,7 @@ func classEvaluate(all []classObs, b Bounds, services int) Evaluation {
 				continue
 			}
 			if o.err != "" {
-				if why := excused(h, o.target, o.at, o.began); why != "" {
+				if why := excused(h, o.target, o.at, o.began, o.err); why != "" {
 					ev.Excused[why]++
 					continue
 				}
@@ -248,7 +248,7 @@ func classEvaluate(all []classObs, b Bounds, services int) Evaluation {
 			}
 			x := o.svc
 			claimed := x >= 0 && x < services && (claims[x] == o.port || o.at.Sub(claimedUntil[[2]int{x, o.port}]) <= b.Converge ||
-				outage(o.target, o.at) && !claimedUntil[[2]int{x, o.port}].IsZero())
+				outage(o.target, o.at) && claimedUntil[[2]int{x, o.port}].After(settledAt[o.target]))
 			if !claimed {
 				add(OthersUntouchedAcross, o, "port %d answered by a pod of %s, which has not claimed it for %v", o.port, classNameOr(x), b.Converge)
 				continue

@@ -21,7 +21,7 @@ func TestClassEvaluate(t *testing.T) {
 	}
 	answered := func(ms, port, svc int) classObs { return classObs{at: at(ms), kind: cRequest, port: port, svc: svc} }
 	failed := func(ms, sent, port int) classObs {
-		return classObs{at: at(ms), began: at(sent), kind: cRequest, port: port, svc: -1, err: "i/o timeout"}
+		return classObs{at: at(ms), began: at(sent), kind: cRequest, port: port, svc: -1, err: "read tcp 127.0.0.1:1->127.0.0.91:2: i/o timeout"}
 	}
 	step := func(ms, i int, claims ...int) classObs {
 		return classObs{at: at(ms), kind: cStep, step: i, claims: claims}
@@ -127,6 +127,18 @@ func TestClassEvaluate(t *testing.T) {
 			name: "a failure through the target that is up, of the holder, which lost a pod while the other was down",
 			obs: []classObs{{at: at(1500), kind: cDown, target: 1, on: true},
 				{at: at(2000), kind: cGone, svc: 0}, {at: at(5000), began: at(4900), kind: cRequest, target: 0, port: 0, svc: -1, err: "x"}},
+			want: []Invariant{NoFailedRequest},
+		},
+		{
+			name: "through a target that is down, a Service whose claim ended before the target's last settled moment answers",
+			obs: []classObs{step(1200, 0, 0, 1, -1), {at: at(1300), kind: cSettled, target: 1, holders: []int{0, 1, -1}}, {at: at(1500), kind: cDown, target: 1, on: true},
+				{at: at(12500), kind: cRequest, target: 1, port: 2, svc: 2}},
+			want: []Invariant{OthersUntouchedAcross},
+		},
+		{
+			name: "a failure through a target that is down, on a port whose claims did not change since it settled",
+			obs: []classObs{step(1200, 0, 0, 1, 2), {at: at(1300), kind: cSettled, target: 1, holders: []int{0, 1, -1}}, {at: at(1500), kind: cDown, target: 1, on: true},
+				{at: at(12500), began: at(12400), kind: cRequest, target: 1, port: 2, svc: -1, err: "x"}},
 			want: []Invariant{NoFailedRequest},
 		},
 		{

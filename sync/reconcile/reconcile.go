@@ -568,11 +568,12 @@ func (r *Reconciler) lock(ctx context.Context, target string) (unlock func(), er
 // that keeps failing (a host down that resets connections, an API that
 // hangs until its timeout) stops retrying grace after another target
 // finished (done, or failed for good: a left backend already removed
-// there), and fails with its last error, for the follow-up to try again. Retried to the reconcile's deadline, it held
+// there), and fails with its last error, for the follow-up to try again
+// (retryableAfter says when). Retried to the reconcile's deadline, it held
 // back all that waits for the reconcile's end: in many-Services mode a
 // left Service's frontend on the HAProxy that answered, and the claimant
-// of its port (class history seed 13, an HA pair: 12 s). A target slow
-// at its first attempt is never cut.
+// of its port (class history seed 13, an HA pair: 12 s). An attempt in
+// flight is never cut.
 type stragglers struct {
 	grace time.Duration
 	mu    sync.Mutex
@@ -604,7 +605,7 @@ type stragglerError struct {
 }
 
 func (e *stragglerError) Error() string {
-	return fmt.Sprintf("%v (not retried any more: another target finished %v before)", e.err, e.grace)
+	return fmt.Sprintf("%v (not retried any more: another target finished more than %v before)", e.err, e.grace)
 }
 
 func (e *stragglerError) Unwrap() error { return e.err }
@@ -643,9 +644,15 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 	if v, ok := r.refused.Load(refusedKey); ok {
 		pol.Refused = v.([]string)
 	}
+	failures := 0 // attempts that failed, for stragglers
 	err := retry.Do(ctx, r.backoff(), func(ctx context.Context) error {
 		tr.Attempts++
 		tr.onlyRefused = false
+		began := time.Now()
+		retryable := func(ctx context.Context, err error) error {
+			failures++
+			return retryableAfter(ctx, err, failures, time.Since(began))
+		}
 		cur, read := model.Backend{}, false
 		if snap != nil {
 			cur, read = snap.Backend(tr.Target, backend)
@@ -904,12 +911,17 @@ func union(a, b []string) []string {
 // of the targets that answer: the follow-up tries the reconcile again
 // (FollowUp).
 //
-// A straggler (stragglers) is not retried any more.
-func retryable(ctx context.Context, err error) error {
+// A straggler is not retried any more: once another target finished grace
+// ago (stragglers), a target that failed twice in a row, or once after an
+// attempt as long as grace that met a network failure (a hang to its
+// timeout). One failure after a slow attempt (a version conflict after a
+// long read or lock wait) is retried as ever.
+func retryableAfter(ctx context.Context, err error, failures int, took time.Duration) error {
 	if !failure.Retryable(err) {
 		return err
 	}
-	if st, ok := ctx.Value(stragglersKey{}).(*stragglers); ok && st.late(time.Now()) {
+	if st, ok := ctx.Value(stragglersKey{}).(*stragglers); ok && st.late(time.Now()) &&
+		(failures >= 2 || took >= st.grace && errors.As(err, new(*failure.NetworkError))) {
 		return &stragglerError{err: err, grace: st.grace} // the follow-up's
 	}
 	return retry.RetryableError(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile/reconciletest"
 )
@@ -50,5 +51,53 @@ func TestAFailingTargetStopsRetryingOnceAnotherFinished(t *testing.T) {
 	res, _ = alone.Reconcile(context.Background(), false)
 	if tr := res.Targets[0]; strings.Contains(tr.Error, "not retried any more") || tr.Attempts < 2 {
 		t.Errorf("alone: %q after %d attempts: want it retried to the deadline", tr.Error, tr.Attempts)
+	}
+}
+
+// slowDriver answers every Read after a delay (a remote Data Plane API).
+type slowDriver struct {
+	*reconciletest.Driver
+	delay time.Duration
+}
+
+func (s *slowDriver) Read(ctx context.Context, be string) (model.Backend, error) {
+	time.Sleep(s.delay)
+	return s.Driver.Read(ctx, be)
+}
+
+// TestASlowTargetsOneConflictIsRetried (a second reader): a healthy but
+// slow target whose first failure (a version conflict) comes after
+// Straggle is retried: a straggler is one that keeps failing.
+func TestASlowTargetsOneConflictIsRetried(t *testing.T) {
+	src := &desiredtest.Source{In: cluster("10.244.0.1")}
+	ok := &reconciletest.Driver{ID: "a"}
+	slow := &slowDriver{Driver: &reconciletest.Driver{ID: "b", Conflicts: 1}, delay: 60 * time.Millisecond}
+	r := reconciler(src, ok, slow)
+	r.Straggle, r.Timeout = 20*time.Millisecond, time.Minute
+	res, err := r.Reconcile(context.Background(), false)
+	if err != nil {
+		for _, tr := range res.Targets {
+			t.Logf("%s: attempts %d error %q", tr.Target, tr.Attempts, tr.Error)
+		}
+		t.Fatalf("err %v: a single conflict on a healthy target was not retried", err)
+	}
+}
+
+// TestAConflictAfterALockWaitIsRetried (a second reader): the same for a
+// target that waited for its lock (a reconcile of it alone) past Straggle.
+func TestAConflictAfterALockWaitIsRetried(t *testing.T) {
+	src := &desiredtest.Source{In: cluster("10.244.0.1")}
+	ok, b := &reconciletest.Driver{ID: "a"}, &reconciletest.Driver{ID: "b", Conflicts: 1}
+	r := reconciler(src, ok, b)
+	r.Locks = &reconcile.Locks{}
+	r.Straggle, r.Timeout = 20*time.Millisecond, time.Minute
+	unlock, _ := r.Locks.Lock(context.Background(), "b")
+	time.AfterFunc(60*time.Millisecond, unlock)
+	res, err := r.Reconcile(context.Background(), false)
+	if err != nil {
+		for _, tr := range res.Targets {
+			t.Logf("%s: attempts %d error %q", tr.Target, tr.Attempts, tr.Error)
+		}
+		t.Fatalf("err %v: a single conflict after a lock wait was not retried", err)
 	}
 }

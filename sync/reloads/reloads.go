@@ -30,13 +30,20 @@ type Process interface {
 // runtime driver this much more than the returning servers' checks.
 const DefaultInterval = 250 * time.Millisecond
 
-// Watcher watches targets' workers and pokes on a new one.
+// BackAfter is how many looks in a row must have failed for a target that
+// answers again to be poked (1 s at DefaultInterval): a look that fails
+// now and then (a reload under way) is no outage.
+const BackAfter = 4
+
+// Watcher watches targets' workers and pokes on a new one, and on one
+// that answers again after BackAfter failed looks.
 type Watcher struct {
 	// Targets are the runtime sockets, by target name (Driver.Name).
 	Targets map[string]Process
 	// Interval between two looks; zero takes DefaultInterval.
 	Interval time.Duration
-	// Poke is called with the target's name when its worker changed.
+	// Poke is called with the target's name when its worker changed, or
+	// when it answers again after an outage.
 	Poke func(target string)
 	Log  *slog.Logger
 }
@@ -58,19 +65,31 @@ func (w *Watcher) watch(ctx context.Context, name string, p Process) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	var last string
+	failed := 0 // looks in a row that failed
 	for {
 		// A hung socket must not stop the looks: each has its own deadline.
 		rctx, cancel := context.WithTimeout(ctx, 4*every)
 		id, err := p.Process(rctx)
 		cancel()
-		if err == nil {
-			if Changed(last, id) {
+		if err != nil {
+			failed++
+		} else {
+			switch {
+			case Changed(last, id):
 				if w.Log != nil {
 					w.Log.Info("HAProxy reloaded: reconciling", "target", name, "worker", id, "before", last)
 				}
 				w.Poke(name)
+			case failed >= BackAfter && last != "":
+				// Unreachable for a while (its host, its socket): what
+				// changed meanwhile is carried now, not at the follow-up's
+				// next retry, which backs off up to 30 s.
+				if w.Log != nil {
+					w.Log.Info("HAProxy reachable again: reconciling", "target", name, "worker", id, "failedLooks", failed)
+				}
+				w.Poke(name)
 			}
-			last = id
+			last, failed = id, 0
 		}
 		select {
 		case <-ctx.Done():

@@ -39,8 +39,9 @@ func (w *worker) Process(context.Context) (string, error) {
 }
 
 // TestPokesOnANewWorker: a new worker is a poke for its target alone, once;
-// a socket that fails for a while and comes back with the same worker is no
-// reload, with another one is.
+// a socket that fails for a while (BackAfter looks and more) and comes back
+// is a poke too (class history seed 13: its follow-up's retry backs off),
+// with the same worker or another, once.
 func TestPokesOnANewWorker(t *testing.T) {
 	a, b := &worker{id: "1"}, &worker{id: "7"}
 	pokes := make(chan string, 16)
@@ -75,6 +76,7 @@ func TestPokesOnANewWorker(t *testing.T) {
 	b.set("", errors.New("connection refused"))
 	expectNone()
 	b.set("7", nil)
+	expect("b")
 	expectNone()
 	b.set("", errors.New("connection refused"))
 	expectNone()
