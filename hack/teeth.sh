@@ -39,7 +39,8 @@ table=$(cat <<'EOF'
 18-cap-ready-first|sed@sync/plan/plan.go@s/(c.Gate .. c.New != nil \&\& c.New.State == model.Ready) != serving/!serving/|158:runtime:short
 19-refused-replacement|sed@sync/plan/keep.go@s/\tfor _, n := range refused {\n\t\tfailed\[n\] = true\n\t}\n//|324:runtime:short
 20-cap-givers|sed@sync/plan/plan.go@s/roomGivers(have, desired.Servers), pol.Refused)/nil, pol.Refused)/|126:runtime:short
-21-status-pair|sed@sync/fleet/status.go@s/inService(f.servedBy.k., sr.Result, sel, names)/inService(nil, sr.Result, sel, names)/|4:dataplane:class
+21-status-pair|sed@sync/fleet/status.go@s/inService(f.servedBy.sk., sr.Result, sel, names)/inService(nil, sr.Result, sel, names)/|4:dataplane:class
+22-straggler|sed@sync/reconcile/reconcile.go@s/return !s.first.IsZero() .. now.Sub(s.first) >= s.grace/return false/|9:dataplane:class
 p1-autoscaler-taint-ignored|sed@sync/desired/node.go@s/if t.Key == TaintToBeDeleted .. t.Key == TaintKarpenterDisrupted {/if t.Key == TaintKarpenterDisrupted {/|3:runtime:nodes-soak
 p2-adds-reload|sed@sync/dataplane/route.go@s/adds > MaxRuntimeAdds/adds > 0/|1:dataplane:short 2:dataplane:short
 p3-holder-by-age|sed@sync/services/select.go@s/\t\t\tcase held.r. == key.s.:\n\t\t\t\tc.Hold = HoldsResource\n\t\t\tcase sl.Class \&\& len.s.Status.LoadBalancer.Ingress. > 0:\n\t\t\t\tc.Hold = HoldsStatus\n//|3:dataplane:class
