@@ -250,6 +250,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 	var capUntil time.Time
 	inK8s := 0
 	var deaths []time.Time
+	var stops []time.Time // every pod's process stopping, ready or not
 	sort.SliceStable(all, func(i, j int) bool { return all[i].at.Before(all[j].at) })
 	pods := map[int]*podTrack{}
 	// Node mode: whether each Node serves and is labelled out (obsNode).
@@ -528,6 +529,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			becomes(o.pod, p, o.at, was)
 			nodeDeath(o.pod, o.at)
 		case obsStop:
+			stops = append(stops, o.at)
 			p := track(o.pod)
 			was := p.available()
 			if was {
@@ -668,6 +670,13 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 					for _, d := range deaths {
 						if d.After(o.began) && !d.After(o.at) {
 							why = ExcuseDeathInFlight
+						}
+					}
+				}
+				if why == "" && !o.began.IsZero() && tt.downAt(o.at, b.Entry) != nil {
+					for _, d := range stops {
+						if d.After(o.began) && !d.After(o.at) {
+							why = ExcuseDownInFlight
 						}
 					}
 				}

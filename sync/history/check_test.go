@@ -279,6 +279,25 @@ func TestEvaluateExcuses(t *testing.T) {
 			want: []Invariant{NoFailedRequest},
 		},
 		{
+			// TestTargetDownAndBack (dataplane/API), once in make history:
+			// a terminating pod the service could not drain on the target
+			// whose API was down exited under a request.
+			name: "a request under way when a pod exited, through a target that is down",
+			obs: append([]obs{{at: at(0), kind: obsListen, pod: 3}, {at: at(0), kind: obsK8s, pod: 3, state: live},
+				{at: at(0), kind: obsCheck, pod: 3}, down(3000, true), {at: at(4000), kind: obsK8s, pod: 3, state: terminating},
+				{at: at(5000), kind: obsStop, pod: 3}, {at: at(5001), began: at(4990), kind: obsRequest, err: "unexpected EOF"}},
+				append(traffic(0, 5000, 1, 3), traffic(5000, 9000, 1)...)...),
+			excuse: ExcuseDownInFlight,
+		},
+		{
+			name: "a request under way when a pod exited, through a target that is up",
+			obs: append([]obs{{at: at(0), kind: obsListen, pod: 3}, {at: at(0), kind: obsK8s, pod: 3, state: live},
+				{at: at(0), kind: obsCheck, pod: 3}, {at: at(4000), kind: obsK8s, pod: 3, state: terminating},
+				{at: at(5000), kind: obsStop, pod: 3}, {at: at(7001), began: at(4990), kind: obsRequest, err: "unexpected EOF"}},
+				append(traffic(0, 5000, 1, 3), traffic(5000, 9000, 1)...)...),
+			want: []Invariant{NoFailedRequest},
+		},
+		{
 			name: "a request sent after a pod died, failed past the abrupt bound",
 			obs: append([]obs{{at: at(0), kind: obsListen, pod: 3}, {at: at(0), kind: obsK8s, pod: 3, state: live},
 				{at: at(0), kind: obsCheck, pod: 3}, {at: at(5000), kind: obsStop, pod: 3},

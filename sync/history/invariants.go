@@ -173,6 +173,11 @@ const (
 	// bound; a failed request is excused only while no pod the service had
 	// in service before it went down still answers.
 	ExcuseDown = "its socket or API was down"
+	// ExcuseDownInFlight: a request through a target whose socket or API
+	// was down (ExcuseDown's window), under way when a pod exited (a
+	// terminating one the service could not drain there): nothing may
+	// take it over. Bounded by the request's life and the outage.
+	ExcuseDownInFlight = "a pod its unreachable target kept exited under it"
 )
 
 // downRecovery bounds how long after a target's socket or API takes
