@@ -549,16 +549,26 @@ func (h *HAProxy) TryReload() error {
 		return err
 	}
 	deadline := time.Now().Add(10 * time.Second)
+	current := 0
 	for {
 		// The master socket may drop a connection while it reloads. From
 		// HAProxy 3.1 the counter moves before the new worker has loaded
 		// and the old one still answers the admin socket: wait until the
-		// worker that answers is the current one.
+		// worker that answers is the current one. The old worker accepts
+		// on the shared socket until it has handled its stop signal, so
+		// one answer from the new one is not enough (CI: a runtime change
+		// sent right after a reload went to the old worker and was lost);
+		// three in a row, 20 ms apart, are, or one once the old worker
+		// has exited.
 		reply, err := h.masterCommand("show proc")
 		n, ok := reloadCount(reply)
 		info, infoErr := h.Command("show info")
 		if err == nil && ok && n > before && infoErr == nil && answeredBy(info, currentWorkers(reply)) {
-			return nil
+			if current++; current == 3 || len(workersIn(reply, "# old workers")) == 0 {
+				return nil
+			}
+		} else {
+			current = 0
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("haproxy did not answer after its reload: %s", h.Logs())
@@ -658,7 +668,10 @@ func answeredBy(info string, workers []int) bool {
 
 // currentWorkers reads the pids of the "# workers" section of "show proc"
 // (not the "# old workers" a reload leaves).
-func currentWorkers(reply string) []int {
+func currentWorkers(reply string) []int { return workersIn(reply, "# workers") }
+
+// workersIn reads the worker pids of one section of "show proc".
+func workersIn(reply, want string) []int {
 	var pids []int
 	section := ""
 	for _, line := range strings.Split(reply, "\n") {
@@ -667,7 +680,7 @@ func currentWorkers(reply string) []int {
 			continue
 		}
 		f := strings.Fields(line)
-		if section == "# workers" && len(f) >= 2 && f[1] == "worker" {
+		if section == want && len(f) >= 2 && f[1] == "worker" {
 			if pid, err := strconv.Atoi(f[0]); err == nil {
 				pids = append(pids, pid)
 			}

@@ -73,6 +73,9 @@ func TestCurrentWorkers(t *testing.T) {
 	if got := currentWorkers(reply); len(got) != 1 || got[0] != 19160 {
 		t.Errorf("current workers %v, want [19160]", got)
 	}
+	if got := workersIn(reply, "# old workers"); len(got) != 1 || got[0] != 19156 {
+		t.Errorf("old workers %v, want [19156]", got)
+	}
 }
 
 // TestReloadWaitsForTheNewWorker: once Reload returns, the admin socket
