@@ -29,6 +29,11 @@ type Config struct {
 	OnError string
 	// Fall is HAPROXY_CHECK_FALL; 0: the shipped 2.
 	Fall int
+	// Rise, Inter, FastInter, DownInter are HAPROXY_CHECK_RISE, _INTER,
+	// _FASTINTER, _DOWNINTER; 0: the shipped ones. The judge's bounds
+	// follow them (BoundsOf).
+	Rise                        int
+	Inter, FastInter, DownInter time.Duration
 	// SendProxy is HAPROXY_SEND_PROXY_V2: the service's servers and their
 	// checks send the PROXY v2 header, and every pod but the static one
 	// refuses a connection without it (invariant default-server-kept).
@@ -107,6 +112,14 @@ func ConfigOf(seed uint64) Config {
 	if one(3) {
 		c.Refused = 5 + r.IntN(6) // a pod added during the history
 	}
+	// Drawn last, so that the draws above stay what they were for the
+	// seeds found before (hack/teeth.sh).
+	if one(3) {
+		c.Rise = []int{1, 2, 3}[r.IntN(3)]
+		c.Inter = []time.Duration{time.Second, 1500 * time.Millisecond, 2 * time.Second}[r.IntN(3)]
+		c.FastInter = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond}[r.IntN(3)]
+		c.DownInter = []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond}[r.IntN(3)]
+	}
 	return c
 }
 
@@ -181,6 +194,7 @@ func (c Config) env() map[string]string {
 	e := map[string]string{
 		"HAPROXY_DELETE_GUARD_PERCENT": "100", "MAX_SERVERS": "4000", "HAPROXY_DELETE_BATCH": "10",
 		"POD_READINESS_GATE": "false", "HAPROXY_CHECK_ON_ERROR": "sudden-death", "HAPROXY_CHECK_FALL": "2",
+		"HAPROXY_CHECK_RISE": "2", "HAPROXY_CHECK_INTER": "1.5s", "HAPROXY_CHECK_FASTINTER": "100ms", "HAPROXY_CHECK_DOWNINTER": "200ms",
 		"HAPROXY_SEND_PROXY_V2": "false", "HAPROXY_WEIGHT": "equal", "CORDONED_NODES": "ignore",
 		"RESYNC_PERIOD": "0s", "SERVICE_EVENTS": "false",
 	}
@@ -213,6 +227,14 @@ func (c Config) env() map[string]string {
 	}
 	if c.Fall > 0 {
 		e["HAPROXY_CHECK_FALL"] = strconv.Itoa(c.Fall)
+	}
+	if c.Rise > 0 {
+		e["HAPROXY_CHECK_RISE"] = strconv.Itoa(c.Rise)
+	}
+	for k, d := range map[string]time.Duration{"HAPROXY_CHECK_INTER": c.Inter, "HAPROXY_CHECK_FASTINTER": c.FastInter, "HAPROXY_CHECK_DOWNINTER": c.DownInter} {
+		if d > 0 {
+			e[k] = d.String()
+		}
 	}
 	if c.Resync > 0 {
 		e["RESYNC_PERIOD"] = c.Resync.String()

@@ -17,6 +17,10 @@ var drawn = map[string]string{
 	"POD_READINESS_GATE":           "Config.Gate: every pod's verdict is read (invariant gate-truthful)",
 	"HAPROXY_CHECK_ON_ERROR":       "Config.OnError",
 	"HAPROXY_CHECK_FALL":           "Config.Fall: 1 or 2",
+	"HAPROXY_CHECK_RISE":           "Config.Rise: 1..3; the judge's bounds follow (BoundsOf)",
+	"HAPROXY_CHECK_INTER":          "Config.Inter: 1 s..2 s",
+	"HAPROXY_CHECK_FASTINTER":      "Config.FastInter: 50..200 ms",
+	"HAPROXY_CHECK_DOWNINTER":      "Config.DownInter: 100..500 ms",
 	"HAPROXY_SEND_PROXY_V2":        "Config.SendProxy: pods refuse a connection without the header",
 	"CLUSTER_NAME":                 "Setup.Static: a server of another instance beside this one's; Config.Writer2 cluster: a second instance (west) on the same backend",
 	"HAPROXY_LOCAL_ZONE":           "Setup.Zones",
@@ -72,10 +76,6 @@ var notDrawn = map[string]string{
 	"HAPROXY_RUNTIME_TLS_KEY":         "a TLS admin socket and its rotation",
 	"HAPROXY_RUNTIME_TLS_SERVER_NAME": "a TLS admin socket and its rotation",
 	"HAPROXY_BALANCE":                 "the service writing the backend's balance and checks",
-	"HAPROXY_CHECK_INTER":             "the bounds are the shipped check's (BoundsOf)",
-	"HAPROXY_CHECK_FASTINTER":         "the bounds are the shipped check's (BoundsOf)",
-	"HAPROXY_CHECK_DOWNINTER":         "the bounds are the shipped check's (BoundsOf)",
-	"HAPROXY_CHECK_RISE":              "the bounds are the shipped check's (BoundsOf)",
 	"HAPROXY_CHECK_HEALTH_NODE_PORT":  "HTTP checks of kube-proxy's health ports: the histories' checks are tcp-check lines every pod answers",
 	"HAPROXY_CHECK_KUBE_PROXY_PORT":   "HTTP checks of kube-proxy's health ports: the histories' checks are tcp-check lines every pod answers",
 	"HAPROXY_DRAIN_TIMEOUT":           "long-lived client sessions: the histories' requests are short",
@@ -127,6 +127,8 @@ func TestConfigOfDrawsEverySetting(t *testing.T) {
 		seen["gate"] = seen["gate"] || c.Gate
 		seen["on-error"] = seen["on-error"] || c.OnError != ""
 		seen["fall"] = seen["fall"] || c.Fall == 1
+		seen["rise"] = seen["rise"] || c.Rise == 1 || c.Rise == 3
+		seen["timings"] = seen["timings"] || c.Inter > 0 && c.FastInter > 0 && c.DownInter > 0
 		seen["send-proxy"] = seen["send-proxy"] || c.SendProxy
 		seen["replica"] = seen["replica"] || c.Writer2 == "replica"
 		seen["cluster"] = seen["cluster"] || c.Writer2 == "cluster"
