@@ -232,6 +232,8 @@ type evalOptions struct {
 	Weight bool
 	// Reloads: the Data Plane API's reloads are judged (ReloadsAsPromised).
 	Reloads bool
+	// Drain is HAPROXY_DRAIN_TIMEOUT (sessionsEvaluate).
+	Drain time.Duration
 }
 
 // evaluate checks the observations of a history against the invariants.
@@ -548,8 +550,10 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			if p.inK8s {
 				inK8s++
 			}
+			// Out of Kubernetes counts as out of traffic: a gone pod's
+			// process may linger (goneStop).
 			switch {
-			case o.state == live || o.state == absent:
+			case o.state == live:
 				p.outSince, p.outSaid = time.Time{}, false
 			case p.outSince.IsZero():
 				p.outSince = o.at
@@ -881,6 +885,12 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			}
 			tt.lastSeen = o.at
 		}
+	}
+	sv, sx, sn := sessionsEvaluate(all, opt.Drain)
+	ev.Sessions = sn
+	ev.Violations = append(ev.Violations, sv...)
+	for k, n := range sx {
+		ev.Excused[k] += n
 	}
 	return ev
 }

@@ -34,6 +34,10 @@ type Config struct {
 	// follow them (BoundsOf).
 	Rise                        int
 	Inter, FastInter, DownInter time.Duration
+	// DrainTimeout is HAPROXY_DRAIN_TIMEOUT; 0: the shipped 0 (sessions
+	// are waited for). Pod-mode histories hold long-lived sessions and let
+	// a gone pod's process linger (SessionsKept, DrainBounded).
+	DrainTimeout time.Duration
 	// SendProxy is HAPROXY_SEND_PROXY_V2: the service's servers and their
 	// checks send the PROXY v2 header, and every pod but the static one
 	// refuses a connection without it (invariant default-server-kept).
@@ -120,6 +124,9 @@ func ConfigOf(seed uint64) Config {
 		c.FastInter = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond}[r.IntN(3)]
 		c.DownInter = []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond}[r.IntN(3)]
 	}
+	if one(3) {
+		c.DrainTimeout = []time.Duration{time.Second, 2 * time.Second}[r.IntN(2)]
+	}
 	return c
 }
 
@@ -196,7 +203,7 @@ func (c Config) env() map[string]string {
 		"POD_READINESS_GATE": "false", "HAPROXY_CHECK_ON_ERROR": "sudden-death", "HAPROXY_CHECK_FALL": "2",
 		"HAPROXY_CHECK_RISE": "2", "HAPROXY_CHECK_INTER": "1.5s", "HAPROXY_CHECK_FASTINTER": "100ms", "HAPROXY_CHECK_DOWNINTER": "200ms",
 		"HAPROXY_SEND_PROXY_V2": "false", "HAPROXY_WEIGHT": "equal", "CORDONED_NODES": "ignore",
-		"RESYNC_PERIOD": "0s", "SERVICE_EVENTS": "false",
+		"RESYNC_PERIOD": "0s", "SERVICE_EVENTS": "false", "HAPROXY_DRAIN_TIMEOUT": "0s",
 	}
 	if c.Weight {
 		e["HAPROXY_WEIGHT"] = "endpoints"
@@ -227,6 +234,9 @@ func (c Config) env() map[string]string {
 	}
 	if c.Fall > 0 {
 		e["HAPROXY_CHECK_FALL"] = strconv.Itoa(c.Fall)
+	}
+	if c.DrainTimeout > 0 {
+		e["HAPROXY_DRAIN_TIMEOUT"] = c.DrainTimeout.String()
 	}
 	if c.Rise > 0 {
 		e["HAPROXY_CHECK_RISE"] = strconv.Itoa(c.Rise)

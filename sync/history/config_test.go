@@ -21,6 +21,7 @@ var drawn = map[string]string{
 	"HAPROXY_CHECK_INTER":          "Config.Inter: 1 s..2 s",
 	"HAPROXY_CHECK_FASTINTER":      "Config.FastInter: 50..200 ms",
 	"HAPROXY_CHECK_DOWNINTER":      "Config.DownInter: 100..500 ms",
+	"HAPROXY_DRAIN_TIMEOUT":        "Config.DrainTimeout: 0, 1 s or 2 s, beside long-lived sessions and gone pods whose process lingers (pod mode; SessionsKept, DrainBounded)",
 	"HAPROXY_SEND_PROXY_V2":        "Config.SendProxy: pods refuse a connection without the header",
 	"CLUSTER_NAME":                 "Setup.Static: a server of another instance beside this one's; Config.Writer2 cluster: a second instance (west) on the same backend",
 	"HAPROXY_LOCAL_ZONE":           "Setup.Zones",
@@ -78,7 +79,6 @@ var notDrawn = map[string]string{
 	"HAPROXY_BALANCE":                 "the service writing the backend's balance and checks",
 	"HAPROXY_CHECK_HEALTH_NODE_PORT":  "HTTP checks of kube-proxy's health ports: the histories' checks are tcp-check lines every pod answers",
 	"HAPROXY_CHECK_KUBE_PROXY_PORT":   "HTTP checks of kube-proxy's health ports: the histories' checks are tcp-check lines every pod answers",
-	"HAPROXY_DRAIN_TIMEOUT":           "long-lived client sessions: the histories' requests are short",
 }
 
 // TestEveryVariableIsDrawnOrExcused: each variable of help is drawn by the
@@ -128,6 +128,7 @@ func TestConfigOfDrawsEverySetting(t *testing.T) {
 		seen["on-error"] = seen["on-error"] || c.OnError != ""
 		seen["fall"] = seen["fall"] || c.Fall == 1
 		seen["rise"] = seen["rise"] || c.Rise == 1 || c.Rise == 3
+		seen["drain"] = seen["drain"] || c.DrainTimeout > 0
 		seen["timings"] = seen["timings"] || c.Inter > 0 && c.FastInter > 0 && c.DownInter > 0
 		seen["send-proxy"] = seen["send-proxy"] || c.SendProxy
 		seen["replica"] = seen["replica"] || c.Writer2 == "replica"

@@ -72,6 +72,15 @@ const (
 	// once per compaction of etcd (expiredBound); one resumed from the
 	// version it lost is answered 410 at every restart, a poke each.
 	WatchResumes Invariant = "watch-resumes"
+	// SessionsKept (pod mode): a long-lived session is cut only when its
+	// pod's process exits, its HAProxy is killed, or its pod has been out
+	// of Kubernetes for HAPROXY_DRAIN_TIMEOUT (above 0); parking, draining,
+	// reloads and the service's own restarts keep it (sessionsEvaluate).
+	SessionsKept Invariant = "sessions-kept"
+	// DrainBounded (HAPROXY_DRAIN_TIMEOUT above 0): a session through a pod
+	// out of Kubernetes is shut within the timeout and drainSlack, unless
+	// its HAProxy reloaded meanwhile (the old worker keeps it).
+	DrainBounded Invariant = "drain-bounded"
 )
 
 // Violation is one invariant that did not hold.
@@ -263,6 +272,8 @@ type Evaluation struct {
 	// SlotReloads counts a slot history's reloads by others by what they
 	// kept (reloadKind).
 	SlotReloads map[string]int
+	// Sessions counts the long-lived sessions judged (sessionsEvaluate).
+	Sessions int
 }
 
 // stateName names a pod state in a violation.
@@ -272,6 +283,8 @@ func stateName(s podState) string {
 		return "terminating"
 	case notReady, noticed:
 		return "not ready"
+	case absent:
+		return "out of Kubernetes"
 	}
 	return "ready"
 }

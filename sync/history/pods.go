@@ -53,8 +53,9 @@ func podName(n int) string { return fmt.Sprintf("p-%d", n) }
 // client by the line each sends first. HAProxy's check sends "hc" and
 // expects "ok" (checkLines): a bare connect would be invisible, as Go's
 // Accept skips a connection HAProxy reset before it was accepted. A client
-// sends "q" and reads the pod's name back. Each connection is recorded with
-// the time it was accepted.
+// sends "q" and reads the pod's name back; a session client sends "s" and
+// stays (pod.session). Each connection is recorded with the time it was
+// accepted.
 type pod struct {
 	n    int
 	addr string
@@ -67,6 +68,12 @@ type pod struct {
 	l listener
 	// hole holds its address once it died as a black hole (blackHole).
 	hole *blackHole
+
+	// sessions are the long-lived client connections it holds open
+	// (sessionClients); cut once it stops, as a process that exits does.
+	sessMu   sync.Mutex
+	sessions map[net.Conn]bool
+	exiting  bool
 }
 
 // listener is a process that listens at one address and hands each
@@ -110,7 +117,7 @@ func (l *listener) open(addr string, began func(), handle func(c net.Conn, at ti
 // close stops listening and waits for the connections to end; stopped
 // (when it listened) is called with the moment it stopped: a connection
 // the kernel accepted and it never took is reset then.
-func (l *listener) close(stopped func(at time.Time)) {
+func (l *listener) close(stopped func(at time.Time), closing ...func()) {
 	l.mu.Lock()
 	ln := l.ln
 	l.ln = nil
@@ -120,6 +127,9 @@ func (l *listener) close(stopped func(at time.Time)) {
 	}
 	at := time.Now()
 	_ = ln.Close()
+	for _, f := range closing {
+		f() // what the process held open goes with it
+	}
 	l.wg.Wait()
 	stopped(at)
 }
@@ -143,6 +153,9 @@ func (p *pod) start() error {
 	// closed (seen under the race detector: seed 1, serve, revive): the
 	// harness's, not the service's, so tried again for up to a second.
 	var err error
+	p.sessMu.Lock()
+	p.exiting = false
+	p.sessMu.Unlock()
 	for range 20 {
 		err = p.l.open(p.addr, func() { p.rec.add(obs{kind: obsListen, pod: p.n}) }, p.handle)
 		if !errors.Is(err, syscall.EADDRINUSE) {
@@ -159,7 +172,51 @@ func (p *pod) start() error {
 // stop closes the listener: connections and checks to the pod are refused
 // from now on (a process that died, or exited at the end of its grace).
 func (p *pod) stop() {
-	p.l.close(func(at time.Time) { p.rec.add(obs{at: at, kind: obsStop, pod: p.n}) })
+	p.l.close(func(at time.Time) { p.rec.add(obs{at: at, kind: obsStop, pod: p.n}) }, p.cutSessions)
+}
+
+// cutSessions closes the sessions the pod holds, and any that would begin.
+func (p *pod) cutSessions() {
+	p.sessMu.Lock()
+	defer p.sessMu.Unlock()
+	p.exiting = true
+	for c := range p.sessions {
+		_ = c.Close()
+	}
+	clear(p.sessions)
+}
+
+// session answers a long-lived client: its pod's name, then "p" for each
+// "p" it sends, until it closes or the pod stops.
+func (p *pod) session(c net.Conn, r *bufio.Reader) {
+	p.sessMu.Lock()
+	if p.exiting {
+		p.sessMu.Unlock()
+		return
+	}
+	if p.sessions == nil {
+		p.sessions = map[net.Conn]bool{}
+	}
+	p.sessions[c] = true
+	p.sessMu.Unlock()
+	defer func() {
+		p.sessMu.Lock()
+		delete(p.sessions, c)
+		p.sessMu.Unlock()
+	}()
+	if _, err := io.WriteString(c, podName(p.n)+"\n"); err != nil {
+		return
+	}
+	for {
+		_ = c.SetDeadline(time.Now().Add(sessionIdle))
+		line, err := r.ReadString('\n')
+		if err != nil || strings.TrimSpace(line) != "p" {
+			return
+		}
+		if _, err := io.WriteString(c, "p\n"); err != nil {
+			return
+		}
+	}
 }
 
 // die stops the pod and, as a black hole, holds its address so that
@@ -201,7 +258,7 @@ func (p *pod) handle(c net.Conn, at time.Time) {
 			}
 		}
 	}
-	r := bufio.NewReader(io.LimitReader(c, 1024))
+	r := bufio.NewReader(io.LimitReader(c, 4096))
 	if p.proxy {
 		ok, err := proxyHeader(r)
 		if err != nil {
@@ -224,6 +281,9 @@ func (p *pod) handle(c net.Conn, at time.Time) {
 	case "q":
 		p.rec.add(obs{at: at, kind: obsClient, pod: p.n, target: from})
 		_, _ = io.WriteString(c, podName(p.n)+"\n")
+	case "s":
+		p.rec.add(obs{at: at, kind: obsClient, pod: p.n, target: from})
+		p.session(c, r)
 	}
 }
 

@@ -1,8 +1,10 @@
 package history
 
 import (
+	"bufio"
 	"context"
 	"io"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
@@ -37,6 +39,7 @@ const (
 	obsKube                          // the API server became unreachable from the service (hung) or reachable again
 	obsRestart                       // target's HAProxy was killed to restart (hung), or listens again
 	obsDown                          // target's socket or API (err) refuses every connection (hung), or takes them again
+	obsSession                       // a long-lived session through target to pod ended (began; err: how it was cut, empty: the client ended it)
 )
 
 // obs is one observation, as the history's recorder keeps it.
@@ -163,3 +166,76 @@ func ask(addr string) (int, error) {
 type unexpectedAnswer struct{ got string }
 
 func (e *unexpectedAnswer) Error() string { return "unexpected answer " + strconv.Quote(e.got) }
+
+// sessionIdle is how long either end of a session waits for the other's
+// next line: well past the pings' interval on a loaded machine, within
+// HAProxy's timeout client and server (10 s).
+const sessionIdle = 5 * time.Second
+
+// sessionClients, n of them, each hold one long-lived session at a time through the
+// frontend at addr until ctx ends: a client that stays connected 3 to 18 s
+// (a websocket, a database connection, a stream), saying something every
+// 200 ms. How each ended is recorded: cut (by whom the judge decides,
+// sessionsEvaluate) or ended by the client.
+func sessionClients(ctx context.Context, target int, addr string, n int, rec *recorder) (wait func()) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if !session(ctx, target, addr, rec) {
+					select {
+					case <-ctx.Done():
+					case <-time.After(200 * time.Millisecond):
+					}
+				}
+			}
+		})
+	}
+	return wg.Wait
+}
+
+// session holds one session; false when none began (no pod answered).
+func session(ctx context.Context, target int, addr string, rec *recorder) bool {
+	began := time.Now()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(4 * time.Second))
+	if _, err := io.WriteString(c, "s\n"); err != nil {
+		return false
+	}
+	r := bufio.NewReader(c)
+	name, err := r.ReadString('\n')
+	n, convErr := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(name), "p-"))
+	if err != nil || convErr != nil {
+		return false // judged as the requests are: a session that never began is not one
+	}
+	until := began.Add(3*time.Second + rand.N(15*time.Second))
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	cut := ""
+	for cut == "" && time.Now().Before(until) {
+		select {
+		case <-ctx.Done():
+			until = time.Now()
+			continue
+		case <-t.C:
+		}
+		_ = c.SetDeadline(time.Now().Add(sessionIdle))
+		if _, err := io.WriteString(c, "p\n"); err != nil {
+			cut = err.Error()
+			break
+		}
+		line, err := r.ReadString('\n')
+		switch {
+		case err != nil:
+			cut = err.Error()
+		case strings.TrimSpace(line) != "p":
+			cut = "unexpected answer " + strconv.Quote(line)
+		}
+	}
+	rec.add(obs{kind: obsSession, began: began, pod: n, target: target, err: cut})
+	return true
+}

@@ -65,6 +65,9 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 			n = 2
 		}
 		waits = append(waits, clients(ctx, tg.i, tg.front, n, 8*time.Millisecond, w.rec), w.monitor(ctx, tg))
+		if s.Nodes == 0 {
+			waits = append(waits, sessionClients(ctx, tg.i, tg.front, 3, w.rec))
+		}
 	}
 	waitClients := func() {
 		for _, f := range waits {
@@ -105,7 +108,7 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 	all := w.rec.snapshot()
 	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, evalOptions{Bounds: b, RuntimeOnly: s.Driver == Runtime, Slots: s.Slots.N > 0, Targets: len(w.targets), Zones: s.Zones,
 		Refused: s.Config.Refused, RefusedName: w.refusedName(), MaxServers: s.Config.MaxServers, Nodes: s.Nodes, Weight: s.Config.Weight,
-		Reloads: s.Driver == Dataplane && !s.DefaultServer && !s.RuntimeFails, TargetOf: func(name string) int {
+		Reloads: s.Driver == Dataplane && !s.DefaultServer && !s.RuntimeFails, Drain: s.Config.DrainTimeout, TargetOf: func(name string) int {
 			if i, ok := w.targetOf[name]; ok {
 				return i
 			}

@@ -125,6 +125,9 @@ type world struct {
 
 	mu    sync.Mutex
 	pods  map[int]*pod
+	// lingering are the stops of gone pods whose process outlives their
+	// endpoint (goneStop), due later.
+	lingering []*time.Timer
 	k8s   map[int]podState // the endpoints Kubernetes holds, by pod
 	names map[int]string   // a pod's name where it is not podName (Recreate)
 	// reused is, for a pod that took a gone pod's address (AddReused), the
@@ -488,7 +491,7 @@ func (w *world) apply(st Step, index int) error {
 	}
 	if st.Kind == Gone {
 		for _, n := range st.Pods {
-			w.pods[n].stop()
+			w.goneStop(index, n)
 		}
 	}
 	switch st.Kind {
@@ -608,6 +611,9 @@ func (w *world) rollout(st Step) error {
 // stopAll stops every pod's process.
 func (w *world) stopAll() {
 	w.mu.Lock()
+	for _, t := range w.lingering {
+		t.Stop()
+	}
 	pods := make([]*pod, 0, len(w.pods))
 	for _, p := range w.pods {
 		pods = append(pods, p)
