@@ -123,13 +123,13 @@ type world struct {
 	port    int
 	rec     *recorder
 
-	mu    sync.Mutex
-	pods  map[int]*pod
+	mu   sync.Mutex
+	pods map[int]*pod
 	// lingering are the stops of gone pods whose process outlives their
 	// endpoint (goneStop), due later.
 	lingering []*time.Timer
-	k8s   map[int]podState // the endpoints Kubernetes holds, by pod
-	names map[int]string   // a pod's name where it is not podName (Recreate)
+	k8s       map[int]podState // the endpoints Kubernetes holds, by pod
+	names     map[int]string   // a pod's name where it is not podName (Recreate)
 	// reused is, for a pod that took a gone pod's address (AddReused), the
 	// pod whose podAddr it has; addrMu guards it alone, as addrOf is asked
 	// under w.mu and outside it.
