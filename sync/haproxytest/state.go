@@ -121,6 +121,9 @@ func (l *ProxyListener) serve(c net.Conn) {
 	}
 }
 
+// Close stops listening: HAProxy's checks to it now fail.
+func (l *ProxyListener) Close() { _ = l.ln.Close() }
+
 // Counts returns the connections that came with the header, and without.
 func (l *ProxyListener) Counts() (proxied, plain int) {
 	l.mu.Lock()

@@ -69,8 +69,13 @@ type classWorld struct {
 	env    []string
 	ports  []int
 	model  *classModel
-	listen map[int]*haproxytest.Listener
-	termAt map[int]time.Time // when each pod began to terminate
+	listen map[int]interface{ Close() }
+	// sendProxy is HAPROXY_SEND_PROXY_V2 (drawn): the pods want the PROXY
+	// v2 header (haproxytest.ProxyListener), the status says ipMode Proxy.
+	sendProxy bool
+	proxied   []*haproxytest.ProxyListener
+	plainSaid int
+	termAt    map[int]time.Time // when each pod began to terminate
 
 	mu         sync.Mutex
 	obs        []classObs
@@ -142,7 +147,7 @@ const classShapeName = "class"
 func startClassWorld(t *testing.T, seed uint64, targets int) *classWorld {
 	t.Helper()
 	cfg, c := startKube(t)
-	w := &classWorld{t: t, b: BoundsOf(config.ShippedCheck()), c: c, model: classStart(), listen: map[int]*haproxytest.Listener{}, termAt: map[int]time.Time{},
+	w := &classWorld{t: t, b: BoundsOf(config.ShippedCheck()), c: c, model: classStart(), sendProxy: classDraw(seed)/8%2 == 1, listen: map[int]interface{ Close() }{}, termAt: map[int]time.Time{},
 		step: -1, claimSince: make([]time.Time, classServices), settledAt: make([]time.Time, targets)}
 	w.clearKube()
 	t.Cleanup(w.clearKube)
@@ -178,7 +183,8 @@ func startClassWorld(t *testing.T, seed uint64, targets int) *classWorld {
 		"SERVICE_SELECTION=class", "LOAD_BALANCER_CLASS=" + classLB, "HAPROXY_VIP=" + strings.Join(vips, ","), "WATCH_NAMESPACES=" + classNS,
 		"TARGET_ADDRESS=pod", "ALLOWED_SERVER_CIDRS=10.244.0.0/16",
 		"HAPROXY_DATAPLANE_URL=" + strings.Join(apis, ","), "HAPROXY_RUNTIME_URL=" + strings.Join(sockets, ","),
-		"CLUSTER_NAME=" + []string{"", "west"}[r%2], "RESYNC_PERIOD=" + []string{"0", "7s"}[r/2%2]}
+		"CLUSTER_NAME=" + []string{"", "west"}[r%2], "RESYNC_PERIOD=" + []string{"0", "7s"}[r/2%2],
+		"HAPROXY_SEND_PROXY_V2=" + strconv.FormatBool(w.sendProxy)}
 	if dir := os.Getenv(coverDirEnv); dir != "" {
 		w.env = append(w.env, "GOCOVERDIR="+dir)
 	}
@@ -217,7 +223,7 @@ func (w *classWorld) startTarget(i int) *classTarget {
 }
 
 // classDraw is the seed's draw of the configuration: one bit each for
-// CLUSTER_NAME, RESYNC_PERIOD and a second target.
+// CLUSTER_NAME, RESYNC_PERIOD, a second target and HAPROXY_SEND_PROXY_V2.
 func classDraw(seed uint64) uint64 { return (seed*2654435761 + 7) >> 7 }
 
 func (w *classWorld) startServe() {
@@ -251,7 +257,14 @@ func (w *classWorld) clearKube() {
 }
 
 func (w *classWorld) startPod(s, n int) {
-	w.listen[n] = haproxytest.Listen(w.t, fmt.Sprintf("c%d-p-%d", s, n), net.JoinHostPort(podAddr(n), strconv.Itoa(classPodPort)))
+	name, addr := fmt.Sprintf("c%d-p-%d", s, n), net.JoinHostPort(podAddr(n), strconv.Itoa(classPodPort))
+	if !w.sendProxy {
+		w.listen[n] = haproxytest.Listen(w.t, name, addr)
+		return
+	}
+	l := haproxytest.ListenProxyV2(w.t, name, addr)
+	w.listen[n] = l
+	w.proxied = append(w.proxied, l)
 }
 
 func (w *classWorld) stopPod(n int) {
@@ -446,181 +459,4 @@ func classServiceOf(name string) int {
 		return -1
 	}
 	return int(name[1] - '0')
-}
-
-// settle waits, up to Bounds.Converge, until through every target that is
-// up every port is served by one of its claimants (its holder at that
-// target's last settled moment if it still claims it without a break, the
-// same on every target), a port nobody claims refuses, the operator's
-// frontend answers, and (no target down) each Service's status names the
-// VIPs exactly when it holds its port and a claimant refused has a
-// Refused Event naming the holder. Then each target's holders are
-// recorded for the judge; else what differed is a violation.
-func (w *classWorld) settle() {
-	deadline := time.Now().Add(w.b.Converge)
-	claims := w.model.claims()
-	var traffic, status []string
-	var holders [][]int
-	for {
-		traffic, status, holders = w.differences(claims)
-		if len(traffic)+len(status) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if len(traffic) > 0 {
-		w.violation(Converges, "not within %v: %s", w.b.Converge, strings.Join(traffic, "; "))
-	}
-	if len(status) > 0 {
-		w.violation(StatusTruthful, "not within %v: %s", w.b.Converge, strings.Join(status, "; "))
-	}
-	now := time.Now()
-	w.mu.Lock()
-	step := w.step
-	for i, hs := range holders {
-		if hs != nil {
-			w.holders[i], w.settledAt[i] = hs, now
-		}
-	}
-	w.mu.Unlock()
-	for i, hs := range holders {
-		if hs != nil {
-			w.rec(classObs{at: now, kind: cSettled, target: i, holders: hs})
-		}
-	}
-	w.t.Logf("settled after step %d: claims %v, ports held by %v (per target; nil: down)", step, claims, holders)
-}
-
-// differences says how what runs differs from what Kubernetes says, and
-// which Service serves each port through each target that is up (nil: down;
-// -1: none, or not one of its claimants).
-func (w *classWorld) differences(claims []int) (traffic, status []string, holders [][]int) {
-	w.mu.Lock()
-	prev, settledAt := make([][]int, len(w.tgs)), slices.Clone(w.settledAt)
-	for i := range prev {
-		prev[i] = slices.Clone(w.holders[i])
-	}
-	since := slices.Clone(w.claimSince)
-	anyDown := false
-	up := make([]bool, len(w.tgs))
-	for i, tg := range w.tgs {
-		up[i] = !tg.down
-		anyDown = anyDown || tg.down
-	}
-	w.mu.Unlock()
-	holders = make([][]int, len(w.tgs))
-	for i, tg := range w.tgs {
-		if !up[i] {
-			continue
-		}
-		holders[i] = make([]int, classPorts)
-		for p, port := range w.ports {
-			holders[i][p] = -1
-			var claimants []int
-			for s, c := range claims {
-				if c == p {
-					claimants = append(claimants, s)
-				}
-			}
-			h := prev[i][p]
-			kept := h >= 0 && claims[h] == p && !since[h].After(settledAt[i])
-			seen := map[int]int{}
-			for range 4 {
-				name, err := haproxytest.Ask(net.JoinHostPort(tg.vip, strconv.Itoa(port)))
-				switch {
-				case err != nil:
-					seen[-2]++
-				default:
-					seen[classServiceOf(name)]++
-				}
-			}
-			where := fmt.Sprintf("port %d of target %d", p, i)
-			switch {
-			case len(claimants) == 0:
-				if len(seen) != 1 || seen[-2] == 0 {
-					traffic = append(traffic, fmt.Sprintf("%s, which no Service claims, answered %v", where, seen))
-				}
-			case len(seen) != 1 || seen[-2] > 0:
-				traffic = append(traffic, fmt.Sprintf("%s (claimed by %v) answered %v", where, claimants, seen))
-			default:
-				for x := range seen {
-					switch {
-					case !slices.Contains(claimants, x):
-						traffic = append(traffic, fmt.Sprintf("%s (claimed by %v) answered by %s", where, claimants, classNameOr(x)))
-					case kept && x != h:
-						traffic = append(traffic, fmt.Sprintf("%s, held by %s, answered by %s", where, className(h), className(x)))
-					default:
-						holders[i][p] = x
-					}
-				}
-			}
-		}
-		if name, err := haproxytest.Ask(tg.h.Frontends[classOp]); err != nil || name != "op" {
-			traffic = append(traffic, fmt.Sprintf("the operator's frontend of target %d answered %q (%v)", i, name, err))
-		}
-	}
-	// Every target that is up serves each port by the same Service.
-	var first []int
-	for i, hs := range holders {
-		switch {
-		case hs == nil:
-		case first == nil:
-			first = hs
-		case !slices.Equal(hs, first):
-			traffic = append(traffic, fmt.Sprintf("target %d serves the ports by %v, another by %v", i, hs, first))
-		}
-	}
-	if anyDown || first == nil {
-		// A Service's status waits for every target.
-		return traffic, status, holders
-	}
-	var vips []string
-	for _, tg := range w.tgs {
-		vips = append(vips, tg.vip)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for s, v := range w.model.svcs {
-		if !v.exists {
-			continue
-		}
-		svc, err := w.c.CoreV1().Services(classNS).Get(ctx, className(s), metav1.GetOptions{})
-		if err != nil {
-			status = append(status, fmt.Sprintf("%s: %v", className(s), err))
-			continue
-		}
-		var ips []string
-		for _, in := range svc.Status.LoadBalancer.Ingress {
-			ips = append(ips, in.IP)
-		}
-		holds := claims[s] >= 0 && first[claims[s]] == s
-		if h := -1; claims[s] >= 0 {
-			h = first[claims[s]]
-			if h >= 0 && h != s && !w.refusalTold(ctx, s, h) {
-				status = append(status, fmt.Sprintf("%s, refused for port %d, has no Refused Event naming its holder %s", className(s), claims[s], className(h)))
-			}
-		}
-		switch {
-		case holds && !slices.Equal(ips, vips):
-			status = append(status, fmt.Sprintf("%s holds port %d and its status says %v", className(s), claims[s], ips))
-		case !holds && len(ips) > 0:
-			status = append(status, fmt.Sprintf("%s holds no port (claims %d) and its status says %v", className(s), claims[s], ips))
-		}
-	}
-	return traffic, status, holders
-}
-
-// refusalTold says whether Service s has a Refused Event naming h, the
-// holder of the port it claims.
-func (w *classWorld) refusalTold(ctx context.Context, s, h int) bool {
-	evs, err := w.c.CoreV1().Events(classNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + className(s)})
-	if err != nil {
-		return false
-	}
-	for _, e := range evs.Items {
-		if e.Reason == "Refused" && strings.Contains(e.Message, classNS+"/"+className(h)) {
-			return true
-		}
-	}
-	return false
 }

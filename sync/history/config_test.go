@@ -22,7 +22,7 @@ var drawn = map[string]string{
 	"HAPROXY_CHECK_FASTINTER":      "Config.FastInter: 50..200 ms",
 	"HAPROXY_CHECK_DOWNINTER":      "Config.DownInter: 100..500 ms",
 	"HAPROXY_DRAIN_TIMEOUT":        "Config.DrainTimeout: 0, 1 s or 2 s, beside long-lived sessions and gone pods whose process lingers (pod mode; SessionsKept, DrainBounded)",
-	"HAPROXY_SEND_PROXY_V2":        "Config.SendProxy: pods refuse a connection without the header",
+	"HAPROXY_SEND_PROXY_V2":        "Config.SendProxy: pods refuse a connection without the header; class histories: classDraw, with ipMode Proxy judged",
 	"CLUSTER_NAME":                 "Setup.Static: a server of another instance beside this one's; Config.Writer2 cluster: a second instance (west) on the same backend",
 	"HAPROXY_LOCAL_ZONE":           "Setup.Zones",
 	"HAPROXY_RUNTIME_URL":          "Setup.Driver and Setup.Targets: one or two sockets",
