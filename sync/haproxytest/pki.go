@@ -55,9 +55,25 @@ type Leaf struct{ CertPEM, KeyPEM []byte }
 // client's.
 func (ca *CA) Issue(t testing.TB, name string, client bool, notAfter time.Time) Leaf {
 	t.Helper()
-	key := newKey(t)
+	l, err := ca.TryIssue(name, client, notAfter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TryIssue is Issue for a goroutine that cannot fail a test (a rotation's).
+func (ca *CA) TryIssue(name string, client bool, notAfter time.Time) (Leaf, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return Leaf{}, err
+	}
+	sn, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return Leaf{}, err
+	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(t),
+		SerialNumber: sn,
 		Subject:      pkix.Name{CommonName: name},
 		NotBefore:    time.Now().Add(-time.Minute),
 		NotAfter:     notAfter,
@@ -72,16 +88,16 @@ func (ca *CA) Issue(t testing.TB, name string, client bool, notAfter time.Time) 
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {
-		t.Fatal(err)
+		return Leaf{}, err
 	}
 	kder, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		t.Fatal(err)
+		return Leaf{}, err
 	}
 	return Leaf{
 		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}),
-	}
+	}, nil
 }
 
 // Write writes the certificate and key as dir/name.crt and dir/name.key,

@@ -296,7 +296,7 @@ func TestSoak(t *testing.T) {
 // that replays it and its steps up to the first violation.
 func expectNone(t *testing.T, r Report) {
 	t.Helper()
-	t.Logf("seed %d %s static=%v targets=%d zones=%v default-server=%v runtime-fails=%v services=%v nodes=%d serve=%v black-holes=%v slots=[%s] config=[%s]: %d steps, %d requests, %d failed %v, %d sessions, a reload by others cost %v", r.Setup.Seed, r.Setup.Driver, r.Setup.Static, r.Setup.Targets, r.Setup.Zones, r.Setup.DefaultServer, r.Setup.RuntimeFails, r.Setup.Services, r.Setup.Nodes, r.Setup.Serve, r.Setup.BlackHoles, r.Setup.Slots, r.Setup.Config, len(r.Steps), r.Requests, r.Failed, r.Excused, r.Sessions, r.ReloadCost)
+	t.Logf("seed %d %s static=%v targets=%d zones=%v default-server=%v runtime-fails=%v services=%v nodes=%d serve=%v black-holes=%v tls=%v slots=[%s] config=[%s]: %d steps, %d requests, %d failed %v, %d sessions, a reload by others cost %v", r.Setup.Seed, r.Setup.Driver, r.Setup.Static, r.Setup.Targets, r.Setup.Zones, r.Setup.DefaultServer, r.Setup.RuntimeFails, r.Setup.Services, r.Setup.Nodes, r.Setup.Serve, r.Setup.BlackHoles, r.Setup.TLS, r.Setup.Slots, r.Setup.Config, len(r.Steps), r.Requests, r.Failed, r.Excused, r.Sessions, r.ReloadCost)
 	if len(r.SlotReloads) > 0 {
 		t.Logf("reloads by others: %v", r.SlotReloads)
 	}

@@ -177,7 +177,11 @@ func reconcilerOf(t testing.TB, cfg config.Config, log *slog.Logger) (*reconcile
 	watched := map[string]reloads.Process{}
 	hc := &http.Client{Timeout: min(10*time.Second, cfg.ReconcileTimeout/3)}
 	for i, raw := range cfg.RuntimeURLs {
-		rt, err := runtimeapi.New(raw, opts.Settings, opts.Check)
+		var tlsOpts []runtimeapi.Option
+		if cfg.RuntimeTLS != nil {
+			tlsOpts = append(tlsOpts, runtimeapi.WithTLS(cfg.RuntimeTLS, cfg.RuntimeTLSServerName))
+		}
+		rt, err := runtimeapi.New(raw, opts.Settings, opts.Check, tlsOpts...)
 		if err != nil {
 			t.Fatal(err)
 		}

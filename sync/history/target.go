@@ -61,7 +61,7 @@ type target struct {
 
 // startTarget starts target i's HAProxy and, for the Data Plane driver, its
 // test API, which reloads that HAProxy with what it wrote.
-func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder) *target {
+func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder, tls *adminTLS) *target {
 	t.Helper()
 	lines := append([]string{"balance roundrobin", "source " + sources[i]}, checkLines...)
 	if s.DefaultServer {
@@ -81,16 +81,27 @@ func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder) *target 
 		tg.backends = append(tg.backends, backend2)
 		bes = append(bes, haproxytest.Backend{Name: backend2, Lines: lines})
 	}
+	if tls != nil {
+		opts.AdminTLS = tls.haproxy()
+	}
 	tg.h = haproxytest.StartWith(t, opts, bes...)
 	tg.front = tg.h.Frontends[backend]
 	tg.runtimeURL = tg.h.RuntimeURL()
+	if tls != nil {
+		tg.runtimeURL = "tls://" + tg.h.AdminTLS
+	}
 	if i > 0 || s.Config.Refused > 0 || s.Serve {
 		var rewrite func(string) string
 		if n := s.Config.Refused; n > 0 {
 			rewrite = tg.refuseOnSocket(podAddr(n))
 		}
-		tg.relay = startRelay(t, "unix", tg.h.AdminSocket, rewrite)
-		tg.runtimeURL = "tcp://" + tg.relay.addr
+		if tls != nil {
+			tg.relay = startRelay(t, "tcp", tg.h.AdminTLS, nil)
+			tg.runtimeURL = "tls://" + tg.relay.addr
+		} else {
+			tg.relay = startRelay(t, "unix", tg.h.AdminSocket, rewrite)
+			tg.runtimeURL = "tcp://" + tg.relay.addr
+		}
 	}
 	static := fmt.Sprintf("server static %s:%d check", podAddr(staticPod), port)
 	if s.Driver == Dataplane {

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"net"
 	"sort"
 	"strconv"
@@ -95,6 +97,11 @@ type Setup struct {
 	Slots SlotSetup
 	// Config is the service's configuration, drawn from the seed too.
 	Config Config
+	// TLS: the service reaches every admin socket over TLS with a client
+	// certificate (tls:// URLs, HAPROXY_RUNTIME_TLS_*), short-lived and
+	// renewed in place as cert-manager does (tls.go). Not with the refused
+	// pod, whose refusal is written into the socket's clear text.
+	TLS bool
 }
 
 // localZone is HAPROXY_LOCAL_ZONE in histories with zones.
@@ -112,7 +119,13 @@ func zoneOf(n int) string {
 func SetupOf(seed uint64, driver Driver) Setup {
 	return Setup{Seed: seed, Driver: driver, Static: seed%2 == 1, ReloadDelay: time.Duration(1+seed%2) * time.Second,
 		Targets: 1 + int(seed/2%2), Zones: seed/4%2 == 1, DefaultServer: driver == Dataplane && seed/8%2 == 1,
-		RuntimeFails: driver == Dataplane && seed/16%2 == 1, Config: ConfigOf(seed)}
+		RuntimeFails: driver == Dataplane && seed/16%2 == 1, Config: ConfigOf(seed), TLS: tlsDrawn(seed)}
+}
+
+// tlsDrawn draws Setup.TLS for a third of the seeds, from a stream of its
+// own, where no pod is refused.
+func tlsDrawn(seed uint64) bool {
+	return ConfigOf(seed).Refused == 0 && rand.New(rand.NewPCG(seed^0x7150c, seed*3+1)).IntN(3) == 0
 }
 
 // world is one history's HAProxy targets, pods, Kubernetes and service.
@@ -189,8 +202,12 @@ func newWorld(t testing.TB, s Setup) *world {
 		w.pods[staticPod] = st
 	}
 	var runtimes, apis []string
+	var tls *adminTLS
+	if s.TLS {
+		tls = startAdminTLS(t)
+	}
 	for i := range max(s.Targets, 1) {
-		tg := startTarget(t, i, s, w.port, w.rec)
+		tg := startTarget(t, i, s, w.port, w.rec, tls)
 		w.targets = append(w.targets, tg)
 		runtimes = append(runtimes, tg.runtimeURL)
 		w.targetOf[tg.runtimeURL] = i
@@ -210,6 +227,9 @@ func newWorld(t testing.TB, s Setup) *world {
 		"HAPROXY_BACKEND_NAME": backend, "ALLOWED_SERVER_CIDRS": "127.0.0.0/8,10.244.0.0/16,10.250.0.0/24",
 		"HAPROXY_RUNTIME_URL": strings.Join(runtimes, ","), "HAPROXY_DATAPLANE_URL": strings.Join(apis, ","),
 		"CLUSTER_NAME": "", "HAPROXY_LOCAL_ZONE": "",
+	}
+	if tls != nil {
+		maps.Copy(env, tls.env())
 	}
 	if s.Zones {
 		env["HAPROXY_LOCAL_ZONE"] = localZone
