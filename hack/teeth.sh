@@ -41,9 +41,14 @@ table=$(cat <<'EOF'
 20-cap-givers|sed@sync/plan/plan.go@s/roomGivers(have, desired.Servers), pol.Refused)/nil, pol.Refused)/|126:runtime:short
 21-status-pair|sed@sync/fleet/status.go@s/inService(f.servedBy.sk., sr.Result, sel, names)/inService(nil, sr.Result, sel, names)/|4:dataplane:class
 22-straggler|sed@sync/reconcile/reconcile.go@s/return !s.first.IsZero() .. now.Sub(s.first) >= s.grace/return false/|9:dataplane:class
+23-pending-removal|sed@sync/dataplane/apply.go@s/if err := c.awaitPendingRemoval(ctx, p); err != nil {/if err := error(nil); err != nil {/|7:dataplane:short
 p1-autoscaler-taint-ignored|sed@sync/desired/node.go@s/if t.Key == TaintToBeDeleted .. t.Key == TaintKarpenterDisrupted {/if t.Key == TaintKarpenterDisrupted {/|3:runtime:nodes-soak
 p2-adds-reload|sed@sync/dataplane/route.go@s/adds > MaxRuntimeAdds/adds > 0/|1:dataplane:short 2:dataplane:short
 p3-holder-by-age|sed@sync/services/select.go@s/\t\t\tcase held.r. == key.s.:\n\t\t\t\tc.Hold = HoldsResource\n\t\t\tcase sl.Class \&\& len.s.Status.LoadBalancer.Ingress. > 0:\n\t\t\t\tc.Hold = HoldsStatus\n//|3:dataplane:class
+p4-sessions-shut|sed@sync/plan/drain.go@s/case timeout > 0 .. u.State == model.Maint .. rt.Since >= timeout:/case u.State == model.Maint:/|3:runtime:short 1:runtime:short
+p5-drain-timeout-ignored|sed@sync/plan/drain.go@s/case timeout > 0 .. u.State == model.Maint/case false \&\& u.State == model.Maint/|3:runtime:short 16:runtime:short
+p6-tls-links|sed@sync/tlsfiles/tlsfiles.go@s/fi, err := os.Stat(p.path)/fi, err := os.Lstat(p.path)/|6:runtime:nodes-soak
+p7-ipmode|sed@cmd/haproxy-k8s-sync/fleet.go@s/f.ProxyProtocol = cfg.SendProxyV2/f.ProxyProtocol = false/|3:dataplane:class
 EOF
 )
 want=("$@")

@@ -19,6 +19,9 @@ import (
 // the steps out in order, each after its precondition. On error some writes
 // may have landed; the caller re-reads.
 func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
+	if err := c.awaitPendingRemoval(ctx, p); err != nil {
+		return plan.Applied{}, err
+	}
 	x := &executor{c: c, p: p, version: p.Revision, notTaken: map[string]bool{}}
 	// What haproxy.cfg's default-server gives a server, which an add
 	// through the socket must carry (inheritance); read only for a plan

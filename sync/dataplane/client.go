@@ -56,6 +56,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -85,6 +86,9 @@ type Client struct {
 	// server add with a reload instead of adding it at runtime; see
 	// addsReload.
 	addsReloaded atomic.Int64
+	// hidden are, by backend, the servers the last Read found running
+	// that haproxy.cfg lacks and this service did not add (pending.go).
+	hidden sync.Map
 }
 
 // addsReloadFor is how long the driver remembers that the API reloads on

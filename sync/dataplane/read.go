@@ -105,7 +105,11 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 		// service (model.Runtime.Unpersisted). Only those this service
 		// added: a server-template's slots (the API lists them apart) and
 		// servers added by hand are not its to change.
+		var hidden []string
 		for _, r := range rs {
+			if !inCfg[r.Name] && (r.Runtime == nil || !r.Runtime.Ours) {
+				hidden = append(hidden, r.Name)
+			}
 			if inCfg[r.Name] || r.Runtime == nil || !r.Runtime.Ours {
 				continue
 			}
@@ -115,6 +119,7 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 			r.Runtime = &rt
 			out.Servers = append(out.Servers, r)
 		}
+		c.hidden.Store(backend, hidden)
 	}
 	return out, nil
 }

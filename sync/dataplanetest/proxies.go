@@ -206,7 +206,7 @@ func (s *Server) proxyHandle(op string, path map[string]string, get func(string)
 	switch {
 	case !force:
 		rep.status = http.StatusAccepted
-		rep.header = http.Header{"Reload-Id": {fmt.Sprintf("reload-%d", s.reloads)}}
+		rep.header = http.Header{"Reload-Id": {s.reloadID}}
 	case strings.HasPrefix(op, "create"):
 		rep.status = http.StatusCreated
 	case strings.HasPrefix(op, "delete"):

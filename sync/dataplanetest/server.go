@@ -139,6 +139,11 @@ type Server struct {
 	reloads    int
 	reloadsRun int
 	reloadAt   time.Time // when the scheduled reload runs; zero if none
+	// reloadID names the scheduled reload, or the last one run, as the
+	// real API does (date-index); lastReload is the last one's status.
+	reloadID   string
+	reloadRuns int
+	lastReload *models.Reload
 	forced     int       // forced reloads asked by the request being handled
 	writes     int
 	requests   []Request
@@ -356,19 +361,41 @@ func (s *Server) askReload(force bool, why string) {
 		s.reloadsRun++
 		delay := cmp.Or(s.opts.ReloadDelay, 5*time.Second)
 		s.reloadAt = now.Add(delay)
-		if s.opts.Reload != nil {
-			time.AfterFunc(delay, func() {
-				select {
-				case <-s.closing:
-				default:
-					s.opts.Reload()
-				}
-			})
-		}
+		s.reloadID = fmt.Sprintf("%s-%d", now.Format("2006-01-02"), s.reloadRuns)
+		s.reloadRuns++
+		id := s.reloadID
+		time.AfterFunc(delay, func() {
+			select {
+			case <-s.closing:
+				return
+			default:
+			}
+			if s.opts.Reload != nil {
+				s.opts.Reload()
+			}
+			s.mu.Lock()
+			s.lastReload = &models.Reload{ID: id, Status: models.ReloadStatusSucceeded, ReloadTimestamp: time.Now().Unix()}
+			s.mu.Unlock()
+		})
 	}
 	if force {
 		s.forced++
 	}
+}
+
+// reloadList is what GET /services/haproxy/reloads answers, as dataplaneapi
+// v3.3.0's reload agent does: the last reload run, and the scheduled one
+// "in_progress" until it has run (its Reload callback returned); s.mu is
+// held.
+func (s *Server) reloadList() []models.Reload {
+	out := []models.Reload{}
+	if s.lastReload != nil {
+		out = append(out, *s.lastReload)
+	}
+	if s.reloadID != "" && (s.lastReload == nil || s.lastReload.ID != s.reloadID) {
+		out = append(out, models.Reload{ID: s.reloadID, Status: models.ReloadStatusInProgress})
+	}
+	return out
 }
 
 // Writes returns how many write requests (POST, PUT, DELETE) were answered 2xx.
@@ -544,6 +571,15 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 		return s.runtimeServers(path["parent_name"])
 	case "getRuntimeServer", "replaceRuntimeServer", "addRuntimeServer", "deleteRuntimeServer":
 		return s.runtimeOp(op, path, body)
+	case "getReloads":
+		return reply{status: 200, body: s.reloadList()}
+	case "getReload":
+		for _, r := range s.reloadList() {
+			if r.ID == path["id"] {
+				return reply{status: 200, body: r}
+			}
+		}
+		return errReply(404, "missing object: reload %s", path["id"])
 	case "getInfo":
 		return reply{status: 200, body: models.Info{API: &models.InfoAPI{Version: "v3.3.0 dataplanetest"}, System: &models.InfoSystem{}}}
 	case "getConfigurationVersion":
@@ -635,7 +671,7 @@ func (s *Server) handle(op string, path map[string]string, q map[string][]string
 				rep.status = http.StatusNoContent // conformance table
 			}
 		} else {
-			rep.header = http.Header{"Reload-Id": {fmt.Sprintf("reload-%d", s.reloads)}}
+			rep.header = http.Header{"Reload-Id": {s.reloadID}}
 		}
 	}
 	return rep

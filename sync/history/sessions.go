@@ -18,7 +18,18 @@ const (
 	ExcuseSessionPodExited = "its pod exited"                // a stop of the pod within the session
 	ExcuseSessionRestart   = "its HAProxy was restarted"     // the target killed within the session
 	ExcuseSessionDrained   = "HAPROXY_DRAIN_TIMEOUT ran out" // removed from Kubernetes for the drain timeout
+	// ExcuseSessionRezoned: a rezone (Crash "rezone") changed every
+	// server's role, and a role is not changed at runtime: the old
+	// server is removed once its replacement serves, its sessions shut
+	// after the drain timeout. Bounded: at least the drain timeout after
+	// the rezone, and within rezoneHandOver of it (a hung target delays
+	// the hand-over there by its hang).
+	ExcuseSessionRezoned = "a rezone replaced its server and HAPROXY_DRAIN_TIMEOUT ran out"
 )
+
+// rezoneHandOver bounds how long after a rezone its hand-over may shut a
+// session: a target that hangs (HangFor) and the convergence after it.
+const rezoneHandOver = HangFor + 20*time.Second
 
 // sessionsEvaluate judges the long-lived sessions of a history (pod mode):
 //
@@ -41,6 +52,7 @@ func sessionsEvaluate(all []obs, drain time.Duration) (violations []Violation, e
 	}
 	k8s := map[int][]change{}
 	restarts := map[int][]time.Time{}
+	var rezones []time.Time
 	reloads := map[int][]time.Time{}
 	var steps []time.Time // steps[i]: when step i was applied
 	for _, o := range all {
@@ -54,6 +66,8 @@ func sessionsEvaluate(all []obs, drain time.Duration) (violations []Violation, e
 				restarts[o.target] = append(restarts[o.target], o.at)
 				reloads[o.target] = append(reloads[o.target], o.at)
 			}
+		case obsLocalZone:
+			rezones = append(rezones, o.at)
 		case obsReloadStart, obsReload, obsAPIReloadStart, obsAPIReload:
 			reloads[o.target] = append(reloads[o.target], o.at)
 		case obsStep:
@@ -114,6 +128,8 @@ func sessionsEvaluate(all []obs, drain time.Duration) (violations []Violation, e
 			excused["session: "+ExcuseSessionRestart]++
 		case drain > 0 && !out.IsZero() && !o.at.Before(out.Add(drain)):
 			excused["session: "+ExcuseSessionDrained]++
+		case drain > 0 && within(rezones, o.at.Add(-rezoneHandOver), o.at.Add(-drain)):
+			excused["session: "+ExcuseSessionRezoned]++
 		default:
 			why := "in Kubernetes"
 			if !out.IsZero() {

@@ -41,6 +41,10 @@ func TestSessionsEvaluate(t *testing.T) {
 		{"another HAProxy's reload keeps nothing here", 2 * s, []obs{{at: at(1 * s), kind: obsAPIReload, target: 1}, gone, session(0, 12*s, "")}, DrainBounded},
 		{"a reload before the session began keeps nothing", 2 * s, []obs{{at: at(1 * s), kind: obsReload, target: 0}, gone, session(1500*time.Millisecond, 12*s, "")}, DrainBounded},
 		{"removed, no drain timeout: lasts as long as it likes", 0, []obs{gone, session(0, 30*s, "")}, ""},
+		{"a rezone replaced its server, cut once the drain timeout ran out", 2 * s, []obs{{at: at(1 * s), kind: obsLocalZone}, session(0, 4*s, "EOF")}, ""},
+		{"a rezone replaced its server, cut before the drain timeout", 2 * s, []obs{{at: at(1 * s), kind: obsLocalZone}, session(0, 2*s, "EOF")}, SessionsKept},
+		{"a rezone long before excuses nothing", 2 * s, []obs{{at: at(1 * s), kind: obsLocalZone}, session(70*s, 72*s, "EOF")}, SessionsKept},
+		{"a rezone without a drain timeout waits for the session", 0, []obs{{at: at(1 * s), kind: obsLocalZone}, session(0, 9*s, "EOF")}, SessionsKept},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			v, _, n := sessionsEvaluate(c.all, c.drain)
