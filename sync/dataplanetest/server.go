@@ -144,7 +144,7 @@ type Server struct {
 	reloadID   string
 	reloadRuns int
 	lastReload *models.Reload
-	forced     int       // forced reloads asked by the request being handled
+	forced     int // forced reloads asked by the request being handled
 	writes     int
 	requests   []Request
 	violations []string
