@@ -45,6 +45,11 @@ func (c *Client) awaitPendingRemoval(ctx context.Context, p plan.Plan) error {
 	waited := false
 	for {
 		pending, err := c.reloadPending(ctx)
+		if err != nil && !waited {
+			// An API that cannot say (an older one, a proxy in front):
+			// the name is taken for someone else's, as before.
+			return nil
+		}
 		if err != nil {
 			return err
 		}
