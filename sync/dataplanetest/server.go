@@ -355,6 +355,14 @@ func (s *Server) askReload(force bool, why string) {
 	switch {
 	case force:
 		s.reloadsRun++
+		if now.Before(s.reloadAt) {
+			// The real API's forced reload runs the scheduled one at once
+			// (ReloadAgent.ForceReload): it is done, nothing in progress,
+			// and its timer has nothing left to run.
+			s.lastReload = &models.Reload{ID: s.reloadID, Status: models.ReloadStatusSucceeded, ReloadTimestamp: now.Unix()}
+			s.reloadAt = time.Time{}
+			s.reloadsRun-- // counted when scheduled; the forced one is it
+		}
 	case now.Before(s.reloadAt):
 		// joins the scheduled reload
 	default:
@@ -369,6 +377,12 @@ func (s *Server) askReload(force bool, why string) {
 			case <-s.closing:
 				return
 			default:
+			}
+			s.mu.Lock()
+			consumed := s.lastReload != nil && s.lastReload.ID == id
+			s.mu.Unlock()
+			if consumed {
+				return // a forced reload ran it
 			}
 			if s.opts.Reload != nil {
 				s.opts.Reload()
@@ -766,7 +780,7 @@ func (s *Server) commit(id string, force bool) reply {
 	if force {
 		return reply{status: 200, body: done}
 	}
-	return reply{status: 202, body: done, header: http.Header{"Reload-Id": {fmt.Sprintf("reload-%d", s.reloads)}}}
+	return reply{status: 202, body: done, header: http.Header{"Reload-Id": {s.reloadID}}}
 }
 
 // runtimeFields are the server fields the real API changes through the

@@ -232,8 +232,10 @@ type evalOptions struct {
 	Weight bool
 	// Reloads: the Data Plane API's reloads are judged (ReloadsAsPromised).
 	Reloads bool
-	// Drain is HAPROXY_DRAIN_TIMEOUT (sessionsEvaluate).
+	// Drain is HAPROXY_DRAIN_TIMEOUT and Guard the deletion guard on
+	// (sessionsEvaluate).
 	Drain time.Duration
+	Guard bool
 }
 
 // evaluate checks the observations of a history against the invariants.
@@ -886,7 +888,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			tt.lastSeen = o.at
 		}
 	}
-	sv, sx, sn := sessionsEvaluate(all, opt.Drain)
+	sv, sx, sn := sessionsEvaluate(all, opt.Drain, opt.Guard)
 	ev.Sessions = sn
 	ev.Violations = append(ev.Violations, sv...)
 	for k, n := range sx {

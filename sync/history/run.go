@@ -108,7 +108,7 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 	all := w.rec.snapshot()
 	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, evalOptions{Bounds: b, RuntimeOnly: s.Driver == Runtime, Slots: s.Slots.N > 0, Targets: len(w.targets), Zones: s.Zones,
 		Refused: s.Config.Refused, RefusedName: w.refusedName(), MaxServers: s.Config.MaxServers, Nodes: s.Nodes, Weight: s.Config.Weight,
-		Reloads: s.Driver == Dataplane && !s.DefaultServer && !s.RuntimeFails, Drain: s.Config.DrainTimeout, TargetOf: func(name string) int {
+		Reloads: s.Driver == Dataplane && !s.DefaultServer && !s.RuntimeFails, Drain: s.Config.DrainTimeout, Guard: s.Config.Guard != GuardOff, TargetOf: func(name string) int {
 			if i, ok := w.targetOf[name]; ok {
 				return i
 			}

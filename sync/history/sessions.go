@@ -25,10 +25,21 @@ const (
 	// the rezone, and within rezoneHandOver of it (a hung target delays
 	// the hand-over there by its hang).
 	ExcuseSessionRezoned = "a rezone replaced its server and HAPROXY_DRAIN_TIMEOUT ran out"
+	// ExcuseSessionGuarded (drain-bounded): the deletion guard keeps a
+	// removed server, sessions and all, while a ready replacement is not
+	// UP, and nothing is deleted while no pod is ready (plan: the guard
+	// overrules the drain timeout). Bounded: only while, within the
+	// session's due window, some pod Kubernetes holds ready did not answer
+	// (or had answered for less than guardUp), or none was ready.
+	ExcuseSessionGuarded = "the guard held its removed server"
 )
 
+// guardUp is how long a ready pod that answers may take to be UP, for
+// ExcuseSessionGuarded: its check's entry and the service's reaction.
+const guardUp = 2 * time.Second
+
 // rezoneHandOver bounds how long after a rezone its hand-over may shut a
-// session: a target that hangs (HangFor) and the convergence after it.
+// session: 20 s, and HangFor more where the session's target hung.
 const rezoneHandOver = HangFor + 20*time.Second
 
 // sessionsEvaluate judges the long-lived sessions of a history (pod mode):
@@ -43,7 +54,7 @@ const rezoneHandOver = HangFor + 20*time.Second
 //     Kubernetes for the drain timeout plus drainSlack is shut, unless its
 //     HAProxy reloaded since the session began (the session lives in the
 //     old worker, which the service no longer speaks to).
-func sessionsEvaluate(all []obs, drain time.Duration) (violations []Violation, excused map[string]int, sessions int) {
+func sessionsEvaluate(all []obs, drain time.Duration, guard bool) (violations []Violation, excused map[string]int, sessions int) {
 	excused = map[string]int{}
 	stops := map[int][]time.Time{}
 	type change struct {
@@ -53,6 +64,7 @@ func sessionsEvaluate(all []obs, drain time.Duration) (violations []Violation, e
 	k8s := map[int][]change{}
 	restarts := map[int][]time.Time{}
 	var rezones []time.Time
+	hangs := map[int][]time.Time{}
 	reloads := map[int][]time.Time{}
 	var steps []time.Time // steps[i]: when step i was applied
 	for _, o := range all {
@@ -68,6 +80,10 @@ func sessionsEvaluate(all []obs, drain time.Duration) (violations []Violation, e
 			}
 		case obsLocalZone:
 			rezones = append(rezones, o.at)
+		case obsHang:
+			if o.hung {
+				hangs[o.target] = append(hangs[o.target], o.at)
+			}
 		case obsReloadStart, obsReload, obsAPIReloadStart, obsAPIReload:
 			reloads[o.target] = append(reloads[o.target], o.at)
 		case obsStep:
@@ -113,6 +129,10 @@ func sessionsEvaluate(all []obs, drain time.Duration) (violations []Violation, e
 		out := absentSince(o.pod, o.at)
 		if drain > 0 && !out.IsZero() {
 			if due := out.Add(drain + drainSlack); o.at.After(due) && !within(reloads[o.target], o.began, due) {
+				if guarded(all, out, due, guard) {
+					excused["session: "+ExcuseSessionGuarded]++
+					continue
+				}
 				violations = append(violations, Violation{Invariant: DrainBounded, Target: o.target, At: due, Step: stepAt(due),
 					What: fmt.Sprintf("a session through %s, out of Kubernetes since %s, lasted until %s: past HAPROXY_DRAIN_TIMEOUT %v (and %v)", podName(o.pod), out.Format("15:04:05.000"), o.at.Format("15:04:05.000"), drain, drainSlack)})
 				continue
@@ -126,9 +146,20 @@ func sessionsEvaluate(all []obs, drain time.Duration) (violations []Violation, e
 			excused["session: "+ExcuseSessionPodExited]++
 		case within(restarts[o.target], o.began, o.at):
 			excused["session: "+ExcuseSessionRestart]++
-		case drain > 0 && !out.IsZero() && !o.at.Before(out.Add(drain)):
+		// A server is shut for the drain timeout only once parked that
+		// long, and a parked server takes no new session: the session is
+		// at least that old.
+		case drain > 0 && !out.IsZero() && !o.at.Before(out.Add(drain)) && o.at.Sub(o.began) >= drain:
 			excused["session: "+ExcuseSessionDrained]++
-		case drain > 0 && within(rezones, o.at.Add(-rezoneHandOver), o.at.Add(-drain)):
+		case drain > 0 && o.at.Sub(o.began) >= drain && slices.ContainsFunc(rezones, func(z time.Time) bool {
+			// The hand-over ends within 20 s of the rezone, or of a hang
+			// of the session's target that delays it there.
+			handOver := rezoneHandOver - HangFor
+			if within(hangs[o.target], z.Add(-HangFor), o.at) {
+				handOver = rezoneHandOver
+			}
+			return !o.at.Before(z.Add(drain)) && !o.at.After(z.Add(handOver))
+		}):
 			excused["session: "+ExcuseSessionRezoned]++
 		default:
 			why := "in Kubernetes"
@@ -163,4 +194,52 @@ func (w *world) goneStop(index, n int) {
 	w.mu.Lock()
 	w.lingering = append(w.lingering, time.AfterFunc(d, p.stop))
 	w.mu.Unlock()
+}
+
+// guarded says whether, at some moment in [from, to], the deletion guard
+// may have held a removed server (ExcuseSessionGuarded): with the guard on,
+// a pod Kubernetes held ready did not answer or had answered for less than
+// guardUp; guard on or off, no pod was ready (nothing is deleted then).
+func guarded(all []obs, from, to time.Time, guard bool) bool {
+	ready := map[int]bool{}
+	listening := map[int]time.Time{} // since when; absent: not listening
+	holds := func(at time.Time) bool {
+		if len(ready) == 0 {
+			return true
+		}
+		for n := range ready {
+			since, ok := listening[n]
+			if guard && (!ok || at.Sub(since) < guardUp) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, o := range all {
+		if o.pod == staticPod || o.pod >= nodeBase {
+			continue
+		}
+		if o.at.After(to) {
+			break
+		}
+		if !o.at.Before(from) && holds(o.at) {
+			return true
+		}
+		switch o.kind {
+		case obsK8s:
+			if o.state == live {
+				ready[o.pod] = true
+			} else {
+				delete(ready, o.pod)
+			}
+		case obsListen:
+			listening[o.pod] = o.at
+		case obsStop:
+			delete(listening, o.pod)
+		}
+		if !o.at.Before(from) && holds(o.at) {
+			return true
+		}
+	}
+	return holds(to)
 }

@@ -193,6 +193,7 @@ func newWorld(t testing.TB, s Setup) *world {
 	w := &world{t: t, setup: s, rec: &recorder{}, pods: map[int]*pod{}, k8s: map[int]podState{}, names: map[int]string{},
 		gates: map[int]bool{}, gateWhy: map[int]string{}, targetOf: map[string]int{}}
 	w.port = haproxytest.FreePort(t, podAddr(staticPod))
+	t.Cleanup(w.stopAll) // a history that stopped on a step's error too
 	if s.Static {
 		st := w.newPod(staticPod)
 		if err := st.start(); err != nil {
