@@ -1,7 +1,6 @@
 package dataplane_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -113,16 +112,7 @@ func (r *moveRig) server(name, addr string, port int) model.Server {
 }
 
 // sync reads, plans and applies once, as the reconciler does.
-func (r *moveRig) sync(w model.Backend) (plan.Plan, error) {
-	ctx := context.Background()
-	cur, err := r.c.Read(ctx, "be")
-	if err != nil {
-		return plan.Plan{}, err
-	}
-	p := plan.CalculateWith(cur, w, r.c.Policy())
-	_, err = r.c.Apply(ctx, p)
-	return p, err
-}
+func (r *moveRig) sync(w model.Backend) (plan.Plan, error) { return readPlanApply(r.c, w) }
 
 // watch records, until stop is closed, every sample of "show servers
 // state" (every 10 ms) that shows s in service at addr, with the hits

@@ -1,7 +1,6 @@
 package dataplane_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -110,16 +109,7 @@ func TestGateWhileReloadPendingEntersWithinTheBound(t *testing.T) {
 	}
 	u, _ := url.Parse(api.URL)
 	c := dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: 5 * time.Second}, dataplane.WithRuntime(socket))
-	sync1 := func(w model.Backend) (plan.Plan, error) {
-		ctx := context.Background()
-		cur, err := c.Read(ctx, "be")
-		if err != nil {
-			return plan.Plan{}, err
-		}
-		p := plan.CalculateWith(cur, w, c.Policy())
-		_, err = c.Apply(ctx, p)
-		return p, err
-	}
+	sync1 := func(w model.Backend) (plan.Plan, error) { return readPlanApply(c, w) }
 	settle := func(w model.Backend, what string) {
 		t.Helper()
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {

@@ -58,21 +58,11 @@ func TestAddWaitsForTheAPIsPendingRemoval(t *testing.T) {
 		u, _ := url.Parse(api.URL)
 		return dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: 5 * time.Second}, dataplane.WithRuntime(socket))
 	}
-	sync := func(c *dataplane.Client, w model.Backend) (plan.Plan, error) {
-		ctx := context.Background()
-		cur, err := c.Read(ctx, "be")
-		if err != nil {
-			return plan.Plan{}, err
-		}
-		p := plan.CalculateWith(cur, w, c.Policy())
-		_, err = c.Apply(ctx, p)
-		return p, err
-	}
 	converge := func(c *dataplane.Client, w model.Backend) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			p, err := sync(c, w)
+			p, err := readPlanApply(c, w)
 			if err == nil && !p.HasChanges() && !p.Pending() {
 				return
 			}
@@ -98,7 +88,7 @@ func TestAddWaitsForTheAPIsPendingRemoval(t *testing.T) {
 	}
 	// A fresh process wants s again.
 	fresh := client()
-	_, err := sync(fresh, both)
+	_, err := readPlanApply(fresh, both)
 	var conflict *failure.ConflictError
 	if !errors.As(err, &conflict) {
 		t.Fatalf("adding s while the reload that removes it is pending: %v, want a conflict after waiting for that reload", err)
@@ -113,4 +103,17 @@ func TestAddWaitsForTheAPIsPendingRemoval(t *testing.T) {
 	if s, ok := h.Servers(t, "be")["s"]; !ok || s.Maint() {
 		t.Errorf("s after the fresh process: %+v (there: %v), want it in service", s, ok)
 	}
+}
+
+// readPlanApply reads be, plans w against it and applies the plan once, as
+// the reconciler does.
+func readPlanApply(c *dataplane.Client, w model.Backend) (plan.Plan, error) {
+	ctx := context.Background()
+	cur, err := c.Read(ctx, "be")
+	if err != nil {
+		return plan.Plan{}, err
+	}
+	p := plan.CalculateWith(cur, w, c.Policy())
+	_, err = c.Apply(ctx, p)
+	return p, err
 }

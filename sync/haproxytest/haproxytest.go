@@ -358,6 +358,21 @@ func (h *HAProxy) Logs() string {
 func (h *HAProxy) RuntimeURL() string { return "unix://" + h.AdminSocket }
 
 // masterCommand runs a command on the master socket.
+// settledMaster asks the master "show proc", for up to 3 s while its
+// socket refuses: from HAProxy 3.1 the master re-executes itself once the
+// new worker is up, and its socket is closed meanwhile (seen on 3.4.0: a
+// reload asked 138 ms after another found it refusing).
+func (h *HAProxy) settledMaster() (string, error) {
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		reply, err := h.masterCommand("show proc")
+		if err == nil || time.Now().After(deadline) {
+			return reply, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func (h *HAProxy) masterCommand(cmd string) (string, error) {
 	return runtimeapi.Socket{Network: "unix", Address: h.MasterSocket}.Command(context.Background(), cmd)
 }
@@ -537,7 +552,7 @@ func (h *HAProxy) Reload(t testing.TB) {
 // TryReload is Reload for a goroutine that cannot fail a test: what went
 // wrong is its error.
 func (h *HAProxy) TryReload() error {
-	reply, err := h.masterCommand("show proc")
+	reply, err := h.settledMaster()
 	if err != nil {
 		return fmt.Errorf("master socket: %w", err)
 	}
@@ -593,7 +608,7 @@ func (h *HAProxy) TryReloadBroken() error {
 	if err := os.WriteFile(path, append(good, []byte("    hks-broken-by-test\n")...), 0o644); err != nil {
 		return err
 	}
-	reply, err := h.masterCommand("show proc")
+	reply, err := h.settledMaster()
 	if err != nil {
 		return fmt.Errorf("master socket: %w", err)
 	}
@@ -641,7 +656,7 @@ func (h *HAProxy) Alive() (int, error) {
 		return 0, fmt.Errorf("haproxy exited: %s", h.Logs())
 	default:
 	}
-	reply, err := h.masterCommand("show proc")
+	reply, err := h.settledMaster()
 	if err != nil {
 		return 0, fmt.Errorf("master socket: %w", err)
 	}
