@@ -89,6 +89,10 @@ type Client struct {
 	// hidden are, by backend, the servers the last Read found running
 	// that haproxy.cfg lacks and this service did not add (pending.go).
 	hidden sync.Map
+	// settingsWritten are the backends whose settings this process
+	// committed, until a Read finds the API's reload for them done
+	// (settingsLoading).
+	settingsWritten sync.Map
 }
 
 // addsReloadFor is how long the driver remembers that the API reloads on

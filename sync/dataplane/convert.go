@@ -178,12 +178,12 @@ func serverModel(srv model.Server, source any) (*models.Server, error) {
 			m.Backup = enabled
 		}
 	}
+	m.SendProxyV2, m.CheckSendProxy = "", ""
 	if srv.Check.SendProxyV2 {
 		m.SendProxyV2 = enabled
+	}
+	if srv.Check.ProxyOnCheck() {
 		m.CheckSendProxy = enabled
-	} else {
-		m.SendProxyV2 = ""
-		m.CheckSendProxy = ""
 	}
 	return m, nil
 }

@@ -79,3 +79,22 @@ func (c *Client) reloadPending(ctx context.Context) (bool, error) {
 	}
 	return slices.ContainsFunc(rs, func(r models.Reload) bool { return r.Status == models.ReloadStatusInProgress }), nil
 }
+
+// settingsLoading says whether backend's settings this process committed
+// may not run yet: the API's reload for them is in progress, or the API
+// cannot say. Meanwhile a server haproxy.cfg holds and HAProxy does not
+// run is not added through the socket: it would run the backend's old
+// check — a TCP connect to kube-proxy's health port, which passes however
+// the Node is (history seed 1, node mode, Data Plane driver,
+// HAPROXY_BALANCE with the Service's healthCheckNodePort) — until the
+// reload loads it with the new one.
+func (c *Client) settingsLoading(ctx context.Context, backend string) bool {
+	if _, ok := c.settingsWritten.Load(backend); !ok {
+		return false
+	}
+	pending, err := c.reloadPending(ctx)
+	if err == nil && !pending {
+		c.settingsWritten.Delete(backend)
+	}
+	return err != nil || pending
+}

@@ -53,6 +53,7 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 		if err != nil {
 			return model.Backend{}, fmt.Errorf("read runtime state of %s: %w", backend, err)
 		}
+		settingsLoading := c.settingsLoading(ctx, backend)
 		seen := make(map[string]model.Server, len(rs))
 		for _, r := range rs {
 			seen[r.Name] = r
@@ -67,8 +68,9 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 				// of it ran. Not a server whose checks cannot be seen:
 				// that would put it in service before the reload loads it.
 				// The socket can add it only with what haproxy.cfg's
-				// default-server gives it (inheritance).
-				addable := onlyWritten(out.Servers[i].Source) && inh.inherit(out.Servers[i]).Carried
+				// default-server gives it (inheritance), and not before
+				// the backend's new settings run (settingsLoading).
+				addable := onlyWritten(out.Servers[i].Source) && inh.inherit(out.Servers[i]).Carried && !settingsLoading
 				out.Servers[i].Runtime = &model.Runtime{Loading: true, Addable: addable}
 				continue
 			}

@@ -41,6 +41,7 @@ import (
 //	the same                                haproxy.cfg holds it already           socket
 //	a backup server parked                  haproxy.cfg holds backup               put (its backup kept as read: no reload)
 //	check settings changed                  any                                    transaction (the API reloads for them)
+//	an add, the backend's settings changed  any                                    transaction (with the settings)
 //	delete of a server in traffic           socket                                 socket (parked), then transaction (delete)
 //	delete, no socket                       -                                      put (parked), then transaction
 //	delete past the drain timeout           socket                                 shut if taken, then transaction if taken
@@ -62,9 +63,15 @@ import (
 // holding step's socket refused is not written (nor shut), and a deferred
 // deletion is reported only for a server the transaction wrote parked.
 func steps(p plan.Plan, f facts) []step {
-	r := route(p, f.socket, f.addsReload, !slices.ContainsFunc(p.Changes, func(ch plan.Change) bool {
+	// A plan that changes the backend's settings adds its servers in their
+	// transaction: added at once, a server checked on kube-proxy's health
+	// port would run the backend's old check there (a TCP connect passes
+	// it) until the settings' reload (history seed 1, nodes, Data Plane,
+	// HAPROXY_BALANCE with the Service's healthCheckNodePort).
+	socketAdds := p.Settings == nil && !slices.ContainsFunc(p.Changes, func(ch plan.Change) bool {
 		return ch.Action == plan.Add && f.uncarried[ch.Name]
-	}))
+	})
+	r := route(p, f.socket, f.addsReload, socketAdds)
 	var out []step
 	for _, ch := range r.addGated {
 		out = append(out, step{via: viaPost, pre: preAddsAtRuntime, changes: []plan.Change{ch}, how: postHow(ch), onReload: postOnReload(ch, f)})

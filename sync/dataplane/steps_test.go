@@ -116,6 +116,9 @@ func TestSteps(t *testing.T) {
 		{"check settings changed (the API reloads for them): the transaction", one(plan.Change{Action: plan.Update, Name: "c", Old: server("c", model.Ready, model.Ready), New: &slower}), false, socket, []string{
 			"transaction c [if taken]"}},
 		{"backend settings alone: the transaction", nil, true, socket, []string{"transaction  [if taken]"}},
+		// History seed 1, nodes, Data Plane: an add at once runs the
+		// backend's old check (a TCP connect to kube-proxy's health port).
+		{"an add beside the backend's settings: in their transaction", one(notReady), true, socket, []string{"transaction p [if taken]"}},
 
 		// Deletions.
 		{"a delete of a server in traffic: parked on the socket, deleted by the transaction", one(inTraffic), false, socket, []string{"socket x", "transaction x [if taken]"}},

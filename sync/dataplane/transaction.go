@@ -59,6 +59,11 @@ func (c *Client) transaction(ctx context.Context, version int64, p plan.Plan, ch
 	err = c.inTransaction(ctx, version, func(in url.Values) error {
 		return c.writeChanges(ctx, in, p, changes, serverPath, &out)
 	})
+	if p.Settings != nil {
+		// Committed or not known (an answer lost): the running HAProxy
+		// may run the old check until the API's reload (settingsLoading).
+		c.settingsWritten.Store(p.Backend, true)
+	}
 	if err != nil {
 		return out, err
 	}

@@ -432,6 +432,54 @@ func ParseServers(reply, backend string) map[string]Server {
 	return out
 }
 
+// Balance returns the balance algorithm backend runs ("show stat"'s algo
+// field of its BACKEND row), for a goroutine that cannot fail a test.
+func (h *HAProxy) Balance(backend string) (string, error) {
+	all, err := h.Balances()
+	if err != nil {
+		return "", err
+	}
+	algo, ok := all[backend]
+	if !ok {
+		return "", fmt.Errorf("show stat: no backend %s", backend)
+	}
+	return algo, nil
+}
+
+// Balances returns the balance algorithm of every backend, by name.
+func (h *HAProxy) Balances() (map[string]string, error) {
+	reply, err := h.Command("show stat")
+	if err != nil {
+		return nil, err
+	}
+	return balancesIn(reply)
+}
+
+func balancesIn(reply string) (map[string]string, error) {
+	lines := strings.Split(reply, "\n")
+	if !strings.HasPrefix(lines[0], "# ") {
+		return nil, fmt.Errorf("show stat: no header in %q", cutReply(reply))
+	}
+	col := slices.Index(strings.Split(strings.TrimPrefix(lines[0], "# "), ","), "algo")
+	if col < 0 {
+		return nil, fmt.Errorf("show stat: no algo field")
+	}
+	out := map[string]string{}
+	for _, l := range lines[1:] {
+		if f := strings.Split(l, ","); len(f) > col && f[1] == "BACKEND" {
+			out[f[0]] = f[col]
+		}
+	}
+	return out, nil
+}
+
+func cutReply(s string) string {
+	if len(s) > 200 {
+		return s[:200]
+	}
+	return s
+}
+
 // Reloads returns the master's reload counter ("show proc" on the master socket).
 func (h *HAProxy) Reloads(t testing.TB) int {
 	t.Helper()

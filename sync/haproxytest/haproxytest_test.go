@@ -60,6 +60,23 @@ func TestStart(t *testing.T) {
 	}
 }
 
+// TestBalance: the balance a backend runs, read back after a reload that
+// loads a later balance line (what the histories' Data Plane API writes).
+func TestBalance(t *testing.T) {
+	h := Start(t, Backend{Name: "a", Lines: []string{"balance roundrobin"}})
+	if got, err := h.Balance("a"); err != nil || got != "roundrobin" {
+		t.Fatalf("before: %q, %v; want roundrobin", got, err)
+	}
+	h.SetServers(t, "a", []string{"balance leastconn", "server s 127.0.0.1:1"})
+	h.Reload(t)
+	if got, err := h.Balance("a"); err != nil || got != "leastconn" {
+		t.Fatalf("after: %q, %v; want leastconn", got, err)
+	}
+	if _, err := h.Balance("nope"); err == nil {
+		t.Error("a backend that is not there: no error")
+	}
+}
+
 // TestCurrentWorkers: the workers a reload leaves are not current.
 func TestCurrentWorkers(t *testing.T) {
 	reply := `#<PID>          <type>          <reloads>       <uptime>        <version>

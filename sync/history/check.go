@@ -1,6 +1,7 @@
 package history
 
 import (
+	"cmp"
 	"fmt"
 	"sort"
 	"strings"
@@ -230,8 +231,18 @@ type evalOptions struct {
 	// HAPROXY_WEIGHT=endpoints.
 	Nodes  int
 	Weight bool
+	// HealthPort: HAProxy checks Nodes on the Service's
+	// healthCheckNodePort, which kube-proxy answers from Kubernetes' view:
+	// a Node whose pods died unnoticed takes clients until Kubernetes
+	// holds none of them ready (ExcuseUnnoticed).
+	HealthPort bool
 	// Reloads: the Data Plane API's reloads are judged (ReloadsAsPromised).
 	Reloads bool
+	// SettingsWrites is how many reloads for a backend's settings each
+	// target may have: with HAPROXY_BALANCE set, one per backend the
+	// service writes and per writer (two that read the old settings at
+	// once may both write them); else 0, none is the service's.
+	SettingsWrites int
 	// Drain is HAPROXY_DRAIN_TIMEOUT and Guard the deletion guard on
 	// (sessionsEvaluate).
 	Drain time.Duration
@@ -259,6 +270,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 	pods := map[int]*podTrack{}
 	// Node mode: whether each Node serves and is labelled out (obsNode).
 	nodeOut, excluded := map[int]bool{}, map[int]bool{}
+	settingsWrites := map[int]int{} // by target (SettingsWrites)
 	nodeOf := func(n int) int { return nodeOf(n, opt.Nodes, opt.Zones) }
 	track := func(n int) *podTrack {
 		if pods[n] == nil {
@@ -315,6 +327,22 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 	}
 	nodeAnswered := map[int]bool{}
 	nodeStopped := map[int]time.Time{} // when each Node's kube-proxy last stopped
+	// unnoticed (HealthPort): each death of a Node HAProxy's check cannot
+	// see, from the death to when Kubernetes held no ready pod there or
+	// one answered again (zero: not yet).
+	type unnoticedDeath struct {
+		k           int
+		from, until time.Time
+	}
+	var unnoticed []unnoticedDeath
+	readyInK8s := func(k int) bool {
+		for n, p := range pods {
+			if n != staticPod && nodeOf(n) == k && p.inK8s && p.state == live {
+				return true
+			}
+		}
+		return false
+	}
 	nodeDeath := func(n int, at time.Time) {
 		if opt.Nodes == 0 || n == staticPod {
 			return
@@ -323,8 +351,28 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		now := answering(k)
 		if nodeAnswered[k] && !now {
 			deaths = append(deaths, at)
+			if opt.HealthPort {
+				unnoticed = append(unnoticed, unnoticedDeath{k: k, from: at})
+			}
 		}
 		nodeAnswered[k] = now
+		for i := range unnoticed {
+			if u := &unnoticed[i]; u.k == k && u.until.IsZero() && (now || !readyInK8s(k)) {
+				u.until = at
+			}
+		}
+	}
+	// unnoticedAt says whether a request begun at began went to a Node
+	// whose pods died unnoticed: until Kubernetes noticed, and
+	// Bounds.Abrupt more for HAProxy's check to fail on the 503 (or the
+	// service to park the server).
+	unnoticedAt := func(began time.Time) bool {
+		for _, u := range unnoticed {
+			if !began.Before(u.from) && (u.until.IsZero() || !began.After(u.until.Add(b.Abrupt))) {
+				return true
+			}
+		}
+		return false
 	}
 	servers := func() int {
 		if opt.Nodes == 0 {
@@ -679,6 +727,9 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 						}
 					}
 				}
+				if why == "" && opt.HealthPort && unnoticedAt(cmp.Or(o.began, o.at)) {
+					why = ExcuseUnnoticed
+				}
 				if why == "" && !o.began.IsZero() && tt.downAt(o.at, b.Entry) != nil {
 					for _, d := range stops {
 						if d.After(o.began) && !d.After(o.at) {
@@ -831,7 +882,14 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				}
 				continue
 			}
-			if why := reloadBroken(o.err); opt.Reloads && why != "" {
+			why, settings := reloadBroken(o.err)
+			if settings {
+				settingsWrites[o.target]++
+				if n := settingsWrites[o.target]; n > opt.SettingsWrites {
+					why = fmt.Sprintf("a backend's settings written again (%d times, at most %d)", n, opt.SettingsWrites)
+				}
+			}
+			if opt.Reloads && why != "" {
 				add(ReloadsAsPromised, o.target, o.at, "the Data Plane API reloaded HAProxy for %s (%s)", why, o.err)
 			}
 		case obsAPIWrite:

@@ -251,6 +251,56 @@ func TestEvaluateExcuses(t *testing.T) {
 			excuse: ExcuseReload,
 		},
 		{
+			// Node mode: pod 3 is Node 1's only pod; killed at 5 s,
+			// Kubernetes holding it ready. Behind the health check port
+			// HAProxy's check still passes; kube-proxy has no pod to hand
+			// the request to.
+			name: "a request through a Node whose pod died unnoticed, checked on its health port",
+			obs: append(append([]obs{{at: at(0), kind: obsListen, pod: 3}, {at: at(0), kind: obsK8s, pod: 3, state: live},
+				{at: at(0), kind: obsCheck, pod: nodeBase + 1}, {at: at(0), kind: obsCheck, pod: nodeBase + 2},
+				{at: at(5000), kind: obsStop, pod: 3}, {at: at(8000), began: at(7990), kind: obsRequest, err: "unexpected EOF"}},
+				traffic(0, 5000, 1, 3)...), traffic(5000, 9000, 1)...),
+			opts:   evalOptions{Nodes: 3, HealthPort: true},
+			excuse: ExcuseUnnoticed,
+		},
+		{
+			name: "a request through a Node whose pod died unnoticed, checked through its kube-proxy",
+			obs: append(append([]obs{{at: at(0), kind: obsListen, pod: 3}, {at: at(0), kind: obsK8s, pod: 3, state: live},
+				{at: at(0), kind: obsCheck, pod: nodeBase + 1}, {at: at(0), kind: obsCheck, pod: nodeBase + 2},
+				{at: at(5000), kind: obsStop, pod: 3}, {at: at(8000), began: at(7990), kind: obsRequest, err: "unexpected EOF"}},
+				traffic(0, 5000, 1, 3)...), traffic(5000, 9000, 1)...),
+			opts: evalOptions{Nodes: 3},
+			want: []Invariant{NoFailedRequest},
+		},
+		{
+			name: "a request through a Node past the notice of its dead pod, checked on its health port",
+			obs: append(append([]obs{{at: at(0), kind: obsListen, pod: 3}, {at: at(0), kind: obsK8s, pod: 3, state: live},
+				{at: at(0), kind: obsCheck, pod: nodeBase + 1}, {at: at(0), kind: obsCheck, pod: nodeBase + 2},
+				{at: at(5000), kind: obsStop, pod: 3}, {at: at(6000), kind: obsK8s, pod: 3, state: noticed},
+				{at: at(8000), began: at(7990), kind: obsRequest, err: "unexpected EOF"}},
+				traffic(0, 5000, 1, 3)...), traffic(5000, 9000, 1)...),
+			opts: evalOptions{Nodes: 3, HealthPort: true},
+			want: []Invariant{NoFailedRequest},
+		},
+		{
+			name: "HAPROXY_BALANCE written once: its reload is the settings'",
+			obs:  []obs{{at: at(1000), kind: obsReloadAsked, err: "commit replaceBackend createServerBackend"}},
+			opts: evalOptions{Reloads: true, SettingsWrites: 1},
+		},
+		{
+			name: "a backend's settings written twice where once was due",
+			obs: []obs{{at: at(1000), kind: obsReloadAsked, err: "commit replaceBackend createServerBackend"},
+				{at: at(5000), kind: obsReloadAsked, err: "commit replaceBackend"}},
+			opts: evalOptions{Reloads: true, SettingsWrites: 1},
+			want: []Invariant{ReloadsAsPromised},
+		},
+		{
+			name: "a backend's settings written with HAPROXY_BALANCE unset",
+			obs:  []obs{{at: at(1000), kind: obsReloadAsked, err: "commit replaceBackend"}},
+			opts: evalOptions{Reloads: true},
+			want: []Invariant{ReloadsAsPromised},
+		},
+		{
 			name: "a reconcile failed on the target while its API was down",
 			obs:  []obs{down(3000, true), {at: at(3400), began: at(3200), kind: obsReconcile, err: "x", failures: []targetFailure{{target: "t0", err: "connection refused"}}}, down(5000, false)},
 			opts: evalOptions{TargetOf: func(string) int { return 0 }},
@@ -379,23 +429,29 @@ func TestReloadBroken(t *testing.T) {
 	burst := "commit" + strings.Repeat(" createServerBackend", dataplane.MaxRuntimeAdds+1)
 	small := "commit" + strings.Repeat(" createServerBackend", dataplane.MaxRuntimeAdds)
 	for _, c := range []struct {
-		asked string
-		ok    bool
+		asked    string
+		ok       bool
+		settings bool
 	}{
-		{"commit deleteServerBackend", true},
-		{"commit replaceServerBackend deleteServerBackend", true},
-		{"deleteServerBackend", true},
-		{burst, true},
-		{small, false},
-		{"createServerBackend", false},
-		{"replaceServerBackend", false},
-		{"commit replaceServerBackend", false},
-		{"forced createServerBackend", false},
-		{"forced deleteServerBackend", false},
-		{"", false},
+		{"commit deleteServerBackend", true, false},
+		{"commit replaceServerBackend deleteServerBackend", true, false},
+		{"deleteServerBackend", true, false},
+		{burst, true, false},
+		{small, false, false},
+		{"createServerBackend", false, false},
+		{"replaceServerBackend", false, false},
+		{"commit replaceServerBackend", false, false},
+		{"forced createServerBackend", false, false},
+		{"forced deleteServerBackend", false, false},
+		{"", false, false},
+		{"commit replaceBackend", true, true},
+		{"commit replaceBackend createServerBackend", true, true},
+		{"commit replaceBackend deleteServerBackend", true, true},
+		{"forced replaceBackend", false, false},
 	} {
-		if got := reloadBroken(c.asked) == ""; got != c.ok {
-			t.Errorf("%q: allowed %v, want %v", c.asked, got, c.ok)
+		why, settings := reloadBroken(c.asked)
+		if got := why == ""; got != c.ok || settings != c.settings {
+			t.Errorf("%q: allowed %v, settings %v; want %v, %v", c.asked, got, settings, c.ok, c.settings)
 		}
 	}
 }

@@ -73,6 +73,9 @@ type classWorld struct {
 	// sendProxy is HAPROXY_SEND_PROXY_V2 (drawn): the pods want the PROXY
 	// v2 header (haproxytest.ProxyListener), the status says ipMode Proxy.
 	sendProxy bool
+	// balance is HAPROXY_BALANCE (drawn: leastconn or unset): every class
+	// backend runs it (balanceDiffs).
+	balance   string
 	proxied   []*haproxytest.ProxyListener
 	plainSaid int
 	termAt    map[int]time.Time // when each pod began to terminate
@@ -147,7 +150,7 @@ const classShapeName = "class"
 func startClassWorld(t *testing.T, seed uint64, targets int) *classWorld {
 	t.Helper()
 	cfg, c := startKube(t)
-	w := &classWorld{t: t, b: BoundsOf(config.ShippedCheck()), c: c, model: classStart(), sendProxy: classDraw(seed)/8%2 == 1, listen: map[int]interface{ Close() }{}, termAt: map[int]time.Time{},
+	w := &classWorld{t: t, b: BoundsOf(config.ShippedCheck()), c: c, model: classStart(), sendProxy: classDraw(seed)/8%2 == 1, balance: []string{"", "leastconn"}[classDraw(seed)/16%2], listen: map[int]interface{ Close() }{}, termAt: map[int]time.Time{},
 		step: -1, claimSince: make([]time.Time, classServices), settledAt: make([]time.Time, targets)}
 	w.clearKube()
 	t.Cleanup(w.clearKube)
@@ -184,7 +187,7 @@ func startClassWorld(t *testing.T, seed uint64, targets int) *classWorld {
 		"TARGET_ADDRESS=pod", "ALLOWED_SERVER_CIDRS=10.244.0.0/16",
 		"HAPROXY_DATAPLANE_URL=" + strings.Join(apis, ","), "HAPROXY_RUNTIME_URL=" + strings.Join(sockets, ","),
 		"CLUSTER_NAME=" + []string{"", "west"}[r%2], "RESYNC_PERIOD=" + []string{"0", "7s"}[r/2%2],
-		"HAPROXY_SEND_PROXY_V2=" + strconv.FormatBool(w.sendProxy)}
+		"HAPROXY_SEND_PROXY_V2=" + strconv.FormatBool(w.sendProxy), "HAPROXY_BALANCE=" + w.balance}
 	if dir := os.Getenv(coverDirEnv); dir != "" {
 		w.env = append(w.env, "GOCOVERDIR="+dir)
 	}
@@ -223,7 +226,8 @@ func (w *classWorld) startTarget(i int) *classTarget {
 }
 
 // classDraw is the seed's draw of the configuration: one bit each for
-// CLUSTER_NAME, RESYNC_PERIOD, a second target and HAPROXY_SEND_PROXY_V2.
+// CLUSTER_NAME, RESYNC_PERIOD, a second target, HAPROXY_SEND_PROXY_V2 and
+// HAPROXY_BALANCE.
 func classDraw(seed uint64) uint64 { return (seed*2654435761 + 7) >> 7 }
 
 func (w *classWorld) startServe() {

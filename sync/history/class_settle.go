@@ -1,6 +1,7 @@
 package history
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
+	svcs "github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/services"
 )
 
 // plainConnections counts the connections that reached a pod without the
@@ -142,6 +144,7 @@ func (w *classWorld) differences(claims []int) (traffic, status []string, holder
 		if name, err := haproxytest.Ask(tg.h.Frontends[classOp]); err != nil || name != "op" {
 			traffic = append(traffic, fmt.Sprintf("the operator's frontend of target %d answered %q (%v)", i, name, err))
 		}
+		traffic = append(traffic, w.balanceDiffs(i, tg)...)
 	}
 	// Every target that is up serves each port by the same Service.
 	var first []int
@@ -214,4 +217,28 @@ func (w *classWorld) refusalTold(ctx context.Context, s, h int) bool {
 		}
 	}
 	return false
+}
+
+// balanceDiffs: every class backend of target i runs HAPROXY_BALANCE (the
+// class backend's roundrobin when unset), the operator's backend its own.
+func (w *classWorld) balanceDiffs(i int, tg *classTarget) []string {
+	all, err := tg.h.Balances()
+	if err != nil {
+		return []string{fmt.Sprintf("target %d: %v", i, err)}
+	}
+	var diffs []string
+	for name, algo := range all {
+		want := ""
+		switch {
+		case name == classOp:
+			want = "roundrobin"
+		case strings.HasPrefix(name, "be_"+svcs.ClassPrefix):
+			want = cmp.Or(w.balance, "roundrobin")
+		}
+		if want != "" && algo != want {
+			diffs = append(diffs, fmt.Sprintf("%s of target %d runs balance %s, want %s", name, i, algo, want))
+		}
+	}
+	slices.Sort(diffs)
+	return diffs
 }

@@ -38,6 +38,17 @@ type Config struct {
 	// are waited for). Pod-mode histories hold long-lived sessions and let
 	// a gone pod's process linger (SessionsKept, DrainBounded).
 	DrainTimeout time.Duration
+	// Balance is HAPROXY_BALANCE; empty: the shipped empty (the backend
+	// keeps its own). Set, the Data Plane driver writes the backend's
+	// balance and option tcp-check once (a reload, ReloadsAsPromised's
+	// bounded SettingsWrites) and Converges reads HAProxy's running
+	// algorithm; the runtime driver writes no backend setting.
+	Balance string
+	// FixedPort is HAPROXY_BACKEND_PORT (single-Service histories,
+	// Setup.fixedPort): set to the port the pods and Nodes listen on,
+	// while Kubernetes says another (the EndpointSlices' port, the
+	// Service's targetPort and nodePort), where nothing listens.
+	FixedPort bool
 	// SendProxy is HAPROXY_SEND_PROXY_V2: the service's servers and their
 	// checks send the PROXY v2 header, and every pod but the static one
 	// refuses a connection without it (invariant default-server-kept).
@@ -127,6 +138,14 @@ func ConfigOf(seed uint64) Config {
 	if one(3) {
 		c.DrainTimeout = []time.Duration{time.Second, 2 * time.Second}[r.IntN(2)]
 	}
+	// The dynamic algorithms that spread new clients over every server:
+	// "first" sends them all to one (InService judges a ready server's
+	// share), a static one (source without hash-type consistent) makes
+	// every add a reload (docs/configuration.md).
+	if one(3) {
+		c.Balance = []string{"roundrobin", "leastconn", "random"}[r.IntN(3)]
+	}
+	c.FixedPort = one(4)
 	return c
 }
 
@@ -147,6 +166,7 @@ func NodeSetupOf(seed uint64, driver Driver) Setup {
 		c.MaxServers = 2 + r.IntN(s.Nodes-1) // 2..Nodes: binds when every Node hosts pods
 	}
 	c.OneShot = r.IntN(3) == 0
+	s.HealthPort = r.IntN(3) == 0
 	return s
 }
 
@@ -203,7 +223,10 @@ func (c Config) env() map[string]string {
 		"POD_READINESS_GATE": "false", "HAPROXY_CHECK_ON_ERROR": "sudden-death", "HAPROXY_CHECK_FALL": "2",
 		"HAPROXY_CHECK_RISE": "2", "HAPROXY_CHECK_INTER": "1.5s", "HAPROXY_CHECK_FASTINTER": "100ms", "HAPROXY_CHECK_DOWNINTER": "200ms",
 		"HAPROXY_SEND_PROXY_V2": "false", "HAPROXY_WEIGHT": "equal", "CORDONED_NODES": "ignore",
-		"RESYNC_PERIOD": "0s", "SERVICE_EVENTS": "false", "HAPROXY_DRAIN_TIMEOUT": "0s",
+		"RESYNC_PERIOD": "0s", "SERVICE_EVENTS": "false", "HAPROXY_DRAIN_TIMEOUT": "0s", "HAPROXY_BALANCE": "",
+	}
+	if c.Balance != "" {
+		e["HAPROXY_BALANCE"] = c.Balance
 	}
 	if c.Weight {
 		e["HAPROXY_WEIGHT"] = "endpoints"
@@ -270,6 +293,9 @@ func (c Config) String() string {
 	}
 	if c.OneShot {
 		out = append(out, "oneshot")
+	}
+	if c.FixedPort {
+		out = append(out, "HAPROXY_BACKEND_PORT=fixed")
 	}
 	if c.Posts {
 		out = append(out, "posts")

@@ -21,6 +21,9 @@ var drawn = map[string]string{
 	"HAPROXY_CHECK_INTER":             "Config.Inter: 1 s..2 s",
 	"HAPROXY_CHECK_FASTINTER":         "Config.FastInter: 50..200 ms",
 	"HAPROXY_CHECK_DOWNINTER":         "Config.DownInter: 100..500 ms",
+	"HAPROXY_CHECK_HEALTH_NODE_PORT":  "Setup.HealthPort (a third of node-mode histories): the Service's healthCheckNodePort, answered by each Node's kube-proxy; auto with HAPROXY_BALANCE and the Data Plane driver (the service writes the HTTP check), else on (haproxy.cfg's option httpchk); auto elsewhere",
+	"HAPROXY_BACKEND_PORT":            "Config.FixedPort in a quarter of single-Service histories: set to the port pods and Nodes listen on, Kubernetes giving another where nothing listens (Converges compares each server's port; traffic flows only through the fixed one)",
+	"HAPROXY_BALANCE":                 "Config.Balance: roundrobin, leastconn or random in a third; the Data Plane driver writes it once per backend and writer (ReloadsAsPromised bounds the reloads), Converges reads HAProxy's running algorithm (the runtime driver's stays haproxy.cfg's)",
 	"HAPROXY_DRAIN_TIMEOUT":           "Config.DrainTimeout: 0, 1 s or 2 s, beside long-lived sessions and gone pods whose process lingers (pod mode; SessionsKept, DrainBounded)",
 	"HAPROXY_SEND_PROXY_V2":           "Config.SendProxy: pods refuse a connection without the header; class histories: classDraw, with ipMode Proxy judged",
 	"CLUSTER_NAME":                    "Setup.Static: a server of another instance beside this one's; Config.Writer2 cluster: a second instance (west) on the same backend",
@@ -74,11 +77,8 @@ var invisible = map[string]string{
 // that no history draws yet, with why: said aloud by the test, and in
 // docs/guarantees.md.
 var notDrawn = map[string]string{
-	"HAPROXY_BACKENDS":               "several ports of one Service: one backend per history",
-	"HAPROXY_BACKEND_PORT":           "a fixed port: node mode's",
-	"HAPROXY_BALANCE":                "the service writing the backend's balance and checks",
-	"HAPROXY_CHECK_HEALTH_NODE_PORT": "HTTP checks of kube-proxy's health ports: the histories' checks are tcp-check lines every pod answers",
-	"HAPROXY_CHECK_KUBE_PROXY_PORT":  "HTTP checks of kube-proxy's health ports: the histories' checks are tcp-check lines every pod answers",
+	"HAPROXY_BACKENDS":              "several ports of one Service: one backend per history",
+	"HAPROXY_CHECK_KUBE_PROXY_PORT": "kube-proxy's own health port: the histories' Service is externalTrafficPolicy Local, whose healthCheckNodePort comes first (Setup.HealthPort)",
 }
 
 // TestEveryVariableIsDrawnOrExcused: each variable of help is drawn by the
@@ -131,6 +131,10 @@ func TestConfigOfDrawsEverySetting(t *testing.T) {
 		seen["drain"] = seen["drain"] || c.DrainTimeout > 0
 		seen["timings"] = seen["timings"] || c.Inter > 0 && c.FastInter > 0 && c.DownInter > 0
 		seen["send-proxy"] = seen["send-proxy"] || c.SendProxy
+		seen["fixed-port"] = seen["fixed-port"] || c.FixedPort
+		if c.Balance != "" {
+			seen["balance-"+c.Balance] = true
+		}
 		seen["replica"] = seen["replica"] || c.Writer2 == "replica"
 		seen["cluster"] = seen["cluster"] || c.Writer2 == "cluster"
 		seen["refused"] = seen["refused"] || c.Refused > 0
@@ -146,9 +150,11 @@ func TestConfigOfDrawsEverySetting(t *testing.T) {
 		seen["drain-cordoned"] = seen["drain-cordoned"] || s.Config.DrainCordoned
 		seen["node-cap"] = seen["node-cap"] || s.Config.MaxServers > 0
 		seen["oneshot"] = seen["oneshot"] || s.Config.OneShot
+		seen["health-port"] = seen["health-port"] || s.HealthPort
 	}
 	for _, k := range []string{"guard-off", "guard-low", "guard-shipped", "cap", "batch", "gate", "on-error", "fall", "send-proxy", "replica", "cluster", "refused",
-		"nodes-3", "nodes-4", "nodes-5", "weight", "drain-cordoned", "node-cap", "oneshot"} {
+		"rise", "drain", "timings", "fixed-port", "balance-roundrobin", "balance-leastconn", "balance-random",
+		"nodes-3", "nodes-4", "nodes-5", "weight", "drain-cordoned", "node-cap", "oneshot", "health-port"} {
 		if !seen[k] {
 			t.Errorf("no seed of 100 draws %s", k)
 		}

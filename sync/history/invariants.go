@@ -34,6 +34,11 @@ const (
 	// DefaultServerKept: every connection a server makes, check or client,
 	// carries what haproxy.cfg's default-server line gives it (PROXY v2).
 	DefaultServerKept Invariant = "default-server-kept"
+	// HealthPortSpoken (Setup.HealthPort): every check of a Node's health
+	// check port is a plain HTTP request, which kube-proxy answers; a PROXY
+	// header first (check-send-proxy) is answered 400 and takes the Node
+	// out though it serves.
+	HealthPortSpoken Invariant = "health-port-spoken"
 	// OthersUntouched (d): a server the service does not own (static,
 	// another CLUSTER_NAME's) is never changed.
 	OthersUntouched Invariant = "others-untouched"
@@ -63,9 +68,11 @@ const (
 	// ReloadsAsPromised (Data Plane driver with a working socket and no
 	// default-server line): the API reloads HAProxy only for what the
 	// runtime cannot carry — a deletion, or a burst of more than
-	// dataplane.MaxRuntimeAdds servers in one transaction; churn within
-	// that (adds, moves, weights, states) costs no reload. A forced reload
-	// is never the service's.
+	// dataplane.MaxRuntimeAdds servers in one transaction, or a backend's
+	// settings (HAPROXY_BALANCE: once per backend and writer,
+	// evalOptions.SettingsWrites); churn within that (adds, moves,
+	// weights, states) costs no reload. A forced reload is never the
+	// service's.
 	ReloadsAsPromised Invariant = "reloads-as-promised"
 	// WatchResumes (serve histories): a watch answered 410 Gone lists
 	// again and resumes from the list, so each is answered 410 at most
@@ -148,9 +155,15 @@ const (
 	// Bounds.Abrupt. Bounded by the request's own life (the client's
 	// dial and read timeouts): one request per client at most.
 	ExcuseDeathInFlight = "a pod died under it"
-	ExcuseNoReadyPod    = "no ready pod"       // no pod ready and answering for Bounds.Entry
-	ExcuseReload        = "a reload by others" // runtime driver, within Bounds.Reload of one that lost the state
-	ExcuseHung          = "its target hung"    // the target hangs, or did within HungAfter
+	// ExcuseUnnoticed (Setup.HealthPort): the request began while a Node's
+	// pods had died and Kubernetes still held one of them ready, or within
+	// Bounds.Abrupt after it noticed: kube-proxy answers the health check
+	// port from Kubernetes' view, so HAProxy's check passes meanwhile, as
+	// a cloud load balancer's does.
+	ExcuseUnnoticed  = "a pod died unnoticed behind a Node's health check port"
+	ExcuseNoReadyPod = "no ready pod"       // no pod ready and answering for Bounds.Entry
+	ExcuseReload     = "a reload by others" // runtime driver, within Bounds.Reload of one that lost the state
+	ExcuseHung       = "its target hung"    // the target hangs, or did within HungAfter
 	// ExcuseReloadLoadsUp: within Bounds.Abrupt of a reload, while a pod
 	// Kubernetes says is ready does not answer (HAProxy loads it UP until
 	// its first check; a server-state-file would keep it DOWN).
@@ -293,25 +306,31 @@ func stateName(s podState) string {
 // OnReloadAsked says asked it) breaks ReloadsAsPromised; empty when the
 // runtime could not have carried it: a deletion, or a transaction of more
 // than dataplane.MaxRuntimeAdds server writes.
-func reloadBroken(asked string) string {
+//
+// settings: the reload carries a backend's settings (HAPROXY_BALANCE's
+// balance and check), which the runtime cannot; evaluate bounds how many
+// (evalOptions.SettingsWrites).
+func reloadBroken(asked string) (why string, settings bool) {
 	f := strings.Fields(asked)
 	switch {
 	case len(f) == 0:
-		return "nothing said"
+		return "nothing said", false
 	case f[0] == "forced":
-		return "a forced reload"
+		return "a forced reload", false
 	}
-	servers := 0
+	servers, deletes := 0, false
 	for _, op := range f {
 		switch {
 		case strings.HasPrefix(op, "delete"):
-			return ""
+			deletes = true
 		case op == "createServerBackend" || op == "replaceServerBackend":
 			servers++
+		case op == "replaceBackend":
+			settings = true
 		}
 	}
-	if f[0] == "commit" && servers > dataplane.MaxRuntimeAdds {
-		return ""
+	if deletes || settings || f[0] == "commit" && servers > dataplane.MaxRuntimeAdds {
+		return "", settings
 	}
-	return "churn the runtime carries"
+	return "churn the runtime carries", false
 }

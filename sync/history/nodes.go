@@ -84,6 +84,7 @@ type nodeProxy struct {
 	w *world
 
 	l  listener
+	hl listener // the health check port (nodes_health.go)
 	mu sync.Mutex
 	// rr is the round robin's place, one per target: each HAProxy's
 	// connections go round the pods by themselves, as the judge's share
@@ -96,10 +97,11 @@ func (np *nodeProxy) start() error {
 	if err := np.l.open(addr, func() { np.w.rec.add(obs{kind: obsListen, pod: nodeBase + np.k}) }, np.handle); err != nil {
 		return fmt.Errorf("node %s: %w", nodeName(np.k), err)
 	}
-	return nil
+	return np.openHealth()
 }
 
 func (np *nodeProxy) stop() {
+	np.hl.close(func(time.Time) {})
 	np.l.close(func(at time.Time) { np.w.rec.add(obs{at: at, kind: obsStop, pod: nodeBase + np.k}) })
 }
 
@@ -110,15 +112,7 @@ func (np *nodeProxy) stop() {
 func (np *nodeProxy) handle(c net.Conn, at time.Time) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	from, src := 0, ""
-	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		src = a.IP.String()
-		for i, s := range sources {
-			if src == s {
-				from = i
-			}
-		}
-	}
+	from, src := sourceOf(c)
 	r := bufio.NewReader(c)
 	var head bytes.Buffer
 	if b, err := r.Peek(1); err != nil {

@@ -61,3 +61,40 @@ func TestDeletedNodeLeavesAndJoinsAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestHealthCheckNodePort: in node mode, HAProxy checks each Node on the
+// Service's healthCheckNodePort with GET /healthz (externalTrafficPolicy
+// Local), which the Node's kube-proxy answers 503 once Kubernetes holds
+// none of its pods ready: the Node leaves and comes back with its pods,
+// through both drivers (the Data Plane driver writes the HTTP check,
+// HAPROXY_BALANCE set; the runtime driver's haproxy.cfg says it). With
+// HAPROXY_SEND_PROXY_V2 the servers' connections carry the PROXY header
+// and their checks must not: kube-proxy answers one 400, and every Node
+// was DOWN (history seed 1, nodes, runtime: health-port-spoken).
+func TestHealthCheckNodePort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real HAProxy histories")
+	}
+	for _, d := range []Driver{Runtime, Dataplane} {
+		t.Run(string(d), func(t *testing.T) {
+			c := Config{SendProxy: true}
+			if d == Dataplane {
+				c.Balance = "leastconn"
+			}
+			// Node 2 holds p-1 and p-4 of pods 1..6 (nodeOf), Node 1 p-3
+			// and p-6.
+			steps := []Step{
+				{Kind: NotReady, Pods: []int{1}, Wait: time.Second},
+				{Kind: NotReady, Pods: []int{4}, Wait: time.Second},
+				{Kind: Ready, Pods: []int{1, 4}, Wait: 3 * time.Second},
+				{Kind: Terminate, Pods: []int{3}, Wait: 3 * time.Second},
+				{Kind: Gone, Pods: []int{3}, Wait: 3 * time.Second},
+			}
+			r := RunSteps(t, Setup{Seed: 1, Driver: d, Nodes: 3, HealthPort: true, Config: c}, 6, steps)
+			expectNone(t, r)
+			if r.Requests < 1000 {
+				t.Fatalf("%d requests: the clients did not run", r.Requests)
+			}
+		})
+	}
+}

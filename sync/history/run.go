@@ -107,8 +107,8 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 
 	all := w.rec.snapshot()
 	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, evalOptions{Bounds: b, RuntimeOnly: s.Driver == Runtime, Slots: s.Slots.N > 0, Targets: len(w.targets), Zones: s.Zones,
-		Refused: s.Config.Refused, RefusedName: w.refusedName(), MaxServers: s.Config.MaxServers, Nodes: s.Nodes, Weight: s.Config.Weight,
-		Reloads: s.Driver == Dataplane && !s.DefaultServer && !s.RuntimeFails, Drain: s.Config.DrainTimeout, Guard: s.Config.Guard != GuardOff, TargetOf: func(name string) int {
+		Refused: s.Config.Refused, RefusedName: w.refusedName(), MaxServers: s.Config.MaxServers, Nodes: s.Nodes, Weight: s.Config.Weight, HealthPort: s.HealthPort,
+		Reloads: s.Driver == Dataplane && !s.DefaultServer && !s.RuntimeFails, SettingsWrites: settingsWrites(s, len(w.targets[0].backends)), Drain: s.Config.DrainTimeout, Guard: s.Config.Guard != GuardOff, TargetOf: func(name string) int {
 			if i, ok := w.targetOf[name]; ok {
 				return i
 			}
@@ -197,6 +197,18 @@ func (w *world) monitor(ctx context.Context, tg *target) (wait func()) {
 	return func() { <-done }
 }
 
+// settingsWrites is evalOptions.SettingsWrites: with HAPROXY_BALANCE and
+// the Data Plane driver, one write of each backend's settings per writer.
+func settingsWrites(s Setup, backends int) int {
+	if s.Config.Balance == "" || s.Driver != Dataplane {
+		return 0
+	}
+	if s.Config.Writer2 != "" {
+		return 2 * backends
+	}
+	return backends
+}
+
 // waitConverged waits until HAProxy runs what Kubernetes says (converged),
 // at most d, and returns why it did not.
 func (w *world) waitConverged(d time.Duration) string {
@@ -256,6 +268,27 @@ func (w *world) convergedOn(tg *target) []string {
 	}
 	if tg.api != nil {
 		diffs = append(diffs, persistedDiffs(tg, backend, all)...)
+	}
+	return append(diffs, w.balanceDiffs(tg)...)
+}
+
+// balanceDiffs: each backend runs the balance haproxy.cfg gives it, or
+// with the Data Plane driver and HAPROXY_BALANCE set, that one (the
+// runtime API writes no backend setting).
+func (w *world) balanceDiffs(tg *target) []string {
+	want := "roundrobin"
+	if c := w.setup.Config; c.Balance != "" && tg.api != nil {
+		want = c.Balance
+	}
+	var diffs []string
+	for _, b := range tg.backends {
+		got, err := tg.h.Balance(b)
+		if err != nil {
+			return append(diffs, err.Error())
+		}
+		if got != want {
+			diffs = append(diffs, fmt.Sprintf("%s runs balance %s, want %s", b, got, want))
+		}
 	}
 	return diffs
 }

@@ -3,6 +3,7 @@ package history
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"github.com/haproxytech/client-native/v6/models"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
 )
 
@@ -64,6 +66,11 @@ type target struct {
 func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder, tls *adminTLS) *target {
 	t.Helper()
 	lines := append([]string{"balance roundrobin", "source " + sources[i]}, checkLines...)
+	if s.httpChecksInCfg() && s.Driver == Runtime {
+		// The operator's check of kube-proxy's health ports (the later
+		// option wins over the tcp-check lines, on 2.6 to 3.4).
+		lines = append(lines, "option "+httpCheckLine)
+	}
 	if s.DefaultServer {
 		lines = append(lines, "default-server send-proxy-v2")
 	}
@@ -121,6 +128,9 @@ func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder, tls *adm
 				ServerParams: models.ServerParams{Check: "enabled"}})
 		}
 		be := models.BackendBase{Name: backend, Mode: "tcp", From: "base", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}
+		if s.httpChecksInCfg() {
+			be.AdvCheck, be.HttpchkParams = "httpchk", &models.HttpchkParams{Method: "GET", URI: desired.HealthPath}
+		}
 		if s.DefaultServer {
 			be.DefaultServer = &models.DefaultServer{ServerParams: models.ServerParams{SendProxyV2: "enabled"}}
 		}
@@ -129,8 +139,8 @@ func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder, tls *adm
 			be.Name = backend2
 			tg.api.AddBackend(models.Backend{BackendBase: be})
 		}
-		for _, b := range tg.backends {
-			tg.h.SetServers(t, b, tg.api.ServerLines(b))
+		if err := tg.writeAPIConfig(); err != nil {
+			t.Fatal(err)
 		}
 		tg.h.Reload(t)
 		tg.apiURL = tg.api.URL
@@ -156,11 +166,9 @@ func (tg *target) apiReload() {
 	tg.reloads.Add(1)
 	defer tg.reloads.Add(1)
 	tg.rec.add(obs{kind: obsAPIReloadStart, target: tg.i})
-	for _, b := range tg.backends {
-		if err := tg.h.TrySetServers(b, tg.api.ServerLines(b)); err != nil {
-			tg.rec.add(obs{kind: obsReload, target: tg.i, err: err.Error()})
-			return
-		}
+	if err := tg.writeAPIConfig(); err != nil {
+		tg.rec.add(obs{kind: obsReload, target: tg.i, err: err.Error()})
+		return
 	}
 	if err := tg.h.TryReload(); err != nil {
 		tg.rec.add(obs{kind: obsReload, target: tg.i, err: err.Error()})
@@ -180,14 +188,38 @@ func (tg *target) reloadByOthers(started func(slotReload)) error {
 	tg.reloads.Add(1)
 	tg.othersReloads.Add(1)
 	defer func() { tg.reloads.Add(1); tg.othersReloads.Add(1) }()
-	if tg.api != nil {
-		for _, b := range tg.backends {
-			if err := tg.h.TrySetServers(b, tg.api.ServerLines(b)); err != nil {
-				return err
-			}
-		}
+	if err := tg.writeAPIConfig(); err != nil {
+		return err
 	}
 	return tg.h.TryReload()
+}
+
+// writeAPIConfig writes into haproxy.cfg what the Data Plane API holds of
+// each backend the service writes: its servers, its balance and its HTTP
+// check (which HAPROXY_BALANCE has the service write; the later balance
+// line of a section is the one HAProxy runs). The backend's tcp-check rules are
+// kept, as the real API keeps a section's rules when its settings are
+// replaced. Nothing without an API.
+func (tg *target) writeAPIConfig() error {
+	if tg.api == nil {
+		return nil
+	}
+	for _, b := range tg.backends {
+		var lines []string
+		be := tg.api.Backend(b)
+		if be.Balance != nil && be.Balance.Algorithm != nil && *be.Balance.Algorithm != "" {
+			lines = append(lines, "balance "+*be.Balance.Algorithm)
+		}
+		if be.AdvCheck == "httpchk" && be.HttpchkParams != nil {
+			// After the tcp-check lines, which the API keeps: the later
+			// option is the check HAProxy runs (2.6 to 3.4).
+			lines = append(lines, "option httpchk "+cmp.Or(be.HttpchkParams.Method, "GET")+" "+be.HttpchkParams.URI)
+		}
+		if err := tg.h.TrySetServers(b, append(lines, tg.api.ServerLines(b)...)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // hang makes the target's socket and API accept and never answer, or

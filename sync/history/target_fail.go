@@ -18,14 +18,10 @@ func (w *world) restart(tg *target) error {
 	tg.reloads.Add(1)
 	tg.othersReloads.Add(1)
 	defer func() { tg.reloads.Add(1); tg.othersReloads.Add(1) }()
-	if tg.api != nil {
-		// The real API writes haproxy.cfg with every change: a restart
-		// loads what it holds.
-		for _, b := range tg.backends {
-			if err := tg.h.TrySetServers(b, tg.api.ServerLines(b)); err != nil {
-				return err
-			}
-		}
+	// The real API writes haproxy.cfg with every change: a restart loads
+	// what it holds.
+	if err := tg.writeAPIConfig(); err != nil {
+		return err
 	}
 	w.rec.add(obs{kind: obsReloadStart, target: tg.i})
 	w.rec.add(obs{kind: obsRestart, target: tg.i, hung: true})

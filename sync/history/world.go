@@ -85,6 +85,13 @@ type Setup struct {
 	// default): the pods run on that many Nodes, each a kube-proxy of its
 	// own (nodes.go). NodeSetupOf draws it.
 	Nodes int
+	// HealthPort (node mode): the Service has a healthCheckNodePort
+	// (externalTrafficPolicy Local, type LoadBalancer), which each Node's
+	// kube-proxy answers (nodes_health.go), and HAProxy checks Nodes there
+	// with GET /healthz: written by the service (HAPROXY_BALANCE with the
+	// Data Plane driver, HAPROXY_CHECK_HEALTH_NODE_PORT=auto) or said by
+	// haproxy.cfg (=on). NodeSetupOf draws it.
+	HealthPort bool
 	// BlackHoles: a killed pod of even number dies as a black hole (its
 	// address drops connections instead of refusing them: blackhole.go).
 	BlackHoles bool
@@ -122,6 +129,31 @@ func SetupOf(seed uint64, driver Driver) Setup {
 		RuntimeFails: driver == Dataplane && seed/16%2 == 1, Config: ConfigOf(seed), TLS: tlsDrawn(seed)}
 }
 
+// httpChecksInCfg (Setup.HealthPort): haproxy.cfg's backend says option
+// httpchk GET /healthz, and HAPROXY_CHECK_HEALTH_NODE_PORT=on, unless the
+// service writes the check itself (HAPROXY_BALANCE, Data Plane driver).
+func (s Setup) httpChecksInCfg() bool {
+	return s.HealthPort && !(s.Driver == Dataplane && s.Config.Balance != "")
+}
+
+// fixedPort says whether HAPROXY_BACKEND_PORT is set (Config.FixedPort):
+// single-Service histories only, annotation mode refuses it.
+func (s Setup) fixedPort() bool { return s.Config.FixedPort && !s.Services }
+
+// k8sPort is the port Kubernetes gives the pods (the EndpointSlices' port,
+// the Service's targetPort and, node mode, its nodePort): w.port, where
+// the pods and Nodes listen, unless HAPROXY_BACKEND_PORT says w.port and
+// Kubernetes another, where nothing listens.
+func (w *world) k8sPort() int {
+	switch {
+	case !w.setup.fixedPort():
+		return w.port
+	case w.port < 65535:
+		return w.port + 1
+	}
+	return w.port - 1
+}
+
 // tlsDrawn draws Setup.TLS for a third of the seeds, from a stream of its
 // own, where no pod is refused.
 func tlsDrawn(seed uint64) bool {
@@ -134,7 +166,9 @@ type world struct {
 	setup   Setup
 	targets []*target
 	port    int
-	rec     *recorder
+	// hcPort is the Service's healthCheckNodePort (Setup.HealthPort).
+	hcPort int
+	rec    *recorder
 
 	mu   sync.Mutex
 	pods map[int]*pod
@@ -193,6 +227,9 @@ func newWorld(t testing.TB, s Setup) *world {
 	w := &world{t: t, setup: s, rec: &recorder{}, pods: map[int]*pod{}, k8s: map[int]podState{}, names: map[int]string{},
 		gates: map[int]bool{}, gateWhy: map[int]string{}, targetOf: map[string]int{}}
 	w.port = haproxytest.FreePort(t, podAddr(staticPod))
+	if s.HealthPort {
+		w.hcPort = haproxytest.FreePort(t, nodeAddr(1))
+	}
 	t.Cleanup(w.stopAll) // a history that stopped on a step's error too
 	if s.Static {
 		st := w.newPod(staticPod)
@@ -244,6 +281,14 @@ func newWorld(t testing.TB, s Setup) *world {
 	}
 	for k, v := range s.Config.env() {
 		env[k] = v
+	}
+	env["HAPROXY_BACKEND_PORT"] = "0"
+	env["HAPROXY_CHECK_HEALTH_NODE_PORT"] = "auto"
+	if s.httpChecksInCfg() {
+		env["HAPROXY_CHECK_HEALTH_NODE_PORT"] = "on"
+	}
+	if s.fixedPort() {
+		env["HAPROXY_BACKEND_PORT"] = strconv.Itoa(w.port)
 	}
 	for k, v := range env {
 		t.Setenv(k, v)
@@ -355,7 +400,7 @@ func (w *world) addReused(st Step) error {
 func (w *world) input() desired.Input {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	name, port := "tcp", int32(w.port)
+	name, port := "tcp", int32(w.k8sPort())
 	var ns []int
 	for n := range w.k8s {
 		ns = append(ns, n)

@@ -80,7 +80,7 @@ type services struct {
 func (w *world) serviceObject(name, be string) *corev1.Service {
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: "hist-" + types.UID(name)},
-		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "tcp", Port: 80, TargetPort: intstr.FromInt32(int32(w.port))}}},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "tcp", Port: 80, TargetPort: intstr.FromInt32(int32(w.k8sPort()))}}},
 	}
 	if w.setup.Services && be != "" {
 		svc.Annotations = map[string]string{svcs.Annotation: be}
@@ -89,8 +89,14 @@ func (w *world) serviceObject(name, be string) *corev1.Service {
 		// Every Node's kube-proxy takes the Service on the port the pods
 		// listen on, at its own address, and only to its own pods.
 		svc.Spec.Type = corev1.ServiceTypeNodePort
-		svc.Spec.Ports[0].NodePort = int32(w.port)
+		svc.Spec.Ports[0].NodePort = int32(w.k8sPort())
 		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		if w.setup.HealthPort && name == service {
+			// What kube-proxy answers for a load balancer's checks; the
+			// API server takes it of a LoadBalancer alone.
+			svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+			svc.Spec.HealthCheckNodePort = int32(w.hcPort)
+		}
 	}
 	return svc
 }

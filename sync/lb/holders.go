@@ -41,8 +41,13 @@ func (m *Manager) Holders(ctx context.Context) (map[string]string, error) {
 	out := map[string]string{}
 	conflict := map[string]bool{}
 	var errs []error
-	for _, t := range m.Targets {
-		held, err := t.ReadProxies(ctx)
+	helds, readErrs := make([]dataplane.Proxies, len(m.Targets)), make([]error, len(m.Targets))
+	eachTarget(ctx, len(m.Targets), m.straggle(), func(ctx context.Context, i int) {
+		helds[i], readErrs[i] = m.Targets[i].ReadProxies(ctx)
+		readErrs[i] = stragglingErr(ctx, readErrs[i])
+	})
+	for i, t := range m.Targets {
+		held, err := helds[i], readErrs[i]
 		if err != nil {
 			errs = append(errs, fmt.Errorf("target %s: %w", t.Name(), err))
 			continue

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
@@ -35,6 +34,16 @@ type Manager struct {
 	Class, Cluster string
 	Namespaces     []string
 	Log            *slog.Logger
+	// Straggle is how long the other targets are waited for once one
+	// answered (eachTarget); 0: DefaultStraggle.
+	Straggle time.Duration
+}
+
+func (m *Manager) straggle() time.Duration {
+	if m.Straggle > 0 {
+		return m.Straggle
+	}
+	return DefaultStraggle
 }
 
 // attempts bounds the re-reads of one target after lost races.
@@ -65,19 +74,23 @@ func (m *Manager) Sync(ctx context.Context, want []services.Selected, classes ma
 		return rep, &failure.InputError{Err: fmt.Errorf("HAPROXY_VIP has %d addresses for %d targets: give one, or one per target", len(m.VIPs), len(m.Targets))}
 	}
 	results := make([]targetResult, len(m.Targets))
-	var wg sync.WaitGroup
-	for i, t := range m.Targets {
+	eachTarget(ctx, len(m.Targets), m.straggle(), func(ctx context.Context, i int) {
 		vip := m.VIPs[0]
 		if len(m.VIPs) > 1 {
 			vip = m.VIPs[i]
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i] = m.syncTarget(ctx, t, vip, want, own)
-		}()
-	}
-	wg.Wait()
+		r := m.syncTarget(ctx, m.Targets[i], vip, want, own)
+		if _, left := context.Cause(ctx).(*StragglingError); left && (r.err != nil || len(r.failed) > 0) {
+			// Left behind mid-pass: not read (nothing it says of a
+			// Service is its own failure), what it did kept.
+			err := r.err
+			if err == nil {
+				err = context.Cause(ctx)
+			}
+			r = targetResult{created: r.created, removed: r.removed, ready: map[string]bool{}, err: stragglingErr(ctx, err)}
+		}
+		results[i] = r
+	})
 
 	var errs []error
 	for _, s := range want {

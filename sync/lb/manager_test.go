@@ -2,6 +2,7 @@ package lb_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/lb"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/services"
 )
@@ -215,5 +217,50 @@ func TestFailedRemovalStaysDraining(t *testing.T) {
 	api.Intercept(nil)
 	if rep, err := m.Sync(context.Background(), nil, nil); err != nil || len(rep.Removed) == 0 || len(rep.Draining) != 0 {
 		t.Fatalf("the next pass: %+v %v, want the sections removed", rep, err)
+	}
+}
+
+// TestAHungTargetHoldsBackNoOther: one HAProxy of the pair accepts and never
+// answers; the pass writes the other's frontends and returns once the hung
+// one straggled past Straggle, its error a temporary StragglingError that
+// names it, no Service failed for it (history seed 534110162, class, 3.0:
+// the pass waited for the hung target 20 s, and so did every Service's
+// change on the target that answered).
+func TestAHungTargetHoldsBackNoOther(t *testing.T) {
+	a := dataplanetest.New(t, dataplanetest.Options{ReloadDelay: time.Millisecond})
+	b := dataplanetest.New(t, dataplanetest.Options{ReloadDelay: time.Millisecond})
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	b.Intercept(func(w http.ResponseWriter, r *http.Request) bool {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		return true
+	})
+	m := &lb.Manager{Targets: []lb.Target{clientOf(t, a), clientOf(t, b)}, VIPs: []string{"127.0.0.71", "127.0.0.72"}, Straggle: 50 * time.Millisecond}
+	for _, read := range []string{"sync", "holders"} {
+		var err error
+		switch read {
+		case "sync":
+			var rep services.FrontendReport
+			rep, err = m.Sync(context.Background(), []services.Selected{classService("web", 80)}, nil)
+			if len(rep.Failed) != 0 || rep.Ready["default/web"] {
+				t.Errorf("report %+v: want no Service failed, web not ready (its frontend is not known on b)", rep)
+			}
+			if _, _, ok := a.Frontend("fe_k8s_default_web_80"); !ok {
+				t.Error("the target that answers did not get web's frontend")
+			}
+		case "holders":
+			var held map[string]string
+			held, err = m.Holders(context.Background())
+			if held[services.PortResource(80)] != "default/web" {
+				t.Errorf("holders %v: want the answering target's", held)
+			}
+		}
+		var s *lb.StragglingError
+		if !errors.As(err, &s) || failure.Of(err) != failure.Temporary || !strings.Contains(err.Error(), b.URL) {
+			t.Errorf("%s: error %v (%s), want a temporary StragglingError naming %s", read, err, failure.Of(err), b.URL)
+		}
 	}
 }

@@ -57,13 +57,22 @@ type Check struct {
 	// stops answering leaves traffic at its first failed connection instead
 	// of at its next steady check. Values: fastinter, fail-check,
 	// sudden-death, mark-down.
-	OnError     string
+	OnError string
+	// SendProxyV2: the server's connections open with the PROXY v2
+	// header, and its checks too unless they go to Port (ProxyOnCheck).
 	SendProxyV2 bool
 	// Port, when not 0, is the port checks go to instead of the server's:
 	// kube-proxy's health port of the Node (a Service's healthCheckNodePort,
 	// or its own), which the backend's HTTP check asks for /healthz.
 	Port int
 }
+
+// ProxyOnCheck says whether the checks open with the PROXY v2 header
+// (check-send-proxy): as the server's connections do, unless they go to
+// Port, kube-proxy's health port, an HTTP server that answers a PROXY
+// header 400 (every Node would be DOWN; history seed 1, node mode, with
+// HAPROXY_SEND_PROXY_V2 and the Service's healthCheckNodePort).
+func (c Check) ProxyOnCheck() bool { return c.SendProxyV2 && c.Port == 0 }
 
 // Server is one HAProxy server as this service manages it.
 type Server struct {

@@ -654,7 +654,10 @@ func (a *applier) addStepsWithID(srv string, ch plan.Change, id int) []Step {
 	cmd := fmt.Sprintf("add server %s %s%s weight %d %s id %d",
 		srv, net.JoinHostPort(s.Address, strconv.Itoa(s.Port)), inherit, s.Weight, checkKeywords(s.Check), id)
 	if s.Check.SendProxyV2 {
-		cmd += " send-proxy-v2 check-send-proxy"
+		cmd += " send-proxy-v2"
+	}
+	if s.Check.ProxyOnCheck() {
+		cmd += " check-send-proxy"
 	}
 	if s.Backup { // taken only here: no "set server" changes it (package desired)
 		cmd += " backup"
