@@ -63,8 +63,10 @@ type managedFields struct {
 	ErrorLimit  int64  `json:"error_limit"`
 	OnError     string `json:"on-error"`
 	SendProxyV2 string `json:"send-proxy-v2"`
-	CheckPort   *int64 `json:"health_check_port"`
-	Backup      string `json:"backup"`
+	// CheckSendProxy: 0.8.8 and before wrote it beside a check port too.
+	CheckSendProxy string `json:"check-send-proxy"`
+	CheckPort      *int64 `json:"health_check_port"`
+	Backup         string `json:"backup"`
 }
 
 // rawServer is a server's JSON as the API returned it: the Source of a
@@ -110,6 +112,12 @@ func serverOf(raw json.RawMessage) (model.Server, error) {
 		// Only the observation this service writes counts as one.
 		if s.Observe == "layer4" && s.ErrorLimit == 1 {
 			out.Check.OnError = s.OnError
+		}
+		if s.SendProxyV2 == enabled && s.CheckSendProxy == enabled && !out.Check.ProxyOnCheck() {
+			// Its checks open with the PROXY header where they must not
+			// (kube-proxy's health port): rewritten. Without the keyword
+			// and a port of their own, HAProxy sends it anyway.
+			out.Check = model.Check{}
 		}
 	}
 	return out, nil

@@ -146,7 +146,7 @@ var handled = map[string]bool{
 func ownKeywords(srv model.Server) map[string]bool {
 	ck := srv.Check
 	return map[string]bool{
-		"send-proxy-v2": ck.SendProxyV2, "check-send-proxy": ck.SendProxyV2,
+		"send-proxy-v2": ck.SendProxyV2, "check-send-proxy": ck.ProxyOnCheck(),
 		"fastinter": ck.FastInter > 0, "downinter": ck.DownInter > 0, "health_check_port": ck.Port != 0,
 		"observe": ck.OnError != "", "error_limit": ck.OnError != "", "on-error": ck.OnError != "",
 	}

@@ -362,13 +362,24 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			}
 		}
 	}
-	// unnoticedAt says whether a request begun at began went to a Node
-	// whose pods died unnoticed: until Kubernetes noticed, and
-	// Bounds.Abrupt more for HAProxy's check to fail on the 503 (or the
-	// service to park the server).
-	unnoticedAt := func(began time.Time) bool {
+	// inUnnoticed says whether Node k's pods had died unnoticed at at:
+	// until Kubernetes noticed, and Bounds.Abrupt more for HAProxy's
+	// check to fail on the 503 (or the service to park the server).
+	inUnnoticed := func(k int, at time.Time) bool {
 		for _, u := range unnoticed {
-			if !began.Before(u.from) && (u.until.IsZero() || !began.After(u.until.Add(b.Abrupt))) {
+			if u.k == k && !at.Before(u.from) && (u.until.IsZero() || !at.After(u.until.Add(b.Abrupt))) {
+				return true
+			}
+		}
+		return false
+	}
+	// emptied are, by target, when a Node in such a window had no pod
+	// for a client of it (obsNodeEmpty): the failures ExcuseUnnoticed
+	// may excuse are those of that target and moment, no others.
+	emptied := map[int][]time.Time{}
+	unnoticedAt := func(target int, began, at time.Time) bool {
+		for _, e := range emptied[target] {
+			if !e.Before(began.Add(-50*time.Millisecond)) && !e.After(at) {
 				return true
 			}
 		}
@@ -534,6 +545,10 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				}
 			case obsCheck:
 				tt.pod(o.pod).checked = true
+			case obsNodeEmpty:
+				if k := o.pod - nodeBase; opt.HealthPort && inUnnoticed(k, o.at) {
+					emptied[o.target] = append(emptied[o.target], o.at)
+				}
 			case obsClient:
 				k := o.pod - nodeBase
 				if sn := tt.pod(o.pod); !sn.checked {
@@ -727,7 +742,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 						}
 					}
 				}
-				if why == "" && opt.HealthPort && unnoticedAt(cmp.Or(o.began, o.at)) {
+				if why == "" && opt.HealthPort && unnoticedAt(o.target, cmp.Or(o.began, o.at), o.at) {
 					why = ExcuseUnnoticed
 				}
 				if why == "" && !o.began.IsZero() && tt.downAt(o.at, b.Entry) != nil {
@@ -815,9 +830,13 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 					continue
 				}
 				// A reload restarts every check: a server not in service
-				// yet passes its checks again after it, whoever reloaded.
+				// yet passes its checks again after it, whoever reloaded,
+				// the first one spread over inter (HAProxy's
+				// start_check_task: srvpos/nbcheck of the longest
+				// interval), as a moved server's next one (Bounds.Move;
+				// soak seed 534110162, inter 2 s and rise 3: 2.4 s was short).
 				due := q.since.Add(q.entry(b))
-				if after := tt.lastReload.Add(q.entry(b)); sn.lastHit.Before(q.since) && after.After(due) {
+				if after := tt.lastReload.Add(max(q.entry(b), b.Move)); sn.lastHit.Before(q.since) && after.After(due) {
 					due = after
 				}
 				if end, ok := tt.lastLossy(); ok && end.Add(b.Reload).After(due) {

@@ -171,6 +171,11 @@ func (np *nodeProxy) handle(c net.Conn, at time.Time) {
 		_, _ = io.Copy(c, pc)
 		return
 	}
+	if strings.TrimSpace(line) == "q" {
+		// A client kube-proxy had no pod for: the one failure
+		// ExcuseUnnoticed may excuse, through this target.
+		np.w.rec.add(obs{at: at, kind: obsNodeEmpty, pod: nodeBase + np.k, target: from})
+	}
 }
 
 // localEndpoints are the pods kube-proxy of Node k sends to: its ready

@@ -62,7 +62,7 @@ func TestDeletedNodeLeavesAndJoinsAgain(t *testing.T) {
 	}
 }
 
-// TestHealthCheckNodePort: in node mode, HAProxy checks each Node on the
+// TestNodesCheckedOnTheHealthPort: in node mode, HAProxy checks each Node on the
 // Service's healthCheckNodePort with GET /healthz (externalTrafficPolicy
 // Local), which the Node's kube-proxy answers 503 once Kubernetes holds
 // none of its pods ready: the Node leaves and comes back with its pods,
@@ -71,7 +71,7 @@ func TestDeletedNodeLeavesAndJoinsAgain(t *testing.T) {
 // HAPROXY_SEND_PROXY_V2 the servers' connections carry the PROXY header
 // and their checks must not: kube-proxy answers one 400, and every Node
 // was DOWN (history seed 1, nodes, runtime: health-port-spoken).
-func TestHealthCheckNodePort(t *testing.T) {
+func TestNodesCheckedOnTheHealthPort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real HAProxy histories")
 	}

@@ -41,13 +41,19 @@ func (m *Manager) Holders(ctx context.Context) (map[string]string, error) {
 	out := map[string]string{}
 	conflict := map[string]bool{}
 	var errs []error
-	helds, readErrs := make([]dataplane.Proxies, len(m.Targets)), make([]error, len(m.Targets))
-	eachTarget(ctx, len(m.Targets), m.straggle(), func(ctx context.Context, i int) {
-		helds[i], readErrs[i] = m.Targets[i].ReadProxies(ctx)
-		readErrs[i] = stragglingErr(ctx, readErrs[i])
+	type read struct {
+		held dataplane.Proxies
+		err  error
+	}
+	reads, left := eachTarget(ctx, &m.busy, len(m.Targets), m.straggle(), func(ctx context.Context, i int) (read, bool) {
+		held, err := m.Targets[i].ReadProxies(ctx)
+		return read{held, err}, err == nil
 	})
 	for i, t := range m.Targets {
-		held, err := helds[i], readErrs[i]
+		held, err := reads[i].held, reads[i].err
+		if left[i] != nil {
+			err = left[i]
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("target %s: %w", t.Name(), err))
 			continue

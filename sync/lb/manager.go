@@ -37,6 +37,7 @@ type Manager struct {
 	// Straggle is how long the other targets are waited for once one
 	// answered (eachTarget); 0: DefaultStraggle.
 	Straggle time.Duration
+	busy     busyTargets
 }
 
 func (m *Manager) straggle() time.Duration {
@@ -73,24 +74,21 @@ func (m *Manager) Sync(ctx context.Context, want []services.Selected, classes ma
 	if len(m.VIPs) != 1 && len(m.VIPs) != len(m.Targets) {
 		return rep, &failure.InputError{Err: fmt.Errorf("HAPROXY_VIP has %d addresses for %d targets: give one, or one per target", len(m.VIPs), len(m.Targets))}
 	}
-	results := make([]targetResult, len(m.Targets))
-	eachTarget(ctx, len(m.Targets), m.straggle(), func(ctx context.Context, i int) {
+	results, left := eachTarget(ctx, &m.busy, len(m.Targets), m.straggle(), func(ctx context.Context, i int) (targetResult, bool) {
 		vip := m.VIPs[0]
 		if len(m.VIPs) > 1 {
 			vip = m.VIPs[i]
 		}
 		r := m.syncTarget(ctx, m.Targets[i], vip, want, own)
-		if _, left := context.Cause(ctx).(*StragglingError); left && (r.err != nil || len(r.failed) > 0) {
-			// Left behind mid-pass: not read (nothing it says of a
-			// Service is its own failure), what it did kept.
-			err := r.err
-			if err == nil {
-				err = context.Cause(ctx)
-			}
-			r = targetResult{created: r.created, removed: r.removed, ready: map[string]bool{}, err: stragglingErr(ctx, err)}
-		}
-		results[i] = r
+		return r, r.err == nil
 	})
+	for i, err := range left {
+		if err != nil {
+			// Not read this pass: nothing it says of a Service.
+			results[i] = targetResult{ready: map[string]bool{}, err: err}
+			m.log().Warn("target left behind", "target", m.Targets[i].Name(), "error", err)
+		}
+	}
 
 	var errs []error
 	for _, s := range want {
