@@ -93,6 +93,7 @@ type Client struct {
 	// committed, until a Read finds the API's reload for them done
 	// (settingsLoading).
 	settingsWritten sync.Map
+	settingsGen     atomic.Int64 // each commit's mark in settingsWritten
 }
 
 // addsReloadFor is how long the driver remembers that the API reloads on

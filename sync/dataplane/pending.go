@@ -89,12 +89,14 @@ func (c *Client) reloadPending(ctx context.Context) (bool, error) {
 // HAPROXY_BALANCE with the Service's healthCheckNodePort) — until the
 // reload loads it with the new one.
 func (c *Client) settingsLoading(ctx context.Context, backend string) bool {
-	if _, ok := c.settingsWritten.Load(backend); !ok {
+	gen, ok := c.settingsWritten.Load(backend)
+	if !ok {
 		return false
 	}
 	pending, err := c.reloadPending(ctx)
 	if err == nil && !pending {
-		c.settingsWritten.Delete(backend)
+		// Not one a later commit stored meanwhile.
+		c.settingsWritten.CompareAndDelete(backend, gen)
 	}
 	return err != nil || pending
 }

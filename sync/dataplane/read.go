@@ -53,7 +53,14 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 		if err != nil {
 			return model.Backend{}, fmt.Errorf("read runtime state of %s: %w", backend, err)
 		}
-		settingsLoading := c.settingsLoading(ctx, backend)
+		// Asked of the API only for a server that could be added.
+		var pendingKnown, pending bool
+		settingsLoading := func() bool {
+			if !pendingKnown {
+				pending, pendingKnown = c.settingsLoading(ctx, backend), true
+			}
+			return pending
+		}
 		seen := make(map[string]model.Server, len(rs))
 		for _, r := range rs {
 			seen[r.Name] = r
@@ -70,7 +77,7 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 				// The socket can add it only with what haproxy.cfg's
 				// default-server gives it (inheritance), and not before
 				// the backend's new settings run (settingsLoading).
-				addable := onlyWritten(out.Servers[i].Source) && inh.inherit(out.Servers[i]).Carried && !settingsLoading
+				addable := onlyWritten(out.Servers[i].Source) && inh.inherit(out.Servers[i]).Carried && !settingsLoading()
 				out.Servers[i].Runtime = &model.Runtime{Loading: true, Addable: addable}
 				continue
 			}

@@ -62,7 +62,7 @@ func (c *Client) transaction(ctx context.Context, version int64, p plan.Plan, ch
 	if p.Settings != nil {
 		// Committed or not known (an answer lost): the running HAProxy
 		// may run the old check until the API's reload (settingsLoading).
-		c.settingsWritten.Store(p.Backend, true)
+		c.settingsWritten.Store(p.Backend, c.settingsGen.Add(1))
 	}
 	if err != nil {
 		return out, err

@@ -274,14 +274,19 @@ func (p *pod) handle(c net.Conn, at time.Time) {
 	if err != nil {
 		return // a connection dropped before it said what it is
 	}
-	switch strings.TrimSpace(line) {
-	case "hc":
+	switch l := strings.TrimSpace(line); {
+	case l == "hc":
 		p.rec.add(obs{at: at, kind: obsCheck, pod: p.n, target: from})
 		_, _ = io.WriteString(c, "ok\n")
-	case "q":
+	case strings.HasPrefix(l, "GET ") && p.n == staticPod:
+		// The backend's HTTP check (Setup.HealthPort) of the static
+		// server, on its own port: it answers as a web server would.
+		p.rec.add(obs{at: at, kind: obsCheck, pod: p.n, target: from})
+		_, _ = io.WriteString(c, "HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n")
+	case l == "q":
 		p.rec.add(obs{at: at, kind: obsClient, pod: p.n, target: from})
 		_, _ = io.WriteString(c, podName(p.n)+"\n")
-	case "s":
+	case l == "s":
 		p.rec.add(obs{at: at, kind: obsClient, pod: p.n, target: from})
 		p.session(c, r)
 	}

@@ -83,11 +83,16 @@ func (m *Manager) Sync(ctx context.Context, want []services.Selected, classes ma
 		return r, r.err == nil
 	})
 	for i, err := range left {
-		if err != nil {
-			// Not read this pass: nothing it says of a Service.
-			results[i] = targetResult{ready: map[string]bool{}, err: err}
-			m.log().Warn("target left behind", "target", m.Targets[i].Name(), "error", err)
+		if err == nil {
+			continue
 		}
+		// Not read this pass: nothing it says of a Service.
+		results[i] = targetResult{ready: map[string]bool{}, err: err}
+		level := slog.LevelWarn
+		if s, ok := err.(*StragglingError); ok && s.Busy {
+			level = slog.LevelDebug // said when it was left behind
+		}
+		m.log().Log(ctx, level, "target left behind", "target", m.Targets[i].Name(), "error", err)
 	}
 
 	var errs []error
