@@ -358,12 +358,13 @@ func (h *HAProxy) Logs() string {
 func (h *HAProxy) RuntimeURL() string { return "unix://" + h.AdminSocket }
 
 // masterCommand runs a command on the master socket.
-// settledMaster asks the master "show proc", for up to 3 s while its
+// settledMaster asks the master "show proc", for up to 10 s while its
 // socket refuses: from HAProxy 3.1 the master re-executes itself once the
 // new worker is up, and its socket is closed meanwhile (seen on 3.4.0: a
-// reload asked 138 ms after another found it refusing).
+// reload asked 138 ms after another found it refusing; in a 30-minute
+// soak on 2 busy cores, refusing for over 3 s).
 func (h *HAProxy) settledMaster() (string, error) {
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		reply, err := h.masterCommand("show proc")
 		if err == nil || time.Now().After(deadline) {

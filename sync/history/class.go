@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,6 +93,12 @@ type classWorld struct {
 	failed    int
 
 	serve *process
+	// other: the other install runs (class_other.go), its Service on
+	// otherPort; otherReady once a settled moment found it served.
+	other      bool
+	otherPort  int
+	otherServe *process
+	otherReady atomic.Bool
 }
 
 func (w *classWorld) rec(o classObs) {
@@ -136,6 +143,9 @@ func RunClass(t *testing.T, seed uint64, n int) Report {
 	w.settle()
 	stopClients()
 	w.serve.stop()
+	if w.otherServe != nil {
+		w.otherServe.stop()
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	ev := classEvaluate(w.obs, w.b, classServices)
@@ -163,8 +173,10 @@ func startClassWorld(t *testing.T, seed uint64, targets int) *classWorld {
 		w.holders = append(w.holders, []int{-1, -1, -1})
 		vips, apis, sockets = append(vips, tg.vip), append(apis, "http://"+tg.api.addr), append(sockets, "tcp://"+tg.socket.addr)
 	}
-	// The same ports on every VIP.
-	w.ports = haproxytest.FreePorts(t, vips[0], classPorts)
+	// The same ports on every VIP; the other install's after the class's.
+	w.other = classDraw(seed)/32%2 == 1
+	w.ports = haproxytest.FreePorts(t, vips[0], classPorts+1)
+	w.ports, w.otherPort = w.ports[:classPorts], w.ports[classPorts]
 
 	// c-2 first, a second before the others: the oldest claimant.
 	for _, s := range []int{2, 0, 1} {
@@ -192,7 +204,10 @@ func startClassWorld(t *testing.T, seed uint64, targets int) *classWorld {
 		w.env = append(w.env, "GOCOVERDIR="+dir)
 	}
 	w.startServe()
-	t.Logf("class history %d: %s", seed, strings.Join(w.env[6:], " "))
+	if w.other {
+		w.startOther()
+	}
+	t.Logf("class history %d: %s; the other install (%s): %v", seed, strings.Join(w.env[6:], " "), otherLB, w.other)
 	return w
 }
 
@@ -226,8 +241,8 @@ func (w *classWorld) startTarget(i int) *classTarget {
 }
 
 // classDraw is the seed's draw of the configuration: one bit each for
-// CLUSTER_NAME, RESYNC_PERIOD, a second target, HAPROXY_SEND_PROXY_V2 and
-// HAPROXY_BALANCE.
+// CLUSTER_NAME, RESYNC_PERIOD, a second target, HAPROXY_SEND_PROXY_V2,
+// HAPROXY_BALANCE and the other install.
 func classDraw(seed uint64) uint64 { return (seed*2654435761 + 7) >> 7 }
 
 func (w *classWorld) startServe() {
@@ -441,7 +456,14 @@ func (w *classWorld) clients() (stop func()) {
 			o := classObs{at: began, kind: cRequest, target: tg, port: port, svc: -1}
 			if err != nil {
 				o.at, o.began, o.err = time.Now(), began, err.Error()
-			} else if port != opPort {
+			}
+			switch {
+			case port == otherPortIdx:
+				if !w.otherReady.Load() {
+					return
+				}
+				otherAnswer(&o, name)
+			case err == nil && port != opPort:
 				o.svc = classServiceOf(name)
 			}
 			w.rec(o)
@@ -453,6 +475,9 @@ func (w *classWorld) clients() (stop func()) {
 			run(i, p, net.JoinHostPort(tg.vip, strconv.Itoa(port)))
 		}
 		run(i, opPort, tg.h.Frontends[classOp])
+		if w.other {
+			run(i, otherPortIdx, net.JoinHostPort(tg.vip, strconv.Itoa(w.otherPort)))
+		}
 	}
 	return func() { cancel(); wg.Wait() }
 }

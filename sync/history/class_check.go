@@ -208,6 +208,12 @@ func classEvaluate(all []classObs, b Bounds, services int) Evaluation {
 				}
 				continue
 			}
+			if o.port == otherPortIdx {
+				if o.err != "" {
+					add(OthersUntouchedAcross, o, "a request through the other install's %s failed (%s)", otherService, o.err)
+				}
+				continue
+			}
 			h := holder(o.target, o.port)
 			if o.err != "" && h < 0 {
 				// No settled holder: one of the claimants serves once

@@ -50,6 +50,9 @@ func (w *classWorld) settle() {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	if w.other && len(traffic) == 0 {
+		w.otherReady.Store(true)
+	}
 	if len(traffic) > 0 {
 		w.violation(Converges, "not within %v: %s", w.b.Converge, strings.Join(traffic, "; "))
 	}
@@ -145,6 +148,7 @@ func (w *classWorld) differences(claims []int) (traffic, status []string, holder
 			traffic = append(traffic, fmt.Sprintf("the operator's frontend of target %d answered %q (%v)", i, name, err))
 		}
 		traffic = append(traffic, w.balanceDiffs(i, tg)...)
+		traffic = append(traffic, w.otherDiffs(i, tg)...)
 	}
 	// Every target that is up serves each port by the same Service.
 	var first []int
@@ -167,6 +171,7 @@ func (w *classWorld) differences(claims []int) (traffic, status []string, holder
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	status = append(status, w.otherStatus(ctx, vips)...)
 	for s, v := range w.model.svcs {
 		if !v.exists {
 			continue

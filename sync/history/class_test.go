@@ -53,6 +53,13 @@ func TestClassEvaluate(t *testing.T) {
 			obs:  []classObs{step(2000, 0, -1, 1, 0), step(2500, 1, 0, 1, 0), answered(3000, 0, 2)},
 		},
 		{name: "a failure while the holder holds", obs: []classObs{failed(3000, 2900, 0)}, want: []Invariant{NoFailedRequest}},
+		{name: "the other install's Service answered by its pod", obs: []classObs{answered(3000, otherPortIdx, 0)}},
+		{
+			name: "a failure through the other install's Service, even while the class's claims change and a target is down",
+			obs:  []classObs{step(2000, 0, 2, 1, 0), {at: at(2100), kind: cDown, on: true}, {at: at(2200), kind: cDeath, svc: 0}, failed(2500, 2400, otherPortIdx)},
+			want: []Invariant{OthersUntouchedAcross},
+		},
+		{name: "a pod of the other install answers a port of the class", obs: []classObs{answered(3000, 0, -1)}, want: []Invariant{OthersUntouchedAcross}},
 		{name: "a failure on a port nobody claims", obs: []classObs{step(2000, 0, 0, 1, -1), failed(3000, 2900, 2)}, excuse: ExcuseUnclaimed},
 		{
 			name:   "a failure on a port just claimed",
