@@ -99,7 +99,13 @@ while IFS='|' read -r name commits runs; do
         continue
       fi
       took=$(( $(date +%s) - start ))
+      printf '%s\n' "$log" > "$root/bin/teeth-$name-$seed-$driver-$shape.log"
       found=$(grep -E '^ +[a-z-]+ after step' <<<"$log" | head -3 | sed 's/^ *//' | cut -c1-200)
+      if [ -z "$found" ] && grep -q -e '--- FAIL' <<<"$log"; then
+        echo "$name: seed $seed ($driver, $shape) FAILED without a violation in ${took}s (bin/teeth-$name-$seed-$driver-$shape.log):"
+        grep -E -e '--- FAIL|Error|error|panic' <<<"$log" | head -5 | sed 's/^ */    /' | cut -c1-200
+        continue
+      fi
       if [ -n "$found" ]; then
         echo "$name: FOUND by seed $seed ($driver, $shape) in ${took}s:"; echo "$found" | sed 's/^/    /'
         # The control: the same history with the fix in place must pass,
