@@ -64,12 +64,44 @@ func checkPairs(ctx context.Context, pairs map[string]*pair.Guard, log *slog.Log
 // reconcile pass checks the pair (a reconcile reads every backend before it
 // applies a plan, and a reload the watch notices pokes a reconcile); the
 // other reads of the pass, Apply and ReadUp keep its verdict. It is a reconcile.UpReader exactly when its driver is
-// one, like the metrics wrapper.
+// one, like the metrics wrapper, and a reconcile.BulkReader likewise (the
+// bulk read checks the pair as the first Read does).
 func guarded(d reconcile.Driver, g *pair.Guard) reconcile.Driver {
-	if ur, ok := d.(reconcile.UpReader); ok {
-		return upGuarded{guardedDriver{d, g}, ur}
+	gd := guardedDriver{d, g}
+	ur, up := d.(reconcile.UpReader)
+	br, bulk := reconcile.BulkOf(d)
+	switch {
+	case up && bulk:
+		return bulkUpGuarded{upGuarded{gd, ur}, bulkGuard{g, br}}
+	case up:
+		return upGuarded{gd, ur}
+	case bulk:
+		return bulkGuarded{gd, bulkGuard{g, br}}
 	}
-	return guardedDriver{d, g}
+	return gd
+}
+
+// bulkGuard reads every backend at once only while the pair matches.
+type bulkGuard struct {
+	g  *pair.Guard
+	br reconcile.BulkReader
+}
+
+func (b bulkGuard) ReadAll(ctx context.Context) (map[string]model.Backend, error) {
+	if err := b.g.Verify(ctx, reconcile.PassOf(ctx)); err != nil {
+		return nil, err
+	}
+	return b.br.ReadAll(ctx)
+}
+
+type bulkGuarded struct {
+	guardedDriver
+	bulkGuard
+}
+
+type bulkUpGuarded struct {
+	upGuarded
+	bulkGuard
 }
 
 type guardedDriver struct {

@@ -204,7 +204,7 @@ func (c *Client) readInheritance(ctx context.Context, backend string) (inheritan
 	if _, err := c.do(ctx, http.MethodGet, "/configuration/backends/"+url.PathEscape(backend), nil, nil, &be); err != nil {
 		return inheritance{}, fmt.Errorf("read backend %s: %w", backend, err)
 	}
-	_, inh, err := c.readSections(ctx, &be, true)
+	_, inh, err := c.readSections(ctx, &be, true, nil)
 	return inh, err
 }
 

@@ -31,11 +31,22 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 	if v1.version != v2.version {
 		return model.Backend{}, &failure.ConflictError{Msg: fmt.Sprintf("read backend %s: configuration changed between reads (%d, %d)", backend, v1.version, v2.version)}
 	}
-	if err := dynamicAlgorithm(&be); err != nil {
+	running := func() ([]model.Server, error) { return c.runtime.ReadRuntime(ctx, backend) }
+	return c.assemble(ctx, &be, servers, v2.version, running, nil)
+}
+
+// assemble is the backend be as read at version, its servers' raw JSON
+// from haproxy.cfg, and (with the runtime socket) running, asked only when
+// needed; defaults, when not nil, keeps the defaults sections read for
+// the next backend of one bulk read.
+func (c *Client) assemble(ctx context.Context, be *models.Backend, servers []json.RawMessage, version int64,
+	running func() ([]model.Server, error), defaults map[string]*models.Defaults) (model.Backend, error) {
+	backend := be.Name
+	if err := dynamicAlgorithm(be); err != nil {
 		return model.Backend{}, err
 	}
-	out := model.Backend{Name: backend, Revision: v2.version, Settings: settingsOf(&be)}
-	retry, inh, err := c.readSections(ctx, &be, c.runtime != nil)
+	out := model.Backend{Name: backend, Revision: version, Settings: settingsOf(be)}
+	retry, inh, err := c.readSections(ctx, be, c.runtime != nil, defaults)
 	if err != nil {
 		return model.Backend{}, err
 	}
@@ -49,7 +60,7 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 		out.Servers = append(out.Servers, s)
 	}
 	if c.runtime != nil {
-		rs, err := c.runtime.ReadRuntime(ctx, backend)
+		rs, err := running()
 		if err != nil {
 			return model.Backend{}, fmt.Errorf("read runtime state of %s: %w", backend, err)
 		}
@@ -148,17 +159,23 @@ func unpersisted(s *model.Server) bool {
 // default-server lines of every section (inheritance), which a server added
 // through the socket must carry. Without all, a backend that sets every
 // retry line costs no call.
-func (c *Client) readSections(ctx context.Context, be *models.Backend, all bool) (model.RetryLines, inheritance, error) {
+func (c *Client) readSections(ctx context.Context, be *models.Backend, all bool, cache map[string]*models.Defaults) (model.RetryLines, inheritance, error) {
 	s := backendRetry(be)
 	inh := inheritance{sections: []*models.DefaultServer{be.DefaultServer}}
 	seen := map[string]bool{}
 	for from := be.From; from != "" && !seen[from] && (all || !s.complete()); {
 		seen[from] = true
-		var d models.Defaults
-		if _, err := c.do(ctx, http.MethodGet, "/configuration/defaults/"+url.PathEscape(from), nil, nil, &d); err != nil {
-			return model.RetryLines{}, inheritance{}, fmt.Errorf("read defaults section %s of backend %s: %w", from, be.Name, err)
+		d := cache[from]
+		if d == nil {
+			d = &models.Defaults{}
+			if _, err := c.do(ctx, http.MethodGet, "/configuration/defaults/"+url.PathEscape(from), nil, nil, d); err != nil {
+				return model.RetryLines{}, inheritance{}, fmt.Errorf("read defaults section %s of backend %s: %w", from, be.Name, err)
+			}
+			if cache != nil {
+				cache[from] = d
+			}
 		}
-		s = s.inherit(defaultsRetry(&d))
+		s = s.inherit(defaultsRetry(d))
 		inh.sections = append(inh.sections, d.DefaultServer)
 		from = d.From
 	}

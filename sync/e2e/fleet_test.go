@@ -7,17 +7,21 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/haproxytech/client-native/v6/models"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/handler"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/fleet"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
@@ -100,6 +104,13 @@ type fleetWorld struct {
 
 func newFleetWorld(t testing.TB, backends ...string) *fleetWorld {
 	t.Helper()
+	return newFleetWorldOf(t, false, backends...)
+}
+
+// newFleetWorldOf is newFleetWorld with, when dataplane is set, the Data
+// Plane driver over the test API (and the socket beside it) instead.
+func newFleetWorldOf(t testing.TB, dataplaneAPI bool, backends ...string) *fleetWorld {
+	t.Helper()
 	w := newWorld(t, "unused", desired.PodMode, nil) // the namespace and its clean-up
 	fw := &fleetWorld{t: t, ns: w.ns}
 	var hb []haproxytest.Backend
@@ -114,6 +125,18 @@ func newFleetWorld(t testing.TB, backends ...string) *fleetWorld {
 		t.Fatal(err)
 	}
 	fw.drv = newCounting(rt)
+	if dataplaneAPI {
+		api := dataplanetest.Over(t, fw.h, dataplanetest.Options{}, nil, backends...)
+		rr := "roundrobin"
+		for _, b := range backends {
+			api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: b, Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
+		}
+		u, err := url.Parse(api.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fw.drv = newCounting(dataplane.New(u, dataplane.Auth{}, &http.Client{Timeout: 10 * time.Second}, dataplane.WithRuntime(rt)))
+	}
 	fw.f = &fleet.Fleet{
 		Services:  cluster.service,
 		Selection: services.Selection{Annotation: true, Namespaces: []string{fw.ns}, AllowedBackends: []string{"be_*"}},
