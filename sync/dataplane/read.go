@@ -32,16 +32,17 @@ func (c *Client) Read(ctx context.Context, backend string) (model.Backend, error
 		return model.Backend{}, &failure.ConflictError{Msg: fmt.Sprintf("read backend %s: configuration changed between reads (%d, %d)", backend, v1.version, v2.version)}
 	}
 	running := func() ([]model.Server, error) { return c.runtime.ReadRuntime(ctx, backend) }
-	return c.assemble(ctx, &be, servers, v2.version, running, nil)
+	return c.assemble(ctx, backend, &be, servers, v2.version, running, nil)
 }
 
-// assemble is the backend be as read at version, its servers' raw JSON
-// from haproxy.cfg, and (with the runtime socket) running, asked only when
-// needed; defaults, when not nil, keeps the defaults sections read for
-// the next backend of one bulk read.
-func (c *Client) assemble(ctx context.Context, be *models.Backend, servers []json.RawMessage, version int64,
+// assemble is backend, be as read at version, its servers' raw JSON from
+// haproxy.cfg, and (with the runtime socket) running, asked only when
+// needed. defaults is nil for a read alone; for a bulk read (ReadAll) it
+// keeps the defaults sections read for the next backend, and nothing a
+// write relies on is stored (the servers hidden from the API, which a
+// write's own Read stores: a bulk read may be older than a reconcile's).
+func (c *Client) assemble(ctx context.Context, backend string, be *models.Backend, servers []json.RawMessage, version int64,
 	running func() ([]model.Server, error), defaults map[string]*models.Defaults) (model.Backend, error) {
-	backend := be.Name
 	if err := dynamicAlgorithm(be); err != nil {
 		return model.Backend{}, err
 	}
@@ -139,7 +140,9 @@ func (c *Client) assemble(ctx context.Context, be *models.Backend, servers []jso
 			r.Runtime = &rt
 			out.Servers = append(out.Servers, r)
 		}
-		c.hidden.Store(backend, hidden)
+		if defaults == nil {
+			c.hidden.Store(backend, hidden)
+		}
 	}
 	return out, nil
 }

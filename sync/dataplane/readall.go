@@ -26,8 +26,10 @@ type runtimeAll interface {
 // costs two requests and two commands per backend. Each backend is as Read
 // would return it. Left out, to be read alone (which says why): a backend
 // Read would refuse (a balance that cannot take runtime servers, a server
-// it cannot decode), and, with the socket, one the running HAProxy does
-// not show (no server, or not loaded yet: Read tells them apart).
+// it cannot decode), one without servers in the answer (empty, or an API
+// that ignores full_section), and, with the socket, one the running
+// HAProxy does not show (no server, or not loaded yet: Read tells them
+// apart).
 func (c *Client) ReadAll(ctx context.Context) (map[string]model.Backend, error) {
 	var raws []json.RawMessage
 	r, err := c.do(ctx, http.MethodGet, "/configuration/backends", url.Values{"full_section": {"true"}}, nil, &raws)
@@ -53,6 +55,11 @@ func (c *Client) ReadAll(ctx context.Context) (map[string]model.Backend, error) 
 		if json.Unmarshal(raw, &be) != nil || json.Unmarshal(raw, &children) != nil || be.Name == "" {
 			continue
 		}
+		if children.Servers == nil {
+			// No servers key: an empty backend, or an API that ignores
+			// full_section (it would look empty): read alone.
+			continue
+		}
 		servers, err := namedServers(children.Servers)
 		if err != nil {
 			continue
@@ -68,7 +75,7 @@ func (c *Client) ReadAll(ctx context.Context) (map[string]model.Backend, error) 
 			}
 			return c.runtime.ReadRuntime(ctx, name)
 		}
-		b, err := c.assemble(ctx, &be, servers, r.version, readRunning, defaults)
+		b, err := c.assemble(ctx, name, &be, servers, r.version, readRunning, defaults)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, err

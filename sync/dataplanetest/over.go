@@ -36,9 +36,10 @@ func Over(t testing.TB, h *haproxytest.HAProxy, opts Options, reloaded func(bega
 			}
 		}
 		// The master re-executes itself at a reload: right after one, its
-		// socket may refuse a connection for a moment.
+		// socket may refuse a connection for a moment (TryReload waits 10 s
+		// for it; once more, then it is dead).
 		err := h.TryReload()
-		for i := 0; err != nil && strings.HasPrefix(err.Error(), "master socket") && i < 40; i++ {
+		for i := 0; err != nil && strings.HasPrefix(err.Error(), "master socket") && i < 1; i++ {
 			time.Sleep(50 * time.Millisecond)
 			err = h.TryReload()
 		}

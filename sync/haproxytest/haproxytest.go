@@ -357,7 +357,6 @@ func (h *HAProxy) Logs() string {
 // RuntimeURL is the admin socket as HAPROXY_RUNTIME_URL takes it.
 func (h *HAProxy) RuntimeURL() string { return "unix://" + h.AdminSocket }
 
-// masterCommand runs a command on the master socket.
 // settledMaster asks the master "show proc", for up to 10 s while its
 // socket refuses: from HAProxy 3.1 the master re-executes itself once the
 // new worker is up, and its socket is closed meanwhile (seen on 3.4.0: a
@@ -374,6 +373,7 @@ func (h *HAProxy) settledMaster() (string, error) {
 	}
 }
 
+// masterCommand runs a command on the master socket.
 func (h *HAProxy) masterCommand(cmd string) (string, error) {
 	return runtimeapi.Socket{Network: "unix", Address: h.MasterSocket}.Command(context.Background(), cmd)
 }

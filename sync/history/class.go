@@ -94,11 +94,12 @@ type classWorld struct {
 
 	serve *process
 	// other: the other install runs (class_other.go), its Service on
-	// otherPort; otherReady once a settled moment found it served.
+	// otherPort; otherSince (UnixNano) is when a settled moment first
+	// found it served: requests sent since are judged.
 	other      bool
 	otherPort  int
 	otherServe *process
-	otherReady atomic.Bool
+	otherSince atomic.Int64
 }
 
 func (w *classWorld) rec(o classObs) {
@@ -461,7 +462,7 @@ func (w *classWorld) clients() (stop func()) {
 			}
 			switch {
 			case port == otherPortIdx:
-				if !w.otherReady.Load() {
+				if since := w.otherSince.Load(); since == 0 || began.UnixNano() < since {
 					return
 				}
 				otherAnswer(&o, name)

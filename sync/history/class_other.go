@@ -26,7 +26,8 @@ import (
 // Services joining, leaving, deleted, refused, its crashes, its resyncs,
 // its reloads — may touch them, and the two write through one API at once.
 // Once the other Service is served on every target (a settled moment found
-// it), every request through its port is answered by one of its pods, as
+// it), every request sent through its port since is answered by one of
+// its pods, as
 // through the operator's own frontend (OthersUntouchedAcross); each settled
 // moment finds it served and its status naming the VIPs; no pod of it
 // answers a port of the history's class (classEvaluate: a pod of no
@@ -112,20 +113,23 @@ func otherAnswer(o *classObs, name string) {
 }
 
 // otherDiffs: through target i the other Service's port is answered by its
-// pods.
+// pods, both of them (a server of it parked or deleted by the history's
+// install fails no request).
 func (w *classWorld) otherDiffs(i int, tg *classTarget) []string {
 	if !w.other {
 		return nil
 	}
-	var out []string
-	for range 2 {
+	seen := map[string]bool{}
+	for range 8 {
 		name, err := haproxytest.Ask(net.JoinHostPort(tg.vip, strconv.Itoa(w.otherPort)))
 		if err != nil || !strings.HasPrefix(name, "x-p-") {
-			out = append(out, fmt.Sprintf("the other install's %s through target %d answered %q (%v)", otherService, i, name, err))
-			break
+			return []string{fmt.Sprintf("the other install's %s through target %d answered %q (%v)", otherService, i, name, err)}
+		}
+		if seen[name] = true; len(seen) == len(installPods) {
+			return nil
 		}
 	}
-	return out
+	return []string{fmt.Sprintf("the other install's %s through target %d answered by %v only, of its %d pods", otherService, i, seen, len(installPods))}
 }
 
 // otherStatus: the other Service's status names every VIP, with the

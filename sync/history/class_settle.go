@@ -51,7 +51,7 @@ func (w *classWorld) settle() {
 		time.Sleep(200 * time.Millisecond)
 	}
 	if w.other && len(traffic) == 0 {
-		w.otherReady.Store(true)
+		w.otherSince.CompareAndSwap(0, time.Now().UnixNano())
 	}
 	if len(traffic) > 0 {
 		w.violation(Converges, "not within %v: %s", w.b.Converge, strings.Join(traffic, "; "))
