@@ -51,13 +51,19 @@ func BenchmarkFleetReconcile(b *testing.B) {
 	// bulk read is one request for every backend with its servers and the
 	// socket's two commands. The test API stands for the real one (its
 	// latency is not the real one's); 500 unless asked (make bench).
-	for _, n := range sizes {
-		if n > 100 && os.Getenv("HKS_BENCH_SERVICES") == "" {
-			continue
+	for _, once := range []bool{true, false} {
+		for _, n := range sizes {
+			if n > 100 && os.Getenv("HKS_BENCH_SERVICES") == "" {
+				continue
+			}
+			name := "dataplane-each"
+			if once {
+				name = "dataplane-once"
+			}
+			b.Run(fmt.Sprintf("%s/services=%d", name, n), func(b *testing.B) {
+				benchFleetReconcile(b, n, once, true)
+			})
 		}
-		b.Run(fmt.Sprintf("driver=dataplane/read=once/services=%d", n), func(b *testing.B) {
-			benchFleetReconcile(b, n, true, true)
-		})
 	}
 }
 
