@@ -129,6 +129,9 @@ type Fleet struct {
 	// servedBy is what each class Service's reconciles last found in
 	// service, per target (served): its status waits for every target.
 	servedBy map[string]served
+	// reading holds the targets whose bulk read (readAll) is still in
+	// flight, left behind by an earlier full reconcile.
+	reading map[string]bool
 }
 
 type built struct {
@@ -321,6 +324,10 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		// own), and fail this reconcile (unsure) without their status
 		// withdrawn, nor an Event told: their frontends may well be there.
 		unread = err
+		// What this pass left behind is not waited for again by its
+		// reconciles and bulk reads: a hung HAProxy costs the pass one
+		// straggle, not one per stage.
+		ctx = reconcile.WithBehind(ctx, report.Behind)
 		if err == nil && full {
 			left = append(left, report.Draining...)
 		}
@@ -384,7 +391,17 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	if full && !dryRun {
 		snaps = f.snapshots(ctx, all, jobs)
 	}
-	out := f.runAll(ctx, jobs, snaps, dryRun)
+	var ahead *early
+	if ts, ok := f.Frontends.(TargetSyncer); ok && classLeft {
+		ahead = newEarly(jobs, func(target string) services.FrontendReport {
+			rep, _ := ts.SyncTarget(ctx, target, class, services.ClassesOf(all)) // a failure: the passes after this reconcile's try again
+			return rep
+		})
+	}
+	out := f.runAll(ctx, jobs, snaps, dryRun, ahead)
+	if removed := ahead.Removed(); len(removed) > 0 {
+		report.Removed = dedupe(append(report.Removed, removed...))
+	}
 	for i, j := range jobs {
 		if j.svc != nil {
 			r := out[i]
@@ -558,7 +575,7 @@ func summarize(res *Result, dryRun, full bool) error {
 }
 
 // runAll runs jobs, Concurrency at a time; out[i] is jobs[i]'s result.
-func (f *Fleet) runAll(ctx context.Context, jobs []job, snaps map[string]*reconcile.Snapshot, dryRun bool) []reconcile.Result {
+func (f *Fleet) runAll(ctx context.Context, jobs []job, snaps map[string]*reconcile.Snapshot, dryRun bool, ahead *early) []reconcile.Result {
 	out := make([]reconcile.Result, len(jobs))
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -573,6 +590,7 @@ func (f *Fleet) runAll(ctx context.Context, jobs []job, snaps map[string]*reconc
 				if s := jobs[i].svc; s != nil && snaps[s.Key()] != nil {
 					jctx = reconcile.WithSnapshot(ctx, snaps[s.Key()])
 				}
+				jctx = ahead.context(jctx, jobs[i])
 				out[i], _ = jobs[i].runner.Reconcile(jctx, dryRun)
 			}
 		}()

@@ -1,7 +1,9 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -30,7 +32,7 @@ func (f *Fleet) snapshots(ctx context.Context, all []corev1.Service, jobs []job)
 		return nil
 	}
 	readAt := time.Now() // before any read: a fresh reconcile since makes it stale for its Service
-	backends := f.readAll(ctx)
+	backends, unread := f.readAll(ctx)
 	var svcs []corev1.Service
 	for i := range all {
 		if want[all[i].Namespace+"/"+all[i].Name] {
@@ -50,24 +52,36 @@ func (f *Fleet) snapshots(ctx context.Context, all []corev1.Service, jobs []job)
 	}
 	out := make(map[string]*reconcile.Snapshot, len(inputs))
 	for k, in := range inputs {
-		out[k] = &reconcile.Snapshot{ReadAt: readAt, Input: in, Backend: find}
+		out[k] = &reconcile.Snapshot{ReadAt: readAt, Input: in, Backend: find, Unread: unread}
 	}
 	return out
 }
 
 // readAll reads every backend of each target whose driver reads them at
-// once, all targets at a time; a target that cannot, or failed, is left
-// out (its backends are read one by one).
-func (f *Fleet) readAll(ctx context.Context) map[string]map[string]model.Backend {
-	out := map[string]map[string]model.Backend{}
+// once, all targets at a time (one that cannot is read backend by backend,
+// as before). A target whose read failed, had not answered a straggle
+// after another did, or is still in flight from an earlier full reconcile
+// is unread: its Services reconcile afresh, where a hung target is left
+// behind (reconcile.Snapshot.Unread). Before, a hung HAProxy of a pair
+// (its pair check's and a request's timeouts) held every Service's
+// reconcile on the one that answered (history seed 682573831, class,
+// HAProxy 2.6: a Service moved to another port had no server there 21 s).
+func (f *Fleet) readAll(ctx context.Context) (backends map[string]map[string]model.Backend, unread map[string]bool) {
+	out, asked := map[string]map[string]model.Backend{}, map[string]bool{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	answered := make(chan struct{}, len(f.Template.Targets))
 	for _, t := range f.Template.Targets {
 		br, ok := reconcile.BulkOf(t)
 		if !ok {
 			continue
 		}
+		asked[t.Name()] = true
+		if reconcile.BehindOf(ctx)[t.Name()] || !f.startReading(t.Name()) {
+			continue
+		}
 		wg.Go(func() {
+			defer f.doneReading(t.Name())
 			got, err := br.ReadAll(ctx)
 			if err != nil {
 				if f.Log != nil {
@@ -78,8 +92,50 @@ func (f *Fleet) readAll(ctx context.Context) map[string]map[string]model.Backend
 			mu.Lock()
 			out[t.Name()] = got
 			mu.Unlock()
+			answered <- struct{}{}
 		})
 	}
-	wg.Wait()
-	return out
+	all := make(chan struct{})
+	go func() { wg.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-ctx.Done():
+	case <-answered:
+		t := time.NewTimer(cmp.Or(f.Template.Straggle, 3*time.Second))
+		select {
+		case <-all:
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	unread = map[string]bool{}
+	for name := range asked {
+		if _, ok := out[name]; !ok {
+			unread[name] = true
+		}
+	}
+	return maps.Clone(out), unread
+}
+
+// startReading marks target's bulk read in flight, false when one is.
+func (f *Fleet) startReading(target string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.reading[target] {
+		return false
+	}
+	if f.reading == nil {
+		f.reading = map[string]bool{}
+	}
+	f.reading[target] = true
+	return true
+}
+
+func (f *Fleet) doneReading(target string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.reading, target)
 }

@@ -245,8 +245,8 @@ func TestAHungTargetHoldsBackNoOther(t *testing.T) {
 		case "sync":
 			var rep services.FrontendReport
 			rep, err = m.Sync(context.Background(), []services.Selected{classService("web", 80)}, nil)
-			if len(rep.Failed) != 0 || rep.Ready["default/web"] {
-				t.Errorf("report %+v: want no Service failed, web not ready (its frontend is not known on b)", rep)
+			if len(rep.Failed) != 0 || rep.Ready["default/web"] || !slices.Equal(rep.Behind, []string{b.URL}) {
+				t.Errorf("report %+v: want no Service failed, web not ready (its frontend is not known on b), b behind", rep)
 			}
 			if _, _, ok := a.Frontend("fe_k8s_default_web_80"); !ok {
 				t.Error("the target that answers did not get web's frontend")
@@ -262,5 +262,52 @@ func TestAHungTargetHoldsBackNoOther(t *testing.T) {
 		if !errors.As(err, &s) || failure.Of(err) != failure.Temporary || !strings.Contains(err.Error(), b.URL) {
 			t.Errorf("%s: error %v (%s), want a temporary StragglingError naming %s", read, err, failure.Of(err), b.URL)
 		}
+	}
+}
+
+// TestSyncTargetTouchesOnlyThatTarget: a pass over one target of a pair
+// (a left Service's sections removed where its servers were deleted)
+// writes there alone, with that target's VIP; a target it has not is no
+// error and writes nothing.
+func TestSyncTargetTouchesOnlyThatTarget(t *testing.T) {
+	a := dataplanetest.New(t, dataplanetest.Options{ReloadDelay: time.Millisecond})
+	b := dataplanetest.New(t, dataplanetest.Options{ReloadDelay: time.Millisecond})
+	ca, cb := clientOf(t, a), clientOf(t, b)
+	m := &lb.Manager{Targets: []lb.Target{ca, cb}, VIPs: []string{"127.0.0.71", "127.0.0.72"}, Cluster: "c1"}
+	want := []services.Selected{classService("web", 80)}
+	if rep, err := m.SyncTarget(context.Background(), "no-such-target", want, nil); err != nil || len(rep.Created) != 0 {
+		t.Fatalf("%+v %v: want nothing done", rep, err)
+	}
+	if _, err := m.SyncTarget(context.Background(), cb.Name(), want, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := a.Frontend("fe_k8s_c1_default_web_80"); ok {
+		t.Error("web's frontend written on a: want the pass over b alone")
+	}
+	if _, binds, ok := b.Frontend("fe_k8s_c1_default_web_80"); !ok || len(binds) != 1 || binds[0].Address != "127.0.0.72" {
+		t.Errorf("web's frontend on b: %v %+v, want bound on b's VIP 127.0.0.72", ok, binds)
+	}
+}
+
+// TestRemovalFreesTheAddressInTheSamePass (history seed 682573831): web
+// left, its drained frontend bound VIP:80; api claims port 80: the pass
+// that removes web's sections plans again and gives api its frontend,
+// rather than refuse it until its own retry (2 s there, its clients
+// refused meanwhile).
+func TestRemovalFreesTheAddressInTheSamePass(t *testing.T) {
+	api := dataplanetest.New(t, dataplanetest.Options{ReloadDelay: time.Millisecond})
+	m := &lb.Manager{Targets: []lb.Target{clientOf(t, api)}, VIPs: []string{"127.0.0.71"}, Cluster: "c1"}
+	if _, err := m.Sync(context.Background(), []services.Selected{classService("web", 80)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := m.Sync(context.Background(), []services.Selected{classService("api", 80)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Removed) == 0 || !rep.Ready["default/api"] || rep.Failed["default/api"] != "" {
+		t.Fatalf("report %+v: want web's sections removed and api's frontend made in one pass", rep)
+	}
+	if _, binds, ok := api.Frontend("fe_k8s_c1_default_api_80"); !ok || len(binds) != 1 || binds[0].Address != "127.0.0.71" {
+		t.Errorf("api's frontend %v %+v: want it bound on the VIP", ok, binds)
 	}
 }

@@ -85,7 +85,9 @@ type Reconciler struct {
 	// Timeout bounds one reconcile, retries included.
 	Timeout time.Duration
 	// Straggle bounds how long a target that keeps failing is retried
-	// once another target of the reconcile finished (stragglers); 3 s if 0.
+	// once another target of the reconcile finished (stragglers), and how
+	// long one whose attempt is in flight is waited for (eachTarget); 3 s
+	// if 0.
 	Straggle time.Duration
 	// Backoff returns a fresh backoff per target and backend; nil means the
 	// default (exponential from 50ms, capped at 2s, 20% jitter).
@@ -223,8 +225,13 @@ type targetDoneKey struct{}
 // WithTargetDone returns a context whose reconciles tell done each target's
 // results as soon as that target is done, before the others are: the
 // follow-up starts watching a target's waiting servers while another target
-// still hangs.
+// still hangs. One given under another is told after it: neither hides
+// the other.
 func WithTargetDone(ctx context.Context, done func(target string, results []TargetResult)) context.Context {
+	if outer, ok := ctx.Value(targetDoneKey{}).(func(string, []TargetResult)); ok {
+		inner := done
+		done = func(target string, results []TargetResult) { outer(target, results); inner(target, results) }
+	}
 	return context.WithValue(ctx, targetDoneKey{}, done)
 }
 
@@ -462,36 +469,22 @@ func (r *Reconciler) reconcileFresh(ctx context.Context, snap *Snapshot, dryRun 
 	}}
 
 	targets, partial := r.targets(ctx)
-	results := make([][]TargetResult, len(targets))
-	ctx = context.WithValue(ctx, stragglersKey{}, &stragglers{grace: cmp.Or(r.Straggle, 3*time.Second)})
-	var wg sync.WaitGroup
-	for i, t := range targets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if !dryRun && snap == nil { // a dry run writes nothing: it need not wait, nor one from a snapshot
-				unlock, err := r.lock(ctx, t.Name())
-				if err != nil {
-					results[i] = append(results[i], TargetResult{Target: t.Name(), Error: err.Error(), ErrorClass: failure.Temporary,
-						Add: []string{}, Update: []string{}, Drain: []string{}, Maint: []string{}, Delete: []string{}})
-					return
-				}
-				defer unlock()
+	ctx = context.WithValue(ctx, stragglersKey{}, &stragglers{grace: r.straggle()})
+	results := r.eachTarget(ctx, targets, !dryRun && snap == nil, snap != nil, func(ctx context.Context, t Driver, left func() bool) ([]TargetResult, bool) {
+		var out []TargetResult
+		for _, pb := range r.Options.Backends {
+			tr, err := r.syncBackend(ctx, t, pb.Backend, kube, snap, dryRun)
+			out = append(out, tr)
+			if errors.As(err, new(*kubeError)) || snap != nil && err != nil {
+				return out, false // the same read would fail for every backend; a snapshot's failure is read again afresh
 			}
-			for _, pb := range r.Options.Backends {
-				tr, err := r.syncBackend(ctx, t, pb.Backend, kube, snap, dryRun)
-				results[i] = append(results[i], tr)
-				if errors.As(err, new(*kubeError)) || snap != nil && err != nil {
-					return // the same read would fail for every backend; a snapshot's failure is read again afresh
-				}
-			}
-			ctx.Value(stragglersKey{}).(*stragglers).finished(time.Now())
-			if done, ok := ctx.Value(targetDoneKey{}).(func(string, []TargetResult)); ok && !dryRun && snap == nil {
-				done(t.Name(), results[i])
-			}
-		}()
-	}
-	wg.Wait()
+		}
+		ctx.Value(stragglersKey{}).(*stragglers).finished(time.Now())
+		if done, ok := ctx.Value(targetDoneKey{}).(func(string, []TargetResult)); ok && !dryRun && snap == nil && !left() {
+			done(t.Name(), out)
+		}
+		return out, !slices.ContainsFunc(out, func(tr TargetResult) bool { return tr.Error != "" })
+	})
 	if kube.latest().started.IsZero() && !slices.ContainsFunc(results, func(tr []TargetResult) bool {
 		return slices.ContainsFunc(tr, func(t TargetResult) bool { return t.kubeErr != nil })
 	}) {
@@ -612,7 +605,9 @@ func (e *stragglerError) Unwrap() error { return e.err }
 
 // Locks are per-target write locks; the zero value is ready.
 type Locks struct {
-	m sync.Map // target name → chan struct{}
+	m    sync.Map // target name → chan struct{}
+	mu   sync.Mutex
+	left map[string]int // target name → attempts left behind still running (eachTarget)
 }
 
 // Lock waits, within ctx, until target is free, and takes it.
@@ -654,6 +649,9 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 			return retryableAfter(ctx, err, failures, time.Since(began))
 		}
 		cur, read := model.Backend{}, false
+		if snap != nil && snap.Unread[tr.Target] {
+			return errStale // its read would hang, or fail, alone as it did at once
+		}
 		if snap != nil {
 			cur, read = snap.Backend(tr.Target, backend)
 		}

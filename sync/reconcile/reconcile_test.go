@@ -399,3 +399,19 @@ func TestMakeBeforeBreakForgetsARefusedReplacement(t *testing.T) {
 		t.Errorf("the other cluster's server is %s", got)
 	}
 }
+
+// TestTargetDoneUnderAnotherTellsBoth: a WithTargetDone given under another
+// (a class Service's left backend, early, under the follow-up's watch of
+// waiting servers) is told after it: neither hides the other.
+func TestTargetDoneUnderAnotherTellsBoth(t *testing.T) {
+	r := reconciler(&desiredtest.Source{In: cluster("10.244.0.1")}, &reconciletest.Driver{})
+	var told []string
+	ctx := reconcile.WithTargetDone(context.Background(), func(target string, _ []reconcile.TargetResult) { told = append(told, "outer "+target) })
+	ctx = reconcile.WithTargetDone(ctx, func(target string, _ []reconcile.TargetResult) { told = append(told, "inner "+target) })
+	if _, err := r.Reconcile(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(told, ", "); got != "outer mem, inner mem" {
+		t.Errorf("told %q, want the outer then the inner, once each", got)
+	}
+}

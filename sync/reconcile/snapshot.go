@@ -27,6 +27,10 @@ type Snapshot struct {
 	// (a backend with no server is not told from a missing one there: it
 	// is read alone).
 	Backend func(target, backend string) (model.Backend, bool)
+	// Unread are the targets whose bulk read failed or was left behind
+	// (hung): a reconcile from the snapshot does not read them alone
+	// either, but runs afresh, where a hung target is left behind.
+	Unread map[string]bool
 }
 
 // BulkReader reads every backend of a target at once (a

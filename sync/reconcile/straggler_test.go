@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -99,5 +100,124 @@ func TestAConflictAfterALockWaitIsRetried(t *testing.T) {
 			t.Logf("%s: attempts %d error %q", tr.Target, tr.Attempts, tr.Error)
 		}
 		t.Fatalf("err %v: a single conflict after a lock wait was not retried", err)
+	}
+}
+
+// hungDriver's reads block until release is closed (a hung HAProxy of a
+// pair: its pair check, then a request, each to its timeout).
+type hungDriver struct {
+	*reconciletest.Driver
+	release chan struct{}
+	reads   atomic.Int32
+}
+
+func (h *hungDriver) Read(ctx context.Context, be string) (model.Backend, error) {
+	h.reads.Add(1)
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return model.Backend{}, ctx.Err()
+	}
+	return h.Driver.Read(ctx, be)
+}
+
+// TestAHungTargetIsLeftBehind (history seed 682573831, class, HAProxy 2.6):
+// a target whose attempt is still in flight a second past Straggle after
+// another finished is left behind: the reconcile ends with it failed,
+// temporary, while its attempt goes on in the background; the next
+// reconcile leaves it behind at once rather than queue a second attempt on
+// it; once it answers, its attempt's write lands and reconciles find it
+// free again. Before, the reconcile waited for the hung target's timeouts
+// and held everything after it (a left Service's frontend on the HAProxy
+// that answered, and its port's next claimant there: 16 s).
+func TestAHungTargetIsLeftBehind(t *testing.T) {
+	src := &desiredtest.Source{In: cluster("10.244.0.1")}
+	ok := &reconciletest.Driver{ID: "a"}
+	hung := &hungDriver{Driver: &reconciletest.Driver{ID: "b"}, release: make(chan struct{})}
+	r := reconciler(src, ok, hung)
+	r.Straggle, r.Timeout = 20*time.Millisecond, time.Minute
+	byTarget := func(res reconcile.Result) map[string]reconcile.TargetResult {
+		out := map[string]reconcile.TargetResult{}
+		for _, tr := range res.Targets {
+			out[tr.Target] = tr
+		}
+		return out
+	}
+	res, err := r.Reconcile(context.Background(), false)
+	got := byTarget(res)
+	if !errors.Is(err, reconcile.ErrTargets) || got["a"].Error != "" || len(got["a"].Add) != 1 ||
+		!strings.Contains(got["b"].Error, "left behind this reconcile") || got["b"].ErrorClass != failure.Temporary {
+		t.Fatalf("%v %+v: want a reconciled, b left behind (temporary) while it hangs", err, res.Targets)
+	}
+	res, _ = r.Reconcile(context.Background(), false)
+	if got := byTarget(res); !strings.Contains(got["b"].Error, "still answering an earlier reconcile") || got["a"].Error != "" {
+		t.Fatalf("%+v: want b left behind at once, a reconciled", res.Targets)
+	}
+	if n := hung.reads.Load(); n != 1 {
+		t.Errorf("%d reads in flight on the hung target: want the first one alone", n)
+	}
+	close(hung.release)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		res, err = r.Reconcile(context.Background(), false)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v %+v: b answers again, still failed", err, res.Targets)
+		}
+	}
+	if got := byTarget(res); got["b"].Error != "" || len(got["b"].Add) != 0 {
+		t.Errorf("%+v: want b's server written by the attempt left behind, nothing more to add", res.Targets)
+	}
+}
+
+// TestASnapshotReadsNotAnUnreadTarget: a full reconcile's snapshot whose
+// bulk read of b failed or was left behind (Unread) is not used to read b
+// alone: the reconcile runs afresh at once, where the hung b is left
+// behind, and b is asked once. Before, the snapshot's run read b alone and
+// waited for it (its pair check's and a request's timeouts: 15 s in history
+// seed 682573831), every Service of the full reconcile with it.
+func TestASnapshotReadsNotAnUnreadTarget(t *testing.T) {
+	in := cluster("10.244.0.1")
+	ok := &reconciletest.Driver{ID: "a"}
+	hung := &hungDriver{Driver: &reconciletest.Driver{ID: "b"}, release: make(chan struct{})}
+	defer close(hung.release)
+	r := reconciler(&desiredtest.Source{In: in}, ok, hung)
+	r.Straggle, r.Timeout = 20*time.Millisecond, time.Minute
+	snap := &reconcile.Snapshot{ReadAt: time.Now(), Input: in, Unread: map[string]bool{"b": true},
+		Backend: func(string, string) (model.Backend, bool) { return model.Backend{}, false }}
+	res, err := r.Reconcile(reconcile.WithSnapshot(context.Background(), snap), false)
+	if !errors.Is(err, reconcile.ErrTargets) || hung.reads.Load() != 1 {
+		t.Fatalf("%v, %d reads of b: want b left behind by the fresh run, asked once", err, hung.reads.Load())
+	}
+	for _, tr := range res.Targets {
+		if tr.Target == "a" && (tr.Error != "" || len(tr.Add) != 1) {
+			t.Errorf("a: %+v, want its server added", tr)
+		}
+	}
+}
+
+// TestATargetLeftBehindByThePassIsNotAskedAgain: a many-Services pass whose
+// frontends left b behind (WithBehind) reconciles its Services without
+// asking b again: b's result says so, temporary, and b is not read; a
+// reconcile of b alone (the follow-up's) still asks it.
+func TestATargetLeftBehindByThePassIsNotAskedAgain(t *testing.T) {
+	ok := &reconciletest.Driver{ID: "a"}
+	hung := &hungDriver{Driver: &reconciletest.Driver{ID: "b"}, release: make(chan struct{})}
+	r := reconciler(&desiredtest.Source{In: cluster("10.244.0.1")}, ok, hung)
+	r.Straggle, r.Timeout = time.Hour, time.Hour // a wait would show as a hang
+	ctx := reconcile.WithBehind(context.Background(), []string{"b"})
+	res, err := r.Reconcile(ctx, false)
+	if !errors.Is(err, reconcile.ErrTargets) || hung.reads.Load() != 0 {
+		t.Fatalf("%v, %d reads of b: want b left behind unasked", err, hung.reads.Load())
+	}
+	for _, tr := range res.Targets {
+		if tr.Target == "b" && (!strings.Contains(tr.Error, "earlier in this pass") || tr.ErrorClass != failure.Temporary) {
+			t.Errorf("b: %q (%s), want left behind by the pass, temporary", tr.Error, tr.ErrorClass)
+		}
+	}
+	close(hung.release)
+	if _, err := r.Reconcile(reconcile.OnlyTarget(ctx, "b"), false); err != nil || hung.reads.Load() == 0 {
+		t.Errorf("b alone: %v after %d reads: want it asked and reconciled", err, hung.reads.Load())
 	}
 }

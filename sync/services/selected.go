@@ -77,6 +77,10 @@ type FrontendReport struct {
 	// pass, or a reload is pending): their servers wait for the reload,
 	// since HAProxy's socket knows no backend before it.
 	Loading []string `json:"loading,omitempty"`
+	// Behind names the targets this pass left behind (no answer a
+	// straggle after another answered, or still busy with an earlier
+	// pass): the rest of the reconcile does not wait for them again.
+	Behind []string `json:"behind,omitempty"`
 }
 
 // ClassesOf returns the spec.loadBalancerClass of every LoadBalancer
