@@ -56,10 +56,13 @@ func TestServiceEvents(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	// described lists the Service's Events as kubectl describe finds them.
+	// described lists the Service's Events as kubectl describe finds them,
+	// ours alone: the API server tells its own on the Service at times
+	// (ClusterIPNotAllocated while its repair loop catches up).
 	described := func() []corev1.Event {
 		t.Helper()
-		sel := fields.Set{"involvedObject.kind": "Service", "involvedObject.name": "web", "involvedObject.uid": string(svc.UID)}.AsSelector().String()
+		sel := fields.Set{"involvedObject.kind": "Service", "involvedObject.name": "web", "involvedObject.uid": string(svc.UID),
+			"source": "haproxy-k8s-sync"}.AsSelector().String()
 		list, err := cluster.client.CoreV1().Events(w.ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
 		if err != nil {
 			t.Fatal(err)

@@ -22,6 +22,7 @@ type TargetSyncer interface {
 // claimant would be refused that long on the HAProxy that answers.
 type early struct {
 	sync    func(target string) services.FrontendReport
+	wg      sync.WaitGroup
 	mu      sync.Mutex
 	jobs    int            // left class backends' reconciles
 	done    map[string]int // target → how many of them are done there
@@ -72,10 +73,22 @@ func (e *early) targetDone(target string, trs []reconcile.TargetResult) {
 	if !last || !worth {
 		return
 	}
-	rep := e.sync(target)
-	e.mu.Lock()
-	e.removed = append(e.removed, rep.Removed...)
-	e.mu.Unlock()
+	// Not under the target's lock (this is told from within the attempt,
+	// and every Service's reconcile there waits on that lock): the pass
+	// waits for it after its reconciles (Wait).
+	e.wg.Go(func() {
+		rep := e.sync(target)
+		e.mu.Lock()
+		e.removed = append(e.removed, rep.Removed...)
+		e.mu.Unlock()
+	})
+}
+
+// Wait waits for the passes started.
+func (e *early) Wait() {
+	if e != nil {
+		e.wg.Wait()
+	}
 }
 
 // Removed is what the early passes removed.

@@ -399,6 +399,7 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		})
 	}
 	out := f.runAll(ctx, jobs, snaps, dryRun, ahead)
+	ahead.Wait()
 	if removed := ahead.Removed(); len(removed) > 0 {
 		report.Removed = dedupe(append(report.Removed, removed...))
 	}

@@ -7,17 +7,18 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 )
 
-// LeftBehindError is a target a reconcile did not wait for: its attempt
-// was still in flight a second past Straggle after another target had
-// finished (a hung
-// HAProxy of a pair: its pair check's and a request's timeouts), or it was
-// still busy with an attempt an earlier reconcile left behind. Temporary:
-// the next reconcile asks it again.
+// LeftBehindError is a target a reconcile did not wait for: no read of
+// its attempt had answered a second past Straggle after another target
+// had finished (a hung HAProxy of a pair: its pair check's and a
+// request's timeouts), it was still busy with an attempt an earlier
+// reconcile left behind, or the pass had left it behind already.
+// Temporary: the next reconcile asks it again.
 type LeftBehindError struct {
 	After time.Duration
 	Busy  bool
@@ -47,18 +48,23 @@ func (r *Reconciler) straggle() time.Duration { return cmp.Or(r.Straggle, 3*time
 func (r *Reconciler) leaveAfter() time.Duration { return r.straggle() + time.Second }
 
 // eachTarget runs run on every target at once (each under its lock when
-// locked) and returns what each returned. A target still running
-// leaveAfter another finished without error is left behind: its
-// attempt goes on in the background, under its lock, on a context the
-// caller's end does not cancel (bounded by the same deadline), and its
-// result is dropped (left() says so to run); until it ends, a locked
-// reconcile leaves that target behind at once rather than queue on it. Before,
-// every target waited for the slowest: a hung HAProxy of a pair held the
-// one that answered for its pair check and a request's timeout, and in
-// many-Services mode every Service's servers and a left Service's frontend
-// with it (history seed 682573831, class, HAProxy 2.6: the next claimant
-// of a port refused 16 s on the HAProxy that was up). An attempt in flight
-// is never cut: a write cut halfway is one whose outcome nobody knows.
+// locked) and returns what each returned. A target left behind is one
+// not waited for: its attempt holds its lock and has had no answer to a
+// read (a hung HAProxy of a pair: its pair check's and a request's
+// timeouts) leaveAfter after another target finished without error, or
+// it waits for its lock while an attempt left behind holds it. Its
+// attempt goes on in the background, under its lock, on a context that
+// the reconcile's return does not cancel (its caller's cancel and
+// deadline do), and its result is dropped (left() says so to run); until
+// it ends, a locked reconcile leaves that target behind at once rather
+// than queue on it. A target that answered a read is waited for: a slow
+// write (a reload's) is no hang. Before, every target waited for the
+// slowest: the hung one held the one that answered, and in many-Services
+// mode every Service's servers and a left Service's frontend with it
+// (history seed 682573831, class, HAProxy 2.6: the next claimant of a
+// port refused 16 s on the HAProxy that was up). An attempt in flight is
+// never cut by the wait: a write cut halfway is one whose outcome nobody
+// knows.
 //
 // Unlocked (a dry run, or one from a snapshot) an attempt only reads: it
 // runs on ctx, cut when the reconcile ends. From a snapshot (failFast) the
@@ -68,21 +74,18 @@ func (r *Reconciler) eachTarget(ctx context.Context, targets []Driver, locked, f
 	if locks == nil {
 		locks = &r.locks
 	}
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.Timeout)
-	if d, ok := ctx.Deadline(); ok {
-		cancel()
-		dctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), d)
-	}
-	rctx := dctx
-	if !locked {
-		rctx = ctx
+	rctx, done := ctx, func() {}
+	if locked {
+		rctx, done = detached(ctx)
 	}
 	const running, finished, abandoned = 0, 1, 2
 	n := len(targets)
 	results, out := make([][]TargetResult, n), make([][]TargetResult, n)
 	state := make([]int, n)
+	attempts := make([]*attempt, n)
 	var mu sync.Mutex
 	first, failed := make(chan struct{}), make(chan struct{})
+	var firstAt time.Time
 	var once, failOnce sync.Once
 	var wg sync.WaitGroup
 	for i, t := range targets {
@@ -96,6 +99,8 @@ func (r *Reconciler) eachTarget(ctx context.Context, targets []Driver, locked, f
 			out[i] = r.leftBehind(t, &LeftBehindError{Pass: true})
 			continue
 		}
+		a := &attempt{}
+		attempts[i] = a
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -104,17 +109,20 @@ func (r *Reconciler) eachTarget(ctx context.Context, targets []Driver, locked, f
 				defer mu.Unlock()
 				return state[i] == abandoned
 			}
+			actx := context.WithValue(rctx, attemptKey{}, a)
 			var res []TargetResult
 			ok := false
 			if locked {
-				if unlock, err := locks.Lock(rctx, t.Name()); err != nil {
+				if unlock, err := locks.lockUnlessLeft(actx, t.Name()); err != nil {
 					res = r.leftBehind(t, err)
 				} else {
-					res, ok = run(rctx, t, left)
+					a.locked.Store(true)
+					res, ok = run(actx, t, left)
 					unlock()
 				}
 			} else {
-				res, ok = run(rctx, t, left)
+				a.locked.Store(true)
+				res, ok = run(actx, t, left)
 			}
 			mu.Lock()
 			results[i] = res
@@ -124,29 +132,68 @@ func (r *Reconciler) eachTarget(ctx context.Context, targets []Driver, locked, f
 			state[i] = finished
 			mu.Unlock()
 			if ok {
-				once.Do(func() { close(first) })
+				once.Do(func() {
+					mu.Lock()
+					firstAt = time.Now()
+					mu.Unlock()
+					close(first)
+				})
 			} else if failFast {
 				failOnce.Do(func() { close(failed) })
 			}
 		}()
 	}
 	all := make(chan struct{})
-	go func() { wg.Wait(); cancel(); close(all) }()
+	go func() { wg.Wait(); done(); close(all) }()
+	hung := func(i int) bool { // under mu
+		a := attempts[i]
+		return state[i] == running && a != nil && a.locked.Load() && !a.answered.Load()
+	}
+	wait := func(d time.Duration) bool { // whether the wait is over
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-all:
+			return true
+		case <-failed:
+			return true
+		case <-ctx.Done():
+			<-all // cut by the caller or the deadline: they end now
+			return true
+		case <-t.C:
+			return false
+		}
+	}
 	select {
 	case <-all:
 	case <-failed:
-	case <-first:
-		t := time.NewTimer(r.leaveAfter())
-		select {
-		case <-all:
-		case <-failed:
-		case <-ctx.Done():
-			r.endedBy(ctx, all)
-		case <-t.C:
-		}
-		t.Stop()
 	case <-ctx.Done():
-		r.endedBy(ctx, all)
+		<-all
+	case <-first:
+		mu.Lock()
+		since := firstAt
+		mu.Unlock()
+		for !wait(time.Until(since.Add(r.leaveAfter()))) {
+			// Waited enough: leave the hung; wait on for those that
+			// answered a read, or queue behind another's lock, a little
+			// at a time (a lock's holder may be left behind meanwhile).
+			mu.Lock()
+			others := false
+			for i := range targets {
+				if hung(i) {
+					state[i] = abandoned
+					if locked {
+						locks.hold(targets[i].Name())
+					}
+				}
+				others = others || state[i] == running
+			}
+			mu.Unlock()
+			if !others {
+				break
+			}
+			since = time.Now().Add(100*time.Millisecond - r.leaveAfter())
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -155,16 +202,53 @@ func (r *Reconciler) eachTarget(ctx context.Context, targets []Driver, locked, f
 		case out[i] != nil:
 		case state[i] == finished:
 			out[i] = results[i]
-		default:
-			state[i] = abandoned
-			if locked {
-				locks.hold(t.Name())
-			}
+		case state[i] == abandoned:
 			out[i] = r.leftBehind(t, &LeftBehindError{After: r.leaveAfter()})
 			r.log().Warn("target left behind", "target", t.Name(), "error", out[i][0].Error)
+		default:
+			// The wait ended for another reason (a snapshot's first
+			// failure): an unlocked read, cut when the reconcile ends.
+			out[i] = r.leftBehind(t, errors.New("not waited for: the reconcile ended"))
 		}
 	}
 	return out
+}
+
+// attempt is what eachTarget knows of one target's attempt in flight.
+type attempt struct {
+	locked   atomic.Bool // holds its lock (or needs none)
+	answered atomic.Bool // a read of HAProxy answered (syncBackend)
+}
+
+type attemptKey struct{}
+
+// readAnswered tells ctx's attempt that HAProxy answered a read: it is no
+// hang, whatever its writes take.
+func readAnswered(ctx context.Context) {
+	if a, ok := ctx.Value(attemptKey{}).(*attempt); ok {
+		a.answered.Store(true)
+	}
+}
+
+type callerKey struct{}
+
+// detached returns a context with ctx's values and deadline that ends
+// when the caller's context (Reconcile's) does, not when ctx does: an
+// attempt left behind outlives the reconcile's return, not a shutdown.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	d, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if dl, ok := ctx.Deadline(); ok {
+		var c2 context.CancelFunc
+		d, c2 = context.WithDeadline(d, dl)
+		c1 := cancel
+		cancel = func() { c2(); c1() }
+	}
+	caller, ok := ctx.Value(callerKey{}).(context.Context)
+	if !ok {
+		caller = ctx
+	}
+	stop := context.AfterFunc(caller, cancel)
+	return d, func() { stop(); cancel() }
 }
 
 type behindKey struct{}
@@ -194,15 +278,6 @@ func BehindOf(ctx context.Context) map[string]bool {
 	return m
 }
 
-// endedBy waits, once ctx ended, for every attempt when its deadline did
-// (theirs is the same: they end now, with what they say of it); a caller
-// gone leaves them behind.
-func (r *Reconciler) endedBy(ctx context.Context, all <-chan struct{}) {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		<-all
-	}
-}
-
 // leftBehind is the result of target for each backend when it was not
 // reconciled for err.
 func (r *Reconciler) leftBehind(t Driver, err error) []TargetResult {
@@ -229,6 +304,22 @@ func (l *Locks) release(target string) {
 	defer l.mu.Unlock()
 	if l.left[target]--; l.left[target] <= 0 {
 		delete(l.left, target)
+	}
+}
+
+// lockUnlessLeft is Lock, given up (LeftBehindError, Busy) once target
+// is left behind by the attempt that holds it.
+func (l *Locks) lockUnlessLeft(ctx context.Context, target string) (unlock func(), err error) {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		unlock, err := l.Lock(wctx, target)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return unlock, err
+		}
+		if l.busy(target) {
+			return nil, &LeftBehindError{Busy: true}
+		}
 	}
 }
 

@@ -372,7 +372,10 @@ var ErrTargets = errors.New("haproxy target failed")
 // filled in as far as the reconcile got.
 func (r *Reconciler) Reconcile(ctx context.Context, dryRun bool) (Result, error) {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(WithPass(ctx), r.Timeout)
+	// An attempt left behind (eachTarget) outlives the return, not the
+	// caller's cancel (a shutdown) nor the deadline.
+	ctx = context.WithValue(WithPass(ctx), callerKey{}, ctx)
+	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
 	res, err := r.reconcile(ctx, dryRun)
 	res.DurationMs = float64(time.Since(start).Microseconds()) / 1000
@@ -658,6 +661,9 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		var err error
 		if !read {
 			cur, err = t.Read(ctx, backend)
+		}
+		if err == nil || ctx.Err() == nil {
+			readAnswered(ctx) // HAProxy answers: no hang, whatever its writes take
 		}
 		if snap != nil && err != nil {
 			return err // read again afresh, with retries

@@ -12,6 +12,7 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile/reconciletest"
 )
@@ -219,5 +220,98 @@ func TestATargetLeftBehindByThePassIsNotAskedAgain(t *testing.T) {
 	close(hung.release)
 	if _, err := r.Reconcile(reconcile.OnlyTarget(ctx, "b"), false); err != nil || hung.reads.Load() == 0 {
 		t.Errorf("b alone: %v after %d reads: want it asked and reconciled", err, hung.reads.Load())
+	}
+}
+
+// slowApply's writes take delay, or end with their context.
+type slowApply struct {
+	*reconciletest.Driver
+	delay time.Duration
+	cut   atomic.Bool // a write's context ended before delay
+}
+
+func (s *slowApply) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		s.cut.Store(true)
+		return plan.Applied{}, ctx.Err()
+	}
+	return s.Driver.Apply(ctx, p)
+}
+
+// TestASlowWriteIsNoHang (a second reader): a target whose read answered
+// and whose write takes long (a reload's) is waited for, not left behind,
+// and the next reconcile of it alone is not refused as busy; a target
+// waiting for its lock while a reconcile of it alone writes is waited for
+// too.
+func TestASlowWriteIsNoHang(t *testing.T) {
+	src := &desiredtest.Source{In: cluster("10.244.0.1")}
+	slow := &slowApply{Driver: &reconciletest.Driver{ID: "a"}, delay: 300 * time.Millisecond}
+	r := reconciler(src, slow, &reconciletest.Driver{ID: "b"})
+	r.Straggle, r.Timeout = 20*time.Millisecond, time.Minute
+	if res, err := r.Reconcile(context.Background(), false); err != nil {
+		t.Fatalf("%v %+v: want a's slow write waited for", err, res.Targets)
+	}
+	src.In = cluster("10.244.0.2")
+	if res, err := r.Reconcile(reconcile.OnlyTarget(context.Background(), "a"), false); err != nil {
+		t.Fatalf("a alone: %v %+v", err, res.Targets)
+	}
+
+	// a's lock held by a reconcile of a alone, whose write is slow.
+	src.In = cluster("10.244.0.3")
+	lane := make(chan error, 1)
+	go func() {
+		_, err := r.Reconcile(reconcile.OnlyTarget(context.Background(), "a"), false)
+		lane <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if res, err := r.Reconcile(context.Background(), false); err != nil {
+		t.Errorf("whole, behind a's lane: %v %+v: want a waited for", err, res.Targets)
+	}
+	if err := <-lane; err != nil {
+		t.Errorf("lane: %v", err)
+	}
+}
+
+// TestACancelledReconcileCutsItsWrites (a second reader): the caller gone
+// (a shutdown ends the runs in flight) cuts a write in flight, and the
+// reconcile returns once it ended: nothing writes on behind its back.
+func TestACancelledReconcileCutsItsWrites(t *testing.T) {
+	slow := &slowApply{Driver: &reconciletest.Driver{ID: "a"}, delay: time.Minute}
+	r := reconciler(&desiredtest.Source{In: cluster("10.244.0.1")}, slow)
+	r.Timeout = 2 * time.Minute
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	if _, err := r.Reconcile(ctx, false); err == nil || !slow.cut.Load() {
+		t.Fatalf("%v, write cut %v: want the write cut and the reconcile failed", err, slow.cut.Load())
+	}
+}
+
+// TestALeftBehindWriteEndsWithItsCaller: a target left behind goes on
+// after the reconcile returned, until its caller's context ends (a
+// shutdown), not for ever.
+func TestALeftBehindWriteEndsWithItsCaller(t *testing.T) {
+	hung := &hungDriver{Driver: &reconciletest.Driver{ID: "b"}, release: make(chan struct{})}
+	defer close(hung.release)
+	r := reconciler(&desiredtest.Source{In: cluster("10.244.0.1")}, &reconciletest.Driver{ID: "a"}, hung)
+	r.Straggle, r.Timeout = 20*time.Millisecond, time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	if _, err := r.Reconcile(ctx, false); !errors.Is(err, reconcile.ErrTargets) {
+		t.Fatalf("%v: want b left behind", err)
+	}
+	cancel()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		res, _ := r.Reconcile(context.Background(), false)
+		busy := false
+		for _, tr := range res.Targets {
+			busy = busy || strings.Contains(tr.Error, "still answering an earlier")
+		}
+		if !busy {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b still busy with the attempt left behind 10 s after its caller ended")
+		}
 	}
 }
