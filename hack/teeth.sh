@@ -46,7 +46,7 @@ table=$(cat <<'EOF'
 25-health-port-proxy|sed@sync/model/model.go@s/return c.SendProxyV2 \&\& c.Port == 0 }/return c.SendProxyV2 }/|1:runtime:nodes
 26-settings-first|sed@sync/dataplane/steps.go@s/socketAdds := p.Settings == nil \&\& /socketAdds := /+sed@sync/dataplane/read.go@s/ \&\& !settingsLoading()\n/\n\t\t\t\t_ = settingsLoading\n/|1:dataplane:nodes
 27-other-install|sed@sync/lb/plan.go@s/\t\treturn m.class == o.Class/\t\treturn true/|7:dataplane:class
-28-hung-pair|sed@sync/reconcile/leftbehind.go@s/return r.straggle() + time.Second }/return r.straggle() + time.Hour }/+sed@sync/reconcile/leftbehind.go@s/\tif len(targets) == 0 {\n\t\treturn ctx/\tif true {\n\t\treturn ctx/|682573831:dataplane:class
+28-hung-pair|sed@sync/reconcile/leftbehind.go@s/return r.straggle() . time.Second }/return time.Hour }/+sed@sync/reconcile/leftbehind.go@s/\tif len(targets) == 0 {\n\t\treturn ctx/\tif true {\n\t\treturn ctx/|682573831:dataplane:class
 p1-autoscaler-taint-ignored|sed@sync/desired/node.go@s/if t.Key == TaintToBeDeleted .. t.Key == TaintKarpenterDisrupted {/if t.Key == TaintKarpenterDisrupted {/|3:runtime:nodes-soak
 p2-adds-reload|sed@sync/dataplane/route.go@s/adds > MaxRuntimeAdds/adds > 0/|1:dataplane:short 2:dataplane:short
 p3-holder-by-age|sed@sync/services/select.go@s/\t\t\tcase held.r. == key.s.:\n\t\t\t\tc.Hold = HoldsResource\n\t\t\tcase sl.Class \&\& len.s.Status.LoadBalancer.Ingress. > 0:\n\t\t\t\tc.Hold = HoldsStatus\n//|3:dataplane:class
