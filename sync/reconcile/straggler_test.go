@@ -247,7 +247,7 @@ func (s *slowApply) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error
 // too.
 func TestASlowWriteIsNoHang(t *testing.T) {
 	src := &desiredtest.Source{In: cluster("10.244.0.1")}
-	slow := &slowApply{Driver: &reconciletest.Driver{ID: "a"}, delay: 300 * time.Millisecond}
+	slow := &slowApply{Driver: &reconciletest.Driver{ID: "a"}, delay: 1500 * time.Millisecond} // past leaveAfter (1.02 s)
 	r := reconciler(src, slow, &reconciletest.Driver{ID: "b"})
 	r.Straggle, r.Timeout = 20*time.Millisecond, time.Minute
 	if res, err := r.Reconcile(context.Background(), false); err != nil {
