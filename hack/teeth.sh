@@ -47,6 +47,7 @@ table=$(cat <<'EOF'
 26-settings-first|sed@sync/dataplane/steps.go@s/socketAdds := p.Settings == nil \&\& /socketAdds := /+sed@sync/dataplane/read.go@s/ \&\& !settingsLoading()\n/\n\t\t\t\t_ = settingsLoading\n/|1:dataplane:nodes
 27-other-install|sed@sync/lb/plan.go@s/\t\treturn m.class == o.Class/\t\treturn true/|7:dataplane:class
 28-hung-pair|sed@sync/reconcile/leftbehind.go@s/return r.straggle() . time.Second }/return time.Hour }/+sed@sync/reconcile/leftbehind.go@s/\tif len(targets) == 0 {\n\t\treturn ctx/\tif true {\n\t\treturn ctx/|682573831:dataplane:class
+29-writer-fight|sed@sync/reconcile/contested.go@s/\tif again == 0 {/\tif true {/|179255428:runtime:serve-soak
 p1-autoscaler-taint-ignored|sed@sync/desired/node.go@s/if t.Key == TaintToBeDeleted .. t.Key == TaintKarpenterDisrupted {/if t.Key == TaintKarpenterDisrupted {/|3:runtime:nodes-soak
 p2-adds-reload|sed@sync/dataplane/route.go@s/adds > MaxRuntimeAdds/adds > 0/|1:dataplane:short 2:dataplane:short
 p3-holder-by-age|sed@sync/services/select.go@s/\t\t\tcase held.r. == key.s.:\n\t\t\t\tc.Hold = HoldsResource\n\t\t\tcase sl.Class \&\& len.s.Status.LoadBalancer.Ingress. > 0:\n\t\t\t\tc.Hold = HoldsStatus\n//|3:dataplane:class

@@ -50,7 +50,7 @@ type fleetPokes struct {
 // when Kubernetes is read.
 func newFleetPokes(cfg config.Config, f *fleet.Fleet, checks map[string]reconcile.CheckReader, kc *kube.Client, manifests string, log *slog.Logger, m *metrics.Metrics) *fleetPokes {
 	p := &fleetPokes{log: log, m: m}
-	p.lanes = &fleet.Lanes{Fleet: f, Checks: checks,
+	p.lanes = &fleet.Lanes{Fleet: f, Checks: checks, Log: log,
 		OnPoked: func(key string, res reconcile.Result, err error) { p.logService("poke", key, res, err) },
 		Followed: func(key, reason string, coalesced bool) {
 			m.Poke("follow-up", coalesced)

@@ -223,7 +223,7 @@ func reconcileOnce(rec *reconcile.Reconciler, checks map[string]reconcile.CheckR
 		res, err = run(ctx)
 	} else {
 		sctx, cancel := context.WithTimeout(ctx, settleTime)
-		s := &reconcile.Settler{Run: run, Checks: checks, Poll: 25 * time.Millisecond,
+		s := &reconcile.Settler{Run: run, Checks: checks, Poll: 25 * time.Millisecond, Log: log,
 			Waits: func(target string, trs []reconcile.TargetResult) {
 				tellWait(log.With("target", target), reconcile.Result{Targets: trs})
 			}}

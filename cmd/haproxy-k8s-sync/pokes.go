@@ -46,7 +46,7 @@ type pokes struct {
 // newPokes wires the pokes of serve; manifests is --manifests' path, empty
 // when Kubernetes is read.
 func newPokes(cfg config.Config, r reconcile.Runner, checks map[string]reconcile.CheckReader, kc *kube.Client, manifests string, nodeMode bool, log *slog.Logger, m *metrics.Metrics) *pokes {
-	p := &pokes{log: log, m: m, follow: &reconcile.FollowUp{Checks: checks}}
+	p := &pokes{log: log, m: m, follow: &reconcile.FollowUp{Checks: checks, Log: log}}
 	p.runs, p.endRuns = context.WithCancel(context.Background())
 	p.shared = reconcile.NewCoalescer(func(ctx context.Context) (reconcile.Result, error) { return p.run(ctx, r) })
 	p.shared.Follow(p.follow, func(reason string, coalesced bool) { p.count("follow-up", reason, coalesced) })

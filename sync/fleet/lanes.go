@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -38,6 +39,8 @@ type Lanes struct {
 	// Tune, when set, adjusts each lane's FollowUp before its first use
 	// (its clock and periods, in tests).
 	Tune func(*reconcile.FollowUp)
+	// Log, when set, is each lane's FollowUp.Log.
+	Log *slog.Logger
 	// OnPoked, when set, is told the result of each lane reconcile that
 	// served a poke (the watch's, or a follow-up's); Followed of each
 	// follow-up poke.
@@ -342,7 +345,7 @@ func (l *Lanes) lane(key string) *lane {
 	if ln := l.lanes[key]; ln != nil {
 		return ln
 	}
-	ln := &lane{key: key, follow: &reconcile.FollowUp{Checks: l.Checks}}
+	ln := &lane{key: key, follow: &reconcile.FollowUp{Checks: l.Checks, Log: l.Log}}
 	if l.Tune != nil {
 		l.Tune(ln.follow)
 	}

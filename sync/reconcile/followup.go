@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -22,7 +23,9 @@ type CheckReader interface {
 //   - while servers wait for their first passed check, it reads their
 //     target's checks every Poll and asks for a reconcile as soon as one
 //     passed, so a server enters service within a Poll of its check passing;
-//     a target with no CheckReader gets a reconcile every Slow instead;
+//     a target with no CheckReader gets a reconcile every Slow instead; one
+//     found gone asks at once, but gone again (another writer deletes it)
+//     only after a backoff (contested.go);
 //   - while unwanted servers wait for their sessions to end, every Drain;
 //   - after a reconcile whose deletion guard parked servers, or that kept
 //     servers until their replacement (a zone role change) is in service,
@@ -74,6 +77,8 @@ type FollowUp struct {
 	// AfterFunc and Now are the clock; nil takes package time's.
 	AfterFunc func(time.Duration, func()) (stop func() bool)
 	Now       func() time.Time
+	// Log, when set, is told of servers another writer deletes (contested).
+	Log *slog.Logger
 
 	mu      sync.Mutex
 	poke    func(reason string)
@@ -90,7 +95,11 @@ type FollowUp struct {
 	handover      time.Time // when servers began to be kept until their replacement serves
 	guarding      time.Time // when the guard began to hold servers an earlier reconcile parked
 	failures      int       // consecutive failed reconciles
-	stopped       bool
+	// vanished: waiting servers a poll found gone, how often in a row
+	// and when last (contested).
+	vanished     map[serverKey]vanish
+	contestUntil time.Time // a reconcile contested servers ask for waits until then
+	stopped      bool
 }
 
 func (f *FollowUp) dur(d, def time.Duration) time.Duration {
@@ -156,6 +165,7 @@ func (f *FollowUp) Observe(res Result, err error, poke func(reason string)) {
 		}
 	}
 	f.waitingSince = since(f.waitingSince, now, res.Targets, waitingOf, func(target string) bool { return f.observed[target] })
+	f.forget()
 	f.observed = nil
 	for target, backends := range waitingByTarget(Result{Targets: fresh}) {
 		f.watch(target, backends)
@@ -244,6 +254,7 @@ func (f *FollowUp) ObserveTarget(target string, res Result, err error) {
 		}
 	}
 	f.waitingSince = since(f.waitingSince, f.now(), own, waitingOf, func(t string) bool { return t != target })
+	f.forget()
 	if backends := waitingByTarget(Result{Targets: own})[target]; len(backends) > 0 {
 		f.watch(target, backends)
 	}
@@ -296,8 +307,13 @@ func (f *FollowUp) pollChecks(ctx context.Context, target string, cr CheckReader
 			return
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		due, of := dueCount(rctx, cr, backends)
+		due, of, gone := dueCount(rctx, cr, backends)
 		cancel()
+		if again, wait := f.contested(target, gone); again > 0 && due == again {
+			// Gone again, nothing else due: another writer deletes them.
+			f.after(wait, func() { f.enter(ctx, target) })
+			return
+		}
 		switch {
 		case due == 0:
 		case due < of && (due > 1 || of > 2) && !waited:
@@ -453,9 +469,10 @@ func (r Result) draining() bool {
 // dueCount counts, on cr, the servers of backends (their waiting servers)
 // that a reconcile has work for, of all those waiting in the backends it
 // could read: due (its check
-// passed, or none runs: CheckReader), or gone, or, when a reload was to
-// load it (Loading), there now. A backend that cannot be read says nothing.
-func dueCount(ctx context.Context, cr CheckReader, backends map[string]waits) (due, of int) {
+// passed, or none runs: CheckReader), or gone (listed in gone too, by
+// backend), or, when a reload was to load it (Loading), there now. A
+// backend that cannot be read says nothing.
+func dueCount(ctx context.Context, cr CheckReader, backends map[string]waits) (due, of int, gone map[string][]string) {
 	for backend, w := range backends {
 		got, err := cr.ReadChecks(ctx, backend)
 		if err != nil {
@@ -467,7 +484,13 @@ func dueCount(ctx context.Context, cr CheckReader, backends map[string]waits) (d
 			if w.loading[n] && there || !w.loading[n] && (ok || !there) {
 				due++
 			}
+			if !there && !w.loading[n] {
+				if gone == nil {
+					gone = map[string][]string{}
+				}
+				gone[backend] = append(gone[backend], n)
+			}
 		}
 	}
-	return due, of
+	return due, of, gone
 }

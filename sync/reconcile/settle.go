@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -47,6 +48,9 @@ type Settler struct {
 	// it is done: a run that waits silently looks hung. It may be called
 	// from several goroutines at once.
 	Waits func(target string, results []TargetResult)
+	// Log, when set, is told of servers another writer deletes
+	// (FollowUp.Log).
+	Log *slog.Logger
 }
 
 // followed is what following one target left.
@@ -151,7 +155,7 @@ func (s *Settler) follow(ctx context.Context, target string, results []TargetRes
 	if cr := s.Checks[target]; cr != nil {
 		checks[target] = cr
 	}
-	f := &FollowUp{Checks: checks, Poll: s.Poll}
+	f := &FollowUp{Checks: checks, Poll: s.Poll, Log: s.Log}
 	defer f.Stop()
 	woke := make(chan struct{}, 1)
 	wake := func(string) {
@@ -162,13 +166,7 @@ func (s *Settler) follow(ctx context.Context, target string, results []TargetRes
 	}
 	for pending(out.results) {
 		f.Observe(Result{Targets: out.results}, nil, wake)
-		limit := time.NewTimer(time.Second)
-		select {
-		case <-woke:
-		case <-limit.C:
-		case <-ctx.Done():
-		}
-		limit.Stop()
+		waitWake(ctx, f, woke)
 		if ctx.Err() != nil {
 			out.waiting = len(waitingByTarget(Result{Targets: out.results})) > 0
 			return out
@@ -179,6 +177,28 @@ func (s *Settler) follow(ctx context.Context, target string, results []TargetRes
 		out.gateDeferred = out.gateDeferred || next.gateDeferred
 	}
 	return out
+}
+
+// waitWake waits for f's word (woke), a second at most, or longer while f
+// holds back a reconcile that contested servers ask for: it is another
+// writer's turn (contested.go).
+func waitWake(ctx context.Context, f *FollowUp, woke <-chan struct{}) {
+	limit := time.NewTimer(time.Second)
+	defer limit.Stop()
+	for {
+		select {
+		case <-woke:
+			return
+		case <-limit.C:
+			if d := f.ContestedFor(); d > 0 {
+				limit.Reset(d)
+				continue
+			}
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // pending reports whether a target's results leave work that a later
