@@ -116,16 +116,16 @@ func newFleet(cfg config.Config, rec *reconcile.Reconciler, dps []*dataplane.Cli
 // its sessions, the result as JSON on stdout. A dry run with class
 // selection adds the frontends and backends it would make on each Data
 // Plane target (dps), or on an empty HAProxy without one.
-// settlePoll is how often the one-shot reconcile looks again at the
-// Services whose servers wait.
-const settlePoll = 100 * time.Millisecond
+// settlePoll is how often the one-shot reconcile reads the checks of the
+// servers that wait.
+const settlePoll = 50 * time.Millisecond
 
-func reconcileFleetOnce(f *fleet.Fleet, dps []*dataplane.Client, dryRun bool, log *slog.Logger) int {
+func reconcileFleetOnce(f *fleet.Fleet, dps []*dataplane.Client, checks map[string]reconcile.CheckReader, dryRun bool, log *slog.Logger) int {
 	ctx := context.Background()
 	res, err := f.Reconcile(ctx, dryRun)
 	if !dryRun {
 		sctx, cancel := context.WithTimeout(ctx, settleTime)
-		res, err = f.Settle(sctx, res, err, settlePoll)
+		res, err = f.Settle(sctx, res, err, settlePoll, checks)
 		cancel()
 	}
 	out := fleetPlan{Result: res}

@@ -159,7 +159,7 @@ func run(args []string) int {
 		}
 		log.Info("configured", "command", cmd, "dryRun", *dryRun, "source", source, "config", cfg.String(), "owns", cfg.Owns())
 		if cmd == "reconcile" {
-			return reconcileFleetOnce(f, dps, *dryRun, log)
+			return reconcileFleetOnce(f, dps, checks, *dryRun, log)
 		}
 		if err := serveFleet(cfg, f, checks, kc, *manifests, log, m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
 			log.Error("serve", "error", err)

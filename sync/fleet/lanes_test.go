@@ -275,8 +275,12 @@ func TestSettleFinishesTheOneShotReconcile(t *testing.T) {
 	go func() { time.Sleep(50 * time.Millisecond); cr.pass.Store(true) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	reads := h.reads["be_empty"]
-	res, err = f.Settle(ctx, res, err, 10*time.Millisecond)
+	reads, webReads := h.reads["be_empty"], h.reads["be_web"]
+	res, err = f.Settle(ctx, res, err, 10*time.Millisecond, map[string]reconcile.CheckReader{"h": cr})
+	t.Logf("be_web read %d times by reconciles while settling", h.reads["be_web"]-webReads)
+	if n := h.reads["be_web"] - webReads; n > 2 {
+		t.Errorf("be_web reconciled %d times while settling: its checks are read until one passed, then one reconcile puts it in service", n)
+	}
 	if err != nil || ctx.Err() != nil {
 		t.Fatalf("settle: %v (ctx %v)", err, ctx.Err())
 	}
