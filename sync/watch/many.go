@@ -15,6 +15,10 @@ import (
 // servicePage bounds one page of the Service list.
 const servicePage = 500
 
+// nodeIndexPage is the page of the slices listed for the Node index: a
+// slice of 100 endpoints is about 30 KB.
+const nodeIndexPage = 100
+
 // Pokes is where the many-Services watch sends what it noticed; a *Queue is
 // one. None of its methods may block.
 type Pokes interface {
@@ -36,11 +40,10 @@ type Pokes interface {
 //     changes only its status pokes nothing (this service writes it);
 //   - an EndpointSlice event pokes the Service its kubernetes.io/service-name
 //     label names, in its namespace, when that Service may be selected;
-//   - a Node event that can change a server (NodeFilter) pokes every
-//     Service: finding those with endpoints on the Node would need every
-//     slice's Nodes kept in memory, and the full reconcile it asks for
-//     reads each kind once and writes only the Services whose servers
-//     change (fleet.Fleet.Inputs);
+//   - a Node event that can change a server (NodeFilter) pokes the
+//     Services with endpoints on that Node (nodeIndex), or every Service
+//     when there are many: the full reconcile reads each kind once and
+//     writes only the Services whose servers change (fleet.Fleet.Inputs);
 //   - a watch restart pokes every Service (changes may have been missed).
 //
 // A Service deleted, or updated so that it names backends no more (its
@@ -72,7 +75,8 @@ type Many struct {
 	MinBackoff, MaxBackoff time.Duration
 	Log                    *slog.Logger
 
-	w Watcher
+	w     Watcher
+	index nodeIndex
 }
 
 // Established reports whether every watch has been established at least once.
@@ -95,6 +99,11 @@ func (m *Many) resources() []resource {
 	var out []resource
 	for _, ns := range namespaces {
 		cache := newServiceCache(m, ns)
+		slicePage, sliceFilter := int64(1), filter(nil)
+		if m.Nodes {
+			// Every slice is listed, for the index.
+			slicePage, sliceFilter = nodeIndexPage, sliceLister{x: &m.index, cache: cache}
+		}
 		out = append(out,
 			resource{
 				kind: KindService, page: servicePage, namespace: ns, filter: cache, on: cache.event,
@@ -106,7 +115,7 @@ func (m *Many) resources() []resource {
 				},
 			},
 			resource{
-				kind: KindEndpointSlice, page: 1, namespace: ns,
+				kind: KindEndpointSlice, page: slicePage, namespace: ns, filter: sliceFilter,
 				on: func(ev watch.Event) bool { return m.slice(ev, cache) },
 				// Slices of no Service concern none.
 				list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -120,15 +129,16 @@ func (m *Many) resources() []resource {
 			})
 	}
 	if m.Nodes {
+		nodes := &NodeFilter{}
 		out = append(out, resource{
-			kind: KindNode, page: nodePage,
+			kind: KindNode, page: nodePage, on: func(ev watch.Event) bool { return m.node(ev, nodes) },
 			list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return m.Client.ListNodes(ctx, o)
 			},
 			watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				return m.Client.WatchNodes(ctx, o)
 			},
-			filter: &NodeFilter{},
+			filter: nodes,
 		})
 	}
 	return out
@@ -140,12 +150,37 @@ func (m *Many) slice(ev watch.Event, cache *serviceCache) bool {
 	if !ok || !cache.inScope(sl.Namespace) {
 		return false
 	}
+	if m.Nodes {
+		if ev.Type == watch.Deleted {
+			m.index.drop(sl)
+		} else {
+			m.index.put(sl, cache)
+		}
+	}
 	svc := sl.Labels[discoveryv1.LabelServiceName]
 	key := sl.Namespace + "/" + svc
 	if svc == "" || !ValidKey(key) || !cache.mayBeSelected(key) {
 		return false
 	}
 	return m.Pokes.Poke(key)
+}
+
+// node pokes the Services a Node event that can change a server concerns.
+func (m *Many) node(ev watch.Event, f *NodeFilter) bool {
+	n, ok := ev.Object.(*corev1.Node)
+	if !ok || !f.matters(ev) {
+		return false
+	}
+	keys, all := m.index.services(n.Name)
+	if all {
+		m.Pokes.PokeAll("node " + string(ev.Type))
+		return true
+	}
+	poked := false
+	for _, k := range keys {
+		poked = m.Pokes.Poke(k) || poked
+	}
+	return poked
 }
 
 // classed reports whether svc is of the class this instance implements.

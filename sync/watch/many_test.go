@@ -2,8 +2,10 @@ package watch
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube/kubetest"
@@ -176,20 +179,98 @@ func TestManyNamespacesAndNodes(t *testing.T) {
 		// Each namespace's watch is sent slices of others too: only its
 		// own count (the API server is not trusted to send only what was
 		// asked).
-		sw.Modify(sliceIn("a", "web-abcde", "web"))
+		sw.Modify(sliceIn("a", "web-abcde", "web", "n1"))
 		sw.Modify(sliceIn("b", "web-abcde", "web"))
-		sw.Modify(sliceIn("c", "web-abcde", "web"))
+		sw.Modify(sliceIn("c", "web-abcde", "web", "n1"))
 	}
 	r.expect(t, "poke a/web", "poke b/web")
 	r.none(t)
 	nw.Modify(node("n1", func(n *corev1.Node) { n.ResourceVersion = "100" }))
 	r.none(t)
 	nw.Modify(node("n1", func(n *corev1.Node) { n.Spec.Unschedulable = true }))
+	r.expect(t, "poke a/web") // b/web has no endpoint on n1; c is not watched
+}
+
+// TestManyNodeEventsPokeTheServicesOnThatNode: in node mode a Node event
+// that can change a server pokes the Services with endpoints on that Node,
+// as the slices listed at start and watched since say; a Node no endpoint
+// names pokes nothing; a slice naming more Nodes than the index keeps is
+// poked on every Node event; more Services than fanOut on one Node ask for
+// one full reconcile.
+func TestManyNodeEventsPokeTheServicesOnThatNode(t *testing.T) {
+	objs := []runtime.Object{node("n1"), node("n2"), node("n3"),
+		annotated("a", "web", "be_web"), annotated("a", "api", "be_api"), annotated("a", "wide", "be_wide"), annotated("a", "plain", ""),
+		sliceIn("a", "web-1", "web", "n1")}
+	for i := range fanOut + 1 {
+		objs = append(objs, annotated("many", fmt.Sprintf("s%d", i), fmt.Sprintf("be_%d", i)))
+	}
+	s := newScripted(objs...)
+	r := newRecorded()
+	m := &Many{Annotation: true, Nodes: true, Pokes: r}
+	startMany(t, s, m)
+	s.next(t, "services")
+	sw := s.next(t, "endpointslices")
+	nw := s.next(t, "nodes")
+	for !m.Established() {
+		time.Sleep(time.Millisecond)
+	}
+	gen := 0
+	change := func(name string) {
+		gen++
+		nw.Modify(node(name, func(n *corev1.Node) { n.Labels["test/gen"] = strconv.Itoa(gen) }))
+	}
+
+	change("n1") // the listed slice
+	r.expect(t, "poke a/web")
+	sw.Add(sliceIn("a", "api-1", "api", "n1", "n2", "n2"))
+	r.expect(t, "poke a/api")
+	change("n2")
+	r.expect(t, "poke a/api")
+	change("n1")
+	r.expect(t, "poke a/api", "poke a/web")
+	change("n3")
+	r.none(t)
+	nw.Add(node("n9")) // a new Node no endpoint names
+	r.none(t)
+	sw.Add(sliceIn("a", "plain-1", "plain", "n3")) // a Service never selected
+	r.none(t)
+	change("n3")
+	r.none(t)
+
+	// An endpoint moved off n2, then the slice deleted.
+	sw.Modify(sliceIn("a", "api-1", "api", "n1"))
+	r.expect(t, "poke a/api")
+	change("n2")
+	r.none(t)
+	sw.Delete(sliceIn("a", "api-1", "api", "n1"))
+	r.expect(t, "poke a/api")
+	change("n1")
+	r.expect(t, "poke a/web")
+
+	var many []string
+	for i := range wideSlice + 1 {
+		many = append(many, fmt.Sprintf("w%d", i))
+	}
+	sw.Add(sliceIn("a", "wide-1", "wide", many...))
+	r.expect(t, "poke a/wide")
+	change("n3")
+	r.expect(t, "poke a/wide")
+
+	for i := range fanOut + 1 {
+		sw.Add(sliceIn("many", fmt.Sprintf("s%d-1", i), fmt.Sprintf("s%d", i), "n2"))
+		r.expect(t, fmt.Sprintf("poke many/s%d", i))
+	}
+	change("n2")
 	r.expect(t, "all node MODIFIED")
 }
 
-func sliceIn(ns, name, svc string) *discoveryv1.EndpointSlice {
+// sliceIn is a slice of Service svc in ns, with an endpoint on each of
+// nodes.
+func sliceIn(ns, name, svc string, nodes ...string) *discoveryv1.EndpointSlice {
 	sl := slice(name, svc)
 	sl.Namespace = ns
+	for i, n := range nodes {
+		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.1.%d.%d", i/250, i%250+1)}, NodeName: &n})
+	}
 	return sl
 }
