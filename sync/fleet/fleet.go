@@ -444,8 +444,20 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 		}
 	}
 	slices.SortFunc(res.Services, func(a, b ServiceResult) int { return strings.Compare(a.Service, b.Service) })
-	if f.Status != nil && !dryRun && !leftOnly {
+	switch {
+	case f.Status == nil || dryRun:
+	case !leftOnly:
 		f.writeStatus(ctx, all, chosen, report, failedFE, &res, only)
+	case classLeft:
+		// A Service reconciled for a left backend it names again (a claim
+		// that ended, a Service created again): its servers may have
+		// entered service here, and nothing may ask for its own reconcile
+		// later (class history seed 971962119: its status 22 s late).
+		for _, j := range jobs {
+			if j.svc != nil && j.svc.Class {
+				f.writeStatus(ctx, all, chosen, report, failedFE, &res, j.svc.Key())
+			}
+		}
 	}
 	return finish(summarize(&res, dryRun, only == "" && !leftOnly))
 }

@@ -511,3 +511,27 @@ func TestServedForgetsADeletedService(t *testing.T) {
 		t.Errorf("servedBy still holds the deleted Service: %v", f.servedBy)
 	}
 }
+
+// TestStatusWrittenByALeftBackendsReconcile (class history seed 971962119,
+// a Service deleted and created again under its name and port): the
+// reconcile of a left backend that a Service names again reconciles that
+// Service, and its servers may enter service there; its status is written
+// then. It waited for the next reconcile of that Service, which nothing
+// asked for: 22 s in that history.
+func TestStatusWrittenByALeftBackendsReconcile(t *testing.T) {
+	c := &cluster{}
+	c.add(lbService("web", 80), "127.0.1.1")
+	_, be := services.ClassNames("", "apps", "web", 80)
+	f := newFleet(c, newMem("a", be))
+	f.Frontends = &fakeFrontends{report: services.FrontendReport{Ready: map[string]bool{"apps/web": true}}}
+	res, err := f.ReconcileLeft(context.Background(), []string{be})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Services) != 1 || res.Services[0].Ingress != IngressWritten {
+		t.Errorf("result %+v: want apps/web reconciled and its ingress written", res.Services)
+	}
+	if len(c.updates) != 1 {
+		t.Fatalf("status writes %v: want one, its servers in service", c.updates)
+	}
+}
