@@ -26,8 +26,9 @@ import (
 // reader) a second later at most; one waiting for HAProxy to load its
 // frontend every poll. A reconcile of every pending Service every poll read
 // Kubernetes and HAProxy ten times a second for each, and, beside a writer
-// of another configuration, deleted its servers as fast as it added them
-// (reconcile.FollowUp's contested servers wait instead).
+// of another configuration, deleted its servers as fast as it added them:
+// a Service whose servers another writer deletes (reconcile.FollowUp's
+// contested servers) is not followed further.
 func (f *Fleet) Settle(ctx context.Context, res Result, err error, poll time.Duration, checks map[string]reconcile.CheckReader) (Result, error) {
 	gone := map[string]bool{}
 	follows := map[string]*reconcile.FollowUp{}
@@ -37,7 +38,7 @@ func (f *Fleet) Settle(ctx context.Context, res Result, err error, poll time.Dur
 		}
 	}()
 	var mu sync.Mutex
-	woken := map[string]bool{}
+	woken, contested := map[string]bool{}, map[string]bool{}
 	signal := make(chan struct{}, 1)
 	wake := func(key string) func(string) {
 		return func(string) {
@@ -67,7 +68,13 @@ func (f *Fleet) Settle(ctx context.Context, res Result, err error, poll time.Dur
 			if fresh[s.Service] {
 				fu := follows[s.Service]
 				if fu == nil {
-					fu = &reconcile.FollowUp{Checks: checks, Poll: poll, Log: f.Log}
+					key, ping := s.Service, wake(s.Service)
+					fu = &reconcile.FollowUp{Checks: checks, Poll: poll, Log: f.Log, OnContested: func(string, []string) {
+						mu.Lock()
+						contested[key] = true
+						mu.Unlock()
+						ping("contested")
+					}}
 					follows[s.Service] = fu
 				}
 				fu.Observe(s.Result, nil, wake(s.Service))
@@ -106,6 +113,13 @@ func (f *Fleet) Settle(ctx context.Context, res Result, err error, poll time.Dur
 		mu.Lock()
 		run := woken
 		woken = map[string]bool{}
+		for k := range contested {
+			// Another writer deletes what this run adds: it runs on (a
+			// serve, maybe with a newer configuration); this run yields
+			// (reconcile's contested.go).
+			gone[k] = true
+			delete(run, k)
+		}
 		mu.Unlock()
 		sweep := timedOut && !time.Now().Before(sweepAt)
 		for _, s := range res.Services {
@@ -116,7 +130,7 @@ func (f *Fleet) Settle(ctx context.Context, res Result, err error, poll time.Dur
 		if sweep {
 			sweepAt = time.Time{}
 			for _, k := range keys {
-				if follows[k].ContestedFor() == 0 {
+				if !gone[k] {
 					run[k] = true
 				}
 			}

@@ -80,6 +80,15 @@ func (o *oneShot) maybeRun(i int) {
 		if errors.Is(err, reconcile.ErrStillWaiting) && !errors.Is(err, reconcile.ErrTargets) {
 			err = nil
 		}
+		// A run that yielded to serve (ErrContested: serve deleted what it
+		// added, twice) is the command's documented exit 1 only where
+		// they disagree: a rezone since the run started.
+		o.w.mu.Lock()
+		rezoned := o.w.local != cfg.LocalZone
+		o.w.mu.Unlock()
+		if errors.Is(err, reconcile.ErrContested) && !errors.Is(err, reconcile.ErrTargets) && rezoned {
+			err = nil
+		}
 		o.w.writer(oneShotWriter).reconciled(began, res, err)
 	})
 }

@@ -329,6 +329,7 @@ func (w *world) crash(st Step) error {
 	old.crash()
 	// A second writer keeps its zone: a rezone is drawn for the first
 	// writer alone, so it flips only where that is the whole service.
+	w.mu.Lock() // the one-shot run reads local
 	if st.Fault == "rezone" && w.setup.Zones && w.setup.Config.Writer2 == "" {
 		w.local = map[string]string{localZone: "zone-b", "zone-b": localZone}[w.local]
 		w.rec.add(obs{kind: obsLocalZone, err: w.local})
@@ -336,6 +337,7 @@ func (w *world) crash(st Step) error {
 	if w.setup.Zones {
 		cfg.LocalZone = w.local // a restart keeps the zone it was given last
 	}
+	w.mu.Unlock()
 	var p *process
 	if w.mirror != nil {
 		p = w.startServe(0, cfg.LocalZone)

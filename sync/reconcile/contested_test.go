@@ -2,20 +2,31 @@ package reconcile
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
+// deleteServer is another writer deleting name.
+func (c *checks) deleteServer(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.passed, name)
+}
+
 // TestFollowUpBacksOffServersAnotherWriterDeletes: a waiting server found
 // gone is asked for again at once the first time (a reload dropped it);
 // gone again after that, another writer deletes it, and the follow-up asks
-// again only after Retry, doubling: two writers of two configurations
-// deleted each other's servers every poll, and none ever served (seed
-// 179255428). A server that served meanwhile starts afresh.
+// again only after Retry, doubling up to contestMax: two writers of two
+// configurations deleted each other's servers every poll, and none ever
+// served (seed 179255428). A server that served meanwhile starts afresh.
 func TestFollowUpBacksOffServersAnotherWriterDeletes(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)}
 	a := &checks{passed: map[string]bool{}}
 	f := newFollowUp(clock, map[string]CheckReader{"a": a})
+	var contested []string
+	f.OnContested = func(target string, servers []string) { contested = append(contested, servers...) }
 	var p pokes
 	// polls runs the polls (50 ms each) of the result that lists n1
 	// waiting, with n1 added (not passed) and then deleted by another
@@ -27,9 +38,7 @@ func TestFollowUpBacksOffServersAnotherWriterDeletes(t *testing.T) {
 		f.Observe(Result{Targets: []TargetResult{waiting("a", "n1")}}, nil, p.poke)
 		clock.advance(50 * time.Millisecond)
 		before := len(p.got())
-		a.mu.Lock()
-		delete(a.passed, "n1")
-		a.mu.Unlock()
+		a.deleteServer("n1")
 		for d := 50 * time.Millisecond; d <= time.Minute; d += 50 * time.Millisecond {
 			clock.advance(50 * time.Millisecond)
 			if len(p.got()) > before {
@@ -39,42 +48,99 @@ func TestFollowUpBacksOffServersAnotherWriterDeletes(t *testing.T) {
 		t.Fatal("no poke within a minute of the deletion")
 		return 0
 	}
-	for i, want := range []time.Duration{50 * time.Millisecond, time.Second + 50*time.Millisecond, 2*time.Second + 50*time.Millisecond, 4*time.Second + 50*time.Millisecond} {
+	ms := time.Millisecond
+	for i, want := range []time.Duration{50 * ms, 1050 * ms, 2050 * ms, 4050 * ms, 4050 * ms} {
 		if got := polls(); got != want {
 			t.Errorf("deletion %d: poked %v after it, want %v", i+1, got, want)
 		}
 	}
+	if len(contested) != 4 || contested[0] != "be/n1" {
+		t.Errorf("told of contested servers %v, want be/n1 four times", contested)
+	}
 	// n1 served: the next result does not list it waiting.
 	f.Observe(Result{Targets: []TargetResult{{Target: "a", Backend: "be"}}}, nil, p.poke)
-	if got := polls(); got != 50*time.Millisecond {
+	if got := polls(); got != 50*ms {
 		t.Errorf("after it served, a deletion poked %v after it, want at once (one poll)", got)
 	}
-	// A passed check beside a contested server still enters at once.
-	polls()
+	// Gone again after contestWindow: a reload by others, not a writer.
+	clock.advance(contestWindow + time.Second)
+	if got := polls(); got != 50*ms {
+		t.Errorf("a deletion %v after the last: poked %v after it, want at once", contestWindow, got)
+	}
+}
+
+// TestAContestedServerHoldsBackNoOther: a server waiting beside a
+// contested one enters as soon as its check passes (its target's checks
+// are still read every poll), and a newer result retires the contested
+// one's timer: it does not poke for a server that is there again.
+func TestAContestedServerHoldsBackNoOther(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)}
+	a := &checks{passed: map[string]bool{}}
+	f := newFollowUp(clock, map[string]CheckReader{"a": a})
+	var p pokes
+	contest := func() {
+		t.Helper()
+		for i := range 2 {
+			a.set("n1", false)
+			a.set("n2", false)
+			f.Observe(Result{Targets: []TargetResult{waiting("a", "n1", "n2")}}, nil, p.poke)
+			clock.advance(50 * time.Millisecond)
+			a.deleteServer("n1")
+			before := len(p.got())
+			clock.advance(50 * time.Millisecond)
+			if got := len(p.got()) - before; i == 0 && got != 1 || i == 1 && got != 0 {
+				t.Fatalf("deletion %d of n1: %d pokes at the next poll", i+1, got)
+			}
+		}
+	}
+	contest()
+	before := len(p.got())
+	a.set("n2", true)
+	clock.advance(50 * time.Millisecond)
+	if len(p.got()) != before+1 {
+		t.Fatalf("n2 passed its check beside contested n1: %d pokes at the next poll, want 1", len(p.got())-before)
+	}
+
+	// Contested again (its third deletion: 2 s), then added again by the
+	// reconcile another event asked for.
 	a.set("n1", false)
 	a.set("n2", false)
 	f.Observe(Result{Targets: []TargetResult{waiting("a", "n1", "n2")}}, nil, p.poke)
 	clock.advance(50 * time.Millisecond)
-	a.mu.Lock()
-	delete(a.passed, "n1")
-	a.passed["n2"] = true
-	a.mu.Unlock()
-	before := len(p.got())
+	a.deleteServer("n1")
+	before = len(p.got())
 	clock.advance(50 * time.Millisecond)
-	if len(p.got()) != before+1 {
-		t.Errorf("n2 passed beside contested n1: %d pokes at the next poll, want 1", len(p.got())-before)
+	if len(p.got()) != before {
+		t.Fatal("contested n1 poked at once")
+	}
+	clock.advance(100 * time.Millisecond)
+	a.set("n1", false)
+	f.Observe(Result{Targets: []TargetResult{waiting("a", "n1", "n2")}}, nil, p.poke)
+	clock.advance(2500 * time.Millisecond)
+	if n := len(p.got()) - before; n != 0 {
+		t.Errorf("%d pokes (%v) with n1 there and not passed: the older result's contested timer fired", n, p.got()[before:])
 	}
 }
 
-// TestTheSettlerWaitsForAContestedServer: the Settler's own one-second
-// limit does not run the reconcile the follow-up holds back.
-func TestTheSettlerWaitsForAContestedServer(t *testing.T) {
-	f := &FollowUp{Retry: 300 * time.Millisecond}
-	f.contestUntil = time.Now().Add(1500 * time.Millisecond)
-	woke := make(chan struct{})
-	began := time.Now()
-	waitWake(context.Background(), f, woke)
-	if took := time.Since(began); took < 1400*time.Millisecond {
-		t.Errorf("waited %v, want until the contested wait ended (1.5 s)", took)
+// TestTheOneShotYieldsToAnotherWriter: the one-shot command's Settler
+// stops following a target whose servers another writer deletes twice, and
+// says so (ErrContested), instead of adding them again for its whole
+// settle time; a serve of another configuration runs on.
+func TestTheOneShotYieldsToAnotherWriter(t *testing.T) {
+	a := &checks{passed: map[string]bool{}} // n1 never stays: deleted at once
+	var runs atomic.Int32
+	s := &Settler{Poll: 5 * time.Millisecond, Checks: map[string]CheckReader{"a": a},
+		Run: func(context.Context) (Result, error) {
+			runs.Add(1)
+			return Result{Status: StatusApplied, Targets: []TargetResult{waiting("a", "n1")}}, nil
+		}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := s.Settle(ctx)
+	if !errors.Is(err, ErrContested) || ctx.Err() != nil {
+		t.Fatalf("settle: %v (ctx %v), want ErrContested before the deadline", err, ctx.Err())
+	}
+	if n := runs.Load(); n > 3 {
+		t.Errorf("%d reconciles: want the run to yield at the second deletion", n)
 	}
 }

@@ -77,8 +77,11 @@ type FollowUp struct {
 	// AfterFunc and Now are the clock; nil takes package time's.
 	AfterFunc func(time.Duration, func()) (stop func() bool)
 	Now       func() time.Time
-	// Log, when set, is told of servers another writer deletes (contested).
-	Log *slog.Logger
+	// Log, when set, is told of servers another writer deletes (contested);
+	// OnContested, when set, of each poll that finds contested servers
+	// (backend/server) on target. It must not call into the FollowUp.
+	Log         *slog.Logger
+	OnContested func(target string, servers []string)
 
 	mu      sync.Mutex
 	poke    func(reason string)
@@ -97,9 +100,8 @@ type FollowUp struct {
 	failures      int       // consecutive failed reconciles
 	// vanished: waiting servers a poll found gone, how often in a row
 	// and when last (contested).
-	vanished     map[serverKey]vanish
-	contestUntil time.Time // a reconcile contested servers ask for waits until then
-	stopped      bool
+	vanished map[serverKey]vanish
+	stopped  bool
 }
 
 func (f *FollowUp) dur(d, def time.Duration) time.Duration {
@@ -302,6 +304,8 @@ func (f *FollowUp) unwatch(target string) {
 func (f *FollowUp) pollChecks(ctx context.Context, target string, cr CheckReader, backends map[string]waits, poll time.Duration) {
 	var tick func()
 	waited := false
+	held := map[string]bool{} // backend/server: contested, held back (contested.go)
+	retrying := false         // their reconcile is asked for after a backoff
 	tick = func() {
 		if ctx.Err() != nil {
 			return
@@ -309,10 +313,30 @@ func (f *FollowUp) pollChecks(ctx context.Context, target string, cr CheckReader
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		due, of, gone := dueCount(rctx, cr, backends)
 		cancel()
-		if again, wait := f.contested(target, gone); again > 0 && due == again {
-			// Gone again, nothing else due: another writer deletes them.
-			f.after(wait, func() { f.enter(ctx, target) })
-			return
+		fresh := map[string][]string{}
+		holding := 0
+		for backend, names := range gone {
+			for _, n := range names {
+				if held[backend+"/"+n] {
+					holding++
+				} else {
+					fresh[backend] = append(fresh[backend], n)
+				}
+			}
+		}
+		again, wait := f.contested(target, fresh)
+		for _, k := range again {
+			held[k] = true
+		}
+		holding += len(again)
+		due, of = due-holding, of-holding
+		if len(again) > 0 && !retrying {
+			retrying = true
+			f.after(wait, func() {
+				if ctx.Err() == nil { // else a newer result watches them
+					f.enter(ctx, target)
+				}
+			})
 		}
 		switch {
 		case due == 0:

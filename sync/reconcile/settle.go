@@ -62,6 +62,9 @@ type followed struct {
 	// gateDeferred: one of its own reconciles changed servers while the
 	// readiness gate is on.
 	gateDeferred bool
+	// contested: another writer deleted what it added, twice; not
+	// followed further.
+	contested bool
 }
 
 // Settle runs the reconciles and returns their result, together: each
@@ -111,7 +114,7 @@ func (s *Settler) Settle(ctx context.Context) (Result, error) {
 
 	// A whole reconcile that failed on a target says "error" whatever it
 	// applied elsewhere: the targets' own results say what changed.
-	applied, stillWaiting, gateDeferred := res.Status == StatusApplied, false, false
+	applied, stillWaiting, gateDeferred, contested := res.Status == StatusApplied, false, false, false
 	res.Targets = make([]TargetResult, 0, len(res.Targets))
 	for _, target := range order {
 		f := out[target]
@@ -119,8 +122,9 @@ func (s *Settler) Settle(ctx context.Context) (Result, error) {
 		applied = applied || f.applied
 		stillWaiting = stillWaiting || f.waiting
 		gateDeferred = gateDeferred || f.gateDeferred
+		contested = contested || f.contested
 	}
-	if gateDeferred && !stillWaiting && ctx.Err() == nil && len(failedTargets(res.Targets)) == 0 {
+	if gateDeferred && !stillWaiting && !contested && ctx.Err() == nil && len(failedTargets(res.Targets)) == 0 {
 		next, _ := s.Run(ctx)
 		res.Targets = mergedTargets(res.Targets, next.Targets)
 		applied = applied || next.Status == StatusApplied
@@ -130,7 +134,7 @@ func (s *Settler) Settle(ctx context.Context) (Result, error) {
 	if applied || slices.ContainsFunc(res.Targets, func(t TargetResult) bool { return t.changed }) {
 		res.Status = StatusApplied
 	}
-	err = settleError(res.Targets, stillWaiting)
+	err = settleError(res.Targets, stillWaiting, contested)
 	if err != nil {
 		res.Status, res.Error = StatusError, err.Error()
 		if errors.Is(err, ErrTargets) {
@@ -155,7 +159,13 @@ func (s *Settler) follow(ctx context.Context, target string, results []TargetRes
 	if cr := s.Checks[target]; cr != nil {
 		checks[target] = cr
 	}
-	f := &FollowUp{Checks: checks, Poll: s.Poll, Log: s.Log}
+	contested := make(chan struct{}, 1)
+	f := &FollowUp{Checks: checks, Poll: s.Poll, Log: s.Log, OnContested: func(string, []string) {
+		select {
+		case contested <- struct{}{}:
+		default:
+		}
+	}}
 	defer f.Stop()
 	woke := make(chan struct{}, 1)
 	wake := func(string) {
@@ -166,7 +176,20 @@ func (s *Settler) follow(ctx context.Context, target string, results []TargetRes
 	}
 	for pending(out.results) {
 		f.Observe(Result{Targets: out.results}, nil, wake)
-		waitWake(ctx, f, woke)
+		limit := time.NewTimer(time.Second)
+		select {
+		case <-woke:
+		case <-limit.C:
+		case <-contested:
+			// Another writer deletes what this run adds: it runs on (a
+			// serve, maybe with a newer configuration); this run yields
+			// (contested.go).
+			limit.Stop()
+			out.contested = true
+			return out
+		case <-ctx.Done():
+		}
+		limit.Stop()
 		if ctx.Err() != nil {
 			out.waiting = len(waitingByTarget(Result{Targets: out.results})) > 0
 			return out
@@ -177,28 +200,6 @@ func (s *Settler) follow(ctx context.Context, target string, results []TargetRes
 		out.gateDeferred = out.gateDeferred || next.gateDeferred
 	}
 	return out
-}
-
-// waitWake waits for f's word (woke), a second at most, or longer while f
-// holds back a reconcile that contested servers ask for: it is another
-// writer's turn (contested.go).
-func waitWake(ctx context.Context, f *FollowUp, woke <-chan struct{}) {
-	limit := time.NewTimer(time.Second)
-	defer limit.Stop()
-	for {
-		select {
-		case <-woke:
-			return
-		case <-limit.C:
-			if d := f.ContestedFor(); d > 0 {
-				limit.Reset(d)
-				continue
-			}
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
 }
 
 // pending reports whether a target's results leave work that a later
@@ -219,21 +220,25 @@ func pending(results []TargetResult) bool {
 
 // settleError is what Settle returns for its merged results: the failed
 // targets, each with its class, and whether servers still wait.
-func settleError(results []TargetResult, stillWaiting bool) error {
+func settleError(results []TargetResult, stillWaiting, contested bool) error {
 	var errs []error
 	if failed := failedTargets(results); len(failed) > 0 {
 		errs = append(errs, fmt.Errorf("%w: %s", ErrTargets, strings.Join(failed, ", ")))
 	}
+	if contested {
+		errs = append(errs, ErrContested)
+	}
 	if stillWaiting {
 		errs = append(errs, ErrStillWaiting)
 	}
-	switch len(errs) {
-	case 0:
+	if len(errs) == 0 {
 		return nil
-	case 1:
-		return errs[0]
 	}
-	return fmt.Errorf("%w; %w", errs[0], errs[1])
+	err := errs[0]
+	for _, e := range errs[1:] {
+		err = fmt.Errorf("%w; %w", err, e)
+	}
+	return err
 }
 
 // failedTargets names, once each and in order, the targets with a failed
@@ -296,6 +301,10 @@ func mergedTargets(prev, next []TargetResult) []TargetResult {
 	}
 	return out
 }
+
+// ErrContested means another writer deleted servers this run added, twice
+// before their check passed (contested.go): the run stopped following them.
+var ErrContested = errors.New("another writer deletes the servers this run adds (a serve, or another instance, with another configuration?): not followed further")
 
 // ErrStillWaiting means servers still waited for their first passed check
 // when the time given to them ended.

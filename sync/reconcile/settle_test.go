@@ -264,7 +264,7 @@ func TestSettleError(t *testing.T) {
 		{"two failed, one still waiting elsewhere", []TargetResult{{Target: "a", Error: "refused", ErrorClass: failure.Permanent}, down}, true,
 			"haproxy target failed: a (permanent), b (unreachable); servers still wait for their first passed health check"},
 	} {
-		err := settleError(tt.in, tt.waiting)
+		err := settleError(tt.in, tt.waiting, false)
 		got := ""
 		if err != nil {
 			got = err.Error()

@@ -103,6 +103,7 @@ func (m *Many) resources() []resource {
 		if m.Nodes {
 			// Every slice is listed, for the index.
 			slicePage, sliceFilter = nodeIndexPage, sliceLister{x: &m.index, cache: cache}
+			m.index.setListing(cache, true) // until its first list is done
 		}
 		out = append(out,
 			resource{

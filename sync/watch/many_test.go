@@ -274,3 +274,41 @@ func sliceIn(ns, name, svc string, nodes ...string) *discoveryv1.EndpointSlice {
 	}
 	return sl
 }
+
+// slowSlices holds the slice lists until release is closed.
+type slowSlices struct {
+	kubetest.Clientset
+	release chan struct{}
+}
+
+func (c slowSlices) ListEndpointSlices(ctx context.Context, ns string, o metav1.ListOptions) (*discoveryv1.EndpointSliceList, error) {
+	<-c.release
+	return c.Clientset.ListEndpointSlices(ctx, ns, o)
+}
+
+// TestANodeEventBeforeTheSlicesAreListedPokesAll: until every slice is
+// listed (a large cluster's, 100 a page) the index knows too little, and a
+// Node change pokes every Service: nothing else would poke the Service
+// with endpoints on it (second reader).
+func TestANodeEventBeforeTheSlicesAreListedPokesAll(t *testing.T) {
+	s := newScripted(node("n1"), annotated("a", "web", "be_web"), sliceIn("a", "web-1", "web", "n1"))
+	r := newRecorded()
+	m := &Many{Annotation: true, Nodes: true, Pokes: r}
+	release := make(chan struct{})
+	m.Client = slowSlices{kubetest.Clientset{Interface: s.client}, release}
+	m.MinBackoff, m.MaxBackoff = time.Millisecond, 10*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer func() { unblock(); cancel(); <-done }()
+	s.next(t, "services")
+	nw := s.next(t, "nodes")
+	nw.Modify(node("n1", func(n *corev1.Node) { n.Spec.Unschedulable = true }))
+	r.expect(t, "all node MODIFIED")
+	unblock()
+	s.next(t, "endpointslices")
+	nw.Modify(node("n1", func(n *corev1.Node) { n.Spec.Unschedulable = false }))
+	r.expect(t, "poke a/web")
+}

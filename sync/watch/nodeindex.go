@@ -29,10 +29,28 @@ const (
 )
 
 // nodeIndex is every watched namespace's slices, by namespace/name. Its
-// methods may be called from the watches' goroutines at once.
+// methods may be called from the watches' goroutines at once. Until every
+// namespace's slices are listed (at start, and again after a 410), it
+// knows too little: a Node event pokes every Service.
 type nodeIndex struct {
-	mu     sync.Mutex
-	slices map[string]indexed
+	mu      sync.Mutex
+	slices  map[string]indexed
+	names   map[string]string      // Node names, each kept once
+	listing map[*serviceCache]bool // namespaces whose slices are not all listed yet
+}
+
+// listing marks cache's namespace as being listed (or, done, as listed).
+func (x *nodeIndex) setListing(cache *serviceCache, listing bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.listing == nil {
+		x.listing = map[*serviceCache]bool{}
+	}
+	if listing {
+		x.listing[cache] = true
+	} else {
+		delete(x.listing, cache)
+	}
 }
 
 type indexed struct {
@@ -57,13 +75,23 @@ func (x *nodeIndex) put(sl *discoveryv1.EndpointSlice, cache *serviceCache) {
 			e.nodes, e.wide = nil, true
 			break
 		}
-		e.nodes = append(e.nodes, strings.Clone(*ep.NodeName))
+		e.nodes = append(e.nodes, *ep.NodeName)
 	}
 	slices.Sort(e.nodes)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.slices == nil {
-		x.slices = map[string]indexed{}
+		x.slices, x.names = map[string]indexed{}, map[string]string{}
+	}
+	for i, n := range e.nodes {
+		// A name kept once however many slices name it: the decoded
+		// object's copy goes with it.
+		kept, ok := x.names[n]
+		if !ok {
+			kept = strings.Clone(n)
+			x.names[kept] = kept
+		}
+		e.nodes[i] = kept
 	}
 	x.slices[sl.Namespace+"/"+sl.Name] = e
 }
@@ -89,20 +117,24 @@ func (x *nodeIndex) forget(cache *serviceCache) {
 // node (or a wide slice), sorted; all when more than fanOut.
 func (x *nodeIndex) services(node string) (keys []string, all bool) {
 	x.mu.Lock()
-	var hit []indexed
+	if len(x.listing) > 0 {
+		x.mu.Unlock()
+		return nil, true
+	}
+	hit := map[string]*serviceCache{}
 	for _, e := range x.slices {
 		if _, found := slices.BinarySearch(e.nodes, node); found || e.wide {
-			hit = append(hit, e)
+			hit[e.service] = e.cache
 		}
 	}
 	x.mu.Unlock()
-	for _, e := range hit {
-		if !slices.Contains(keys, e.service) && e.cache.mayBeSelected(e.service) {
-			keys = append(keys, e.service)
+	for k, cache := range hit {
+		if cache.mayBeSelected(k) {
+			keys = append(keys, k)
+			if len(keys) > fanOut {
+				return nil, true
+			}
 		}
-	}
-	if len(keys) > fanOut {
-		return nil, true
 	}
 	slices.Sort(keys)
 	return keys, false
@@ -115,7 +147,12 @@ type sliceLister struct {
 	cache *serviceCache
 }
 
-func (l sliceLister) reset() { l.x.forget(l.cache) }
+func (l sliceLister) reset() {
+	l.x.forget(l.cache)
+	l.x.setListing(l.cache, true)
+}
+
+func (l sliceLister) listDone() { l.x.setListing(l.cache, false) }
 
 func (l sliceLister) listed(obj runtime.Object) {
 	if sl, ok := obj.(*discoveryv1.EndpointSlice); ok && l.cache.inScope(sl.Namespace) {

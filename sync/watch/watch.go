@@ -9,7 +9,8 @@
 //
 //  1. list (paged; only one item for the Service and the slices, since the
 //     list is only there for its resourceVersion; every Node for the Nodes,
-//     to know each one's fingerprint, see below);
+//     to know each one's fingerprint, see below; every slice in
+//     many-Services node mode, for the Nodes they name, nodeindex.go);
 //  2. watch from that resourceVersion with bookmarks, so a restart resumes
 //     where the last event or bookmark left off;
 //  3. on a closed connection or an error, restart with backoff; on 410 Gone
