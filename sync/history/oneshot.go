@@ -80,13 +80,13 @@ func (o *oneShot) maybeRun(i int) {
 		if errors.Is(err, reconcile.ErrStillWaiting) && !errors.Is(err, reconcile.ErrTargets) {
 			err = nil
 		}
-		// A run that yielded to serve (ErrContested: serve deleted what it
-		// added, twice) is the command's documented exit 1 only where
-		// they disagree: a rezone since the run started.
-		o.w.mu.Lock()
-		rezoned := o.w.local != cfg.LocalZone
-		o.w.mu.Unlock()
-		if errors.Is(err, reconcile.ErrContested) && !errors.Is(err, reconcile.ErrTargets) && rezoned {
+		// A run that yielded to serve (ErrContested: what it added was
+		// deleted twice before its check passed) is the command's
+		// documented exit 1: serve always runs beside it here, and may
+		// disagree (a rezone since the run started, or a newer view of
+		// Kubernetes), or reloads by others dropped its servers twice.
+		// What it left is serve's to finish, which every invariant judges.
+		if errors.Is(err, reconcile.ErrContested) && !errors.Is(err, reconcile.ErrTargets) {
 			err = nil
 		}
 		o.w.writer(oneShotWriter).reconciled(began, res, err)

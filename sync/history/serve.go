@@ -380,6 +380,9 @@ func (w *world) oneShotBinary(ctx context.Context, zone string) (reconcile.Resul
 				return res, fmt.Errorf("%w: %s", reconcile.ErrTargets, t.Error)
 			}
 		}
+		if strings.Contains(res.Error, reconcile.ErrContested.Error()) {
+			return res, reconcile.ErrContested
+		}
 		if res.Error != "" {
 			return res, errors.New(res.Error)
 		}

@@ -329,7 +329,7 @@ func (w *world) crash(st Step) error {
 	old.crash()
 	// A second writer keeps its zone: a rezone is drawn for the first
 	// writer alone, so it flips only where that is the whole service.
-	w.mu.Lock() // the one-shot run reads local
+	w.mu.Lock()
 	if st.Fault == "rezone" && w.setup.Zones && w.setup.Config.Writer2 == "" {
 		w.local = map[string]string{localZone: "zone-b", "zone-b": localZone}[w.local]
 		w.rec.add(obs{kind: obsLocalZone, err: w.local})
