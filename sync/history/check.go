@@ -257,7 +257,10 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 	// replacements do (a hand-over), Bounds.Converge at most (rezonedAt).
 	local := localZone
 	var rezonedAt time.Time
-	backup := func(n int) bool { return opt.Zones && zoneOf(n) != local }
+	// The static server is haproxy.cfg's, active whatever the zones: never
+	// a backup, and while it answers no backup serves (soak seed
+	// 971962119: after a rezone its clients were judged a backup's).
+	backup := func(n int) bool { return opt.Zones && n != staticPod && zoneOf(n) != local }
 	ev := Evaluation{Excused: map[string]int{}, SlotReloads: map[string]int{}}
 	// capUntil: MAX_SERVERS binds (more pods, or Nodes, in Kubernetes than
 	// it), or did within Bounds.Converge before: a pod may have no server

@@ -422,6 +422,22 @@ func TestLocalFirstJudgedWhenTheBackupIsReached(t *testing.T) {
 			{at: at(5000), kind: obsClient, pod: other},
 			{at: at(5000), kind: obsRequest, pod: other},
 		}, 1},
+		// The static server is haproxy.cfg's, an active server whatever
+		// the zones (soak seed 971962119, 22 violations): after a rezone
+		// its traffic is no backup's, and while it answers a backup of
+		// ours may take no client.
+		{"the static server after a rezone", []obs{
+			{at: at(0), kind: obsListen, pod: staticPod}, {at: at(0), kind: obsCheck, pod: staticPod},
+			{at: at(1000), kind: obsLocalZone, err: "zone-b"},
+			{at: at(15000), kind: obsClient, pod: staticPod},
+			{at: at(15000), kind: obsRequest, pod: staticPod},
+		}, 0},
+		{"a backup while only the static server answers", []obs{
+			{at: at(0), kind: obsListen, pod: staticPod}, {at: at(0), kind: obsCheck, pod: staticPod},
+			{at: at(5000), kind: obsStop, pod: local},
+			{at: at(9000), kind: obsClient, pod: other},
+			{at: at(9000), kind: obsRequest, pod: other},
+		}, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ev := evaluate(append(append([]obs{}, start...), c.obs...), evalOptions{Bounds: b, Targets: 1, Zones: true})
