@@ -286,7 +286,16 @@ func (w *world) balanceDiffs(tg *target) []string {
 		if err != nil {
 			return append(diffs, err.Error())
 		}
-		if got != want {
+		switch {
+		case b == backend2 && w.svc != nil && w.svc.phaseNow() != joined:
+			// be2 is this instance's only while web2 names it (soak
+			// seed 610116642 on 3.4.0: the judge asked leastconn of it
+			// before web2 ever did): haproxy.cfg's before, and what the
+			// instance wrote, or not, after it left.
+			if w.svc.phaseNow() == never && got != "roundrobin" {
+				diffs = append(diffs, fmt.Sprintf("%s runs balance %s though %s never named it", b, got, service2))
+			}
+		case got != want:
 			diffs = append(diffs, fmt.Sprintf("%s runs balance %s, want %s", b, got, want))
 		}
 	}

@@ -75,6 +75,13 @@ type services struct {
 	left    func(backends []string)
 }
 
+// phaseNow is web2's phase.
+func (s *services) phaseNow() phase {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.phase
+}
+
 // serviceObject is the Service name as Kubernetes holds it; in
 // many-Services histories it names be (the annotation), or nothing.
 func (w *world) serviceObject(name, be string) *corev1.Service {
