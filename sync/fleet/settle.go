@@ -116,8 +116,12 @@ func (f *Fleet) Settle(ctx context.Context, res Result, err error, poll time.Dur
 		for k := range contested {
 			// Another writer deletes what this run adds: it runs on (a
 			// serve, maybe with a newer configuration); this run yields
-			// (reconcile's contested.go).
-			gone[k] = true
+			// (reconcile's contested.go): the Service is left waiting in
+			// the result.
+			if !gone[k] {
+				gone[k] = true
+				follows[k].Stop()
+			}
 			delete(run, k)
 		}
 		mu.Unlock()

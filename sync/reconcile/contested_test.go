@@ -144,3 +144,25 @@ func TestTheOneShotYieldsToAnotherWriter(t *testing.T) {
 		t.Errorf("%d reconciles: want the run to yield at the second deletion", n)
 	}
 }
+
+// TestOneDeletionBesideABurstIsNoContest: a burst's extra poll (part of it
+// due, the rest about to pass) sees the same deleted server again; that is
+// one deletion, not two: it is asked for again at that poll, and nobody is
+// told of another writer (second reader: the one-shot gave up on one
+// deletion among three waiting servers).
+func TestOneDeletionBesideABurstIsNoContest(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)}
+	a := &checks{passed: map[string]bool{"n1": false, "n2": false, "n3": false}}
+	f := newFollowUp(clock, map[string]CheckReader{"a": a})
+	var contested []string
+	f.OnContested = func(_ string, servers []string) { contested = append(contested, servers...) }
+	var p pokes
+	f.Observe(Result{Targets: []TargetResult{waiting("a", "n1", "n2", "n3")}}, nil, p.poke)
+	clock.advance(50 * time.Millisecond)
+	a.deleteServer("n1")
+	clock.advance(50 * time.Millisecond) // one of three due: one more poll
+	clock.advance(50 * time.Millisecond)
+	if len(p.got()) != 1 || len(contested) != 0 {
+		t.Fatalf("pokes %v, contested %v: want one poke, no contest", p.got(), contested)
+	}
+}

@@ -304,8 +304,11 @@ func (f *FollowUp) unwatch(target string) {
 func (f *FollowUp) pollChecks(ctx context.Context, target string, cr CheckReader, backends map[string]waits, poll time.Duration) {
 	var tick func()
 	waited := false
-	held := map[string]bool{} // backend/server: contested, held back (contested.go)
-	retrying := false         // their reconcile is asked for after a backoff
+	// seen: backend/server found gone by this watch already (counted once
+	// a watch: a burst's extra poll sees the same deletion again); held:
+	// those of them contested, held back (contested.go).
+	seen, held := map[string]bool{}, map[string]bool{}
+	retrying := false // their reconcile is asked for after a backoff
 	tick = func() {
 		if ctx.Err() != nil {
 			return
@@ -313,13 +316,18 @@ func (f *FollowUp) pollChecks(ctx context.Context, target string, cr CheckReader
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		due, of, gone := dueCount(rctx, cr, backends)
 		cancel()
+		if ctx.Err() != nil {
+			return // a newer result came meanwhile: this reading is its watch's
+		}
 		fresh := map[string][]string{}
 		holding := 0
 		for backend, names := range gone {
 			for _, n := range names {
-				if held[backend+"/"+n] {
+				switch k := backend + "/" + n; {
+				case held[k]:
 					holding++
-				} else {
+				case !seen[k]:
+					seen[k] = true
 					fresh[backend] = append(fresh[backend], n)
 				}
 			}

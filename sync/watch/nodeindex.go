@@ -35,7 +35,6 @@ const (
 type nodeIndex struct {
 	mu      sync.Mutex
 	slices  map[string]indexed
-	names   map[string]string      // Node names, each kept once
 	listing map[*serviceCache]bool // namespaces whose slices are not all listed yet
 }
 
@@ -81,17 +80,10 @@ func (x *nodeIndex) put(sl *discoveryv1.EndpointSlice, cache *serviceCache) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.slices == nil {
-		x.slices, x.names = map[string]indexed{}, map[string]string{}
+		x.slices = map[string]indexed{}
 	}
 	for i, n := range e.nodes {
-		// A name kept once however many slices name it: the decoded
-		// object's copy goes with it.
-		kept, ok := x.names[n]
-		if !ok {
-			kept = strings.Clone(n)
-			x.names[kept] = kept
-		}
-		e.nodes[i] = kept
+		e.nodes[i] = strings.Clone(n) // not the decoded object's buffer
 	}
 	x.slices[sl.Namespace+"/"+sl.Name] = e
 }
