@@ -138,7 +138,7 @@ func run(args []string) int {
 	m.Cluster(cfg.ClusterName, cfg.LocalZone)
 	rec, checks, pairs, kc, dps, err := newReconciler(cfg, *manifests, log, m)
 	if err == nil {
-		err = checkPairs(context.Background(), pairs, log)
+		err = checkPairs(context.Background(), pairs, pairStartWait, log)
 	}
 	if err != nil {
 		// Every error here is the configuration's (a kubeconfig or context

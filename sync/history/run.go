@@ -77,6 +77,7 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 	waitMonitor := func() {}
 	for i, st := range steps {
 		time.Sleep(st.Wait)
+		traceNote("step %d %s", i, st)
 		if err := w.apply(st, i); err != nil {
 			stop()
 			waitClients()
@@ -587,7 +588,11 @@ func (r Report) Replay() string {
 func (r Report) Shortened() string {
 	last := len(r.Steps) - 1
 	if len(r.Violations) > 0 {
-		last = min(last, r.Violations[0].Step+1)
+		worst := 0
+		for _, v := range r.Violations {
+			worst = max(worst, v.Step)
+		}
+		last = min(last, worst+1)
 	}
 	var b strings.Builder
 	for i := 0; i <= last && i < len(r.Steps); i++ {

@@ -327,6 +327,7 @@ func (w *world) crash(st Step) error {
 	cfg := w.cfg
 	w.mu.Unlock()
 	old.crash()
+	traceNote("crash: the first writer killed")
 	// A second writer keeps its zone: a rezone is drawn for the first
 	// writer alone, so it flips only where that is the whole service.
 	w.mu.Lock()
@@ -344,6 +345,7 @@ func (w *world) crash(st Step) error {
 	} else {
 		p = startProcess(w.t, cfg, w.live, w.writer(0))
 	}
+	traceNote("crash: its successor listens")
 	w.mu.Lock()
 	// The one-shot command runs with what the service runs now (a
 	// rezone's zone too), as an operator's change reaches both.

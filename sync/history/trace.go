@@ -15,6 +15,21 @@ import (
 // observations alone do not explain. Off unless set: it costs commands.
 const traceEnv = "HKS_HISTORY_TRACE"
 
+// traceNote writes a line to the trace (a step as it starts), when one is
+// kept.
+func traceNote(format string, args ...any) {
+	path := os.Getenv(traceEnv)
+	if path == "" {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%s %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
 func traceServers(t testing.TB, targets []*target) {
 	path := os.Getenv(traceEnv)
 	if path == "" {
