@@ -61,16 +61,21 @@ func route(p plan.Plan, socket, addsReload, socketAdds bool) routes {
 	var r routes
 	adds := len(p.Names(plan.Add))
 	burst := socket && socketAdds && (adds > MaxRuntimeAdds || addsReload && adds > 0)
-	leaving := 0
-	for _, ch := range p.Changes {
-		if leaves(ch) {
-			leaving++
-		}
-	}
 	// Many servers leaving traffic at once (a node pool drained, a
 	// rollout's old pods terminating): the socket takes them out in
 	// milliseconds, one transaction persists them, where a versioned PUT
 	// each would take ~40 ms apiece on the real API (200 nodes: 8 s).
+	// Only those haproxy.cfg must learn count: a change it holds already
+	// goes through the socket alone either way, and a transaction of 20
+	// or fewer server writes would be a reload the PUTs spare (soak seed
+	// 971962119: a rezone back to where haproxy.cfg stood moved 27
+	// servers, 18 of them needing a write, and reloaded).
+	leaving := 0
+	for _, ch := range p.Changes {
+		if leaves(ch) && !unpersisted(ch.Old) && !configHolds(ch.Old.Source, *ch.New) {
+			leaving++
+		}
+	}
 	bulk := socket && leaving > MaxRuntimeAdds
 	var entries []plan.Change // servers put in service that haproxy.cfg parks or lacks
 	unwritten := false        // an entry haproxy.cfg lacks: only a transaction writes it

@@ -61,6 +61,18 @@ func leavingChanges(n int) []plan.Change {
 	return out
 }
 
+// heldLeaving are n servers taken out of traffic into the state
+// haproxy.cfg holds them in already (a rezone back, the parked server of
+// the zone left before): the socket alone carries them.
+func heldLeaving(n int) []plan.Change {
+	var out []plan.Change
+	for i := range n {
+		name := fmt.Sprint("held-", i)
+		out = append(out, plan.Change{Action: plan.Maint, Name: name, Old: server(name, model.Ready, model.Maint), New: server(name, model.Maint, "")})
+	}
+	return out
+}
+
 // socketOnly is a server the running HAProxy holds and haproxy.cfg does
 // not (a burst's), in state st.
 func socketOnly(name string, st model.State) *model.Server {
@@ -129,6 +141,7 @@ func TestRoute(t *testing.T) {
 		{"a few servers leaving traffic: a PUT each", leavingChanges(MaxRuntimeAdds), true, "puts:20"},
 		{"many servers leaving traffic, socket: the socket at once, then the transaction", leavingChanges(MaxRuntimeAdds + 1), true, "onSocket:21 structural:21"},
 		{"many servers leaving traffic, no socket: a PUT each", leavingChanges(MaxRuntimeAdds + 1), false, "puts:21"},
+		{"many servers leaving traffic, haproxy.cfg holding all but 20: a PUT each, the rest on the socket", append(leavingChanges(MaxRuntimeAdds), heldLeaving(5)...), true, "puts:20 onSocket:5"},
 		{"a delete haproxy.cfg parks already: parked on the socket", []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Maint)}}, true, "onSocket:x structural:x"},
 		{"a parked delete: the transaction alone", []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Maint, model.Maint)}}, true, "structural:x"},
 		{"a few burst servers checked: a PUT each", entries(2), true, "puts:in-0,in-1"},
