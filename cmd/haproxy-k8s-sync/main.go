@@ -138,7 +138,17 @@ func run(args []string) int {
 	m.Cluster(cfg.ClusterName, cfg.LocalZone)
 	rec, checks, pairs, kc, dps, err := newReconciler(cfg, *manifests, log, m)
 	if err == nil {
-		err = checkPairs(context.Background(), pairs, pairStartWait, log)
+		wait, late := pairTimeout, func(error) {}
+		if cmd == "serve" {
+			// A mismatch found after the start stops serve as one found
+			// before would have: exit 2 with the configuration's line.
+			wait, late = pairStartWait, func(err error) {
+				fmt.Fprintf(os.Stderr, "configuration: %v\n", err)
+				log.Error("configuration: a runtime socket and its Data Plane URL reach different HAProxy: stopping", "error", err)
+				os.Exit(2)
+			}
+		}
+		err = checkPairs(context.Background(), pairs, wait, late, log)
 	}
 	if err != nil {
 		// Every error here is the configuration's (a kubeconfig or context

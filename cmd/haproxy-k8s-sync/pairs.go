@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -15,94 +14,80 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 )
 
-// pairTimeout bounds the start-up check of each pair; pairStartWait is how
-// long the start waits for a pair's views to answer at all. A pair whose
-// views answer within it is checked to the end (a mismatch waits
-// pair.DefaultSettle and reads again) and a mismatch stops the start; one
-// that does not (its HAProxy is down or hangs) is checked in the
-// background while the service starts and reconciles the others: its
-// Guard refuses writes once it mismatches, and every reconcile checks it
-// again. Seed 971962119 (serve-soak): with one HAProxy of the pair hung, a
-// restarted service waited the runtime read's timeout, 2.5 s, before its
-// first reconcile of the other.
+// pairTimeout bounds the start-up check of each pair. serve waits
+// pairStartWait for the checks, the one-shot reconcile pairTimeout: a pair
+// not checked by then (its HAProxy is down, hangs, or is far) is checked
+// on in the background while serve reconciles the others, and nothing is
+// written to it meanwhile (its Guard is verified before every reconcile's
+// first read of it). Seed 971962119 (serve-soak): with one HAProxy of the
+// pair hung, a restarted service waited the runtime read's timeout, twice
+// 2.5 s, before its first reconcile of the other.
 const (
 	pairTimeout   = 10 * time.Second
 	pairStartWait = 500 * time.Millisecond
 )
 
 // checkPairs checks, at start, that each runtime socket and its Data Plane
-// URL reach the same HAProxy (package pair), all pairs at once. It returns
-// the mismatches found, joined: the service refuses to start. A pair whose
-// views do not both answer within wait is checked in the background and at
-// each reconcile, like any unreachable target.
-func checkPairs(ctx context.Context, pairs map[string]*pair.Guard, wait time.Duration, log *slog.Logger) error {
+// URL reach the same HAProxy (package pair), all pairs at once, waiting
+// at most wait. It returns the mismatches found by then, joined: the
+// service refuses to start. Those found later are given to late, joined,
+// once every check has ended (serve stops there, as it would have at
+// start: the verdict does not depend on how fast the pair answers). A
+// pair that cannot be checked (its HAProxy is down) is logged and checked
+// again at each reconcile, like any unreachable target.
+func checkPairs(ctx context.Context, pairs map[string]*pair.Guard, wait time.Duration, late func(error), log *slog.Logger) error {
 	var (
-		wg  sync.WaitGroup
 		mu  sync.Mutex
 		bad []*pair.MismatchError
+		wg  sync.WaitGroup
 	)
-	check := func(g *pair.Guard) {
-		ctx, cancel := context.WithTimeout(ctx, pairTimeout)
-		defer cancel()
-		o, err := g.Check(ctx)
-		switch {
-		case err != nil:
-			log.Warn("cannot check at start that the runtime socket and the Data Plane API reach the same HAProxy: checked again at each reconcile",
-				"target", g.Dataplane, "runtime", g.Runtime, "pair", g.Pair, "error", err)
-		case o.Verdict == pair.Different:
-			var me *pair.MismatchError
-			if errors.As(g.Mismatch(), &me) {
-				mu.Lock()
-				bad = append(bad, me)
-				mu.Unlock()
-			}
-		case o.Verdict == pair.Same:
-			log.Debug("the runtime socket and the Data Plane API reach the same HAProxy", "target", g.Dataplane, "runtime", g.Runtime, "process", o.Runtime.String())
-		}
-	}
 	for _, g := range pairs {
 		wg.Go(func() {
-			if err := answers(ctx, g, wait); err != nil {
-				log.Warn("cannot check at start that the runtime socket and the Data Plane API reach the same HAProxy: starting without it; checked in the background and at each reconcile, nothing written to it while they differ",
-					"target", g.Dataplane, "runtime", g.Runtime, "pair", g.Pair, "waited", wait.String(), "error", err)
-				go func() { _, _ = g.Check(context.WithoutCancel(ctx)) }() // the Guard logs a mismatch
-				return
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pairTimeout)
+			defer cancel()
+			o, err := g.Check(ctx)
+			switch {
+			case err != nil:
+				log.Warn("cannot check at start that the runtime socket and the Data Plane API reach the same HAProxy: checked again at each reconcile",
+					"target", g.Dataplane, "runtime", g.Runtime, "pair", g.Pair, "error", err)
+			case o.Verdict == pair.Different:
+				var me *pair.MismatchError
+				if errors.As(g.Mismatch(), &me) {
+					mu.Lock()
+					bad = append(bad, me)
+					mu.Unlock()
+				}
+			case o.Verdict == pair.Same:
+				log.Debug("the runtime socket and the Data Plane API reach the same HAProxy", "target", g.Dataplane, "runtime", g.Runtime, "process", o.Runtime.String())
 			}
-			check(g)
 		})
 	}
-	wg.Wait()
-	slices.SortFunc(bad, func(a, b *pair.MismatchError) int { return a.Pair - b.Pair })
-	var errs []error
-	for _, e := range bad {
-		errs = append(errs, e)
+	joined := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		slices.SortFunc(bad, func(a, b *pair.MismatchError) int { return a.Pair - b.Pair })
+		var errs []error
+		for _, e := range bad {
+			errs = append(errs, e)
+		}
+		return errors.Join(errs...)
 	}
-	return errors.Join(errs...)
-}
-
-// answers returns why a view of g does not answer within wait, nil when
-// both do. It does not rely on the views keeping the deadline.
-func answers(ctx context.Context, g *pair.Guard, wait time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	got := make(chan error, 1)
-	go func() {
-		if _, err := g.RuntimeView.ProcessInfo(ctx); err != nil {
-			got <- fmt.Errorf("runtime socket: %w", err)
-			return
-		}
-		if _, err := g.DataplaneView.ProcessInfo(ctx); err != nil {
-			got <- fmt.Errorf("Data Plane API: %w", err)
-			return
-		}
-		got <- nil
-	}()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
 	select {
-	case err := <-got:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("no answer within %v", wait)
+	case <-done:
+		return joined()
+	case <-time.After(wait):
 	}
+	log.Warn("not every pair is checked yet: starting; the rest are checked in the background and at each reconcile, and nothing is written to a pair found mismatched",
+		"waited", wait.String())
+	go func() {
+		<-done
+		if err := joined(); err != nil && late != nil {
+			late(err)
+		}
+	}()
+	return nil
 }
 
 // guarded is a Data Plane target that reads and writes nothing while its

@@ -142,6 +142,7 @@ func TestRoute(t *testing.T) {
 		{"many servers leaving traffic, socket: the socket at once, then the transaction", leavingChanges(MaxRuntimeAdds + 1), true, "onSocket:21 structural:21"},
 		{"many servers leaving traffic, no socket: a PUT each", leavingChanges(MaxRuntimeAdds + 1), false, "puts:21"},
 		{"many servers leaving traffic, haproxy.cfg holding all but 20: a PUT each, the rest on the socket", append(leavingChanges(MaxRuntimeAdds), heldLeaving(5)...), true, "puts:20 onSocket:5"},
+		{"21 servers leaving traffic to write beside held ones: the socket at once, then the transaction", append(leavingChanges(MaxRuntimeAdds+1), heldLeaving(2)...), true, "onSocket:23 structural:21"},
 		{"a delete haproxy.cfg parks already: parked on the socket", []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Ready, model.Maint)}}, true, "onSocket:x structural:x"},
 		{"a parked delete: the transaction alone", []plan.Change{{Action: plan.Delete, Name: "x", Old: server("x", model.Maint, model.Maint)}}, true, "structural:x"},
 		{"a few burst servers checked: a PUT each", entries(2), true, "puts:in-0,in-1"},

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -126,6 +127,10 @@ func TestSteps(t *testing.T) {
 		{"a delete past the drain timeout: sessions shut, then deleted, each if the socket took it", one(expired), false, socket, []string{"shut x [if taken]", "transaction x [if taken]"}},
 		{"the same without a socket: deleted (sessions cannot be seen)", one(expired), false, noSocket, []string{"transaction x [if taken]"}},
 		{"many leaving traffic: the socket at once, then the transaction", leavingChanges(MaxRuntimeAdds + 1), false, socket, []string{"socket 21", "transaction 21 [if taken]"}},
+		{"many leaving traffic, haproxy.cfg holding all but 20: the held ones on the socket at once, a PUT each for the rest (no reload)", append(leavingChanges(MaxRuntimeAdds), heldLeaving(5)...), false, socket,
+			append([]string{"socket 5"}, putsOf("out-", MaxRuntimeAdds)...)},
+		{"one leaving that haproxy.cfg holds beside an entry: after the entry's PUT (make-before-break)", append(entries(1), heldLeaving(1)...), false, socket, []string{
+			"put(202: socket) in-0", "socket held-0"}},
 
 		// Entries (servers put in service that haproxy.cfg parks or lacks).
 		{"a few entries haproxy.cfg parks: a PUT each", entries(2), false, socket, []string{"put(202: socket) in-0", "put(202: socket) in-1"}},
@@ -156,4 +161,13 @@ func TestSteps(t *testing.T) {
 			}
 		})
 	}
+}
+
+// putsOf are the steps of n PUTs of servers prefix0.. in order.
+func putsOf(prefix string, n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("put(202: socket) %s%d", prefix, i))
+	}
+	return out
 }

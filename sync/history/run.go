@@ -584,7 +584,7 @@ func (r Report) Replay() string {
 	return fmt.Sprintf("make replay SEED=%d DRIVER=%s SHAPE=%s", r.Setup.Seed, r.Setup.Driver, r.Shape)
 }
 
-// Shortened lists the steps up to the one after the first violation.
+// Shortened lists the steps up to the one after the last violation.
 func (r Report) Shortened() string {
 	last := len(r.Steps) - 1
 	if len(r.Violations) > 0 {
