@@ -29,48 +29,46 @@ func server(name string, st model.State, cfg model.State) *model.Server {
 }
 
 func adds(n int) []plan.Change {
+	return numbered(n, "new-", func(_ int, name string) plan.Change {
+		return plan.Change{Action: plan.Add, Name: name, New: server(name, model.Ready, ""), Gate: true}
+	})
+}
+
+// numbered is n changes, made by change from the names prefix0, prefix1...
+func numbered(n int, prefix string, change func(i int, name string) plan.Change) []plan.Change {
 	var out []plan.Change
 	for i := range n {
-		out = append(out, plan.Change{Action: plan.Add, Name: fmt.Sprint("new-", i), New: server(fmt.Sprint("new-", i), model.Ready, ""), Gate: true})
+		out = append(out, change(i, fmt.Sprint(prefix, i)))
 	}
 	return out
 }
 
 // entries are servers a burst wrote in maintenance, now put in service.
 func entries(n int) []plan.Change {
-	var out []plan.Change
-	for i := range n {
-		name := fmt.Sprint("in-", i)
-		out = append(out, plan.Change{Action: plan.Update, Name: name, Old: server(name, model.Drain, model.Maint), New: server(name, model.Ready, "")})
-	}
-	return out
+	return numbered(n, "in-", func(_ int, name string) plan.Change {
+		return plan.Change{Action: plan.Update, Name: name, Old: server(name, model.Drain, model.Maint), New: server(name, model.Ready, "")}
+	})
 }
 
 // leavingChanges are n servers in service taken out of traffic: parked and
 // drained in turn.
 func leavingChanges(n int) []plan.Change {
-	var out []plan.Change
-	for i := range n {
-		name := fmt.Sprint("out-", i)
+	return numbered(n, "out-", func(i int, name string) plan.Change {
 		a, st := plan.Maint, model.Maint
 		if i%2 == 1 {
 			a, st = plan.Drain, model.Drain
 		}
-		out = append(out, plan.Change{Action: a, Name: name, Old: server(name, model.Ready, model.Ready), New: server(name, st, "")})
-	}
-	return out
+		return plan.Change{Action: a, Name: name, Old: server(name, model.Ready, model.Ready), New: server(name, st, "")}
+	})
 }
 
 // heldLeaving are n servers taken out of traffic into the state
 // haproxy.cfg holds them in already (a rezone back, the parked server of
 // the zone left before): the socket alone carries them.
 func heldLeaving(n int) []plan.Change {
-	var out []plan.Change
-	for i := range n {
-		name := fmt.Sprint("held-", i)
-		out = append(out, plan.Change{Action: plan.Maint, Name: name, Old: server(name, model.Ready, model.Maint), New: server(name, model.Maint, "")})
-	}
-	return out
+	return numbered(n, "held-", func(_ int, name string) plan.Change {
+		return plan.Change{Action: plan.Maint, Name: name, Old: server(name, model.Ready, model.Maint), New: server(name, model.Maint, "")}
+	})
 }
 
 // socketOnly is a server the running HAProxy holds and haproxy.cfg does
