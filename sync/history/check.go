@@ -99,6 +99,23 @@ func (tt *targetTrack) downAt(at time.Time, after time.Duration) *[2]time.Time {
 	return nil
 }
 
+// recoverableFrom is when the service could first restore what a reload by
+// others ending at end dropped: then, or, the target's socket or API down
+// at the time, once it is back and noticed (downRecovery); never while it
+// is still down.
+func (tt *targetTrack) recoverableFrom(end time.Time) time.Time {
+	for _, d := range tt.downs {
+		if end.Before(d[0]) || !d[1].IsZero() && end.After(d[1]) {
+			continue
+		}
+		if d[1].IsZero() {
+			return end.Add(365 * 24 * time.Hour)
+		}
+		return d[1].Add(downRecovery(d))
+	}
+	return end
+}
+
 // apiOutages are the spans, per target, in which a Data Plane API refused
 // every write for at least least: from its first refused write to the
 // service's next write, which the retry schedule bounds (retryAfter: the
@@ -472,14 +489,24 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		}
 		if out := kubeOutageAt(kubeOut, at, b.Entry); out != nil {
 			// The runtime driver re-adds what a reload dropped only from
-			// a Kubernetes read: not before the service reads again.
-			if end, ok := tt.lastLossy(); ok && !end.Before(out[0]) && !end.After(at) {
+			// a Kubernetes read: not before the service reads again. A
+			// reload while the target's socket was down counts from its
+			// return, noticed (serve-soak seed 280120534 on 2.6.12: the
+			// socket came back as Kubernetes became unreachable).
+			if end, ok := tt.lastLossy(); ok && !tt.recoverableFrom(end).Before(out[0]) && !end.After(at) {
 				return ExcuseKubeDownReload
 			}
 		}
+		// A pod in service before an outage of the target's socket or
+		// API serves through it, unless a reload by others dropped its
+		// server meanwhile: nothing restores it before the target is back.
+		dropped := func(out *[2]time.Time) bool {
+			end, ok := tt.lastLossy()
+			return ok && out != nil && !end.Before(out[0]) && !end.After(at)
+		}
 		if why := lagging(tt, at); why != "" && (why != ExcuseOverflow || !tt.keptServing(pods, b, at)) &&
 			(why != ExcuseKubeDown || !servedThrough(pods, b, kubeOutageAt(kubeOut, at, b.Entry), at)) &&
-			(why != ExcuseDown || !servedThrough(pods, b, tt.downAt(at, b.Entry), at)) {
+			(why != ExcuseDown || !servedThrough(pods, b, tt.downAt(at, b.Entry), at) || dropped(tt.downAt(at, b.Entry))) {
 			return why
 		}
 		for _, d := range deaths {

@@ -112,6 +112,37 @@ func TestEvaluateExcuses(t *testing.T) {
 			opts:   evalOptions{RuntimeOnly: true},
 		},
 		{
+			// Serve-soak seed 280120534 on 2.6.12: the socket down from 1 s
+			// to 3 s, a reload by others at 2 s, Kubernetes unreachable
+			// from 3 s: nothing could restore the servers before 15 s.
+			name: "a failure after a reload while the socket was down, Kubernetes unreachable as it came back (runtime driver)",
+			obs: []obs{down(1000, true), {at: at(2000), kind: obsReloadStart}, {at: at(2100), kind: obsReload}, down(3000, false), kube(3000, true),
+				failed(12000), kube(15000, false)},
+			excuse: ExcuseKubeDownReload,
+			opts:   evalOptions{RuntimeOnly: true},
+		},
+		{
+			name: "a failure after a reload long before Kubernetes became unreachable",
+			obs: []obs{down(1000, true), {at: at(2000), kind: obsReloadStart}, {at: at(2100), kind: obsReload}, down(3000, false), kube(9000, true),
+				failed(12000), kube(15000, false)},
+			want: []Invariant{NoFailedRequest},
+			opts: evalOptions{RuntimeOnly: true},
+		},
+		{
+			// The pod in service before the outage lost its server to the
+			// reload: the outage's own excuse holds until it is noticed back.
+			name:   "a failure after a reload while the socket was down, before it is noticed back (runtime driver)",
+			obs:    []obs{down(3000, true), {at: at(4000), kind: obsReloadStart}, {at: at(4100), kind: obsReload}, down(5000, false), failed(8000)},
+			excuse: ExcuseDown,
+			opts:   evalOptions{RuntimeOnly: true},
+		},
+		{
+			name: "a failure while the socket is down, no reload: the pod in service serves through it",
+			obs:  []obs{down(3000, true), failed(4500), down(5000, false)},
+			want: []Invariant{NoFailedRequest},
+			opts: evalOptions{RuntimeOnly: true},
+		},
+		{
 			name: "a failure during an outage, after a reload that saved everything (a slot history's)",
 			obs:  []obs{kube(3000, true), {at: at(3500), kind: obsReloadStart, saved: true}, {at: at(3600), kind: obsReload}, failed(6000), kube(7000, false)},
 			want: []Invariant{NoFailedRequest},
