@@ -129,6 +129,18 @@ func AssignSlots(current, desired model.Backend, owner string) (model.Backend, S
 		out[i].Name = slot
 		givers = slices.Delete(givers, j, j+1)
 	}
+	// A filled slot whose endpoint changes role (a new
+	// HAPROXY_LOCAL_ZONE: HAProxy cannot make a slot a backup or not) is
+	// held by nobody now: the desired server at its address and port, in
+	// another slot or added, replaces it (model.Server.Replaces), so the
+	// plan keeps it in traffic until the replacement serves. It was
+	// parked at once, every slot at a rezone: no server in service for a
+	// check (slots-soak seed 280120534 on 2.6.12).
+	for i := range out {
+		for _, slot := range roleChanged(slots, holder, out[i]) {
+			out[i].Replaces = append(slices.Clip(out[i].Replaces), slot)
+		}
+	}
 	for slot, i := range holder {
 		use.Names[slot] = own[i]
 		if plain[own[i]] {
@@ -147,6 +159,20 @@ func AssignSlots(current, desired model.Backend, owner string) (model.Backend, S
 	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
 	desired.Servers = out
 	return desired, use
+}
+
+// roleChanged names the filled slots, held by no desired server, at d's
+// address and port in the other role, by name.
+func roleChanged(slots map[string]*model.Server, holder map[string]int, d model.Server) []string {
+	var out []string
+	for name, s := range slots {
+		if _, held := holder[name]; held || s.Backup == d.Backup || s.Address != d.Address || s.Port != d.Port {
+			continue
+		}
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // slotRank orders the desired servers that want an idle slot: new Ready

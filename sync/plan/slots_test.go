@@ -305,3 +305,57 @@ func TestSlotGivenWay(t *testing.T) {
 		t.Errorf("handing over %v, overflow %v", p.HandingOver, use.Overflow)
 	}
 }
+
+// TestSlotRoleChangeIsHandedOver: a new HAPROXY_LOCAL_ZONE turns every
+// endpoint's role; HAProxy cannot change a slot's, so each endpoint goes to
+// a slot of its new role or is added, and the slot that held it in the old
+// role must serve until its replacement does. Every slot was parked at once
+// (slots-soak seed 280120534 on 2.6.12: no server in service on either
+// target for a check). With MAX_SERVERS binding, half of them keep serving.
+func TestSlotRoleChangeIsHandedOver(t *testing.T) {
+	up := func(name, addr string, backup bool) model.Server {
+		s := slotSrv(name, addr, 30080, model.Ready)
+		s.Backup, s.Up = backup, true
+		return s
+	}
+	cur := model.Backend{Name: "be", Servers: []model.Server{
+		up("k8s1", "10.0.0.1", false), up("k8s2", "10.0.0.2", false), up("k8sb1", "10.0.0.3", true),
+	}}
+	rezoned := func(name, addr string, backup bool, old string) model.Server {
+		return model.Server{Name: name, Address: addr, Port: 30080, Weight: 1, State: model.Ready, Backup: backup, Replaces: []string{old}}
+	}
+	want := model.Backend{Name: "be", Servers: []model.Server{
+		rezoned("n1_bk", "10.0.0.1", true, "n1"), rezoned("n2_bk", "10.0.0.2", true, "n2"), rezoned("n3", "10.0.0.3", false, "n3_bk"),
+	}}
+	for _, tc := range []struct {
+		name    string
+		pol     Policy
+		serving int // slots still in service after the plan, at least
+	}{
+		{"no cap", Policy{GateChecks: true, GuardPercent: 100, DeleteBatch: 10}, 3},
+		{"at MAX_SERVERS", Policy{GateChecks: true, GuardPercent: 100, DeleteBatch: 10, MaxServers: 3}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			named, _ := AssignSlots(cur, want, "")
+			p := CalculateWith(cur, named, tc.pol)
+			parked := map[string]bool{}
+			for _, ch := range p.Changes {
+				if ch.Action == Maint || ch.Action == Delete || ch.Action == Drain {
+					parked[ch.Name] = true
+				}
+			}
+			kept := 0
+			for _, s := range cur.Servers {
+				if !parked[s.Name] {
+					kept++
+				}
+			}
+			if kept < tc.serving {
+				t.Fatalf("%d slots kept in service, want %d at least: changes %v, handing over %v, capped %v", kept, tc.serving, summary(p), p.HandingOver, p.Capped)
+			}
+			if len(p.HandingOver) == 0 {
+				t.Errorf("no slot handed over: changes %v", summary(p))
+			}
+		})
+	}
+}
