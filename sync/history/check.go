@@ -529,6 +529,14 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			}
 		}
 		for _, p := range pods {
+			// A rezone starts a fresh process that hands every role over:
+			// a pod not past its entry then enters as ready-pod-in-service
+			// allows after a rezone (slots-soak seed 280120534 on 2.6.12:
+			// the only live pod, gated at the rezone, took its check again
+			// under its new role).
+			if due := p.since.Add(p.entry(b)); !rezonedAt.IsZero() && due.After(rezonedAt) && at.Before(rezonedAt.Add(b.Entry+time.Second)) {
+				continue
+			}
 			if p.available() && at.Sub(p.since) >= p.entry(b) {
 				return ""
 			}

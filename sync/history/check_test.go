@@ -143,6 +143,21 @@ func TestEvaluateExcuses(t *testing.T) {
 			opts: evalOptions{RuntimeOnly: true},
 		},
 		{
+			// Slots-soak seed 280120534: pod 1 died, pod 3 ready at 1 s
+			// and gated when the service came back with the other zone
+			// at 2 s: it enters as after a rezone, until 5 s.
+			name: "a failure after a rezone, the only ready pod not in service before it",
+			obs: []obs{{at: at(500), kind: obsStop, pod: 1}, {at: at(1000), kind: obsListen, pod: 3}, {at: at(1000), kind: obsK8s, pod: 3, state: live},
+				{at: at(2000), kind: obsLocalZone, err: "zone-b"}, failed(3100)},
+			excuse: ExcuseNoReadyPod,
+		},
+		{
+			name: "a failure past a rezone's allowance",
+			obs: []obs{{at: at(500), kind: obsStop, pod: 1}, {at: at(1000), kind: obsListen, pod: 3}, {at: at(1000), kind: obsK8s, pod: 3, state: live},
+				{at: at(2000), kind: obsLocalZone, err: "zone-b"}, failed(5200)},
+			want: []Invariant{NoFailedRequest},
+		},
+		{
 			name: "a failure during an outage, after a reload that saved everything (a slot history's)",
 			obs:  []obs{kube(3000, true), {at: at(3500), kind: obsReloadStart, saved: true}, {at: at(3600), kind: obsReload}, failed(6000), kube(7000, false)},
 			want: []Invariant{NoFailedRequest},

@@ -36,8 +36,9 @@ type SlotUse struct {
 //     same role: backup or not, which HAProxy cannot change) takes that
 //     slot's name.
 //  2. One that exists under its own name (added with "add server", when no
-//     slot was free) and is not Ready keeps it: it carries no traffic, and
-//     moving it would gate it again for nothing.
+//     slot was free) and is not Ready, or is gated on its way in, keeps
+//     it: moving it would gate it again for nothing (it moves in once it
+//     serves).
 //  3. The others take idle slots of their role in the order the read gives
 //     them (by id): first new Ready endpoints, then Ready ones added with
 //     "add server" (they move in), then the rest, each by name. A slot
@@ -66,6 +67,7 @@ func AssignSlots(current, desired model.Backend, owner string) (model.Backend, S
 	filled := map[string]string{}       // address:port/role → slot name
 	slots := map[string]*model.Server{} // filled slot name → as read
 	plain := map[string]bool{}          // servers that are no slot
+	entering := map[string]bool{}       // of those, on their way in: gated, not in service yet
 	for i, s := range current.Servers {
 		if s.Runtime != nil && s.Runtime.Slot {
 			use.Total++
@@ -77,6 +79,7 @@ func AssignSlots(current, desired model.Backend, owner string) (model.Backend, S
 			continue
 		}
 		plain[s.Name] = true
+		entering[s.Name] = s.State != model.Maint && !serving(&current.Servers[i], false)
 	}
 	use.Total += len(current.IdleSlots)
 	if use.Total == 0 {
@@ -96,7 +99,12 @@ func AssignSlots(current, desired model.Backend, owner string) (model.Backend, S
 				continue
 			}
 		}
-		if !plain[d.Name] || d.State == model.Ready {
+		// An added server on its way in (gated) enters where it is and
+		// moves in once it serves: moving it would gate it again (slots-
+		// soak seed 280120534: a pod bounced from a slot to an added
+		// server to another slot, each time just before its check
+		// passed, took no client for 2 s after a rezone).
+		if !plain[d.Name] || d.State == model.Ready && !entering[d.Name] {
 			rest = append(rest, i)
 		}
 	}

@@ -24,7 +24,7 @@ func TestAssignSlots(t *testing.T) {
 	ep := func(name, addr string, port int) model.Server {
 		return model.Server{Name: name, Address: addr, Port: port, Weight: 1, State: model.Ready}
 	}
-	added := model.Server{Name: "node-c", Address: "10.0.0.3", Port: 30080, Weight: 1, State: model.Ready, Runtime: &model.Runtime{CheckRunning: true, CheckPassed: true, Ours: true}}
+	added := model.Server{Name: "node-c", Address: "10.0.0.3", Port: 30080, Weight: 1, State: model.Ready, Up: true, Runtime: &model.Runtime{CheckRunning: true, CheckPassed: true, Ours: true}}
 	tests := []struct {
 		name      string
 		current   model.Backend
@@ -74,6 +74,12 @@ func TestAssignSlots(t *testing.T) {
 			wantNames:    []string{"k8s1"},
 			wantReplaces: map[string][]string{"k8s1": {"node-c"}},
 			want:         SlotUse{Names: map[string]string{"k8s1": "node-c"}, Filled: 1, Total: 1}},
+		{name: "moves in: a ready added server still gated enters where it is, then moves in (slots-soak seed 280120534)",
+			current: model.Backend{Servers: []model.Server{{Name: "node-c", Address: "10.0.0.3", Port: 30080, Weight: 1, State: model.Drain,
+				Runtime: &model.Runtime{CheckRunning: true, CheckPassed: true, Ours: true}}}, IdleSlots: []model.Server{idleSlot("k8s1")}},
+			desired:   []model.Server{ep("node-c", "10.0.0.3", 30080)},
+			wantNames: []string{"node-c"},
+			want:      SlotUse{Names: map[string]string{}, Overflow: []string{"node-c"}, Idle: 1, Total: 1}},
 		{name: "moves in: a not-ready added server stays where it is",
 			current:   model.Backend{Servers: []model.Server{added}, IdleSlots: []model.Server{idleSlot("k8s1")}},
 			desired:   []model.Server{st(ep("node-c", "10.0.0.3", 30080), model.Maint)},
