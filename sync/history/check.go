@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
 )
 
 // podTrack is one pod as the evaluation walks through the observations:
@@ -537,7 +539,16 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			if due := p.since.Add(p.entry(b)); !rezonedAt.IsZero() && due.After(rezonedAt) && at.Before(rezonedAt.Add(b.Entry+time.Second)) {
 				continue
 			}
-			if p.available() && at.Sub(p.since) >= p.entry(b) {
+			// At a binding cap a ready pod beyond it waits until a server
+			// in the cap is found dead (its check failing for
+			// plan.DeadReplacement) and gives it room (seed 280120534 on
+			// 2.6.12: five servers of pods Kubernetes still held ready,
+			// dead, and a draining one filled MAX_SERVERS=6).
+			entry := p.entry(b)
+			if at.Before(capUntil) {
+				entry += plan.DeadReplacement
+			}
+			if p.available() && at.Sub(p.since) >= entry {
 				return ""
 			}
 		}

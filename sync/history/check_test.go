@@ -143,6 +143,23 @@ func TestEvaluateExcuses(t *testing.T) {
 			opts: evalOptions{RuntimeOnly: true},
 		},
 		{
+			// Soak seed 280120534, runtime: MAX_SERVERS binds, the pods in
+			// the cap died and Kubernetes holds them ready: pod 3, beyond
+			// the cap, gets room once they are found dead.
+			name: "a failure at a binding cap, the only live pod beyond it, within the cap's give-way",
+			obs: []obs{{at: at(500), kind: obsStop, pod: 1}, {at: at(1000), kind: obsListen, pod: 3}, {at: at(1000), kind: obsK8s, pod: 3, state: live},
+				failed(3500)},
+			excuse: ExcuseNoReadyPod,
+			opts:   evalOptions{MaxServers: 1},
+		},
+		{
+			name: "a failure at a binding cap past the give-way",
+			obs: []obs{{at: at(500), kind: obsStop, pod: 1}, {at: at(1000), kind: obsListen, pod: 3}, {at: at(1000), kind: obsK8s, pod: 3, state: live},
+				failed(6500)},
+			want: []Invariant{NoFailedRequest},
+			opts: evalOptions{MaxServers: 1},
+		},
+		{
 			// Slots-soak seed 280120534: pod 1 died, pod 3 ready at 1 s
 			// and gated when the service came back with the other zone
 			// at 2 s: it enters as after a rezone, until 5 s.

@@ -10,8 +10,12 @@ import (
 // deadReplacement is how long a replacement's check must have failed, out
 // of service since it was gated, before it is taken for one that will not
 // serve: a first check may fail for a moment (a NodePort kube-proxy has not
-// programmed yet) on a node that serves a second later.
-const deadReplacement = 3 * time.Second
+// programmed yet) on a node that serves a second later. Exported for the
+// history checker's bounds (DeadReplacement).
+const deadReplacement = DeadReplacement
+
+// DeadReplacement is deadReplacement.
+const DeadReplacement = 3 * time.Second
 
 // keepUntilReplaced is make-before-break: when the plan would leave the
 // backend with no server in service while Kubernetes has a ready endpoint
