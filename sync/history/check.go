@@ -118,6 +118,17 @@ func (tt *targetTrack) recoverableFrom(end time.Time) time.Time {
 	return end
 }
 
+// hitSince says whether a client reached a pod, the static server aside,
+// through the target after end: what a reload by others dropped was back.
+func (tt *targetTrack) hitSince(end time.Time) bool {
+	for n, sn := range tt.pods {
+		if n != staticPod && sn.lastHit.After(end) {
+			return true
+		}
+	}
+	return false
+}
+
 // apiOutages are the spans, per target, in which a Data Plane API refused
 // every write for at least least: from its first refused write to the
 // service's next write, which the retry schedule bounds (retryAfter: the
@@ -495,7 +506,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			// reload while the target's socket was down counts from its
 			// return, noticed (serve-soak seed 280120534 on 2.6.12: the
 			// socket came back as Kubernetes became unreachable).
-			if end, ok := tt.lastLossy(); ok && !tt.recoverableFrom(end).Before(out[0]) && !end.After(at) {
+			if end, ok := tt.lastLossy(); ok && !tt.recoverableFrom(end).Before(out[0]) && !end.After(at) && !tt.hitSince(end) {
 				return ExcuseKubeDownReload
 			}
 		}
@@ -504,7 +515,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		// server meanwhile: nothing restores it before the target is back.
 		dropped := func(out *[2]time.Time) bool {
 			end, ok := tt.lastLossy()
-			return ok && out != nil && !end.Before(out[0]) && !end.After(at)
+			return ok && out != nil && !end.Before(out[0]) && !end.After(at) && !tt.hitSince(end)
 		}
 		if why := lagging(tt, at); why != "" && (why != ExcuseOverflow || !tt.keptServing(pods, b, at)) &&
 			(why != ExcuseKubeDown || !servedThrough(pods, b, kubeOutageAt(kubeOut, at, b.Entry), at)) &&
@@ -530,13 +541,19 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				}
 			}
 		}
-		for _, p := range pods {
+		deadReady := false // a pod Kubernetes holds ready does not answer
+		for n, p := range pods {
+			deadReady = deadReady || n != staticPod && p.inK8s && p.state == live && !p.alive
+		}
+		for n, p := range pods {
 			// A rezone starts a fresh process that hands every role over:
-			// a pod not past its entry then enters as ready-pod-in-service
-			// allows after a rezone (slots-soak seed 280120534 on 2.6.12:
-			// the only live pod, gated at the rezone, took its check again
-			// under its new role).
-			if due := p.since.Add(p.entry(b)); !rezonedAt.IsZero() && due.After(rezonedAt) && at.Before(rezonedAt.Add(b.Entry+time.Second)) {
+			// a pod not past its entry then, and not in service through
+			// this target yet, enters as ready-pod-in-service allows after
+			// a rezone (slots-soak seed 280120534 on 2.6.12: the only live
+			// pod, gated at the rezone, took its check again under its
+			// new role). One in service is handed over: counted.
+			if due := p.since.Add(p.entry(b)); !rezonedAt.IsZero() && due.After(rezonedAt) && at.Before(rezonedAt.Add(b.Entry+time.Second)) &&
+				(tt.pods[n] == nil || tt.pods[n].lastHit.Before(p.since)) {
 				continue
 			}
 			// At a binding cap a ready pod beyond it waits until a server
@@ -545,7 +562,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			// 2.6.12: five servers of pods Kubernetes still held ready,
 			// dead, and a draining one filled MAX_SERVERS=6).
 			entry := p.entry(b)
-			if at.Before(capUntil) {
+			if at.Before(capUntil) && deadReady {
 				entry += plan.DeadReplacement
 			}
 			if p.available() && at.Sub(p.since) >= entry {

@@ -143,6 +143,30 @@ func TestEvaluateExcuses(t *testing.T) {
 			opts: evalOptions{RuntimeOnly: true},
 		},
 		{
+			// The second reader: the servers were back before Kubernetes
+			// went: the outage's own rules apply.
+			name: "a failure in a Kubernetes outage that began after what a reload while the socket was down dropped was back",
+			obs: append([]obs{down(1000, true), {at: at(2000), kind: obsReloadStart}, {at: at(2100), kind: obsReload}, down(3000, false),
+				kube(7900, true), failed(20000), kube(40000, false)}, traffic(3200, 7900, 1)...),
+			want: []Invariant{NoFailedRequest},
+			opts: evalOptions{RuntimeOnly: true},
+		},
+		{
+			name: "a failure at a binding cap with no dead pod in it: no give-way",
+			obs: []obs{{at: at(1000), kind: obsListen, pod: 3}, {at: at(1000), kind: obsK8s, pod: 3, state: live},
+				{at: at(1000), kind: obsK8s, pod: 1, state: notReady}, {at: at(1000), kind: obsK8s, pod: 2, state: notReady}, failed(4500)},
+			want: []Invariant{NoFailedRequest},
+			opts: evalOptions{MaxServers: 1},
+		},
+		{
+			// The second reader: pod 3 took clients before the rezone: its
+			// server is handed over, not entered again.
+			name: "a failure after a rezone, the only ready pod in service before it",
+			obs: append([]obs{{at: at(500), kind: obsStop, pod: 1}, {at: at(1000), kind: obsListen, pod: 3}, {at: at(1000), kind: obsK8s, pod: 3, state: live},
+				{at: at(1200), kind: obsCheck, pod: 3}, {at: at(2000), kind: obsLocalZone, err: "zone-b"}, failed(4000)}, traffic(1300, 2000, 3)...),
+			want: []Invariant{NoFailedRequest},
+		},
+		{
 			// Soak seed 280120534, runtime: MAX_SERVERS binds, the pods in
 			// the cap died and Kubernetes holds them ready: pod 3, beyond
 			// the cap, gets room once they are found dead.

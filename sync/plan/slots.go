@@ -20,6 +20,10 @@ type SlotUse struct {
 	// added with "add server" when no slot was free, which a reload drops
 	// and which gets none of haproxy.cfg's default-server keywords. Sorted.
 	Overflow []string
+	// MovingIn lists added servers (own names) on their way into service
+	// left where they are while a slot of their role is idle: once they
+	// serve, a later reconcile moves them in (make-before-break). Sorted.
+	MovingIn []string
 	// Filled and Idle count the slots that hold a desired server and the
 	// rest; Total is their sum.
 	Filled, Idle, Total int
@@ -144,8 +148,11 @@ func AssignSlots(current, desired model.Backend, owner string) (model.Backend, S
 	// plan keeps it in traffic until the replacement serves. It was
 	// parked at once, every slot at a rezone: no server in service for a
 	// check (slots-soak seed 280120534 on 2.6.12).
+	unheld := unheldSlots(slots, holder)
 	for i := range out {
-		for _, slot := range roleChanged(slots, holder, out[i]) {
+		other := out[i]
+		other.Backup = !other.Backup
+		for _, slot := range unheld[slotKey(other)] {
 			out[i].Replaces = append(slices.Clip(out[i].Replaces), slot)
 		}
 	}
@@ -157,11 +164,16 @@ func AssignSlots(current, desired model.Backend, owner string) (model.Backend, S
 		}
 	}
 	for i := range out {
-		if out[i].Name == own[i] {
-			use.Overflow = append(use.Overflow, own[i])
+		if out[i].Name != own[i] {
+			continue
+		}
+		use.Overflow = append(use.Overflow, own[i])
+		if entering[own[i]] && out[i].State == model.Ready && slices.ContainsFunc(idle, func(s model.Server) bool { return s.Backup == out[i].Backup }) {
+			use.MovingIn = append(use.MovingIn, own[i])
 		}
 	}
 	sort.Strings(use.Overflow)
+	sort.Strings(use.MovingIn)
 	use.Filled = len(use.Names)
 	use.Idle = use.Total - use.Filled
 	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
@@ -169,17 +181,18 @@ func AssignSlots(current, desired model.Backend, owner string) (model.Backend, S
 	return desired, use
 }
 
-// roleChanged names the filled slots, held by no desired server, at d's
-// address and port in the other role, by name.
-func roleChanged(slots map[string]*model.Server, holder map[string]int, d model.Server) []string {
-	var out []string
+// unheldSlots indexes the filled slots no desired server holds by
+// slotKey, each list by name.
+func unheldSlots(slots map[string]*model.Server, holder map[string]int) map[string][]string {
+	out := map[string][]string{}
 	for name, s := range slots {
-		if _, held := holder[name]; held || s.Backup == d.Backup || s.Address != d.Address || s.Port != d.Port {
-			continue
+		if _, held := holder[name]; !held {
+			out[slotKey(*s)] = append(out[slotKey(*s)], name)
 		}
-		out = append(out, name)
 	}
-	sort.Strings(out)
+	for _, names := range out {
+		sort.Strings(names)
+	}
 	return out
 }
 

@@ -79,7 +79,7 @@ func TestAssignSlots(t *testing.T) {
 				Runtime: &model.Runtime{CheckRunning: true, CheckPassed: true, Ours: true}}}, IdleSlots: []model.Server{idleSlot("k8s1")}},
 			desired:   []model.Server{ep("node-c", "10.0.0.3", 30080)},
 			wantNames: []string{"node-c"},
-			want:      SlotUse{Names: map[string]string{}, Overflow: []string{"node-c"}, Idle: 1, Total: 1}},
+			want:      SlotUse{Names: map[string]string{}, Overflow: []string{"node-c"}, MovingIn: []string{"node-c"}, Idle: 1, Total: 1}},
 		{name: "moves in: a not-ready added server stays where it is",
 			current:   model.Backend{Servers: []model.Server{added}, IdleSlots: []model.Server{idleSlot("k8s1")}},
 			desired:   []model.Server{st(ep("node-c", "10.0.0.3", 30080), model.Maint)},

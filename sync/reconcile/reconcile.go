@@ -745,6 +745,9 @@ func (r *Reconciler) syncBackend(ctx context.Context, t Driver, backend string, 
 		if !dryRun && !p.HasChanges() && snap == nil {
 			r.refused.Delete(refusedKey) // nothing planned: nothing refused (a snapshot's plan may be older than the refusal)
 		}
+		// An added server left outside an idle slot while it enters is
+		// followed as a hand-over: the next reconcile moves it in.
+		p.HandingOver = union(p.HandingOver, slots.MovingIn)
 		if dryRun || !p.HasChanges() {
 			tr.fill(p)
 			if dryRun {
