@@ -20,9 +20,11 @@ type SlotUse struct {
 	// added with "add server" when no slot was free, which a reload drops
 	// and which gets none of haproxy.cfg's default-server keywords. Sorted.
 	Overflow []string
-	// MovingIn lists added servers (own names) on their way into service
-	// left where they are while a slot of their role is idle: once they
-	// serve, a later reconcile moves them in (make-before-break). Sorted.
+	// MovingIn lists added servers (own names) whose check passed, on
+	// their way into service, left where they are while a slot of their
+	// role is idle: once they serve, a later reconcile moves them in
+	// (make-before-break). One whose check has not passed is waiting
+	// (plan.Plan.Waiting) already. Sorted.
 	MovingIn []string
 	// Filled and Idle count the slots that hold a desired server and the
 	// rest; Total is their sum.
@@ -72,6 +74,7 @@ func AssignSlots(current, desired model.Backend, owner string) (model.Backend, S
 	slots := map[string]*model.Server{} // filled slot name → as read
 	plain := map[string]bool{}          // servers that are no slot
 	entering := map[string]bool{}       // of those, on their way in: gated, not in service yet
+	passed := map[string]bool{}         // of those, with a passed check: in service after this plan
 	for i, s := range current.Servers {
 		if s.Runtime != nil && s.Runtime.Slot {
 			use.Total++
@@ -84,6 +87,7 @@ func AssignSlots(current, desired model.Backend, owner string) (model.Backend, S
 		}
 		plain[s.Name] = true
 		entering[s.Name] = s.State != model.Maint && !serving(&current.Servers[i], false)
+		passed[s.Name] = s.Runtime != nil && s.Runtime.CheckPassed
 	}
 	use.Total += len(current.IdleSlots)
 	if use.Total == 0 {
@@ -168,7 +172,7 @@ func AssignSlots(current, desired model.Backend, owner string) (model.Backend, S
 			continue
 		}
 		use.Overflow = append(use.Overflow, own[i])
-		if entering[own[i]] && out[i].State == model.Ready && slices.ContainsFunc(idle, func(s model.Server) bool { return s.Backup == out[i].Backup }) {
+		if entering[own[i]] && passed[own[i]] && out[i].State == model.Ready && slices.ContainsFunc(idle, func(s model.Server) bool { return s.Backup == out[i].Backup }) {
 			use.MovingIn = append(use.MovingIn, own[i])
 		}
 	}
