@@ -21,20 +21,22 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/lb"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/metrics"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/pair"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/services"
 )
 
 // newFrontends makes class Services' frontends and backends: package lb's
 // Manager over the Data Plane clients the drivers use (dps, in target
-// order, so that HAPROXY_VIP's addresses follow the targets).
-func newFrontends(cfg config.Config, dps []*dataplane.Client, log *slog.Logger) (fleet.Frontends, error) {
+// order, so that HAPROXY_VIP's addresses follow the targets), each behind
+// its pair's guard as the drivers are (pairs, by target name).
+func newFrontends(cfg config.Config, dps []*dataplane.Client, pairs map[string]*pair.Guard, log *slog.Logger) (fleet.Frontends, error) {
 	if len(dps) == 0 {
 		return nil, errors.New("HAPROXY_DATAPLANE_URL: required with class selection: class Services' frontends and backends are created through the Data Plane API")
 	}
 	m := &lb.Manager{Class: cfg.LoadBalancerClass, Cluster: cfg.ClusterName, Namespaces: cfg.Namespaces, Log: log.With("part", "frontends")}
 	for _, dp := range dps {
-		m.Targets = append(m.Targets, dp)
+		m.Targets = append(m.Targets, guardedFrontends(dp, pairs[dp.Name()]))
 	}
 	for _, v := range cfg.VIPs {
 		m.VIPs = append(m.VIPs, v.String())
@@ -50,7 +52,7 @@ func newFrontends(cfg config.Config, dps []*dataplane.Client, log *slog.Logger) 
 // are told as Warning Events, and with SERVICE_EVENTS each followed
 // Service's reconciles too. From manifests there is no API to write to:
 // no Events, no status, no readiness gate.
-func newFleet(cfg config.Config, rec *reconcile.Reconciler, dps []*dataplane.Client, kc *kube.Client, manifests string, log *slog.Logger, m *metrics.Metrics, withEvents bool) (*fleet.Fleet, error) {
+func newFleet(cfg config.Config, rec *reconcile.Reconciler, dps []*dataplane.Client, pairs map[string]*pair.Guard, kc *kube.Client, manifests string, log *slog.Logger, m *metrics.Metrics, withEvents bool) (*fleet.Fleet, error) {
 	nodes := rec.Options.Mode == desired.NodeMode
 	f := &fleet.Fleet{Selection: cfg.Selecting(), Template: rec, Log: log, Metrics: m}
 	if manifests != "" {
@@ -100,7 +102,7 @@ func newFleet(cfg config.Config, rec *reconcile.Reconciler, dps []*dataplane.Cli
 		// A dry run from manifests may have no Data Plane API (config's
 		// LoadForPlan): it makes no frontend, and plans them (classPlan).
 		if len(dps) > 0 || manifests == "" {
-			fe, err := newFrontends(cfg, dps, log)
+			fe, err := newFrontends(cfg, dps, pairs, log)
 			if err != nil {
 				return nil, err
 			}

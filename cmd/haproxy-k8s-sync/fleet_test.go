@@ -49,7 +49,7 @@ func TestNewFleetWiresFrontends(t *testing.T) {
 	if err != nil || len(dps) != 2 {
 		t.Fatalf("newReconciler: %v, %d Data Plane clients", err, len(dps))
 	}
-	f, err := newFleet(cfg, rec, dps, kc, "", log, m, true)
+	f, err := newFleet(cfg, rec, dps, nil, kc, "", log, m, true)
 	if err != nil {
 		t.Fatal(err)
 	}

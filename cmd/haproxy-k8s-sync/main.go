@@ -162,7 +162,7 @@ func run(args []string) int {
 		source = "manifests " + *manifests
 	}
 	if cfg.ManyServices() {
-		f, err := newFleet(cfg, rec, dps, kc, *manifests, log, m, cmd == "serve")
+		f, err := newFleet(cfg, rec, dps, pairs, kc, *manifests, log, m, cmd == "serve")
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "configuration: %v\n", err)
 			return 2

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/lb"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/pair"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
@@ -165,4 +167,45 @@ func (d upGuarded) ReadUp(ctx context.Context, backend string) (map[string]bool,
 		return nil, err
 	}
 	return d.ur.ReadUp(ctx, backend)
+}
+
+// guardedFrontends is a class Services' frontend target (lb.Target) that,
+// like the pair's driver, reads and writes nothing while its runtime socket
+// reaches another HAProxy: the frontends' read verifies the pair once per
+// pass (a many-Services pass reads the frontends first, then each
+// Service's backends, all in one pass), its writes and session reads keep
+// that verdict. Before, frontends went through the bare Data Plane client:
+// written with no check at all, also on a pair found mismatched. Without a
+// guard (no socket beside the Data Plane API) it is t itself.
+func guardedFrontends(t lb.Target, g *pair.Guard) lb.Target {
+	if g == nil {
+		return t
+	}
+	return frontendGuard{t, g}
+}
+
+type frontendGuard struct {
+	lb.Target
+	g *pair.Guard
+}
+
+func (f frontendGuard) ReadProxies(ctx context.Context) (dataplane.Proxies, error) {
+	if err := f.g.Verify(ctx, reconcile.PassOf(ctx)); err != nil {
+		return dataplane.Proxies{}, err
+	}
+	return f.Target.ReadProxies(ctx)
+}
+
+func (f frontendGuard) WriteProxies(ctx context.Context, version int64, w dataplane.ProxyWrite) (int64, error) {
+	if err := f.g.Mismatch(); err != nil {
+		return 0, err
+	}
+	return f.Target.WriteProxies(ctx, version, w)
+}
+
+func (f frontendGuard) Sessions(ctx context.Context, backend string) (int, bool, error) {
+	if err := f.g.Mismatch(); err != nil {
+		return 0, false, err
+	}
+	return f.Target.Sessions(ctx, backend)
 }
