@@ -167,6 +167,9 @@ func NodeSetupOf(seed uint64, driver Driver) Setup {
 	}
 	c.OneShot = r.IntN(3) == 0
 	s.HealthPort = r.IntN(3) == 0
+	// Drawn last: the draws before it, and so older seeds, are unchanged
+	// but for which health port half of theirs checks.
+	s.KubeProxy = s.HealthPort && r.IntN(2) == 0
 	return s
 }
 

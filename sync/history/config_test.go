@@ -28,6 +28,7 @@ var drawn = map[string]string{
 	"HAPROXY_SEND_PROXY_V2":           "Config.SendProxy: pods refuse a connection without the header; class histories: classDraw, with ipMode Proxy judged",
 	"CLUSTER_NAME":                    "Setup.Static: a server of another instance beside this one's; Config.Writer2 cluster: a second instance (west) on the same backend",
 	"HAPROXY_LOCAL_ZONE":              "Setup.Zones",
+	"HAPROXY_CHECK_KUBE_PROXY_PORT":   "Setup.KubeProxy (half of Setup.HealthPort's): the Service a NodePort without healthCheckNodePort, Nodes checked on kube-proxy's own port (200 whatever the pods, 503 under the autoscaler's taint)",
 	"HAPROXY_RUNTIME_URL":             "Setup.Driver and Setup.Targets: one or two sockets",
 	"HAPROXY_DATAPLANE_URL":           "Setup.Driver: the Data Plane driver with both URLs",
 	"SERVICE_SELECTION":               "the services shape: annotation",
@@ -77,8 +78,7 @@ var invisible = map[string]string{
 // that no history draws yet, with why: said aloud by the test, and in
 // docs/guarantees.md.
 var notDrawn = map[string]string{
-	"HAPROXY_BACKENDS":              "several ports of one Service: one backend per history",
-	"HAPROXY_CHECK_KUBE_PROXY_PORT": "kube-proxy's own health port: the histories' Service is externalTrafficPolicy Local, whose healthCheckNodePort comes first (Setup.HealthPort)",
+	"HAPROXY_BACKENDS": "several ports of one Service: one backend per history",
 }
 
 // TestEveryVariableIsDrawnOrExcused: each variable of help is drawn by the
@@ -150,11 +150,15 @@ func TestConfigOfDrawsEverySetting(t *testing.T) {
 		seen["drain-cordoned"] = seen["drain-cordoned"] || s.Config.DrainCordoned
 		seen["node-cap"] = seen["node-cap"] || s.Config.MaxServers > 0
 		seen["oneshot"] = seen["oneshot"] || s.Config.OneShot
-		seen["health-port"] = seen["health-port"] || s.HealthPort
+		seen["health-port"] = seen["health-port"] || s.HealthPort && !s.KubeProxy
+		seen["kube-proxy-port"] = seen["kube-proxy-port"] || s.KubeProxy
+		if s.KubeProxy && !s.HealthPort {
+			t.Fatalf("seed %d: kube-proxy's port drawn without an HTTP check of Nodes", seed)
+		}
 	}
 	for _, k := range []string{"guard-off", "guard-low", "guard-shipped", "cap", "batch", "gate", "on-error", "fall", "send-proxy", "replica", "cluster", "refused",
 		"rise", "drain", "timings", "fixed-port", "balance-roundrobin", "balance-leastconn", "balance-random",
-		"nodes-3", "nodes-4", "nodes-5", "weight", "drain-cordoned", "node-cap", "oneshot", "health-port"} {
+		"nodes-3", "nodes-4", "nodes-5", "weight", "drain-cordoned", "node-cap", "oneshot", "health-port", "kube-proxy-port"} {
 		if !seen[k] {
 			t.Errorf("no seed of 100 draws %s", k)
 		}

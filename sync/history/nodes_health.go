@@ -17,7 +17,11 @@ import (
 // with terminating pods fails it, so that load balancers drain it while
 // kube-proxy still sends it connections (KEP-1669). It knows only what
 // Kubernetes says: a pod killed and not noticed yet passes it, which the
-// judge bounds by the notice (evalOptions.HealthPort).
+// judge bounds by the notice (evalOptions.HealthPort). Or, drawn with it
+// (Setup.KubeProxy), kube-proxy's own health port
+// (HAPROXY_CHECK_KUBE_PROXY_PORT), which knows less: 200 whatever the
+// pods, 503 only for a Node the autoscaler marked for deletion; a Node's
+// dead pods are noticed by Kubernetes alone, and bounded the same way.
 
 // httpCheckLine is haproxy.cfg's check of kube-proxy's health ports.
 const httpCheckLine = "httpchk GET " + desired.HealthPath
@@ -64,15 +68,34 @@ func (np *nodeProxy) health(c net.Conn, at time.Time) {
 		}
 	}
 	n := np.w.readyOn(np.k)
+	body := fmt.Sprintf(`{"service":{"namespace":%q,"name":%q},"localEndpoints":%d,"serviceProxyHealthy":true}`, namespace, service, n)
+	if np.w.setup.KubeProxy {
+		// kube-proxy's own port: its health, and its Node's.
+		n = 1
+		if !np.w.kubeProxyHealthy(np.k) {
+			n = 0
+		}
+		body = fmt.Sprintf(`{"lastUpdated":%q,"currentTime":%q,"nodeEligible":%t}`, at.UTC().Format(time.RFC3339), at.UTC().Format(time.RFC3339), n > 0)
+	}
 	status := "200 OK"
 	if n == 0 {
 		status = "503 Service Unavailable"
 	}
-	body := fmt.Sprintf(`{"service":{"namespace":%q,"name":%q},"localEndpoints":%d,"serviceProxyHealthy":true}`, namespace, service, n)
 	if n > 0 {
 		np.w.rec.add(obs{at: at, kind: obsCheck, pod: nodeBase + np.k, target: from})
 	}
 	_, _ = fmt.Fprintf(c, "HTTP/1.1 %s\r\nContent-Type: application/json\r\nX-Content-Type-Options: nosniff\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", status, len(body), body)
+}
+
+// kubeProxyHealthy is what Node k's kube-proxy says on its own health
+// port: healthy, unless the cluster autoscaler's taint marks the Node for
+// deletion (kube-proxy 1.30 and later, KEP-3836), so that load balancers
+// drain it before it goes. Karpenter's taint is not read there.
+func (w *world) kubeProxyHealthy(k int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f := w.nflags[k]
+	return f == nil || f.taint != "autoscaler"
 }
 
 // readyOn is how many of Node k's pods Kubernetes holds ready.

@@ -71,12 +71,27 @@ func TestDeletedNodeLeavesAndJoinsAgain(t *testing.T) {
 // HAPROXY_SEND_PROXY_V2 the servers' connections carry the PROXY header
 // and their checks must not: kube-proxy answers one 400, and every Node
 // was DOWN (history seed 1, nodes, runtime: health-port-spoken).
+//
+// With HAPROXY_CHECK_KUBE_PROXY_PORT (kube-proxy), on a NodePort Service
+// without healthCheckNodePort, Nodes are checked on kube-proxy's own port
+// instead, which answers 200 whatever the pods and 503 for a Node the
+// autoscaler marked for deletion: the Node's pods leave through the
+// service, the tainted Node through the service and its check, and it
+// comes back once untainted.
 func TestNodesCheckedOnTheHealthPort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real HAProxy histories")
 	}
-	for _, d := range []Driver{Runtime, Dataplane} {
-		t.Run(string(d), func(t *testing.T) {
+	for _, v := range []struct {
+		d         Driver
+		kubeProxy bool
+	}{{Runtime, false}, {Dataplane, false}, {Runtime, true}, {Dataplane, true}} {
+		d := v.d
+		name := string(d)
+		if v.kubeProxy {
+			name += "-kube-proxy"
+		}
+		t.Run(name, func(t *testing.T) {
 			c := Config{SendProxy: true}
 			if d == Dataplane {
 				c.Balance = "leastconn"
@@ -90,7 +105,12 @@ func TestNodesCheckedOnTheHealthPort(t *testing.T) {
 				{Kind: Terminate, Pods: []int{3}, Wait: 3 * time.Second},
 				{Kind: Gone, Pods: []int{3}, Wait: 3 * time.Second},
 			}
-			r := RunSteps(t, Setup{Seed: 1, Driver: d, Nodes: 3, HealthPort: true, Config: c}, 6, steps)
+			if v.kubeProxy {
+				steps = append(steps,
+					Step{Kind: NodeTaint, Node: 2, Fault: "autoscaler", Wait: 2 * time.Second},
+					Step{Kind: NodeUntaint, Node: 2, Wait: 3 * time.Second})
+			}
+			r := RunSteps(t, Setup{Seed: 1, Driver: d, Nodes: 3, HealthPort: true, KubeProxy: v.kubeProxy, Config: c}, 6, steps)
 			expectNone(t, r)
 			if r.Requests < 1000 {
 				t.Fatalf("%d requests: the clients did not run", r.Requests)

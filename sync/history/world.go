@@ -92,6 +92,12 @@ type Setup struct {
 	// Data Plane driver, HAPROXY_CHECK_HEALTH_NODE_PORT=auto) or said by
 	// haproxy.cfg (=on). NodeSetupOf draws it.
 	HealthPort bool
+	// KubeProxy (with HealthPort): the port is kube-proxy's own health
+	// port (HAPROXY_CHECK_KUBE_PROXY_PORT) instead: the Service is a
+	// NodePort with no healthCheckNodePort, and each Node's kube-proxy
+	// answers 200 while it runs, whatever its pods, and 503 once the
+	// autoscaler's taint marks its Node for deletion (KEP-3836).
+	KubeProxy bool
 	// BlackHoles: a killed pod of even number dies as a black hole (its
 	// address drops connections instead of refusing them: blackhole.go).
 	BlackHoles bool
@@ -286,6 +292,9 @@ func newWorld(t testing.TB, s Setup) *world {
 	env["HAPROXY_CHECK_HEALTH_NODE_PORT"] = "auto"
 	if s.httpChecksInCfg() {
 		env["HAPROXY_CHECK_HEALTH_NODE_PORT"] = "on"
+	}
+	if s.KubeProxy {
+		env["HAPROXY_CHECK_KUBE_PROXY_PORT"] = strconv.Itoa(w.hcPort)
 	}
 	if s.fixedPort() {
 		env["HAPROXY_BACKEND_PORT"] = strconv.Itoa(w.port)

@@ -98,7 +98,7 @@ func (w *world) serviceObject(name, be string) *corev1.Service {
 		svc.Spec.Type = corev1.ServiceTypeNodePort
 		svc.Spec.Ports[0].NodePort = int32(w.k8sPort())
 		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
-		if w.setup.HealthPort && name == service {
+		if w.setup.HealthPort && !w.setup.KubeProxy && name == service {
 			// What kube-proxy answers for a load balancer's checks; the
 			// API server takes it of a LoadBalancer alone.
 			svc.Spec.Type = corev1.ServiceTypeLoadBalancer
