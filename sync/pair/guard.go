@@ -2,6 +2,7 @@ package pair
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -33,19 +34,40 @@ type Guard struct {
 	OnChange func(mismatched bool)
 	Log      *slog.Logger
 
+	// running holds the one check at a time; a wait for it ends with
+	// the waiter's context.
+	once    sync.Once
+	running chan struct{}
+
 	mu       sync.Mutex
 	mismatch *MismatchError // nil: not known to be mismatched
 	pass     any            // the pass the last Verify checked in
+	ended    time.Time      // when the last check ended
 }
 
 // Check reads both views now and keeps the verdict. A view that cannot be
 // read leaves the previous verdict (an unreachable HAProxy is the target's
 // own failure, told by its reads).
 func (g *Guard) Check(ctx context.Context) (Outcome, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	if err := g.acquire(ctx); err != nil {
+		return Outcome{}, err
+	}
+	defer g.release()
 	return g.check(ctx)
 }
+
+// acquire waits for no other check to run, or for ctx to end.
+func (g *Guard) acquire(ctx context.Context) error {
+	g.once.Do(func() { g.running = make(chan struct{}, 1) })
+	select {
+	case g.running <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *Guard) release() { <-g.running }
 
 // Verify checks, unless it already did in this pass, and returns the
 // target's *MismatchError while it is mismatched, nil otherwise (also when
@@ -53,18 +75,27 @@ func (g *Guard) Check(ctx context.Context) (Outcome, error) {
 // token (one reconcile, or a whole many-Services pass); nil checks every
 // time. A reconcile reads every backend of a target, and each read
 // verifies: one check serves them all, and a view that hangs costs one
-// Timeout, not one per read. Concurrent calls wait for one check.
+// Timeout, not one per read. Concurrent calls wait for one check, and a
+// check that ended while Verify waited for it (serve's start-up check, run
+// in the background: checkPairs) serves the pass too: before, the first
+// reconcile after it checked again, a slow pair's two Timeouts in a row.
+// A wait cut by ctx answers the verdict kept.
 func (g *Guard) Verify(ctx context.Context, pass any) error {
+	asked := time.Now()
+	if g.acquire(ctx) != nil {
+		return g.Mismatch()
+	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if pass == nil || pass != g.pass {
+	done := pass != nil && (pass == g.pass || !g.ended.Before(asked))
+	g.mu.Unlock()
+	if !done {
 		_, _ = g.check(ctx)
-		g.pass = pass
 	}
-	if g.mismatch != nil {
-		return g.mismatch
-	}
-	return nil
+	g.mu.Lock()
+	g.pass = pass
+	g.mu.Unlock()
+	g.release()
+	return g.Mismatch()
 }
 
 // Mismatch returns the kept *MismatchError, nil when the pair is not known
@@ -82,10 +113,17 @@ func (g *Guard) check(ctx context.Context) (Outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, or(g.Timeout, DefaultTimeout))
 	defer cancel()
 	settle := or(g.Settle, DefaultSettle)
-	if g.mismatch != nil {
+	if g.Mismatch() != nil {
 		settle = 0 // a reload cannot explain a difference seen before
 	}
 	o, err := Check(ctx, g.RuntimeView, g.DataplaneView, settle)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err == nil || !errors.Is(ctx.Err(), context.Canceled) {
+		// Read, or failed on its own (its Timeout): a verdict a waiting
+		// Verify may take; one cut by its caller is none.
+		g.ended = time.Now()
+	}
 	if err != nil {
 		g.logger().Debug("cannot check that the runtime socket and the Data Plane API reach the same HAProxy", "pair", g.Pair, "error", err)
 		return o, err

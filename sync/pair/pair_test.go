@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -188,4 +189,68 @@ func (h *hangs) ProcessInfo(ctx context.Context) (Process, error) {
 	h.calls++
 	<-ctx.Done()
 	return Process{}, ctx.Err()
+}
+
+// gated is a Reader that answers once release is closed, counting reads.
+type gated struct {
+	release chan struct{}
+	p       Process
+	reads   atomic.Int32
+}
+
+func (v *gated) ProcessInfo(ctx context.Context) (Process, error) {
+	v.reads.Add(1)
+	select {
+	case <-v.release:
+		return v.p, nil
+	case <-ctx.Done():
+		return Process{}, ctx.Err()
+	}
+}
+
+// TestVerifyTakesTheCheckItWaitedFor: a Verify that comes while another
+// check runs (serve's start-up check in the background) waits for it and
+// takes its verdict for the pass, reading nothing again; and a Verify whose
+// context ends while it waits answers at once with the verdict kept. Before,
+// the wait ignored the context and then checked again: a slow pair cost its
+// first reconcile two checks in a row.
+func TestVerifyTakesTheCheckItWaitedFor(t *testing.T) {
+	release := make(chan struct{})
+	rt, dp := &gated{release: release, p: up(7, "a", 5)}, &gated{release: release, p: up(8, "b", 5)}
+	g := &Guard{DataplaneView: dp, RuntimeView: rt, Settle: time.Millisecond, Timeout: 5 * time.Second}
+	checked := make(chan error, 1)
+	go func() { _, err := g.Check(context.Background()); checked <- err }()
+	for rt.reads.Load()+dp.reads.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// Cut while the check runs: the verdict kept (none yet), at once.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	cut := make(chan error, 1)
+	go func() { cut <- g.Verify(ctx, new(int)) }()
+	select {
+	case err := <-cut:
+		if err != nil {
+			t.Fatalf("a Verify cut while waiting: %v, want the verdict kept (none)", err)
+		}
+	case <-time.After(2 * time.Second):
+		close(release)
+		t.Fatal("a Verify whose context ended still waits for the check under way")
+	}
+	verified := make(chan error, 1)
+	go func() { verified <- g.Verify(context.Background(), new(int)) }()
+	time.Sleep(20 * time.Millisecond)
+	close(release)
+	if err := <-checked; err != nil {
+		t.Fatal(err)
+	}
+	var me *MismatchError
+	if err := <-verified; !errors.As(err, &me) {
+		t.Fatalf("the waiting Verify: %v, want the mismatch the check it waited for found", err)
+	}
+	// Two views, read again after the settle (they differ): 4 reads by
+	// the one check; the Verify read none.
+	if n := rt.reads.Load() + dp.reads.Load(); n != 4 {
+		t.Errorf("%d reads of the views, want the one check's 4 (the waiting Verify reads none)", n)
+	}
 }
