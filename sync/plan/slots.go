@@ -26,8 +26,9 @@ type SlotUse struct {
 	// (make-before-break). One whose check has not passed is waiting
 	// (plan.Plan.Waiting) already. Sorted.
 	MovingIn []string
-	// Filled and Idle count the slots that hold a desired server and the
-	// rest; Total is their sum.
+	// Filled and Idle count the slots that hold a desired server (or
+	// its endpoint in the other role, handed over until its replacement
+	// serves) and the rest; Total is their sum.
 	Filled, Idle, Total int
 }
 
@@ -153,11 +154,13 @@ func AssignSlots(current, desired model.Backend, owner string) (model.Backend, S
 	// parked at once, every slot at a rezone: no server in service for a
 	// check (slots-soak seed 280120534 on 2.6.12).
 	unheld := unheldSlots(slots, holder)
+	handed := map[string]bool{}
 	for i := range out {
 		other := out[i]
 		other.Backup = !other.Backup
 		for _, slot := range unheld[slotKey(other)] {
 			out[i].Replaces = append(slices.Clip(out[i].Replaces), slot)
+			handed[slot] = true
 		}
 	}
 	for slot, i := range holder {
@@ -178,7 +181,9 @@ func AssignSlots(current, desired model.Backend, owner string) (model.Backend, S
 	}
 	sort.Strings(use.Overflow)
 	sort.Strings(use.MovingIn)
-	use.Filled = len(use.Names)
+	// A slot handed over serves its endpoint until the replacement does:
+	// filled, not idle capacity.
+	use.Filled = len(use.Names) + len(handed)
 	use.Idle = use.Total - use.Filled
 	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
 	desired.Servers = out

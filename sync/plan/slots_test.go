@@ -342,7 +342,10 @@ func TestSlotRoleChangeIsHandedOver(t *testing.T) {
 		{"at MAX_SERVERS", Policy{GateChecks: true, GuardPercent: 100, DeleteBatch: 10, MaxServers: 3}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			named, _ := AssignSlots(cur, want, "")
+			named, use := AssignSlots(cur, want, "")
+			if use.Filled != 3 || use.Idle != 0 {
+				t.Errorf("slots filled %d, idle %d; want 3 and 0: each serves its endpoint until the replacement does", use.Filled, use.Idle)
+			}
 			p := CalculateWith(cur, named, tc.pol)
 			parked := map[string]bool{}
 			for _, ch := range p.Changes {
