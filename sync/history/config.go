@@ -49,6 +49,10 @@ type Config struct {
 	// while Kubernetes says another (the EndpointSlices' port, the
 	// Service's targetPort and nodePort), where nothing listens.
 	FixedPort bool
+	// Ports is HAPROXY_BACKENDS (Setup.ports: pod-mode single-Service
+	// histories): the Service has a second port, tcp2, to the same pod
+	// port, whose servers go to be2; Converges judges be2 as it judges be.
+	Ports bool
 	// SendProxy is HAPROXY_SEND_PROXY_V2: the service's servers and their
 	// checks send the PROXY v2 header, and every pod but the static one
 	// refuses a connection without it (invariant default-server-kept).
@@ -146,6 +150,9 @@ func ConfigOf(seed uint64) Config {
 		c.Balance = []string{"roundrobin", "leastconn", "random"}[r.IntN(3)]
 	}
 	c.FixedPort = one(4)
+	// HAPROXY_BACKEND_PORT is a single backend's; the readiness gate's
+	// verdict spans both backends while the judge reads be's servers.
+	c.Ports = !c.FixedPort && !c.Gate && one(4)
 	return c
 }
 
@@ -296,6 +303,9 @@ func (c Config) String() string {
 	}
 	if c.OneShot {
 		out = append(out, "oneshot")
+	}
+	if c.Ports {
+		out = append(out, "HAPROXY_BACKENDS=tcp=be,tcp2=be2")
 	}
 	if c.FixedPort {
 		out = append(out, "HAPROXY_BACKEND_PORT=fixed")

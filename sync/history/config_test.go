@@ -28,6 +28,7 @@ var drawn = map[string]string{
 	"HAPROXY_SEND_PROXY_V2":           "Config.SendProxy: pods refuse a connection without the header; class histories: classDraw, with ipMode Proxy judged",
 	"CLUSTER_NAME":                    "Setup.Static: a server of another instance beside this one's; Config.Writer2 cluster: a second instance (west) on the same backend",
 	"HAPROXY_LOCAL_ZONE":              "Setup.Zones",
+	"HAPROXY_BACKENDS":                "Config.Ports (a quarter of pod-mode single-Service histories without the gate or a fixed port): the Service's second port fills be2, judged by Converges as be is",
 	"HAPROXY_CHECK_KUBE_PROXY_PORT":   "Setup.KubeProxy (half of Setup.HealthPort's): the Service a NodePort without healthCheckNodePort, Nodes checked on kube-proxy's own port (200 whatever the pods, 503 under the autoscaler's taint)",
 	"HAPROXY_RUNTIME_URL":             "Setup.Driver and Setup.Targets: one or two sockets",
 	"HAPROXY_DATAPLANE_URL":           "Setup.Driver: the Data Plane driver with both URLs",
@@ -77,9 +78,7 @@ var invisible = map[string]string{
 // notDrawn are the variables that change what a history could see and
 // that no history draws yet, with why: said aloud by the test, and in
 // docs/guarantees.md.
-var notDrawn = map[string]string{
-	"HAPROXY_BACKENDS": "several ports of one Service: one backend per history",
-}
+var notDrawn = map[string]string{}
 
 // TestEveryVariableIsDrawnOrExcused: each variable of help is drawn by the
 // histories, or listed with why no history draws it. A new variable fails
@@ -132,6 +131,7 @@ func TestConfigOfDrawsEverySetting(t *testing.T) {
 		seen["timings"] = seen["timings"] || c.Inter > 0 && c.FastInter > 0 && c.DownInter > 0
 		seen["send-proxy"] = seen["send-proxy"] || c.SendProxy
 		seen["fixed-port"] = seen["fixed-port"] || c.FixedPort
+		seen["ports"] = seen["ports"] || c.Ports
 		if c.Balance != "" {
 			seen["balance-"+c.Balance] = true
 		}
@@ -157,7 +157,7 @@ func TestConfigOfDrawsEverySetting(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"guard-off", "guard-low", "guard-shipped", "cap", "batch", "gate", "on-error", "fall", "send-proxy", "replica", "cluster", "refused",
-		"rise", "drain", "timings", "fixed-port", "balance-roundrobin", "balance-leastconn", "balance-random",
+		"rise", "drain", "timings", "fixed-port", "ports", "balance-roundrobin", "balance-leastconn", "balance-random",
 		"nodes-3", "nodes-4", "nodes-5", "weight", "drain-cordoned", "node-cap", "oneshot", "health-port", "kube-proxy-port"} {
 		if !seen[k] {
 			t.Errorf("no seed of 100 draws %s", k)

@@ -232,6 +232,11 @@ func (w *world) converged() string {
 	diffs := w.gateDiffs()
 	for _, tg := range w.targets {
 		d := w.convergedOn(tg)
+		if w.setup.ports() {
+			for _, d2 := range w.convergedOnBackend(tg, backend2) {
+				d = append(d, backend2+": "+d2)
+			}
+		}
 		if w.svc != nil {
 			d = append(d, w.svc.convergedOn(tg)...)
 		}
@@ -243,11 +248,18 @@ func (w *world) converged() string {
 }
 
 func (w *world) convergedOn(tg *target) []string {
-	reply, err := tg.h.Command("show servers state " + backend)
+	return append(w.convergedOnBackend(tg, backend), w.balanceDiffs(tg)...)
+}
+
+// convergedOnBackend is convergedOn for one backend: be, or be2 when the
+// Service's second port fills it (Setup.ports), the same servers but for
+// the static one, which haproxy.cfg gives be alone.
+func (w *world) convergedOnBackend(tg *target, be string) []string {
+	reply, err := tg.h.Command("show servers state " + be)
 	if err != nil {
 		return []string{"show servers state: " + err.Error()}
 	}
-	all := haproxytest.ParseServers(reply, backend)
+	all := haproxytest.ParseServers(reply, be)
 	diffs := w.idleSlotDiffs(all)
 	if w.setup.Config.Writer2 == "cluster" {
 		// Two instances, each with its own server for every pod: each
@@ -260,17 +272,17 @@ func (w *world) convergedOn(tg *target) []string {
 				rest[name] = s
 			}
 		}
-		diffs = append(diffs, w.convergedServers(tg, rest, true)...)
-		for _, d := range w.convergedServers(tg, west, false) {
+		diffs = append(diffs, w.convergedServers(tg, be, rest, be == backend)...)
+		for _, d := range w.convergedServers(tg, be, west, false) {
 			diffs = append(diffs, cluster2+": "+d)
 		}
 	} else {
-		diffs = append(diffs, w.convergedServers(tg, all, true)...)
+		diffs = append(diffs, w.convergedServers(tg, be, all, be == backend)...)
 	}
 	if tg.api != nil {
-		diffs = append(diffs, persistedDiffs(tg, backend, all)...)
+		diffs = append(diffs, persistedDiffs(tg, be, all)...)
 	}
-	return append(diffs, w.balanceDiffs(tg)...)
+	return diffs
 }
 
 // balanceDiffs: each backend runs the balance haproxy.cfg gives it, or
@@ -305,7 +317,7 @@ func (w *world) balanceDiffs(tg *target) []string {
 
 // convergedServers judges running, one instance's servers (and the static
 // one's, when withStatic), against Kubernetes.
-func (w *world) convergedServers(tg *target, running map[string]haproxytest.Server, withStatic bool) []string {
+func (w *world) convergedServers(tg *target, be string, running map[string]haproxytest.Server, withStatic bool) []string {
 	// A pod's address may be reused (AddReused) while the gone pod's
 	// server waits parked: each unit takes the server named after it.
 	atAddr := map[string][]haproxytest.Server{}
@@ -315,7 +327,7 @@ func (w *world) convergedServers(tg *target, running map[string]haproxytest.Serv
 	var roles map[string]bool
 	if w.setup.Zones {
 		var err error
-		if roles, err = backupRoles(tg); err != nil {
+		if roles, err = backupRoles(tg, be); err != nil {
 			return []string{"show stat: " + err.Error()}
 		}
 	}
@@ -603,7 +615,7 @@ func (r Report) Shortened() string {
 
 // backupRoles reads which of backend be's servers are backups, by name,
 // from HAProxy's "show stat" (the bck column).
-func backupRoles(tg *target) (map[string]bool, error) {
+func backupRoles(tg *target, be string) (map[string]bool, error) {
 	reply, err := tg.h.Command("show stat")
 	if err != nil {
 		return nil, err
@@ -620,7 +632,7 @@ func backupRoles(tg *target) (map[string]bool, error) {
 	out := map[string]bool{}
 	for _, l := range lines[1:] {
 		f := strings.Split(l, ",")
-		if len(f) <= max(px, sv, bck) || f[px] != backend || f[sv] == "BACKEND" || f[sv] == "FRONTEND" {
+		if len(f) <= max(px, sv, bck) || f[px] != be || f[sv] == "BACKEND" || f[sv] == "FRONTEND" {
 			continue
 		}
 		out[f[sv]] = f[bck] == "1"

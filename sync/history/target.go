@@ -84,7 +84,7 @@ func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder, tls *adm
 		lines = append(lines, "load-server-state-from-file global")
 	}
 	bes := []haproxytest.Backend{{Name: backend, Lines: lines, FrontendLines: haproxytest.LogAbnormal}}
-	if s.Services {
+	if s.Services || s.ports() {
 		tg.backends = append(tg.backends, backend2)
 		bes = append(bes, haproxytest.Backend{Name: backend2, Lines: lines})
 	}
@@ -135,7 +135,7 @@ func startTarget(t testing.TB, i int, s Setup, port int, rec *recorder, tls *adm
 			be.DefaultServer = &models.DefaultServer{ServerParams: models.ServerParams{SendProxyV2: "enabled"}}
 		}
 		tg.api.AddBackend(models.Backend{BackendBase: be}, servers...)
-		if s.Services {
+		if s.Services || s.ports() {
 			be.Name = backend2
 			tg.api.AddBackend(models.Backend{BackendBase: be})
 		}

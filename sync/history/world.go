@@ -146,6 +146,13 @@ func (s Setup) httpChecksInCfg() bool {
 // single-Service histories only, annotation mode refuses it.
 func (s Setup) fixedPort() bool { return s.Config.FixedPort && !s.Services }
 
+// ports says whether HAPROXY_BACKENDS maps the Service's two ports to be
+// and be2 (Config.Ports): pod-mode single-Service histories without slots
+// (a Node's second nodePort has no kube-proxy here; slots are be's).
+func (s Setup) ports() bool {
+	return s.Config.Ports && !s.Services && s.Nodes == 0 && s.Slots.N == 0 && !s.fixedPort() && !s.Config.Gate
+}
+
 // k8sPort is the port Kubernetes gives the pods (the EndpointSlices' port,
 // the Service's targetPort and, node mode, its nodePort): w.port, where
 // the pods and Nodes listen, unless HAPROXY_BACKEND_PORT says w.port and
@@ -299,6 +306,9 @@ func newWorld(t testing.TB, s Setup) *world {
 	if s.fixedPort() {
 		env["HAPROXY_BACKEND_PORT"] = strconv.Itoa(w.port)
 	}
+	if s.ports() {
+		env["HAPROXY_BACKENDS"] = "tcp=" + backend + ",tcp2=" + backend2
+	}
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
@@ -409,7 +419,7 @@ func (w *world) addReused(st Step) error {
 func (w *world) input() desired.Input {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	name, port := "tcp", int32(w.k8sPort())
+	name, name2, port := "tcp", "tcp2", int32(w.k8sPort())
 	var ns []int
 	for n := range w.k8s {
 		ns = append(ns, n)
@@ -426,6 +436,9 @@ func (w *world) input() desired.Input {
 				ObjectMeta:  metav1.ObjectMeta{Namespace: namespace, Name: service + "-" + strconv.Itoa(i), Labels: map[string]string{discoveryv1.LabelServiceName: service}},
 				AddressType: discoveryv1.AddressTypeIPv4,
 				Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
+			}
+			if w.setup.ports() {
+				sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: &name2, Port: &port})
 			}
 			bySlice[i] = sl
 			order = append(order, i)

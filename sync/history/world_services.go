@@ -89,6 +89,9 @@ func (w *world) serviceObject(name, be string) *corev1.Service {
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: "hist-" + types.UID(name)},
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "tcp", Port: 80, TargetPort: intstr.FromInt32(int32(w.k8sPort()))}}},
 	}
+	if w.setup.ports() && name == service {
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "tcp2", Port: 81, TargetPort: intstr.FromInt32(int32(w.k8sPort()))})
+	}
 	if w.setup.Services && be != "" {
 		svc.Annotations = map[string]string{svcs.Annotation: be}
 	}
