@@ -359,6 +359,9 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		}
 	}
 	nodeAnswered := map[int]bool{}
+	// deadReadyAt (node mode): by Node, the last answered request while a
+	// pod Kubernetes held ready there was dead (ready-pod-in-service).
+	deadReadyAt := map[int]time.Time{}
 	nodeStopped := map[int]time.Time{} // when each Node's kube-proxy last stopped
 	// unnoticed (HealthPort): each death of a Node HAProxy's check cannot
 	// see, from the death to when Kubernetes held no ready pod there or
@@ -505,8 +508,12 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			// a Kubernetes read: not before the service reads again. A
 			// reload while the target's socket was down counts from its
 			// return, noticed (serve-soak seed 280120534 on 2.6.12: the
-			// socket came back as Kubernetes became unreachable).
-			if end, ok := tt.lastLossy(); ok && !tt.recoverableFrom(end).Before(out[0]) && !end.After(at) && !tt.hitSince(end) {
+			// socket came back as Kubernetes became unreachable). So
+			// does one whose recovery (b.Reload) the outage cut: the
+			// servers re-added wait in drain for a reconcile to put them
+			// in service (serve-soak seed 772009266 on 3.0.11: a reload
+			// 0.35 s before the outage).
+			if end, ok := tt.lastLossy(); ok && !tt.recoverableFrom(end).Add(b.Reload).Before(out[0]) && !end.After(at) && !tt.hitSince(end) {
 				return ExcuseKubeDownReload
 			}
 		}
@@ -842,6 +849,13 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				continue
 			}
 			tt.answered++
+			if opt.Nodes > 0 {
+				for m, q := range pods {
+					if m != staticPod && q.inK8s && q.state == live && !q.alive {
+						deadReadyAt[nodeOf(m)] = o.at
+					}
+				}
+			}
 			if p := track(o.pod); p.available() {
 				sn := tt.pod(o.pod)
 				sn.lastHit, sn.hitCount = o.at, tt.answered
@@ -913,6 +927,15 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 				}
 				if !tt.unhungAt.IsZero() && tt.unhungAt.Add(HungAfter).After(due) {
 					due = tt.unhungAt.Add(HungAfter)
+				}
+				// Node mode: kube-proxy sends a Node's checks to every pod
+				// Kubernetes holds ready there, a dead one too (until
+				// noticed): the Node's server, gated again (a reload by
+				// others dropped it), fails such checks and its pods wait
+				// for the notice (serve-soak seed 772009266 on 3.0.11: p-4,
+				// a black hole beside p-19 on n-5, kept n-5 out 2.3 s).
+				if at, ok := deadReadyAt[nodeOf(n)]; ok && n != staticPod && at.Add(q.entry(b)).After(due) {
+					due = at.Add(q.entry(b))
 				}
 				// A pod readied while the service could not reach the
 				// target waits for the follow-up's next try.

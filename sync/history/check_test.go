@@ -122,8 +122,26 @@ func TestEvaluateExcuses(t *testing.T) {
 			opts:   evalOptions{RuntimeOnly: true},
 		},
 		{
+			// Serve-soak seed 772009266 on 3.0.11: the servers re-added
+			// after the reload passed their checks, and waited in drain
+			// for a reconcile that could not read Kubernetes.
+			name:   "a failure after a reload by others whose recovery the outage cut (runtime driver)",
+			obs:    []obs{{at: at(3500), kind: obsReloadStart}, {at: at(3600), kind: obsReload}, kube(4000, true), failed(6000), kube(7000, false)},
+			excuse: ExcuseKubeDownReload,
+			opts:   evalOptions{RuntimeOnly: true},
+		},
+		{
+			name: "a failure after a reload by others recovered before the outage",
+			obs: append([]obs{{at: at(1000), kind: obsReloadStart}, {at: at(1100), kind: obsReload}, kube(3500, true), failed(5000), kube(7000, false)},
+				traffic(1200, 3500, 1)...),
+			want: []Invariant{NoFailedRequest},
+			opts: evalOptions{RuntimeOnly: true},
+		},
+		{
+			// Recoverable from 8 s (the socket's return and its
+			// recovery), its reload bound over by 10 s.
 			name: "a failure after a reload long before Kubernetes became unreachable",
-			obs: []obs{down(1000, true), {at: at(2000), kind: obsReloadStart}, {at: at(2100), kind: obsReload}, down(3000, false), kube(9000, true),
+			obs: []obs{down(1000, true), {at: at(2000), kind: obsReloadStart}, {at: at(2100), kind: obsReload}, down(3000, false), kube(10500, true),
 				failed(12000), kube(15000, false)},
 			want: []Invariant{NoFailedRequest},
 			opts: evalOptions{RuntimeOnly: true},
@@ -461,6 +479,28 @@ func TestEvaluateExcuses(t *testing.T) {
 				{at: at(0), kind: obsCheck, pod: 3}, {at: at(5000), kind: obsStop, pod: 3},
 				{at: at(4000), began: at(3000), kind: obsRequest, err: "read tcp 127.0.0.1:1->127.0.0.1:2: i/o timeout"}}, append(traffic(0, 5000, 1, 3), traffic(5000, 9000, 1)...)...),
 			want: []Invariant{NoFailedRequest},
+		},
+		{
+			// Serve-soak seed 772009266 on 3.0.11: kube-proxy sends the
+			// Node's checks to its dead pod too (2, ready until noticed),
+			// so pod 5 beside it on Node 3 waits for the notice.
+			name: "node mode: a ready pod beside a dead one Kubernetes holds ready",
+			obs:  append([]obs{{at: at(1000), kind: obsListen, pod: 5}, {at: at(1000), kind: obsK8s, pod: 5, state: live}}, traffic(0, 9000, 1)...),
+			opts: evalOptions{Nodes: 3},
+			want: nil,
+		},
+		{
+			name: "node mode: a ready pod beside a dead one noticed, never in service",
+			obs: append([]obs{{at: at(1000), kind: obsListen, pod: 5}, {at: at(1000), kind: obsK8s, pod: 5, state: live},
+				{at: at(3000), kind: obsK8s, pod: 2, state: notReady}}, traffic(0, 9000, 1)...),
+			opts: evalOptions{Nodes: 3},
+			want: []Invariant{InService},
+		},
+		{
+			name: "node mode: a ready pod on another Node than the dead one, never in service",
+			obs:  append([]obs{{at: at(1000), kind: obsListen, pod: 4}, {at: at(1000), kind: obsK8s, pod: 4, state: live}}, traffic(0, 9000, 1)...),
+			opts: evalOptions{Nodes: 3},
+			want: []Invariant{InService},
 		},
 		{
 			name: "a pod ready during an outage, never in service",
