@@ -37,7 +37,7 @@ table=$(cat <<'EOF'
 16-gate-after-reload|sed@sync/reconcile/gate.go@s/checked = rt.CheckRunning \&\& rt.CheckPassed .. reloaded/checked = rt.CheckRunning \&\& rt.CheckPassed \&\& reloaded == reloaded/|109:dataplane:short 113:dataplane:short 114:dataplane:short 118:dataplane:short
 17-replica-unparked|sed@sync/runtimeapi/runtimeapi.go@s/case unparkedSince(err):/case false \&\& unparkedSince(err):/|132:runtime:short
 18-cap-ready-first|sed@sync/plan/plan.go@s/(c.Gate .. c.New != nil \&\& c.New.State == model.Ready) != serving/!serving/|158:runtime:short
-19-refused-replacement|sed@sync/plan/keep.go@s/\tfor _, n := range refused {\n\t\tfailed\[n\] = true\n\t}\n//|324:runtime:short
+19-refused-replacement|sed@sync/plan/keep.go@s/\tfor _, n := range refused {\n\t\tfailed\[n\] = true\n\t}\n//|420:runtime:short 311:runtime:short
 20-cap-givers|sed@sync/plan/plan.go@s/roomGivers(have, desired.Servers), pol.Refused)/nil, pol.Refused)/|126:runtime:short
 21-status-pair|sed@sync/fleet/status.go@s/inService(f.servedBy.sk., sr.Result, sel, names)/inService(nil, sr.Result, sel, names)/|4:dataplane:class
 22-straggler|sed@sync/reconcile/reconcile.go@s/return !s.first.IsZero() .. now.Sub(s.first) >= s.grace/return false/|9:dataplane:class

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -74,6 +75,7 @@ type pod struct {
 	sessMu   sync.Mutex
 	sessions map[net.Conn]bool
 	exiting  bool
+	ended    time.Time // when its last session ended
 }
 
 // listener is a process that listens at one address and hands each
@@ -186,6 +188,31 @@ func (p *pod) cutSessions() {
 	clear(p.sessions)
 }
 
+// inSession says whether the pod holds a long-lived session open, or
+// did within the draining follow-up's second and a reconcile's time: a
+// parked server's end is seen by the service's next poll.
+func (p *pod) inSession() bool {
+	p.sessMu.Lock()
+	defer p.sessMu.Unlock()
+	return len(p.sessions) > 0 || time.Since(p.ended) < 2*time.Second
+}
+
+// sessionAt says whether a pod at address addr (its IP) holds a session
+// open: its server, parked, waits for it to end (HAPROXY_DRAIN_TIMEOUT 0
+// waits for good; a session lasts up to 18 s, past the 10 s converge
+// bound).
+func (w *world) sessionAt(addr string) bool {
+	w.mu.Lock()
+	var at []*pod
+	for n, p := range w.pods {
+		if w.addrOf(n) == addr {
+			at = append(at, p)
+		}
+	}
+	w.mu.Unlock()
+	return slices.ContainsFunc(at, (*pod).inSession)
+}
+
 // session answers a long-lived client: its pod's name, then "p" for each
 // "p" it sends, until it closes or the pod stops.
 func (p *pod) session(c net.Conn, r *bufio.Reader) {
@@ -202,6 +229,7 @@ func (p *pod) session(c net.Conn, r *bufio.Reader) {
 	defer func() {
 		p.sessMu.Lock()
 		delete(p.sessions, c)
+		p.ended = time.Now()
 		p.sessMu.Unlock()
 	}()
 	if _, err := io.WriteString(c, podName(p.n)+"\n"); err != nil {

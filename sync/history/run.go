@@ -216,11 +216,30 @@ func (w *world) waitConverged(d time.Duration) string {
 	deadline := time.Now().Add(d)
 	for {
 		why := w.converged()
-		if why == "" || time.Now().After(deadline) {
+		if why == "" || time.Now().After(deadline) && !(onlySessions(why) && time.Now().Before(deadline.Add(sessionMax))) {
 			return why
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// sessionWait marks a difference that a session still open explains: a
+// server parked for a pod's sessions to end (HAPROXY_DRAIN_TIMEOUT 0).
+// Such differences are waited for sessionMax more, the longest a session
+// lasts (sessionClients), then reported as any other.
+const (
+	sessionWait = "(its pod holds a session open)"
+	sessionMax  = 18 * time.Second
+)
+
+// onlySessions says whether every difference of why is a sessionWait.
+func onlySessions(why string) bool {
+	for _, d := range strings.Split(why, "; ") {
+		if !strings.HasSuffix(d, sessionWait) {
+			return false
+		}
+	}
+	return true
 }
 
 // converged says how HAProxy differs from what Kubernetes holds: every ready
@@ -425,6 +444,11 @@ func (w *world) convergedServers(tg *target, be string, running map[string]hapro
 		guardKeeps := s.Maint() && !anyReady && w.setup.Config.Guard != GuardOff
 		switch {
 		case guardKeeps:
+		case s.Maint() && w.sessionAt(addr) && w.setup.Config.DrainTimeout == 0:
+			// Parked, waiting for its pod's sessions to end (seed 420,
+			// short: one began just before the last step): waited for
+			// as long as a session lasts (waitConverged), not excused.
+			diffs = append(diffs, fmt.Sprintf("server %s (%s) parked for no pod %s", s.Name, addr, sessionWait))
 		case tg.api != nil && s.Maint():
 			// The Data Plane driver deletes in batches (a reload each): a
 			// server of a pod that is gone waits in maintenance for its
@@ -444,13 +468,28 @@ func (w *world) convergedServers(tg *target, be string, running map[string]hapro
 // serverOf is unit u's server among those at its address: the one named
 // after it ([CLUSTER_NAME-]name[_bk]; in slot histories any, slots have
 // their own names), false when none is.
+//
+// With zones, a pod may have two servers a while, one of each role (the
+// old one parked, or draining its sessions, after a rezone): the one of
+// the role its zone gives now is its own. It was taken in the order
+// HAProxy listed them, and the other reported as running for no pod
+// (seed 420, short: p-8_bk, a rezone back and forth).
 func (w *world) serverOf(atAddr map[string][]haproxytest.Server, u unit) (haproxytest.Server, bool) {
+	var found []haproxytest.Server
 	for _, s := range atAddr[u.addr] {
 		if w.setup.Slots.N > 0 || namedAfter(s.Name, u.base) {
-			return s, true
+			found = append(found, s)
 		}
 	}
-	return haproxytest.Server{}, false
+	if len(found) == 0 {
+		return haproxytest.Server{}, false
+	}
+	if w.setup.Zones && w.setup.Slots.N == 0 && u.zone != "" {
+		if i := slices.IndexFunc(found, func(s haproxytest.Server) bool { return strings.HasSuffix(s.Name, "_bk") == (u.zone != w.local) }); i >= 0 {
+			return found[i], true
+		}
+	}
+	return found[0], true
 }
 
 // namedAfter says whether server name is one the service gives what is
