@@ -481,25 +481,53 @@ func TestEvaluateExcuses(t *testing.T) {
 			want: []Invariant{NoFailedRequest},
 		},
 		{
-			// Serve-soak seed 772009266 on 3.0.11: kube-proxy sends the
-			// Node's checks to its dead pod too (2, ready until noticed),
-			// so pod 5 beside it on Node 3 waits for the notice.
-			name: "node mode: a ready pod beside a dead one Kubernetes holds ready",
-			obs:  append([]obs{{at: at(1000), kind: obsListen, pod: 5}, {at: at(1000), kind: obsK8s, pod: 5, state: live}}, traffic(0, 9000, 1)...),
-			opts: evalOptions{Nodes: 3},
-			want: nil,
+			// Serve-soak seed 772009266 on 3.0.11: a reload by others
+			// dropped Node 3's server; kube-proxy sends its new checks to
+			// the black hole (2, ready until noticed) too, so pod 5 beside
+			// it waits for the notice.
+			name: "node mode: a ready pod beside a black hole Kubernetes holds ready, after a reload",
+			obs: append([]obs{{at: at(1000), kind: obsListen, pod: 5}, {at: at(1000), kind: obsK8s, pod: 5, state: live},
+				{at: at(3000), kind: obsReloadStart}, {at: at(3100), kind: obsReload}}, append(traffic(0, 3000, 1, 5), traffic(3000, 12000, 1)...)...),
+			opts: evalOptions{Nodes: 3, BlackHoles: true, RuntimeOnly: true},
 		},
 		{
-			name: "node mode: a ready pod beside a dead one noticed, never in service",
+			name: "node mode: a ready pod beside a black hole noticed, not in service after a reload",
 			obs: append([]obs{{at: at(1000), kind: obsListen, pod: 5}, {at: at(1000), kind: obsK8s, pod: 5, state: live},
-				{at: at(3000), kind: obsK8s, pod: 2, state: notReady}}, traffic(0, 9000, 1)...),
-			opts: evalOptions{Nodes: 3},
+				{at: at(3000), kind: obsReloadStart}, {at: at(3100), kind: obsReload}, {at: at(4000), kind: obsK8s, pod: 2, state: notReady}},
+				append(traffic(0, 3000, 1, 5), traffic(3000, 12000, 1)...)...),
+			opts: evalOptions{Nodes: 3, BlackHoles: true, RuntimeOnly: true},
 			want: []Invariant{InService},
 		},
 		{
-			name: "node mode: a ready pod on another Node than the dead one, never in service",
-			obs:  append([]obs{{at: at(1000), kind: obsListen, pod: 4}, {at: at(1000), kind: obsK8s, pod: 4, state: live}}, traffic(0, 9000, 1)...),
-			opts: evalOptions{Nodes: 3},
+			name: "node mode: a ready pod on another Node than the black hole, not in service after a reload",
+			obs: append([]obs{{at: at(1000), kind: obsListen, pod: 4}, {at: at(1000), kind: obsK8s, pod: 4, state: live},
+				{at: at(3000), kind: obsReloadStart}, {at: at(3100), kind: obsReload}}, append(traffic(0, 3000, 1, 4), traffic(3000, 12000, 1)...)...),
+			opts: evalOptions{Nodes: 3, BlackHoles: true, RuntimeOnly: true},
+			want: []Invariant{InService},
+		},
+		{
+			// The second reader: the service took the Node's server out
+			// by itself, no reload: the black hole explains nothing.
+			name: "node mode: a pod in service beside a black hole, dropped with no reload",
+			obs: append(append([]obs{{at: at(0), kind: obsListen, pod: 5}, {at: at(0), kind: obsK8s, pod: 5, state: live}},
+				traffic(0, 2000, 1, 5)...), traffic(2000, 12000, 1)...),
+			opts: evalOptions{Nodes: 3, BlackHoles: true, RuntimeOnly: true},
+			want: []Invariant{InService},
+		},
+		{
+			// Nor where the dead pod refuses (kube-proxy skips it), nor
+			// with the health port (it answers from Kubernetes' view).
+			name: "node mode: a ready pod beside a dead pod that refuses, not in service after a reload",
+			obs: append([]obs{{at: at(1000), kind: obsListen, pod: 5}, {at: at(1000), kind: obsK8s, pod: 5, state: live},
+				{at: at(3000), kind: obsReloadStart}, {at: at(3100), kind: obsReload}}, append(traffic(0, 3000, 1, 5), traffic(3000, 12000, 1)...)...),
+			opts: evalOptions{Nodes: 3, RuntimeOnly: true},
+			want: []Invariant{InService},
+		},
+		{
+			name: "node mode, health port: a ready pod beside a black hole, not in service after a reload",
+			obs: append([]obs{{at: at(1000), kind: obsListen, pod: 5}, {at: at(1000), kind: obsK8s, pod: 5, state: live},
+				{at: at(3000), kind: obsReloadStart}, {at: at(3100), kind: obsReload}}, append(traffic(0, 3000, 1, 5), traffic(3000, 12000, 1)...)...),
+			opts: evalOptions{Nodes: 3, BlackHoles: true, HealthPort: true, RuntimeOnly: true},
 			want: []Invariant{InService},
 		},
 		{

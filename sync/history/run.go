@@ -108,7 +108,7 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 
 	all := w.rec.snapshot()
 	rep := Report{Setup: s, Steps: steps, Evaluation: evaluate(all, evalOptions{Bounds: b, RuntimeOnly: s.Driver == Runtime, Slots: s.Slots.N > 0, Targets: len(w.targets), Zones: s.Zones,
-		Refused: s.Config.Refused, RefusedName: w.refusedName(), MaxServers: s.Config.MaxServers, Nodes: s.Nodes, Weight: s.Config.Weight, HealthPort: s.HealthPort,
+		Refused: s.Config.Refused, RefusedName: w.refusedName(), MaxServers: s.Config.MaxServers, Nodes: s.Nodes, Weight: s.Config.Weight, HealthPort: s.HealthPort, BlackHoles: s.BlackHoles,
 		Reloads: s.Driver == Dataplane && !s.DefaultServer && !s.RuntimeFails, SettingsWrites: settingsWrites(s, len(w.targets[0].backends)), Drain: s.Config.DrainTimeout, Guard: s.Config.Guard != GuardOff, TargetOf: func(name string) int {
 			if i, ok := w.targetOf[name]; ok {
 				return i
@@ -411,10 +411,10 @@ func (w *world) convergedServers(tg *target, be string, running map[string]hapro
 		case u.st == live && u.alive && !s.CheckRunning():
 			// In service without its check, a death would never take it out.
 			diffs = append(diffs, fmt.Sprintf("%s: in service, server %s's check not running (check state %#x)", u.name, s.Name, s.CheckState))
-		case (u.st == notReady || u.st == noticed) && !s.Maint() && (anyReady || w.setup.Static):
+		case (u.st == notReady || u.st == noticed) && !s.Maint() && (anyReady || withStatic && w.setup.Static):
 			// Kept in traffic only while no other server could serve
 			// (make-before-break): not beside a ready pod, nor beside the
-			// static server.
+			// static server (be's alone: be2 has none, second reader).
 			diffs = append(diffs, u.name+": not ready, server not in maintenance")
 		case u.st == terminating && s.Maint():
 			diffs = append(diffs, fmt.Sprintf("%s: terminating, server in maintenance", u.name))

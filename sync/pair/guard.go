@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,6 +39,7 @@ type Guard struct {
 	// the waiter's context.
 	once    sync.Once
 	running chan struct{}
+	waiting atomic.Int32 // calls waiting to run a check (tests)
 
 	mu       sync.Mutex
 	mismatch *MismatchError // nil: not known to be mismatched
@@ -59,6 +61,8 @@ func (g *Guard) Check(ctx context.Context) (Outcome, error) {
 // acquire waits for no other check to run, or for ctx to end.
 func (g *Guard) acquire(ctx context.Context) error {
 	g.once.Do(func() { g.running = make(chan struct{}, 1) })
+	g.waiting.Add(1)
+	defer g.waiting.Add(-1)
 	select {
 	case g.running <- struct{}{}:
 		return nil
@@ -85,6 +89,9 @@ func (g *Guard) Verify(ctx context.Context, pass any) error {
 	if g.acquire(ctx) != nil {
 		return g.Mismatch()
 	}
+	// Released even when a Reader or OnChange panics (the reconcile's
+	// recover goes on): held, every later check would wait for good.
+	defer g.release()
 	g.mu.Lock()
 	done := pass != nil && (pass == g.pass || !g.ended.Before(asked))
 	g.mu.Unlock()
@@ -94,7 +101,6 @@ func (g *Guard) Verify(ctx context.Context, pass any) error {
 	g.mu.Lock()
 	g.pass = pass
 	g.mu.Unlock()
-	g.release()
 	return g.Mismatch()
 }
 

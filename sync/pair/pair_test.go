@@ -239,7 +239,9 @@ func TestVerifyTakesTheCheckItWaitedFor(t *testing.T) {
 	}
 	verified := make(chan error, 1)
 	go func() { verified <- g.Verify(context.Background(), new(int)) }()
-	time.Sleep(20 * time.Millisecond)
+	for g.waiting.Load() == 0 { // the Verify waits for the check under way
+		time.Sleep(time.Millisecond)
+	}
 	close(release)
 	if err := <-checked; err != nil {
 		t.Fatal(err)
