@@ -73,6 +73,20 @@ func (c *Client) assemble(ctx context.Context, backend string, be *models.Backen
 			}
 			return pending
 		}
+		// Another writer's settings (serve beside the one-shot run, a
+		// second replica) are in no memory of this process: a server
+		// checked on a port of its own (kube-proxy's health port, whose
+		// HTTP check is the backend's) waits for any reload pending
+		// (seed 219952848, serve-soak, 3.4.0: the old tcp-check's "hc"
+		// sent to kube-proxy, every Node out until the reload).
+		var anyKnown, anyPending bool
+		reloadPending := func() bool {
+			if !anyKnown {
+				p, err := c.reloadPending(ctx)
+				anyPending, anyKnown = err != nil || p, true
+			}
+			return anyPending
+		}
 		seen := make(map[string]model.Server, len(rs))
 		for _, r := range rs {
 			seen[r.Name] = r
@@ -89,7 +103,8 @@ func (c *Client) assemble(ctx context.Context, backend string, be *models.Backen
 				// The socket can add it only with what haproxy.cfg's
 				// default-server gives it (inheritance), and not before
 				// the backend's new settings run (settingsLoading).
-				addable := onlyWritten(out.Servers[i].Source) && inh.inherit(out.Servers[i]).Carried && !settingsLoading()
+				addable := onlyWritten(out.Servers[i].Source) && inh.inherit(out.Servers[i]).Carried && !settingsLoading() &&
+					!(out.Servers[i].Check.Port != 0 && reloadPending())
 				out.Servers[i].Runtime = &model.Runtime{Loading: true, Addable: addable}
 				continue
 			}

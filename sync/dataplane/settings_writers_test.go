@@ -1,0 +1,60 @@
+package dataplane_test
+
+import (
+	"net/http"
+	"net/url"
+	"testing"
+
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
+)
+
+// TestAnotherWritersSettingsKeepAddsOffTheSocket: one writer commits the
+// backend's HTTP check of kube-proxy's health port with its servers (one
+// transaction, its reload pending for reload_delay); another process (serve
+// beside the one-shot run, a second replica) reads them written and not
+// running yet. It must not add them through the socket: they would run the
+// backend's old check, a tcp-check's "hc" sent to kube-proxy's HTTP port,
+// which answers 400 and takes every Node out (history seed 219952848,
+// serve-soak, Data Plane driver, HAProxy 3.4.0: health-port-spoken at the
+// start). Only the writer that committed the settings knew to wait.
+func TestAnotherWritersSettingsKeepAddsOffTheSocket(t *testing.T) {
+	api, _ := setup(t, dataplanetest.Options{}, dataplane.Auth{})
+	hl := &healthLog{api: api, lazy: true}
+	u, _ := url.Parse(api.URL)
+	first := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+	second := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+	w := want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready))
+	w.Settings = model.Settings{Balance: "roundrobin", HTTPCheck: "/healthz"}
+	for i := range w.Servers {
+		w.Servers[i].Check.Port = 32001
+	}
+	socketAdds := func() []string {
+		var out []string
+		for _, p := range hl.applied {
+			for _, ch := range p.Changes {
+				if ch.Action == plan.Add || ch.Renew {
+					out = append(out, ch.Name)
+				}
+			}
+		}
+		return out
+	}
+	syncOnce(t, first, w)
+	if got := socketAdds(); len(got) != 0 {
+		t.Fatalf("the writer of the settings added %v through the socket before they run", got)
+	}
+	p, _ := syncOnce(t, second, w)
+	if got := socketAdds(); len(got) != 0 {
+		t.Fatalf("another writer added %v through the socket while the reload that runs the backend's HTTP check is pending", got)
+	}
+	if len(p.Loading) != 2 {
+		t.Errorf("another writer's plan: loading %v, want both servers waiting for the reload", p.Loading)
+	}
+	hl.reload()
+	if p, _ := syncOnce(t, second, w); len(p.Loading) != 0 {
+		t.Errorf("after the reload: loading %v", p.Loading)
+	}
+}
