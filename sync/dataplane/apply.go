@@ -32,7 +32,7 @@ func (c *Client) Apply(ctx context.Context, p plan.Plan) (plan.Applied, error) {
 			return x.out, err
 		}
 	}
-	f := c.factsOf(p, x.inh)
+	f := c.factsOf(ctx, p, x.inh)
 	todo := steps(p, f)
 	posted := map[string]bool{}
 	for i := 0; i < len(todo); i++ {

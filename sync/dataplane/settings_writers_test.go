@@ -58,3 +58,35 @@ func TestAnotherWritersSettingsKeepAddsOffTheSocket(t *testing.T) {
 		t.Errorf("after the reload: loading %v", p.Loading)
 	}
 }
+
+// TestAddsWaitForTheSettingsReload: the settings (the HTTP check of the
+// health port) committed by one reconcile, the servers come in the next,
+// while the settings' reload is pending: they go in a transaction or the
+// API's add, never through the socket, where they would run the old check.
+// Same history as above: the reconcile after the settings' added the Nodes
+// through the socket.
+func TestAddsWaitForTheSettingsReload(t *testing.T) {
+	api, _ := setup(t, dataplanetest.Options{RuntimeFails: true}, dataplane.Auth{})
+	hl := &healthLog{api: api, lazy: true}
+	u, _ := url.Parse(api.URL)
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+	settings := model.Settings{Balance: "roundrobin", HTTPCheck: "/healthz"}
+	none := want()
+	none.Settings = settings
+	if p, _ := syncOnce(t, c, none); p.Settings == nil {
+		t.Fatal("the first reconcile wrote no settings")
+	}
+	w := want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready))
+	w.Settings = settings
+	for i := range w.Servers {
+		w.Servers[i].Check.Port = 32001
+	}
+	syncOnce(t, c, w)
+	for _, p := range hl.applied {
+		for _, ch := range p.Changes {
+			if ch.Action == plan.Add || ch.Renew {
+				t.Errorf("%s added through the socket while the settings' reload is pending", ch.Name)
+			}
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -69,7 +70,11 @@ func steps(p plan.Plan, f facts) []step {
 	// port would run the backend's old check there (a TCP connect passes
 	// it) until the settings' reload (history seed 1, nodes, Data Plane,
 	// HAPROXY_BALANCE with the Service's healthCheckNodePort).
-	socketAdds := p.Settings == nil && !slices.ContainsFunc(p.Changes, func(ch plan.Change) bool {
+	// So does one whose settings an earlier write changed, while their
+	// reload is pending (checksLoading; seed 219952848 on 3.4.0: the
+	// reconcile after the settings' added Nodes through the socket, and
+	// their tcp-check said "hc" to kube-proxy's HTTP port).
+	socketAdds := p.Settings == nil && !f.checksLoading && !slices.ContainsFunc(p.Changes, func(ch plan.Change) bool {
 		return ch.Action == plan.Add && f.uncarried[ch.Name]
 	})
 	r := route(p, f.socket, f.addsReload, socketAdds)
@@ -140,15 +145,26 @@ type facts struct {
 	// default-server keyword "add server" cannot carry (inheritance): the
 	// socket never adds them.
 	uncarried map[string]bool
+	// checksLoading: a reload is pending (or the API cannot say) while p
+	// adds a server checked on a port of its own (kube-proxy's health
+	// port): the backend's HTTP check written before it, by this process
+	// or another (serve beside the one-shot run), may not run yet.
+	checksLoading bool
 }
 
 // factsOf reads facts off the client and what p's servers inherit.
-func (c *Client) factsOf(p plan.Plan, inh inheritance) facts {
+func (c *Client) factsOf(ctx context.Context, p plan.Plan, inh inheritance) facts {
 	f := facts{socket: c.runtime != nil, addsReload: c.addsReload(), uncarried: map[string]bool{}}
+	portAdd := false
 	for _, ch := range p.Changes {
 		if ch.New != nil && !inh.inherit(*ch.New).Carried {
 			f.uncarried[ch.Name] = true
 		}
+		portAdd = portAdd || ch.Action == plan.Add && ch.New != nil && ch.New.Check.Port != 0
+	}
+	if f.socket && portAdd && p.Settings == nil {
+		pending, err := c.reloadPending(ctx)
+		f.checksLoading = err != nil || pending
 	}
 	return f
 }
