@@ -33,17 +33,7 @@ func TestDefaultServerNotCarriedIsLeftToTheReload(t *testing.T) {
 	u, _ := url.Parse(api.URL)
 	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
 	w := want(srv("node-a", "127.0.1.1", model.Ready), srv("node-b", "127.0.1.2", model.Ready))
-	socketAdds := func() []string {
-		var out []string
-		for _, p := range hl.applied {
-			for _, ch := range p.Changes {
-				if ch.Action == plan.Add || ch.Renew {
-					out = append(out, ch.Name)
-				}
-			}
-		}
-		return out
-	}
+	socketAdds := hl.socketAdds
 
 	p, _ := syncOnce(t, c, w)
 	if got := socketAdds(); len(got) != 0 {

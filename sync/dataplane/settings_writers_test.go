@@ -8,7 +8,6 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
-	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
 )
 
 // TestAnotherWritersSettingsKeepAddsOffTheSocket: one writer commits the
@@ -31,17 +30,7 @@ func TestAnotherWritersSettingsKeepAddsOffTheSocket(t *testing.T) {
 	for i := range w.Servers {
 		w.Servers[i].Check.Port = 32001
 	}
-	socketAdds := func() []string {
-		var out []string
-		for _, p := range hl.applied {
-			for _, ch := range p.Changes {
-				if ch.Action == plan.Add || ch.Renew {
-					out = append(out, ch.Name)
-				}
-			}
-		}
-		return out
-	}
+	socketAdds := hl.socketAdds
 	syncOnce(t, first, w)
 	if got := socketAdds(); len(got) != 0 {
 		t.Fatalf("the writer of the settings added %v through the socket before they run", got)
@@ -82,11 +71,7 @@ func TestAddsWaitForTheSettingsReload(t *testing.T) {
 		w.Servers[i].Check.Port = 32001
 	}
 	syncOnce(t, c, w)
-	for _, p := range hl.applied {
-		for _, ch := range p.Changes {
-			if ch.Action == plan.Add || ch.Renew {
-				t.Errorf("%s added through the socket while the settings' reload is pending", ch.Name)
-			}
-		}
+	if got := hl.socketAdds(); len(got) != 0 {
+		t.Errorf("%v added through the socket while the settings' reload is pending", got)
 	}
 }

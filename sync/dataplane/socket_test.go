@@ -63,6 +63,20 @@ type healthLog struct {
 	shutAt   []int
 }
 
+// socketAdds names the servers its Apply added (or renewed) through the
+// socket.
+func (h *healthLog) socketAdds() []string {
+	var out []string
+	for _, p := range h.applied {
+		for _, ch := range p.Changes {
+			if ch.Action == plan.Add || ch.Renew {
+				out = append(out, ch.Name)
+			}
+		}
+	}
+	return out
+}
+
 // reload loads haproxy.cfg as the running HAProxy: every configured server,
 // in its configured state, with its check running unless it is parked;
 // what the socket did is forgotten.
