@@ -55,6 +55,8 @@ p4-sessions-shut|sed@sync/plan/drain.go@s/case timeout > 0 .. u.State == model.M
 p5-drain-timeout-ignored|sed@sync/plan/drain.go@s/case timeout > 0 .. u.State == model.Maint/case false \&\& u.State == model.Maint/|3:runtime:short 16:runtime:short
 p6-tls-links|sed@sync/tlsfiles/tlsfiles.go@s/fi, err := os.Stat(p.path)/fi, err := os.Lstat(p.path)/|6:runtime:nodes-soak
 p7-ipmode|sed@cmd/haproxy-k8s-sync/fleet.go@s/f.ProxyProtocol = cfg.SendProxyV2/f.ProxyProtocol = false/|3:dataplane:class
+p8-cidrs-ignored|sed@sync/desired/validate.go@s/return "", ReasonAddressNotAllowed, "outside ALLOWED_SERVER_CIDRS"/return a.String(), "", ""/|3:runtime:short
+p9-managed-by-ignored|sed@sync/desired/desired.go@s/if c.opts.ManagedBy != "" \&\& s.Labels/if false \&\& s.Labels/|3:runtime:short
 EOF
 )
 want=("$@")

@@ -147,3 +147,79 @@ func kubeconfigB(b *testing.B) string {
 	}
 	return p
 }
+
+// BenchmarkServiceRSSManyServices runs serve in annotation mode from
+// manifests with many Services (HKS_BENCH_RSS_SERVICES, 2,000 unless
+// told), each naming its own backend with two ready pods, against the test
+// Data Plane API; one full reconcile (POST /reconcile) per op once every
+// server is written, and reports the time of one and the service process's
+// resident memory at the end, beside the shipped limit of 128 Mi.
+func BenchmarkServiceRSSManyServices(b *testing.B) {
+	n := 2000
+	if s := os.Getenv("HKS_BENCH_RSS_SERVICES"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil {
+			b.Fatalf("HKS_BENCH_RSS_SERVICES: %v", err)
+		}
+	}
+	api := dataplanetest.New(b, dataplanetest.Options{})
+	rr := "roundrobin"
+	var docs strings.Builder
+	for i := range n {
+		be := fmt.Sprintf("be_%04d", i)
+		api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: be, Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
+		fmt.Fprintf(&docs, "---\napiVersion: v1\nkind: Service\nmetadata: {name: web%04d, namespace: shop, annotations: {haproxy-k8s-sync.io/backends: %s}}\nspec: {ports: [{name: http, port: 80}]}\n", i, be)
+		fmt.Fprintf(&docs, "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web%04d-1, namespace: shop, labels: {kubernetes.io/service-name: web%04d}}\naddressType: IPv4\nports: [{name: http, port: 8080}]\nendpoints:\n", i, i)
+		for k := range 2 {
+			fmt.Fprintf(&docs, "- {addresses: [10.244.%d.%d], conditions: {ready: true}}\n", (2*i+k)/250, (2*i+k)%250+1)
+		}
+	}
+	manifests := filepath.Join(b.TempDir(), "shop.yaml")
+	if err := os.WriteFile(manifests, []byte(docs.String()), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	port := freePortB(b)
+	cmd := command(nil, "serve --manifests "+manifests, "SERVICE_SELECTION=annotation", "ANNOTATION_BACKENDS=be_*", "HAPROXY_DATAPLANE_URL="+api.URL,
+		"TARGET_ADDRESS=pod", "ALLOWED_SERVER_CIDRS=10.244.0.0/16", fmt.Sprintf("PORT=%d", port), "LOG_LEVEL=error", "RECONCILE_TIMEOUT=60s", "WEBHOOK_AUTH=none")
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	full := func() int {
+		resp, err := http.Post(base+"/reconcile", "", nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	written := func() int {
+		got := 0
+		for i := range n {
+			got += len(api.Servers(fmt.Sprintf("be_%04d", i)))
+		}
+		return got
+	}
+	for deadline := time.Now().Add(3 * time.Minute); written() != 2*n; {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d servers written of %d in 3 minutes", written(), 2*n)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if resp, err := http.Get(base + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				full()
+			}
+		}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if code := full(); code != 200 {
+			b.Fatalf("full reconcile: %d", code)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(n), "services")
+	b.ReportMetric(rssMB(b, cmd.Process.Pid), "rss-MB")
+}

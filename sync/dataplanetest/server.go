@@ -52,6 +52,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,6 +148,10 @@ type Server struct {
 	forced     int // forced reloads asked by the request being handled
 	writes     int
 	requests   []Request
+	// busy is the time spent answering requests, spec checks included:
+	// the test API's own cost, which a benchmark tells apart from the
+	// client's (Busy).
+	busy       atomic.Int64
 	violations []string
 	intercept  func(w http.ResponseWriter, r *http.Request) bool
 	fault      *faultState
@@ -220,6 +225,9 @@ func New(t testing.TB, opts Options) *Server {
 	})
 	return s
 }
+
+// Busy is the time the server spent answering requests so far.
+func (s *Server) Busy() time.Duration { return time.Duration(s.busy.Load()) }
 
 // CertPEM returns the server's certificate in PEM, to use as a CA bundle.
 func (s *Server) CertPEM() []byte {
@@ -464,6 +472,7 @@ func errReply(status int, format string, args ...any) reply {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	defer func(began time.Time) { s.busy.Add(int64(time.Since(began))) }(time.Now())
 	s.mu.Lock()
 	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Auth: r.Header.Get("Authorization")})
 	intercept := s.intercept

@@ -100,6 +100,9 @@ type fleetWorld struct {
 	drv  *counting
 	f    *fleet.Fleet
 	http string
+	// api is the test Data Plane API, when the driver is the Data Plane
+	// one.
+	api *dataplanetest.Server
 }
 
 func newFleetWorld(t testing.TB, backends ...string) *fleetWorld {
@@ -127,6 +130,7 @@ func newFleetWorldOf(t testing.TB, dataplaneAPI bool, backends ...string) *fleet
 	fw.drv = newCounting(rt)
 	if dataplaneAPI {
 		api := dataplanetest.Over(t, fw.h, dataplanetest.Options{}, nil, backends...)
+		fw.api = api
 		rr := "roundrobin"
 		for _, b := range backends {
 			api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: b, Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})

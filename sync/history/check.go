@@ -50,7 +50,10 @@ type seen struct {
 
 // targetTrack is one target as the evaluation walks.
 type targetTrack struct {
-	pods        map[int]*seen
+	pods map[int]*seen
+	// crashes: when its master was seen saying a former worker crashed
+	// (read ahead: a request that crash cut ended before).
+	crashes     []time.Time
 	answered    int
 	reloads     [][2]time.Time // start and end of each reload by others
 	reloadStart time.Time
@@ -455,6 +458,12 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 	for i := range tts {
 		tts[i] = &targetTrack{pods: map[int]*seen{}, outages: outages[i], refusals: refused[i]}
 	}
+	for _, o := range all {
+		if o.kind == obsWorkerCrash {
+			tt := tts[min(o.target, len(tts)-1)]
+			tt.crashes = append(tt.crashes, o.at)
+		}
+	}
 	step := -1
 	reachedOther := map[[2]int]bool{} // target, pod: reported once
 	add := func(inv Invariant, target int, at time.Time, format string, args ...any) {
@@ -477,26 +486,35 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			p.since = time.Time{}
 		}
 	}
-	// lagging says whether target tt may lag behind at at, and why: it
-	// hangs (or just stopped), or (runtime driver) a reload by others
-	// dropped its servers.
-	lagging := func(tt *targetTrack, at time.Time) string {
+	// lags says whether target tt may lag behind at at, and why, each
+	// reason that holds, first first: it hangs (or just stopped), its API
+	// refuses, a reload by others dropped its servers, its socket or API
+	// is down, Kubernetes is unreachable from the service. lagging is the
+	// first.
+	lags := func(tt *targetTrack, at time.Time) []string {
+		var out []string
 		if !tt.hungSince.IsZero() || !tt.unhungAt.IsZero() && at.Sub(tt.unhungAt) <= HungAfter {
-			return ExcuseHung
+			out = append(out, ExcuseHung)
 		}
 		if tt.apiRefusing(at, b.Entry) {
-			return ExcuseAPIRefused
+			out = append(out, ExcuseAPIRefused)
 		}
 		// A reload's lag first: it has its own bound, beside an outage too
 		// (an outage's excuse is restricted where its pods still serve).
 		if why, _, _ := tt.reloadLag(at, b.Reload); why != "" {
-			return why
+			out = append(out, why)
 		}
 		if tt.downAt(at, b.Entry) != nil {
-			return ExcuseDown
+			out = append(out, ExcuseDown)
 		}
 		if kubeDown(at, b.Entry) {
-			return ExcuseKubeDown
+			out = append(out, ExcuseKubeDown)
+		}
+		return out
+	}
+	lagging := func(tt *targetTrack, at time.Time) string {
+		if l := lags(tt, at); len(l) > 0 {
+			return l[0]
 		}
 		return ""
 	}
@@ -505,6 +523,11 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 	excuse := func(tt *targetTrack, at time.Time) string {
 		if tt.restarting(at) {
 			return ExcuseRestart
+		}
+		for _, c := range tt.crashes {
+			if !at.After(c) && c.Sub(at) <= workerCrashMargin {
+				return ExcuseWorkerCrash
+			}
 		}
 		if out := kubeOutageAt(kubeOut, at, b.Entry); out != nil {
 			// The runtime driver re-adds what a reload dropped only from
@@ -522,15 +545,25 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		}
 		// A pod in service before an outage of the target's socket or
 		// API serves through it, unless a reload by others dropped its
-		// server meanwhile: nothing restores it before the target is back.
+		// server meanwhile, or just before, the outage cutting the
+		// reload's recovery (b.Reload; serve-soak seed 374419966 on
+		// 2.6.12, runtime: a reload 0.2 s before the socket went):
+		// nothing restores it before the target is back.
 		dropped := func(out *[2]time.Time) bool {
 			end, ok := tt.lastLossy()
-			return ok && out != nil && !end.Before(out[0]) && !end.After(at) && !tt.hitSince(end)
+			return ok && out != nil && !tt.recoverableFrom(end).Add(b.Reload).Before(out[0]) && !end.After(at) && !tt.hitSince(end)
 		}
-		if why := lagging(tt, at); why != "" && (why != ExcuseOverflow || !tt.keptServing(pods, b, at)) &&
-			(why != ExcuseKubeDown || !servedThrough(pods, b, kubeOutageAt(kubeOut, at, b.Entry), at)) &&
-			(why != ExcuseDown || !servedThrough(pods, b, tt.downAt(at, b.Entry), at) || dropped(tt.downAt(at, b.Entry))) {
-			return why
+		// Each reason with its own restriction: one refused does not
+		// hide the next (serve-soak seed 374419966 on 2.6.12, Data Plane:
+		// a pod Kubernetes readied while unreachable, the target's socket
+		// down 0.2 s after Kubernetes came back; the socket's excuse,
+		// refused for that pod, hid Kubernetes').
+		for _, why := range lags(tt, at) {
+			if (why != ExcuseOverflow || !tt.keptServing(pods, b, at)) &&
+				(why != ExcuseKubeDown || !servedThrough(pods, b, kubeOutageAt(kubeOut, at, b.Entry), at)) &&
+				(why != ExcuseDown || !servedThrough(pods, b, tt.downAt(at, b.Entry), at) || dropped(tt.downAt(at, b.Entry))) {
+				return why
+			}
 		}
 		for _, d := range deaths {
 			if !at.Before(d) && at.Sub(d) <= b.Abrupt {

@@ -82,6 +82,13 @@ type Config struct {
 	Resync time.Duration
 	Events bool
 	Posts  bool
+	// Hostile: beside the Service's slices, Kubernetes holds slices the
+	// service must take nothing from (hostile.go): addresses outside
+	// ALLOWED_SERVER_CIDRS or written with leading zeros, the wrong
+	// family, a port the Service does not name, a slice another
+	// controller manages (ENDPOINTSLICE_MANAGED_BY set): a server for any
+	// of them runs for no pod (Converges).
+	Hostile bool
 }
 
 // GuardOff is Config.Guard for HAPROXY_DELETE_GUARD_PERCENT=0.
@@ -153,6 +160,7 @@ func ConfigOf(seed uint64) Config {
 	// HAPROXY_BACKEND_PORT is a single backend's; the readiness gate's
 	// verdict spans both backends while the judge reads be's servers.
 	c.Ports = !c.FixedPort && !c.Gate && one(4)
+	c.Hostile = one(3)
 	return c
 }
 
@@ -234,6 +242,10 @@ func (c Config) env() map[string]string {
 		"HAPROXY_CHECK_RISE": "2", "HAPROXY_CHECK_INTER": "1.5s", "HAPROXY_CHECK_FASTINTER": "100ms", "HAPROXY_CHECK_DOWNINTER": "200ms",
 		"HAPROXY_SEND_PROXY_V2": "false", "HAPROXY_WEIGHT": "equal", "CORDONED_NODES": "ignore",
 		"RESYNC_PERIOD": "0s", "SERVICE_EVENTS": "false", "HAPROXY_DRAIN_TIMEOUT": "0s", "HAPROXY_BALANCE": "",
+		"ENDPOINTSLICE_MANAGED_BY": "",
+	}
+	if c.Hostile {
+		e["ENDPOINTSLICE_MANAGED_BY"] = controllerManaged
 	}
 	if c.Balance != "" {
 		e["HAPROXY_BALANCE"] = c.Balance
@@ -312,6 +324,9 @@ func (c Config) String() string {
 	}
 	if c.Posts {
 		out = append(out, "posts")
+	}
+	if c.Hostile {
+		out = append(out, "hostile")
 	}
 	if len(out) == 0 {
 		return "shipped"

@@ -31,6 +31,8 @@ var drawn = map[string]string{
 	"HAPROXY_BACKENDS":                "Config.Ports (a quarter of pod-mode single-Service histories without the gate or a fixed port): the Service's second port fills be2, judged by Converges as be is",
 	"HAPROXY_CHECK_KUBE_PROXY_PORT":   "Setup.KubeProxy (half of Setup.HealthPort's): the Service a NodePort without healthCheckNodePort, Nodes checked on kube-proxy's own port (200 whatever the pods, 503 under the autoscaler's taint)",
 	"HAPROXY_RUNTIME_URL":             "Setup.Driver and Setup.Targets: one or two sockets",
+	"ALLOWED_SERVER_CIDRS":            "the pods' and Nodes' networks and 127.0.0.0/16; Config.Hostile (a third) adds ready endpoints outside it, with leading zeros, of IPv6 (hostile.go): a server for one runs for no pod (Converges)",
+	"ENDPOINTSLICE_MANAGED_BY":        "Config.Hostile: the controller's, beside a slice the mirroring controller manages",
 	"HAPROXY_DATAPLANE_URL":           "Setup.Driver: the Data Plane driver with both URLs",
 	"SERVICE_SELECTION":               "the services shape: annotation",
 	"ANNOTATION_BACKENDS":             "the services shape: be,be2",
@@ -62,8 +64,6 @@ var invisible = map[string]string{
 	"HAPROXY_DATAPLANE_PASSWORD":      "credentials: the test API takes any",
 	"HAPROXY_DATAPLANE_TOKEN":         "credentials: the test API takes any",
 	"HAPROXY_DATAPLANE_CA_FILE":       "transport: http on loopback",
-	"ALLOWED_SERVER_CIDRS":            "a filter of addresses: the histories' are all allowed (127.0.0.0/8); TestHostileEndpointsPodMode covers the rest",
-	"ENDPOINTSLICE_MANAGED_BY":        "a filter of slices: the histories' slices are all the controller's",
 	"WEBHOOK_TOKEN_FILE":              "the HTTP routes' auth",
 	"WEBHOOK_AUDIENCE":                "the HTTP routes' auth",
 	"WEBHOOK_ALLOWED_SERVICEACCOUNTS": "the HTTP routes' auth",
@@ -132,6 +132,7 @@ func TestConfigOfDrawsEverySetting(t *testing.T) {
 		seen["send-proxy"] = seen["send-proxy"] || c.SendProxy
 		seen["fixed-port"] = seen["fixed-port"] || c.FixedPort
 		seen["ports"] = seen["ports"] || c.Ports
+		seen["hostile"] = seen["hostile"] || c.Hostile
 		if c.Balance != "" {
 			seen["balance-"+c.Balance] = true
 		}
@@ -157,7 +158,7 @@ func TestConfigOfDrawsEverySetting(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"guard-off", "guard-low", "guard-shipped", "cap", "batch", "gate", "on-error", "fall", "send-proxy", "replica", "cluster", "refused",
-		"rise", "drain", "timings", "fixed-port", "ports", "balance-roundrobin", "balance-leastconn", "balance-random",
+		"rise", "drain", "timings", "fixed-port", "ports", "hostile", "balance-roundrobin", "balance-leastconn", "balance-random",
 		"nodes-3", "nodes-4", "nodes-5", "weight", "drain-cordoned", "node-cap", "oneshot", "health-port", "kube-proxy-port"} {
 		if !seen[k] {
 			t.Errorf("no seed of 100 draws %s", k)

@@ -2,6 +2,7 @@ package history
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -200,7 +201,34 @@ const (
 	// terminating one the service could not drain there): nothing may
 	// take it over. Bounded by the request's life and the outage.
 	ExcuseDownInFlight = "a pod its unreachable target kept exited under it"
+	// ExcuseWorkerCrash: a request through a target that ended, failed,
+	// within workerCrashMargin before its master said a former worker
+	// (one finishing its connections after a reload) crashed: HAProxy's
+	// own fault, which cuts what that worker held (2.6.12, "Former worker
+	// exited with code 139", nodes-soak seed 374419967, Data Plane).
+	ExcuseWorkerCrash = "HAProxy's former worker crashed"
 )
+
+// workerCrashMargin bounds how long before the master's word of a former
+// worker's crash (polled every 100 ms) a request that crash cut ended.
+const workerCrashMargin = time.Second
+
+// workerCrashes counts the former workers HAProxy's log says crashed: an
+// exit with a code of a signal's (128 + the signal), not a plain exit.
+func workerCrashes(log string) int {
+	n := 0
+	for line := range strings.Lines(log) {
+		_, rest, ok := strings.Cut(line, "Former worker")
+		if !ok {
+			continue
+		}
+		_, code, ok := strings.Cut(rest, "exited with code ")
+		if c, err := strconv.Atoi(strings.Fields(code + " x")[0]); ok && err == nil && c > 128 {
+			n++
+		}
+	}
+	return n
+}
 
 // downRecovery bounds how long after a target's socket or API takes
 // connections again the service may wait to try it: a reconcile that

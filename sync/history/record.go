@@ -41,6 +41,7 @@ const (
 	obsDown                          // target's socket or API (err) refuses every connection (hung), or takes them again
 	obsSession                       // a long-lived session through target to pod ended (began; err: how it was cut, empty: the client ended it)
 	obsNodeEmpty                     // node mode: Node pod-nodeBase's kube-proxy had no pod that took a client of target
+	obsWorkerCrash                   // target's master said a former worker crashed (seen within 100 ms)
 )
 
 // obs is one observation, as the history's recorder keeps it.

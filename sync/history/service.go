@@ -254,46 +254,51 @@ func historyLog(t testing.TB, dir string) string {
 // gateDiffs says, with POD_READINESS_GATE, how the pods' gates differ from
 // what HAProxy runs once the history is quiet: True exactly for the pods
 // whose every server is in service (not parked, not draining, UP) on every
-// target. A pod MAX_SERVERS left without a server, or whose server HAProxy
-// refused, is not in service.
+// target: each instance's server of the pod (serverOf: named after it, of
+// its zone's role, in service where one is), not a server parked at its
+// address (slot soak seed 374419966 on 2.6.12: the server added for a pod
+// beyond the slots, parked for its sessions once the pod had a slot, made
+// the pod's gate judged wrong). A pod MAX_SERVERS left
+// without a server, or whose server HAProxy refused, is not in service.
 func (w *world) gateDiffs() []string {
 	if !w.setup.Config.Gate {
 		return nil
 	}
-	byAddr := map[string]int{}
-	w.mu.Lock()
-	for n := range w.k8s {
-		byAddr[w.addrOf(n)] = n
+	units := w.units()
+	inService := map[string]bool{} // by unit name: the pod's podName
+	for _, u := range units {
+		inService[u.name] = true
 	}
-	w.mu.Unlock()
-	inService := map[int]bool{}
-	for i, tg := range w.targets {
+	for _, tg := range w.targets {
 		reply, err := tg.h.Command("show servers state " + backend)
 		if err != nil {
 			return []string{"gate: show servers state: " + err.Error()}
 		}
-		here := map[int]bool{}
-		for _, s := range haproxytest.ParseServers(reply, backend) {
-			n, known := byAddr[s.Address] // a recreated pod's server keeps its name (p-4 at pod 6's address)
-			if !known {
-				continue
+		all := haproxytest.ParseServers(reply, backend)
+		// Each instance's servers apart (Config.Writer2 "cluster"): each
+		// has its own server for every pod.
+		groups := []map[string]haproxytest.Server{all}
+		if w.setup.Config.Writer2 == "cluster" {
+			west, rest := map[string]haproxytest.Server{}, map[string]haproxytest.Server{}
+			for name, sv := range all {
+				if strings.HasPrefix(name, cluster2+"-") {
+					west[name] = sv
+				} else {
+					rest[name] = sv
+				}
 			}
-			ok := !s.Maint() && !s.Drain() && s.Up() && s.Weight > 0
-			if prev, seen := here[n]; seen {
-				ok = ok && prev
-			}
-			here[n] = ok
+			groups = []map[string]haproxytest.Server{rest, west}
 		}
-		for n, ok := range here {
-			if i == 0 {
-				inService[n] = ok
-			} else {
-				inService[n] = inService[n] && ok
+		for _, g := range groups {
+			atAddr := map[string][]haproxytest.Server{}
+			for _, sv := range g {
+				atAddr[sv.Address] = append(atAddr[sv.Address], sv)
 			}
-		}
-		for n := range inService {
-			if _, ok := here[n]; !ok {
-				inService[n] = false
+			for _, u := range units {
+				sv, ok := w.serverOf(atAddr, u)
+				if !ok || sv.Maint() || sv.Drain() || !sv.Up() || sv.Weight == 0 {
+					inService[u.name] = false
+				}
 			}
 		}
 	}
@@ -304,9 +309,9 @@ func (w *world) gateDiffs() []string {
 		switch {
 		case st != live:
 			// Not ready: what its gate says is the kubelet's business.
-		case inService[n] && !w.gates[n]:
+		case inService[podName(n)] && !w.gates[n]:
 			diffs = append(diffs, fmt.Sprintf("%s: in service on every target, its gate not True (last verdict: %s)", podName(n), cmp.Or(w.gateWhy[n], "none")))
-		case !inService[n] && w.gates[n]:
+		case !inService[podName(n)] && w.gates[n]:
 			diffs = append(diffs, podName(n)+": gate True, its server not in service on every target")
 		}
 	}

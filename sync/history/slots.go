@@ -78,6 +78,9 @@ func (w *world) slotPrefixes() []string {
 // slotName matches a slot's name: [CLUSTER_NAME-]k8sN, k8sbN a backup's.
 var slotName = regexp.MustCompile(`^(?:[a-z]+-)?k8sb?\d+$`)
 
+// backupSlot matches a backup slot's name.
+var backupSlot = regexp.MustCompile(`^(?:[a-z]+-)?k8sb\d+$`)
+
 // declareSlots writes be's slots into every target's haproxy.cfg and
 // reloads it, before the service starts: the static server first (no
 // default-server line for it, it is another's), then the service's check

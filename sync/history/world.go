@@ -275,7 +275,7 @@ func newWorld(t testing.TB, s Setup) *world {
 	}
 	env := map[string]string{
 		"TARGET_ADDRESS": mode, "INGRESS_NAMESPACE": namespace, "INGRESS_SERVICE_NAME": service,
-		"HAPROXY_BACKEND_NAME": backend, "ALLOWED_SERVER_CIDRS": "127.0.0.0/8,10.244.0.0/16,10.250.0.0/24",
+		"HAPROXY_BACKEND_NAME": backend, "ALLOWED_SERVER_CIDRS": allowedCIDRs,
 		"HAPROXY_RUNTIME_URL": strings.Join(runtimes, ","), "HAPROXY_DATAPLANE_URL": strings.Join(apis, ","),
 		"CLUSTER_NAME": "", "HAPROXY_LOCAL_ZONE": "",
 	}
@@ -433,7 +433,7 @@ func (w *world) input() desired.Input {
 		sl := bySlice[i]
 		if sl == nil {
 			sl = &discoveryv1.EndpointSlice{
-				ObjectMeta:  metav1.ObjectMeta{Namespace: namespace, Name: service + "-" + strconv.Itoa(i), Labels: map[string]string{discoveryv1.LabelServiceName: service}},
+				ObjectMeta:  metav1.ObjectMeta{Namespace: namespace, Name: service + "-" + strconv.Itoa(i), Labels: map[string]string{discoveryv1.LabelServiceName: service, discoveryv1.LabelManagedBy: controllerManaged}},
 				AddressType: discoveryv1.AddressTypeIPv4,
 				Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
 			}
@@ -467,6 +467,9 @@ func (w *world) input() desired.Input {
 	}
 	for _, i := range order {
 		slices = append(slices, *bySlice[i])
+	}
+	if w.setup.Config.Hostile {
+		slices = append(slices, hostileSlices(port)...)
 	}
 	in := desired.Input{
 		Service: w.serviceObject(service, backend),
