@@ -179,6 +179,35 @@ func TestEvaluateExcuses(t *testing.T) {
 			opts: evalOptions{RuntimeOnly: true},
 		},
 		{
+			// Serve-soak seed 374419967 on 2.6.12 (node mode): sent 0.1 s
+			// after a pod died as a black hole, failed 2 s after.
+			name: "a failure sent just after a pod died as a black hole",
+			obs: []obs{{at: at(0), kind: obsListen, pod: 4}, {at: at(0), kind: obsK8s, pod: 4, state: live}, {at: at(0), kind: obsCheck, pod: 4},
+				{at: at(5000), kind: obsStop, pod: 4}, {at: at(7100), kind: obsRequest, err: "unexpected EOF", began: at(5500)}},
+			excuse: ExcuseBlackHoleSent,
+			opts:   evalOptions{BlackHoles: true},
+		},
+		{
+			name: "a failure sent after a black hole's death, later than it takes to find it down",
+			obs: []obs{{at: at(0), kind: obsListen, pod: 4}, {at: at(0), kind: obsK8s, pod: 4, state: live}, {at: at(0), kind: obsCheck, pod: 4},
+				{at: at(5000), kind: obsStop, pod: 4}, {at: at(7100), kind: obsRequest, err: "unexpected EOF", began: at(5800)}},
+			want: []Invariant{NoFailedRequest},
+			opts: evalOptions{BlackHoles: true},
+		},
+		{
+			name: "a failure sent just after a pod died refusing, not as a black hole",
+			obs: []obs{{at: at(0), kind: obsListen, pod: 3}, {at: at(0), kind: obsK8s, pod: 3, state: live}, {at: at(0), kind: obsCheck, pod: 3},
+				{at: at(5000), kind: obsStop, pod: 3}, {at: at(7100), kind: obsRequest, err: "unexpected EOF", began: at(5500)}},
+			want: []Invariant{NoFailedRequest},
+			opts: evalOptions{BlackHoles: true},
+		},
+		{
+			name: "a failure sent just after an even pod died, in a history without black holes",
+			obs: []obs{{at: at(0), kind: obsListen, pod: 4}, {at: at(0), kind: obsK8s, pod: 4, state: live}, {at: at(0), kind: obsCheck, pod: 4},
+				{at: at(5000), kind: obsStop, pod: 4}, {at: at(7100), kind: obsRequest, err: "unexpected EOF", began: at(5500)}},
+			want: []Invariant{NoFailedRequest},
+		},
+		{
 			// Nodes-soak seed 374419967 on 2.6.12: "Former worker (26537)
 			// exited with code 139 (Segmentation fault)".
 			name:   "a failure just before the master said a former worker crashed",

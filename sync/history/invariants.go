@@ -156,6 +156,12 @@ const (
 	// Bounds.Abrupt. Bounded by the request's own life (the client's
 	// dial and read timeouts): one request per client at most.
 	ExcuseDeathInFlight = "a pod died under it"
+	// ExcuseBlackHoleSent: a request sent within Bounds.Abrupt after a
+	// pod died as a black hole (Setup.BlackHoles), before HAProxy's check
+	// could find it down: routed there, it waits out HAProxy's connect
+	// timeouts and retries past Bounds.Abrupt. Bounded by when it was sent
+	// and its own life (the client's timeouts).
+	ExcuseBlackHoleSent = "sent to a black hole not yet found down"
 	// ExcuseUnnoticed (Setup.HealthPort): the request began while a Node's
 	// pods had died and Kubernetes still held one of them ready, or within
 	// Bounds.Abrupt after it noticed: kube-proxy answers the health check
