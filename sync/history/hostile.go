@@ -37,16 +37,20 @@ func hostileAddr(last int) string {
 //   - an address outside ALLOWED_SERVER_CIDRS;
 //   - an address with a leading zero, which the API server takes and
 //     HAProxy would read another way;
-//   - an IPv6 slice whose address is outside ALLOWED_SERVER_CIDRS;
+//   - an IPv6 slice whose address is outside ALLOWED_SERVER_CIDRS (::1,
+//     or a unique local address in the tests' network namespace);
 //   - a slice whose only port is one the Service does not name;
 //   - a slice of another controller (the mirroring one's label), which
 //     ENDPOINTSLICE_MANAGED_BY leaves out;
 //   - in the tests' own network namespace, an FQDN slice (outside it a
 //     wrong server would send a DNS query).
 func hostileSlices(port int32) []discoveryv1.EndpointSlice {
-	outside := "127.1.0.1"
+	// The API server refuses loopback addresses in a slice: in the tests'
+	// own network namespace (serve histories) the outside addresses are
+	// ones no route there leads to.
+	outside, outside6 := "127.1.0.1", "::1"
 	if privateNet {
-		outside = "10.245.0.1"
+		outside, outside6 = "10.245.0.1", "fd00:245::1"
 	}
 	tcp, other := "tcp", "other"
 	slice := func(name string, family discoveryv1.AddressType, manager, portName string, addrs ...string) discoveryv1.EndpointSlice {
@@ -68,7 +72,7 @@ func hostileSlices(port int32) []discoveryv1.EndpointSlice {
 	}
 	out := []discoveryv1.EndpointSlice{
 		slice("hostile-v4", discoveryv1.AddressTypeIPv4, controllerManaged, tcp, outside, fmt.Sprintf("%d.%d.200.03", podNet[0], podNet[1])),
-		slice("hostile-v6", discoveryv1.AddressTypeIPv6, controllerManaged, tcp, "::1"),
+		slice("hostile-v6", discoveryv1.AddressTypeIPv6, controllerManaged, tcp, outside6),
 		slice("hostile-port", discoveryv1.AddressTypeIPv4, controllerManaged, other, hostileAddr(4)),
 		slice("mirrored", discoveryv1.AddressTypeIPv4, "endpointslicemirroring-controller.k8s.io", tcp, hostileAddr(5)),
 	}
