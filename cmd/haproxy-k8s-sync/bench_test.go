@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired/desiredtest"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/haproxytest"
 )
 
 // BenchmarkStartToReady measures process start to the first 200 on /readyz
@@ -150,10 +152,12 @@ func kubeconfigB(b *testing.B) string {
 
 // BenchmarkServiceRSSManyServices runs serve in annotation mode from
 // manifests with many Services (HKS_BENCH_RSS_SERVICES, 2,000 unless
-// told), each naming its own backend with two ready pods, against the test
-// Data Plane API; one full reconcile (POST /reconcile) per op once every
-// server is written, and reports the time of one and the service process's
-// resident memory at the end, beside the shipped limit of 128 Mi.
+// told), each naming its own backend with two ready pods (every Service's
+// pods answer on the same two listeners: what is measured is the service),
+// against a real HAProxy through its admin socket; one full reconcile
+// (POST /reconcile, a no-op) per op once every server is in service, and
+// reports the service process's resident memory at the end, beside the
+// shipped limit of 128 Mi.
 func BenchmarkServiceRSSManyServices(b *testing.B) {
 	n := 2000
 	if s := os.Getenv("HKS_BENCH_RSS_SERVICES"); s != "" {
@@ -162,25 +166,31 @@ func BenchmarkServiceRSSManyServices(b *testing.B) {
 			b.Fatalf("HKS_BENCH_RSS_SERVICES: %v", err)
 		}
 	}
-	api := dataplanetest.New(b, dataplanetest.Options{})
-	rr := "roundrobin"
+	podPort := haproxytest.FreePort(b, "127.1.0.1")
+	haproxytest.Listen(b, "a", fmt.Sprintf("127.1.0.1:%d", podPort))
+	haproxytest.Listen(b, "b", fmt.Sprintf("127.1.0.2:%d", podPort))
+	var bes []haproxytest.Backend
 	var docs strings.Builder
 	for i := range n {
 		be := fmt.Sprintf("be_%04d", i)
-		api.AddBackend(models.Backend{BackendBase: models.BackendBase{Name: be, Mode: "tcp", AdvCheck: "tcp-check", Balance: &models.Balance{Algorithm: &rr}}})
+		bes = append(bes, haproxytest.Backend{Name: be, Lines: []string{"balance roundrobin", "option tcp-check"}})
 		fmt.Fprintf(&docs, "---\napiVersion: v1\nkind: Service\nmetadata: {name: web%04d, namespace: shop, annotations: {haproxy-k8s-sync.io/backends: %s}}\nspec: {ports: [{name: http, port: 80}]}\n", i, be)
-		fmt.Fprintf(&docs, "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web%04d-1, namespace: shop, labels: {kubernetes.io/service-name: web%04d}}\naddressType: IPv4\nports: [{name: http, port: 8080}]\nendpoints:\n", i, i)
+		fmt.Fprintf(&docs, "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web%04d-1, namespace: shop, labels: {kubernetes.io/service-name: web%04d}}\naddressType: IPv4\nports: [{name: http, port: %d}]\nendpoints:\n", i, i, podPort)
 		for k := range 2 {
-			fmt.Fprintf(&docs, "- {addresses: [10.244.%d.%d], conditions: {ready: true}}\n", (2*i+k)/250, (2*i+k)%250+1)
+			fmt.Fprintf(&docs, "- {addresses: [127.1.0.%d], conditions: {ready: true}, targetRef: {kind: Pod, namespace: shop, name: web%04d-%d}}\n", k+1, i, k)
 		}
 	}
+	h := haproxytest.Start(b, bes...)
 	manifests := filepath.Join(b.TempDir(), "shop.yaml")
 	if err := os.WriteFile(manifests, []byte(docs.String()), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	port := freePortB(b)
-	cmd := command(nil, "serve --manifests "+manifests, "SERVICE_SELECTION=annotation", "ANNOTATION_BACKENDS=be_*", "HAPROXY_DATAPLANE_URL="+api.URL,
-		"TARGET_ADDRESS=pod", "ALLOWED_SERVER_CIDRS=10.244.0.0/16", fmt.Sprintf("PORT=%d", port), "LOG_LEVEL=error", "RECONCILE_TIMEOUT=60s", "WEBHOOK_AUTH=none")
+	cmd := command(nil, "serve --manifests "+manifests, "SERVICE_SELECTION=annotation", "ANNOTATION_BACKENDS=be_*", "HAPROXY_RUNTIME_URL="+h.RuntimeURL(),
+		"TARGET_ADDRESS=pod", "ALLOWED_SERVER_CIDRS=127.1.0.0/16", fmt.Sprintf("PORT=%d", port), "LOG_LEVEL="+cmp.Or(os.Getenv("HKS_BENCH_LOG"), "error"), "RECONCILE_TIMEOUT=60s", "WEBHOOK_AUTH=none")
+	if os.Getenv("HKS_BENCH_LOG") != "" {
+		cmd.Stderr = os.Stderr
+	}
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -194,24 +204,26 @@ func BenchmarkServiceRSSManyServices(b *testing.B) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	written := func() int {
+	// In service: UP (op 2), not parked (admin 0).
+	serving := func() int {
+		reply, err := h.Command("show servers state")
+		if err != nil {
+			return 0
+		}
 		got := 0
-		for i := range n {
-			got += len(api.Servers(fmt.Sprintf("be_%04d", i)))
+		for line := range strings.Lines(reply) {
+			if f := strings.Fields(line); len(f) > 6 && strings.HasPrefix(f[4], "127.1.0.") && f[5] == "2" && f[6] == "0" {
+				got++
+			}
 		}
 		return got
 	}
-	for deadline := time.Now().Add(3 * time.Minute); written() != 2*n; {
+	for deadline := time.Now().Add(3 * time.Minute); serving() != 2*n; {
 		if time.Now().After(deadline) {
-			b.Fatalf("%d servers written of %d in 3 minutes", written(), 2*n)
+			b.Fatalf("%d servers in service of %d in 3 minutes", serving(), 2*n)
 		}
-		time.Sleep(200 * time.Millisecond)
-		if resp, err := http.Get(base + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				full()
-			}
-		}
+		time.Sleep(time.Second)
+		full()
 	}
 	b.ResetTimer()
 	for b.Loop() {
