@@ -115,7 +115,11 @@ func BenchmarkServiceRSS(b *testing.B) {
 	b.ReportMetric(rssMB(b, cmd.Process.Pid), "rss-MB")
 }
 
-func rssMB(b *testing.B, pid int) float64 {
+func rssMB(b *testing.B, pid int) float64 { return statusMB(b, pid, "VmRSS:") }
+
+// statusMB is a memory field of /proc/PID/status (VmRSS:, VmHWM: the peak),
+// in MB.
+func statusMB(b *testing.B, pid int, field string) float64 {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		b.Fatal(err)
@@ -123,12 +127,12 @@ func rssMB(b *testing.B, pid int) float64 {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(sc.Text(), field); ok {
 			kb, _ := strconv.Atoi(strings.Fields(rest)[0])
 			return float64(kb) / 1024
 		}
 	}
-	b.Fatal("no VmRSS")
+	b.Fatal("no " + field)
 	return 0
 }
 
@@ -234,4 +238,5 @@ func BenchmarkServiceRSSManyServices(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(n), "services")
 	b.ReportMetric(rssMB(b, cmd.Process.Pid), "rss-MB")
+	b.ReportMetric(statusMB(b, cmd.Process.Pid, "VmHWM:"), "peak-rss-MB")
 }

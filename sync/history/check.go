@@ -54,6 +54,7 @@ type targetTrack struct {
 	// crashes: when its master was seen saying a former worker crashed
 	// (read ahead: a request that crash cut ended before).
 	crashes     []time.Time
+	reloadEnds  []time.Time // when each of its reloads (by others, by the API) or restarts ended
 	answered    int
 	reloads     [][2]time.Time // start and end of each reload by others
 	reloadStart time.Time
@@ -466,10 +467,34 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		tts[i] = &targetTrack{pods: map[int]*seen{}, outages: outages[i], refusals: refused[i]}
 	}
 	for _, o := range all {
-		if o.kind == obsWorkerCrash {
-			tt := tts[min(o.target, len(tts)-1)]
+		tt := tts[min(o.target, len(tts)-1)]
+		switch {
+		case o.kind == obsWorkerCrash:
 			tt.crashes = append(tt.crashes, o.at)
+		case o.kind == obsReload, o.kind == obsAPIReload, o.kind == obsRestart && !o.hung:
+			tt.reloadEnds = append(tt.reloadEnds, o.at)
 		}
+	}
+	// crashCut says whether a former worker's crash on tt may have cut a
+	// request sent at began that failed at at: the crash was said within
+	// workerCrashMargin after, and the request was sent before the last
+	// reload before the crash ended (the worker it reached became former).
+	crashCut := func(tt *targetTrack, began, at time.Time) bool {
+		for _, c := range tt.crashes {
+			if at.After(c) || c.Sub(at) > workerCrashMargin {
+				continue
+			}
+			var last time.Time
+			for _, r := range tt.reloadEnds {
+				if !r.After(c) {
+					last = r
+				}
+			}
+			if !last.IsZero() && !began.After(last) {
+				return true
+			}
+		}
+		return false
 	}
 	step := -1
 	reachedOther := map[[2]int]bool{} // target, pod: reported once
@@ -531,11 +556,6 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		if tt.restarting(at) {
 			return ExcuseRestart
 		}
-		for _, c := range tt.crashes {
-			if !at.After(c) && c.Sub(at) <= workerCrashMargin {
-				return ExcuseWorkerCrash
-			}
-		}
 		if out := kubeOutageAt(kubeOut, at, b.Entry); out != nil {
 			// The runtime driver re-adds what a reload dropped only from
 			// a Kubernetes read: not before the service reads again. A
@@ -546,7 +566,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			// servers re-added wait in drain for a reconcile to put them
 			// in service (serve-soak seed 772009266 on 3.0.11: a reload
 			// 0.35 s before the outage).
-			if end, ok := tt.lastLossy(); ok && !tt.recoverableFrom(end).Add(b.Reload).Before(out[0]) && !end.After(at) && !tt.hitSince(end) {
+			if end, ok := tt.lastDropped(); ok && !tt.recoverableFrom(end).Add(b.Reload).Before(out[0]) && !end.After(at) && !tt.hitSince(end) {
 				return ExcuseKubeDownReload
 			}
 		}
@@ -557,7 +577,7 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 		// 2.6.12, runtime: a reload 0.2 s before the socket went):
 		// nothing restores it before the target is back.
 		dropped := func(out *[2]time.Time) bool {
-			end, ok := tt.lastLossy()
+			end, ok := tt.lastDropped()
 			return ok && out != nil && !tt.recoverableFrom(end).Add(b.Reload).Before(out[0]) && !end.After(at) && !tt.hitSince(end)
 		}
 		// Each reason with its own restriction: one refused does not
@@ -861,13 +881,16 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 						}
 					}
 				}
+				if why == "" && crashCut(tt, cmp.Or(o.began, o.at), o.at) {
+					why = ExcuseWorkerCrash
+				}
 				if why == "" && !o.began.IsZero() {
 					// Sent within Bounds.Abrupt of a black hole's death:
 					// HAProxy may still route it there, and it waits
 					// out its connect timeouts (serve-soak seed 374419967
 					// on 2.6.12: sent 0.1 s after, failed 2 s after).
 					for _, d := range blackDeaths {
-						if !o.began.Before(d) && o.began.Sub(d) <= b.Abrupt {
+						if !o.began.Before(d) && o.began.Sub(d) <= b.Abrupt && o.at.Sub(o.began) >= connectTimeout {
 							why = ExcuseBlackHoleSent
 						}
 					}

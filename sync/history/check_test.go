@@ -164,6 +164,16 @@ func TestEvaluateExcuses(t *testing.T) {
 			opts:   evalOptions{RuntimeOnly: true},
 		},
 		{
+			// The second reader: a slot reload that saved the state and
+			// dropped only a pod beyond the slots (pod 2) kept pod 1's
+			// slot serving: nothing excuses the failure.
+			name: "a failure in a socket outage after a slot reload that kept the serving pod's slot",
+			obs: []obs{{at: at(5000), kind: obsReloadStart, saved: true, overflow: []int{2}}, {at: at(5100), kind: obsReload},
+				down(5300, true), failed(6000), down(8000, false)},
+			want: []Invariant{NoFailedRequest},
+			opts: evalOptions{RuntimeOnly: true, Slots: true},
+		},
+		{
 			name: "a failure after a reload by others recovered before the socket's outage",
 			obs: append([]obs{{at: at(1000), kind: obsReloadStart}, {at: at(1100), kind: obsReload}, down(5000, true), down(8000, false), failed(9000)},
 				traffic(1200, 5000, 1)...),
@@ -188,6 +198,15 @@ func TestEvaluateExcuses(t *testing.T) {
 			opts:   evalOptions{BlackHoles: true},
 		},
 		{
+			// The second reader: failed at once, it never waited on the
+			// black hole.
+			name: "a quick failure sent just after a pod died as a black hole",
+			obs: []obs{{at: at(0), kind: obsListen, pod: 4}, {at: at(0), kind: obsK8s, pod: 4, state: live}, {at: at(0), kind: obsCheck, pod: 4},
+				{at: at(5000), kind: obsStop, pod: 4}, {at: at(5750), kind: obsRequest, err: "unexpected EOF", began: at(5650)}},
+			want: []Invariant{NoFailedRequest},
+			opts: evalOptions{BlackHoles: true},
+		},
+		{
 			name: "a failure sent after a black hole's death, later than it takes to find it down",
 			obs: []obs{{at: at(0), kind: obsListen, pod: 4}, {at: at(0), kind: obsK8s, pod: 4, state: live}, {at: at(0), kind: obsCheck, pod: 4},
 				{at: at(5000), kind: obsStop, pod: 4}, {at: at(7100), kind: obsRequest, err: "unexpected EOF", began: at(5800)}},
@@ -210,9 +229,23 @@ func TestEvaluateExcuses(t *testing.T) {
 		{
 			// Nodes-soak seed 374419967 on 2.6.12: "Former worker (26537)
 			// exited with code 139 (Segmentation fault)".
-			name:   "a failure just before the master said a former worker crashed",
-			obs:    []obs{failed(4500), {at: at(5000), kind: obsWorkerCrash}},
+			name: "a failure just before the master said a former worker crashed, sent before the reload",
+			obs: []obs{{at: at(3000), kind: obsAPIReloadStart}, {at: at(3100), kind: obsAPIReload},
+				{at: at(4500), kind: obsRequest, err: "unexpected EOF", began: at(3050)}, {at: at(5000), kind: obsWorkerCrash}},
 			excuse: ExcuseWorkerCrash,
+		},
+		{
+			// The second reader: sent long after the last reload, it
+			// reached the current worker, not the one that crashed.
+			name: "a failure just before a former worker's crash, sent after the last reload ended",
+			obs: []obs{{at: at(1000), kind: obsAPIReloadStart}, {at: at(1100), kind: obsAPIReload},
+				{at: at(4500), kind: obsRequest, err: "unexpected EOF", began: at(4490)}, {at: at(5000), kind: obsWorkerCrash}},
+			want: []Invariant{NoFailedRequest},
+		},
+		{
+			name: "a failure just before a former worker's crash, no reload before it",
+			obs:  []obs{{at: at(4500), kind: obsRequest, err: "unexpected EOF", began: at(3000)}, {at: at(5000), kind: obsWorkerCrash}},
+			want: []Invariant{NoFailedRequest},
 		},
 		{
 			name: "a failure after the master said a former worker crashed",

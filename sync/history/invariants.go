@@ -159,8 +159,8 @@ const (
 	// ExcuseBlackHoleSent: a request sent within Bounds.Abrupt after a
 	// pod died as a black hole (Setup.BlackHoles), before HAProxy's check
 	// could find it down: routed there, it waits out HAProxy's connect
-	// timeouts and retries past Bounds.Abrupt. Bounded by when it was sent
-	// and its own life (the client's timeouts).
+	// timeouts and retries past Bounds.Abrupt. Bounded by when it was sent,
+	// and it lasted a connect timeout at least (connectTimeout).
 	ExcuseBlackHoleSent = "sent to a black hole not yet found down"
 	// ExcuseUnnoticed (Setup.HealthPort): the request began while a Node's
 	// pods had died and Kubernetes still held one of them ready, or within
@@ -209,18 +209,31 @@ const (
 	ExcuseDownInFlight = "a pod its unreachable target kept exited under it"
 	// ExcuseWorkerCrash: a request through a target that ended, failed,
 	// within workerCrashMargin before its master said a former worker
-	// (one finishing its connections after a reload) crashed: HAProxy's
-	// own fault, which cuts what that worker held (2.6.12, "Former worker
-	// exited with code 139", nodes-soak seed 374419967, Data Plane).
+	// (one finishing its connections after a reload) crashed, and was
+	// sent before that target's last reload (or restart) before the
+	// crash ended, so that worker may have held it: HAProxy's own fault
+	// (2.6.12, "Former worker exited with code 139", nodes-soak seed
+	// 374419967, Data Plane).
 	ExcuseWorkerCrash = "HAProxy's former worker crashed"
 )
+
+// connectTimeout is haproxy.cfg's timeout connect in the histories
+// (haproxytest): a request HAProxy sent to a black hole lasted at least
+// that long before it failed (ExcuseBlackHoleSent; the second reader: a
+// quick failure is not one).
+const connectTimeout = time.Second
 
 // workerCrashMargin bounds how long before the master's word of a former
 // worker's crash (polled every 100 ms) a request that crash cut ended.
 const workerCrashMargin = time.Second
 
-// workerCrashes counts the former workers HAProxy's log says crashed: an
-// exit with a code of a signal's (128 + the signal), not a plain exit.
+// crashCodes are the exit codes of a process a fault killed (128 + SIGILL,
+// SIGABRT, SIGBUS, SIGFPE, SIGSEGV), not one asked to end (SIGTERM's 143,
+// SIGKILL's 137).
+var crashCodes = map[int]bool{132: true, 134: true, 135: true, 136: true, 139: true}
+
+// workerCrashes counts the former workers HAProxy's log says crashed (an
+// exit with a crash's code), not a plain exit.
 func workerCrashes(log string) int {
 	n := 0
 	for line := range strings.Lines(log) {
@@ -229,7 +242,7 @@ func workerCrashes(log string) int {
 			continue
 		}
 		_, code, ok := strings.Cut(rest, "exited with code ")
-		if c, err := strconv.Atoi(strings.Fields(code + " x")[0]); ok && err == nil && c > 128 {
+		if c, err := strconv.Atoi(strings.Fields(code + " x")[0]); ok && err == nil && crashCodes[c] {
 			n++
 		}
 	}

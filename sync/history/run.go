@@ -507,12 +507,9 @@ func (w *world) serverOf(atAddr map[string][]haproxytest.Server, u unit) (haprox
 }
 
 // backupName says whether a server's name is a backup's: "_bk" at the end,
-// or a backup slot's k8sbN.
+// or (slot histories) a backup slot's k8sbN.
 func backupName(name string, slots bool) bool {
-	if slots {
-		return backupSlot.MatchString(name)
-	}
-	return strings.HasSuffix(name, "_bk")
+	return strings.HasSuffix(name, "_bk") || slots && backupSlot.MatchString(name)
 }
 
 // namedAfter says whether server name is one the service gives what is

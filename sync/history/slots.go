@@ -289,10 +289,25 @@ func (tt *targetTrack) keptServing(pods map[int]*podTrack, b Bounds, at time.Tim
 
 // lastLossy is the end of the last reload by others that excuses a lag.
 func (tt *targetTrack) lastLossy() (time.Time, bool) {
+	end, _, ok := tt.lastLossyWhy()
+	return end, ok
+}
+
+// lastLossyWhy is lastLossy with what it excuses.
+func (tt *targetTrack) lastLossyWhy() (time.Time, string, bool) {
 	for i := len(tt.reloads) - 1; i >= 0; i-- {
 		if tt.reloadWhy[i] != "" {
-			return tt.reloads[i][1], true
+			return tt.reloads[i][1], tt.reloadWhy[i], true
 		}
 	}
-	return time.Time{}, false
+	return time.Time{}, "", false
+}
+
+// lastDropped is the end of the last reload by others that dropped every
+// server the service added (ExcuseReload): not one that kept the slots'
+// (ExcuseOverflow), whose pods in slots serve on (the second reader: such
+// a reload excused a failure through a slot that kept serving).
+func (tt *targetTrack) lastDropped() (time.Time, bool) {
+	end, why, ok := tt.lastLossyWhy()
+	return end, ok && why == ExcuseReload
 }

@@ -115,7 +115,8 @@ func (w *world) serviceObject(name, be string) *corev1.Service {
 func (w *world) readyInput(name string, pods []int) desired.Input {
 	port, pname := int32(w.port), "tcp"
 	sl := discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: namespace, Name: name + "-0", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name + "-0", Labels: map[string]string{
+			discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: controllerManaged}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: &pname, Port: &port}},
 	}

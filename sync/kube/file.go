@@ -140,9 +140,10 @@ func readManifests(path string) ([]runtime.Object, error) {
 // of its files (filesSignature).
 var decoded = struct {
 	sync.Mutex
-	by      map[string]decodedManifests
-	decodes int // decodes done (tests)
-}{by: map[string]decodedManifests{}}
+	by       map[string]decodedManifests
+	versions map[string]string // the last ManifestsVersion of each path
+	decodes  int               // decodes done (tests)
+}{by: map[string]decodedManifests{}, versions: map[string]string{}}
 
 type decodedManifests struct {
 	sig  string
@@ -204,7 +205,17 @@ func ManifestsVersion(path string) (string, error) {
 		fmt.Fprintf(h, "%s\x00%d\x00", filepath.Base(f), len(data))
 		h.Write(data)
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	v := hex.EncodeToString(h.Sum(nil))
+	// A change of contents the files' signature missed (a rewrite of the
+	// same size within one tick of a coarse clock) is decoded again all
+	// the same: the reconcile this version triggers reads it.
+	decoded.Lock()
+	if decoded.versions[path] != v {
+		decoded.versions[path] = v
+		delete(decoded.by, path)
+	}
+	decoded.Unlock()
+	return v, nil
 }
 
 func manifestFiles(path string) ([]string, error) {

@@ -79,4 +79,31 @@ func TestManifestsDecodedOncePerVersion(t *testing.T) {
 	if p := read(5); p != 9090 {
 		t.Errorf("after an edit that kept size and modification time: port %d, want 9090", p)
 	}
+	// A change the signature cannot see (a coarse clock): the watch's
+	// version, a digest of the contents, drops the decoded copy.
+	if _, err := ManifestsVersion(dir); err != nil {
+		t.Fatal(err)
+	}
+	decoded.Lock()
+	e := decoded.by[dir]
+	e.objs = nil // what was decoded before the unseen change
+	decoded.by[dir] = e
+	decoded.versions[dir] = "the version before"
+	decoded.Unlock()
+	v1, err := ManifestsVersion(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := decodes()
+	if p := read(1); p != 9090 || decodes() != n+1 {
+		t.Errorf("a read after a new version: port %d, %d decodes, want 9090 and 1", p, decodes()-n)
+	}
+	if v2, _ := ManifestsVersion(dir); v2 != v1 {
+		t.Errorf("version changed with nothing written: %s then %s", v1, v2)
+	}
+	n = decodes()
+	read(2)
+	if decodes() != n {
+		t.Errorf("an unchanged version dropped the decoded copy")
+	}
 }
