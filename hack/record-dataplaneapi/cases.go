@@ -47,6 +47,9 @@ type step struct {
 	// which edit then changes.
 	read string
 	edit map[string]any
+	// keep records the answer's body cut to what the driver reads of it
+	// (dataplanetest.ReadBody) and its Configuration-Version.
+	keep bool
 }
 
 // newServer is a server as the driver adds it.
@@ -80,6 +83,9 @@ func del(path string) step { return step{method: http.MethodDelete, path: path} 
 func commit(id string, q string) step {
 	return step{method: http.MethodPut, path: txnPath + "/{" + id + "}" + q}
 }
+
+// getKept is a read whose body the table keeps (what the driver reads of it).
+func getKept(path string) step { return step{method: http.MethodGet, path: path, keep: true} }
 
 func one(name, setup string, steps ...step) caseDef {
 	return caseDef{name: name, setup: setup, steps: steps}

@@ -46,6 +46,7 @@ func steps(groups ...[]step) []step {
 
 var classCases = func() []caseDef {
 	p1, p2, p3, p4, p5, p6, p7, p8 := classPair(1, 18501), classPair(2, 18501), classPair(3, 18501), classPair(4, 18501), classPair(5, 18501), classPair(6, 18501), classPair(7, 18501), classPair(8, 18501)
+	p9 := classPair(9, 18501)
 	other := p6
 	other.Frontend, other.Backend = "fe_k8s_default_api_80", "be_k8s_default_api_80"
 	bindPath := fesPath + "/" + p3.Frontend + "/binds/vip"
@@ -54,6 +55,16 @@ var classCases = func() []caseDef {
 		one("class: read back", "plain", steps(createClass(p2, "txn0"),
 			[]step{get(fesPath + "?full_section=true"), get(besPath + "?full_section=true"), get(fesPath + "/" + p2.Frontend),
 				get(fesPath + "/" + p2.Frontend + "/binds"), get(fesPath + "/" + p2.Frontend + "/binds/vip"), get(besPath + "/" + p2.Backend)})...),
+		// The read of all backends with their servers (dataplane.ReadAll):
+		// servers added as the driver adds them (parked, then put in
+		// service at runtime; s5 a backup, s4 left in maintenance) beside
+		// haproxy.cfg's, and a class backend without any. Added before the
+		// class pair's commit, so that its reload comes after them.
+		one("class: read back with servers", "plain", steps([]step{
+			add(srvPath+qVersion, map[string]any{"maintenance": "enabled", "weight": 50}),
+			add(srvPath+qVersion, map[string]any{"name": "s5", "address": "127.44.0.5", "maintenance": "enabled", "backup": "enabled"}),
+			put(srvPath+"/s5"+qVersion, "s5", map[string]any{"maintenance": "disabled"}),
+		}, createClass(p9, "txn0"), []step{getKept(besPath + "?full_section=true"), getKept(srvPath)})...),
 		one("class: change the bind port", "plain", steps(createClass(p3, "txn0"), []step{
 			{method: http.MethodPost, path: startTxn},
 			{method: http.MethodPut, path: bindPath + "?transaction_id={txn1}", read: "/frontends/" + p3.Frontend + "/binds/vip", edit: map[string]any{"port": 18502}},

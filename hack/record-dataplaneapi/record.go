@@ -60,8 +60,17 @@ func record(apiBin, hapBin string, delay int, table *dataplanetest.ConformanceTa
 			return out, fmt.Errorf("step %d %s %s: %w", i, s.method, path, err)
 		}
 		shape, code, msg := dataplanetest.Shape(b)
-		out.Steps = append(out.Steps, dataplanetest.Step{Method: s.method, Path: s.path, Body: body,
-			Status: st, Shape: shape, Code: code, Message: msg, ReloadID: h.Get("Reload-ID") != ""})
+		rec := dataplanetest.Step{Method: s.method, Path: s.path, Body: body,
+			Status: st, Shape: shape, Code: code, Message: msg, ReloadID: h.Get("Reload-ID") != ""}
+		if s.keep {
+			if rec.Read, err = dataplanetest.ReadBody(s.path, b); err != nil {
+				return out, fmt.Errorf("step %d: %w", i, err)
+			}
+			if rec.Version, err = strconv.ParseInt(h.Get("Configuration-Version"), 10, 64); err != nil {
+				return out, fmt.Errorf("step %d: Configuration-Version: %w", i, err)
+			}
+		}
+		out.Steps = append(out.Steps, rec)
 		if s.method == http.MethodPost && strings.HasPrefix(s.path, txnPath+"?") && st == 201 {
 			var t struct{ ID string }
 			if json.Unmarshal(b, &t) == nil && t.ID != "" {

@@ -66,7 +66,7 @@ type Case struct {
 	// Sections are the class sections' compared lines after the case
 	// (NormalizeSections), when it made any.
 	Sections []string `json:"sections,omitempty"`
-	// Differs names the aspects ("status", "body", "reload_id", "reloaded",
+	// Differs names the aspects ("status", "body", "read", "reload_id", "reloaded",
 	// "server_lines", "backend_lines", "state", "sections") the test API cannot match,
 	// with why; the replay skips only those.
 	Differs map[string]string `json:"differs,omitempty"`
@@ -89,6 +89,11 @@ type Step struct {
 	Code     int    `json:"code,omitempty"`
 	Message  string `json:"message,omitempty"`
 	ReloadID bool   `json:"reload_id"`
+	// Read, for a step whose case keeps it (a read the Data Plane driver
+	// makes), is the answer's body cut to what the driver reads of it
+	// (ReadBody); Version then is the Configuration-Version header.
+	Read    json.RawMessage `json:"read,omitempty"`
+	Version int64           `json:"configuration_version,omitempty"`
 }
 
 // ServerState is a server's line of "show servers state": admin and
@@ -293,4 +298,78 @@ func NormalizeSections(cfg string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// BackendReadFields are the fields of a backend the Data Plane driver reads
+// (sync/dataplane: its balance, checks, retry lines and the sections it
+// inherits from); "servers" is cut by ServerReadFields.
+var BackendReadFields = []string{"name", "from", "mode", "balance", "hash_type", "adv_check", "httpchk_params",
+	"default_server", "retries", "redispatch", "retry_on", "allbackups"}
+
+// ServerReadFields are the fields of a server the Data Plane driver reads
+// (sync/dataplane's managedFields; its test holds the two lists equal).
+var ServerReadFields = []string{"name", "address", "port", "weight", "maintenance", "check", "inter", "fastinter",
+	"downinter", "rise", "fall", "observe", "error_limit", "on-error", "send-proxy-v2", "check-send-proxy",
+	"health_check_port", "backup"}
+
+// ReadBody cuts the answer to a read of backends or servers (by its path:
+// servers when it ends in /servers or names one) to what the Data Plane
+// driver reads of it: each object keeps its read fields, and a backend's
+// "servers", whatever its shape, keeps each server's; lists are sorted by
+// name (the driver does not read their order). Any other JSON is kept as is.
+func ReadBody(path string, body []byte) (json.RawMessage, error) {
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		return nil, fmt.Errorf("read body of %s: %w", path, err)
+	}
+	p, _, _ := strings.Cut(path, "?")
+	fields := BackendReadFields
+	if strings.HasSuffix(p, "/servers") || strings.Contains(p, "/servers/") {
+		fields = ServerReadFields
+	}
+	return json.Marshal(cut(v, fields))
+}
+
+// cut keeps fields of an object, or of each object of a list; the
+// "servers" of a backend keep ServerReadFields.
+func cut(v any, fields []string) any {
+	switch v := v.(type) {
+	case []any:
+		out := make([]any, 0, len(v))
+		for _, e := range v {
+			out = append(out, cut(e, fields))
+		}
+		sort.SliceStable(out, func(i, j int) bool { return nameOf(out[i]) < nameOf(out[j]) })
+		return out
+	case map[string]any:
+		out := map[string]any{}
+		for _, f := range fields {
+			if x, ok := v[f]; ok {
+				out[f] = x
+			}
+		}
+		if srv, ok := v["servers"]; ok && slices.Equal(fields, BackendReadFields) {
+			switch srv := srv.(type) {
+			case map[string]any:
+				m := map[string]any{}
+				for k, s := range srv {
+					m[k] = cut(s, ServerReadFields)
+				}
+				out["servers"] = m
+			default:
+				out["servers"] = cut(srv, ServerReadFields)
+			}
+		}
+		return out
+	}
+	return v
+}
+
+func nameOf(v any) string {
+	if m, ok := v.(map[string]any); ok {
+		if n, ok := m["name"].(string); ok {
+			return n
+		}
+	}
+	return ""
 }

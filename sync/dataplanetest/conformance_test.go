@@ -148,6 +148,9 @@ func replay(t *testing.T, table *ConformanceTable, c Case) {
 		if got := resp.Header.Get("Reload-ID") != ""; got != s.ReloadID && !skip("reload_id") {
 			t.Errorf("%s: Reload-ID header %v, the real API %v", what, got, s.ReloadID)
 		}
+		if s.Read != nil && !skip("read") {
+			compareRead(t, what, s, resp.Header, b)
+		}
 		if s.Method == http.MethodPost && strings.HasPrefix(s.Path, "/services/haproxy/transactions?") && resp.StatusCode == 201 {
 			var tx models.Transaction
 			_ = json.Unmarshal(b, &tx)
@@ -188,6 +191,31 @@ func replay(t *testing.T, table *ConformanceTable, c Case) {
 	}
 	if !reflect.DeepEqual(got, c.State) {
 		t.Errorf("servers state after:\n got %s\nwant %s", dump(got), dump(c.State))
+	}
+}
+
+// compareRead holds what the driver reads of an answer (ReadBody: where
+// a backend's servers sit and the fields read of each) and its
+// Configuration-Version equal to the real API's.
+func compareRead(t *testing.T, what string, s Step, h http.Header, body []byte) {
+	t.Helper()
+	got, err := ReadBody(s.Path, body)
+	if err != nil {
+		t.Errorf("%s: %v", what, err)
+		return
+	}
+	var g, w any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(s.Read, &w); err != nil {
+		t.Fatalf("%s: the table's read: %v", what, err)
+	}
+	if !reflect.DeepEqual(g, w) {
+		t.Errorf("%s: what the driver reads of the body:\n got %s\nwant %s", what, got, s.Read)
+	}
+	if v := h.Get("Configuration-Version"); v != strconv.FormatInt(s.Version, 10) {
+		t.Errorf("%s: Configuration-Version %q, the real API %d", what, v, s.Version)
 	}
 }
 
