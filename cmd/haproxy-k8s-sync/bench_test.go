@@ -192,6 +192,9 @@ func BenchmarkServiceRSSManyServices(b *testing.B) {
 	port := freePortB(b)
 	cmd := command(nil, "serve --manifests "+manifests, "SERVICE_SELECTION=annotation", "ANNOTATION_BACKENDS=be_*", "HAPROXY_RUNTIME_URL="+h.RuntimeURL(),
 		"TARGET_ADDRESS=pod", "ALLOWED_SERVER_CIDRS=127.1.0.0/16", fmt.Sprintf("PORT=%d", port), "LOG_LEVEL="+cmp.Or(os.Getenv("HKS_BENCH_LOG"), "error"), "RECONCILE_TIMEOUT=60s", "WEBHOOK_AUTH=none")
+	if l := os.Getenv("HKS_BENCH_GOMEMLIMIT"); l != "" {
+		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+l) // the chart's extraEnv knob
+	}
 	if os.Getenv("HKS_BENCH_LOG") != "" {
 		cmd.Stderr = os.Stderr
 	}
