@@ -288,14 +288,7 @@ func (w *world) convergedOnBackend(tg *target, be string) []string {
 	if w.setup.Config.Writer2 == "cluster" {
 		// Two instances, each with its own server for every pod: each
 		// instance's servers are judged by themselves.
-		west, rest := map[string]haproxytest.Server{}, map[string]haproxytest.Server{}
-		for name, s := range all {
-			if strings.HasPrefix(name, cluster2+"-") {
-				west[name] = s
-			} else {
-				rest[name] = s
-			}
-		}
+		rest, west := splitWest(all)
 		diffs = append(diffs, w.convergedServers(tg, be, rest, be == backend)...)
 		for _, d := range w.convergedServers(tg, be, west, false) {
 			diffs = append(diffs, cluster2+": "+d)
@@ -307,6 +300,20 @@ func (w *world) convergedOnBackend(tg *target, be string) []string {
 		diffs = append(diffs, persistedDiffs(tg, be, all)...)
 	}
 	return diffs
+}
+
+// splitWest parts a backend's servers between the second instance's
+// (Config.Writer2 "cluster": named cluster2-…) and the rest.
+func splitWest(all map[string]haproxytest.Server) (rest, west map[string]haproxytest.Server) {
+	rest, west = map[string]haproxytest.Server{}, map[string]haproxytest.Server{}
+	for name, s := range all {
+		if strings.HasPrefix(name, cluster2+"-") {
+			west[name] = s
+		} else {
+			rest[name] = s
+		}
+	}
+	return rest, west
 }
 
 // balanceDiffs: each backend runs the balance haproxy.cfg gives it, or

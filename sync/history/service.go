@@ -279,14 +279,7 @@ func (w *world) gateDiffs() []string {
 		// has its own server for every pod.
 		groups := []map[string]haproxytest.Server{all}
 		if w.setup.Config.Writer2 == "cluster" {
-			west, rest := map[string]haproxytest.Server{}, map[string]haproxytest.Server{}
-			for name, sv := range all {
-				if strings.HasPrefix(name, cluster2+"-") {
-					west[name] = sv
-				} else {
-					rest[name] = sv
-				}
-			}
+			rest, west := splitWest(all)
 			groups = []map[string]haproxytest.Server{rest, west}
 		}
 		for _, g := range groups {
