@@ -22,11 +22,14 @@ type memChecks struct {
 	reads atomic.Int32
 }
 
-func (c *memChecks) ReadChecks(_ context.Context, backend string) (map[string]bool, error) {
+func (c *memChecks) ReadChecks(_ context.Context, backend string) (map[string]model.CheckState, error) {
 	c.reads.Add(1)
-	out := map[string]bool{}
+	out := map[string]model.CheckState{}
 	for n := range c.h.states(backend) {
-		out[n] = c.pass.Load()
+		out[n] = model.CheckPending
+		if c.pass.Load() {
+			out[n] = model.CheckPassed
+		}
 	}
 	return out, nil
 }

@@ -447,6 +447,15 @@ func (h *HAProxy) Balance(backend string) (string, error) {
 	return algo, nil
 }
 
+// BalanceIs says whether algo, as Balance reads it, is balance want.
+// "show stat" names no algorithm for random (every HAProxy from 2.6 to
+// 3.4: backend_lb_algo_str has no case for it): it says "unknown", which
+// no other algorithm a history writes gives (soak seed 188303918 on
+// 3.0.11 drew HAPROXY_BALANCE=random).
+func BalanceIs(algo, want string) bool {
+	return algo == want || want == "random" && algo == "unknown"
+}
+
 // Balances returns the balance algorithm of every backend, by name.
 func (h *HAProxy) Balances() (map[string]string, error) {
 	reply, err := h.Command("show stat")

@@ -75,6 +75,15 @@ func TestBalance(t *testing.T) {
 	if _, err := h.Balance("nope"); err == nil {
 		t.Error("a backend that is not there: no error")
 	}
+	h.SetServers(t, "a", []string{"balance random", "server s 127.0.0.1:1"})
+	h.Reload(t)
+	got, err := h.Balance("a")
+	if err != nil || !BalanceIs(got, "random") || BalanceIs(got, "roundrobin") || BalanceIs(got, "leastconn") {
+		t.Fatalf("random: %q, %v; want what BalanceIs takes for random alone", got, err)
+	}
+	if BalanceIs("roundrobin", "random") || BalanceIs("unknown", "roundrobin") {
+		t.Error("BalanceIs takes another algorithm for random")
+	}
 }
 
 // TestCurrentWorkers: the workers a reload leaves are not current.

@@ -670,6 +670,14 @@ func evaluate(all []obs, opt evalOptions) Evaluation {
 			switch o.kind {
 			case obsStop:
 				nodeStopped[o.pod] = o.at
+				// A Node that dies (NodeDown) stops its kube-proxy before
+				// its pods: for HAProxy that is the death, a client the
+				// closing listener had taken is reset (soak seed 188303918
+				// on 3.0.11, nodes-soak runtime: an SD 0.1 s into a
+				// node-down, before its pods' processes had stopped).
+				if nodeAnswered[o.pod-nodeBase] {
+					deaths = append(deaths, o.at)
+				}
 			case obsListen:
 				// Back before HAProxy's checks could fail (Bounds.Abrupt),
 				// its server may still be UP: a check is owed only by a

@@ -518,6 +518,43 @@ func TestEvaluateExcuses(t *testing.T) {
 			want: []Invariant{NoFailedRequest},
 		},
 		{
+			// Soak seed 188303918 on 3.0.11 (nodes-soak, runtime): Node 1
+			// dies; its kube-proxy stops first, the request it had taken
+			// is reset before its pod's process stops.
+			name: "a request through a Node whose kube-proxy died with it, before its pod",
+			obs: append(append([]obs{{at: at(0), kind: obsListen, pod: 3}, {at: at(0), kind: obsK8s, pod: 3, state: live},
+				{at: at(0), kind: obsCheck, pod: nodeBase + 1}, {at: at(0), kind: obsCheck, pod: nodeBase + 2},
+				{at: at(5000), kind: obsStop, pod: nodeBase + 1},
+				{at: at(5050), began: at(5040), kind: obsRequest, err: "unexpected EOF"},
+				{at: at(5200), kind: obsStop, pod: 3}},
+				traffic(0, 5000, 1, 3)...), traffic(5000, 9000, 1)...),
+			opts:   evalOptions{Nodes: 3},
+			excuse: ExcuseDeath,
+		},
+		{
+			// The same death, a failure past Bounds.Abrupt of it.
+			name: "a request failed past a Node's death by more than Abrupt",
+			obs: append(append([]obs{{at: at(0), kind: obsListen, pod: 3}, {at: at(0), kind: obsK8s, pod: 3, state: live},
+				{at: at(0), kind: obsCheck, pod: nodeBase + 1}, {at: at(0), kind: obsCheck, pod: nodeBase + 2},
+				{at: at(5000), kind: obsStop, pod: nodeBase + 1}, {at: at(5200), kind: obsStop, pod: 3},
+				{at: at(7000), began: at(6990), kind: obsRequest, err: "unexpected EOF"}},
+				traffic(0, 5000, 1, 3)...), traffic(5000, 9000, 1)...),
+			opts: evalOptions{Nodes: 3},
+			want: []Invariant{NoFailedRequest},
+		},
+		{
+			// A kube-proxy that had no pod to hand a client to (Node 3's
+			// only pod, 2, never listened) stopping is no death.
+			name: "a request failed as a Node that answered nothing stopped",
+			obs: append(append([]obs{{at: at(0), kind: obsListen, pod: 3}, {at: at(0), kind: obsK8s, pod: 3, state: live},
+				{at: at(0), kind: obsCheck, pod: nodeBase + 1}, {at: at(0), kind: obsCheck, pod: nodeBase + 2},
+				{at: at(5000), kind: obsStop, pod: nodeBase + 3},
+				{at: at(5050), began: at(5040), kind: obsRequest, err: "unexpected EOF"}},
+				traffic(0, 5000, 1, 3)...), traffic(5000, 9000, 1, 3)...),
+			opts: evalOptions{Nodes: 3},
+			want: []Invariant{NoFailedRequest},
+		},
+		{
 			name: "a request through a Node past the notice of its dead pod, checked on its health port",
 			obs: append(append([]obs{{at: at(0), kind: obsListen, pod: 3}, {at: at(0), kind: obsK8s, pod: 3, state: live},
 				{at: at(0), kind: obsCheck, pod: nodeBase + 1}, {at: at(0), kind: obsCheck, pod: nodeBase + 2},

@@ -240,7 +240,7 @@ func (w *classWorld) balanceDiffs(i int, tg *classTarget) []string {
 		case strings.HasPrefix(name, "be_"+svcs.ClassPrefix):
 			want = cmp.Or(w.balance, "roundrobin")
 		}
-		if want != "" && algo != want {
+		if want != "" && !haproxytest.BalanceIs(algo, want) {
 			diffs = append(diffs, fmt.Sprintf("%s of target %d runs balance %s, want %s", name, i, algo, want))
 		}
 	}

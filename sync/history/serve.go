@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/fleet"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
 )
 
@@ -364,7 +365,13 @@ func (w *world) oneShotBinary(ctx context.Context, zone string) (reconcile.Resul
 	err := cmd.Run()
 	lw.Close()
 	var res reconcile.Result
-	if jerr := json.Unmarshal(stdout.Bytes(), &res); jerr != nil {
+	var jerr error
+	if w.setup.Services {
+		res, jerr = fleetOneShot(stdout.Bytes())
+	} else {
+		jerr = json.Unmarshal(stdout.Bytes(), &res)
+	}
+	if jerr != nil {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
 		}
@@ -374,6 +381,10 @@ func (w *world) oneShotBinary(ctx context.Context, zone string) (reconcile.Resul
 	switch {
 	case err == nil:
 		return res, nil
+	case errors.As(err, &ee) && ee.ExitCode() == 1 && w.setup.Services:
+		// Many-Services mode (fleet.Settle) exits 1 only on a failure:
+		// each Service's targets say which.
+		return res, fmt.Errorf("%w: %s", reconcile.ErrTargets, res.Error)
 	case errors.As(err, &ee) && ee.ExitCode() == 1:
 		for _, t := range res.Targets {
 			if t.Error != "" {
@@ -389,6 +400,26 @@ func (w *world) oneShotBinary(ctx context.Context, zone string) (reconcile.Resul
 		return res, reconcile.ErrStillWaiting
 	}
 	return res, fmt.Errorf("reconcile: %w", err)
+}
+
+// fleetOneShot is the result the reconcile command prints in many-Services
+// mode (fleet.Result) as the judge reads a writer's: every Service's
+// targets, each named by its Service, and the error.
+func fleetOneShot(out []byte) (reconcile.Result, error) {
+	var fr fleet.Result
+	if err := json.Unmarshal(out, &fr); err != nil {
+		return reconcile.Result{}, err
+	}
+	res := reconcile.Result{Status: fr.Status, Error: fr.Error}
+	for _, sr := range fr.Services {
+		for _, t := range sr.Targets {
+			if t.Error != "" {
+				t.Error = sr.Service + ": " + t.Error
+			}
+			res.Targets = append(res.Targets, t)
+		}
+	}
+	return res, nil
 }
 
 // startServeWorld starts a serve history's service: the API server holds

@@ -357,7 +357,8 @@ func newWorld(t testing.TB, s Setup) *world {
 		}
 	}
 	t.Cleanup(w.close)
-	if s.Config.OneShot && !s.Services {
+	// Many-Services mode runs the command's binary (serve histories).
+	if s.Config.OneShot && (!s.Services || s.Serve) {
 		w.oneShot = w.startOneShot()
 	}
 	return w

@@ -137,6 +137,18 @@ func (a Server) SameTraffic(b Server) bool {
 	return a.State != Ready || a.Weight == b.Weight
 }
 
+// CheckState is where a waiting server's health check stands, as a poll of its
+// target reads it (reconcile.CheckReader).
+type CheckState uint8
+
+const (
+	CheckPending CheckState = iota // it runs and has not passed yet
+	CheckPassed                    // it passed: the server may enter service
+	// CheckPaused: none runs, the server is in maintenance since it was
+	// gated: a reload loaded it parked, or another writer parked it.
+	CheckPaused
+)
+
 // Runtime is a current server as HAProxy's runtime API shows it ("show
 // servers state", "show stat"). The planner uses it to let a server take
 // traffic only once its health check has passed, and to delete a server

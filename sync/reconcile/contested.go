@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// Contested servers. A waiting server that a poll finds gone was deleted by
-// someone else or dropped by a reload: the first time, a reconcile at once
+// Contested servers. A waiting server that a poll finds gone (or parked: in
+// maintenance, no check running) was deleted or parked by someone else, or
+// dropped or loaded parked by a reload: the first time, a reconcile at once
 // adds it again (a reload by others drops every server added through the
 // socket where haproxy.cfg has no slots). Gone again within contestWindow,
 // it is contested: another writer deletes it, a second instance or a
@@ -86,7 +87,7 @@ func (f *FollowUp) contested(target string, gone map[string][]string) (again []s
 	}
 	wait = min(wait, ceiling)
 	if len(first) > 0 && log != nil {
-		log.Warn("servers this instance added were deleted again before their check passed: another writer deletes them (a second instance or a CronJob run with another configuration?); adding them again after a backoff",
+		log.Warn("servers this instance added were deleted or parked again before their check passed: another writer undoes them (a second instance or a CronJob run with another configuration?); adding them again after a backoff",
 			slog.String("target", target), slog.Any("servers", first), slog.Duration("after", wait))
 	}
 	if tell != nil {

@@ -166,3 +166,77 @@ func TestOneDeletionBesideABurstIsNoContest(t *testing.T) {
 		t.Fatalf("pokes %v, contested %v: want one poke, no contest", p.got(), contested)
 	}
 }
+
+// park is another writer putting name in maintenance (its guard parks
+// what it does not want): its check stops.
+func (c *checks) park(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.paused == nil {
+		c.paused = map[string]bool{}
+	}
+	c.paused[name] = true
+}
+
+// TestFollowUpBacksOffServersAnotherWriterParks: a waiting server found
+// parked (no check runs) is gated again at once the first time (a reload
+// loaded it parked); parked again after that, another writer parks it, and
+// the follow-up asks again only after a backoff, as for one deleted (soak
+// seed 188303918 on 3.0.11: a one-shot run of the old zone gated again,
+// at every poll, the servers serve's guard parked, and deleted serve's, 212
+// times in 50 s).
+func TestFollowUpBacksOffServersAnotherWriterParks(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	a := &checks{passed: map[string]bool{}}
+	f := newFollowUp(clock, map[string]CheckReader{"a": a})
+	var contested []string
+	f.OnContested = func(target string, servers []string) { contested = append(contested, servers...) }
+	var p pokes
+	polls := func() time.Duration {
+		t.Helper()
+		a.set("n1", false)
+		f.Observe(Result{Targets: []TargetResult{waiting("a", "n1")}}, nil, p.poke)
+		clock.advance(50 * time.Millisecond)
+		before := len(p.got())
+		a.park("n1")
+		for d := 50 * time.Millisecond; d <= time.Minute; d += 50 * time.Millisecond {
+			clock.advance(50 * time.Millisecond)
+			if len(p.got()) > before {
+				return d
+			}
+		}
+		t.Fatal("no poke within a minute of the parking")
+		return 0
+	}
+	ms := time.Millisecond
+	for i, want := range []time.Duration{50 * ms, 1050 * ms, 2050 * ms, 4050 * ms} {
+		if got := polls(); got != want {
+			t.Errorf("parking %d: poked %v after it, want %v", i+1, got, want)
+		}
+	}
+	if len(contested) != 3 || contested[0] != "be/n1" {
+		t.Errorf("told of contested servers %v, want be/n1 three times", contested)
+	}
+}
+
+// TestTheOneShotYieldsToAnotherWriterThatParks: the one-shot command's
+// Settler stops following a target whose servers another writer parks
+// twice (ErrContested), as one whose servers it deletes.
+func TestTheOneShotYieldsToAnotherWriterThatParks(t *testing.T) {
+	a := &checks{passed: map[string]bool{"n1": false}, paused: map[string]bool{"n1": true}} // parked at once, every time
+	var runs atomic.Int32
+	s := &Settler{Poll: 5 * time.Millisecond, Checks: map[string]CheckReader{"a": a},
+		Run: func(context.Context) (Result, error) {
+			runs.Add(1)
+			return Result{Status: StatusApplied, Targets: []TargetResult{waiting("a", "n1")}}, nil
+		}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := s.Settle(ctx)
+	if !errors.Is(err, ErrContested) || ctx.Err() != nil {
+		t.Fatalf("settle: %v (ctx %v), want ErrContested before the deadline", err, ctx.Err())
+	}
+	if n := runs.Load(); n > 3 {
+		t.Errorf("%d reconciles: want the run to yield at the second parking", n)
+	}
+}

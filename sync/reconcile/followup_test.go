@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/model"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/plan"
 )
 
@@ -83,24 +84,33 @@ func (c *fakeClock) advance(d time.Duration) {
 	}
 }
 
-// checks is a CheckReader whose answers a test sets.
+// checks is a CheckReader whose answers a test sets: the servers there
+// (passed), those of them parked (paused: no check runs).
 type checks struct {
 	mu     sync.Mutex
 	passed map[string]bool
+	paused map[string]bool
 	err    error
 	reads  int
 }
 
-func (c *checks) ReadChecks(_ context.Context, _ string) (map[string]bool, error) {
+func (c *checks) ReadChecks(_ context.Context, _ string) (map[string]model.CheckState, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.reads++
 	if c.err != nil {
 		return nil, c.err
 	}
-	out := map[string]bool{}
+	out := map[string]model.CheckState{}
 	for k, v := range c.passed {
-		out[k] = v
+		switch {
+		case c.paused[k]:
+			out[k] = model.CheckPaused
+		case v:
+			out[k] = model.CheckPassed
+		default:
+			out[k] = model.CheckPending
+		}
 	}
 	return out, nil
 }
@@ -109,6 +119,7 @@ func (c *checks) set(name string, passed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.passed[name] = passed
+	delete(c.paused, name)
 }
 
 type pokes struct {

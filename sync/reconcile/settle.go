@@ -304,7 +304,7 @@ func mergedTargets(prev, next []TargetResult) []TargetResult {
 
 // ErrContested means another writer deleted servers this run added, twice
 // before their check passed (contested.go): the run stopped following them.
-var ErrContested = errors.New("another writer deletes the servers this run adds (a serve, or another instance, with another configuration?): not followed further")
+var ErrContested = errors.New("another writer deletes or parks the servers this run adds (a serve, or another instance, with another configuration?): not followed further")
 
 // ErrStillWaiting means servers still waited for their first passed check
 // when the time given to them ended.

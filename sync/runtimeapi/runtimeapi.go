@@ -276,19 +276,26 @@ func (c *Client) serversState(ctx context.Context, backend string) ([]model.Serv
 	return servers, nil
 }
 
-// ReadChecks reports, for each of the backend's servers, whether its health
-// check passed (model.Runtime.CheckPassed) or none runs (a reload loaded a
-// waiting server parked: it must be gated again), from one "show servers
-// state": cheap enough to ask every few tens of milliseconds while servers
-// wait (reconcile.CheckReader).
-func (c *Client) ReadChecks(ctx context.Context, backend string) (map[string]bool, error) {
+// ReadChecks reports, for each of the backend's servers, where its health
+// check stands: none runs (paused: in maintenance), passed
+// (model.Runtime.CheckPassed) or pending, from one "show servers state":
+// cheap enough to ask every few tens of milliseconds while servers wait
+// (reconcile.CheckReader).
+func (c *Client) ReadChecks(ctx context.Context, backend string) (map[string]model.CheckState, error) {
 	servers, err := c.serversState(ctx, backend)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]bool, len(servers))
+	out := make(map[string]model.CheckState, len(servers))
 	for _, s := range servers {
-		out[s.Name] = s.Runtime.CheckPassed || !s.Runtime.CheckRunning
+		switch {
+		case !s.Runtime.CheckRunning:
+			out[s.Name] = model.CheckPaused
+		case s.Runtime.CheckPassed:
+			out[s.Name] = model.CheckPassed
+		default:
+			out[s.Name] = model.CheckPending
+		}
 	}
 	return out, nil
 }
