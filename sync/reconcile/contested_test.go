@@ -15,6 +15,29 @@ func (c *checks) deleteServer(name string) {
 	delete(c.passed, name)
 }
 
+// undone returns what runs the polls (50 ms each) of the result that
+// lists n1 waiting, with n1 added (not passed) and then undone by another
+// writer (undo: deleted or parked) after one poll, and returns how long
+// after that the follow-up poked.
+func undone(t *testing.T, clock *fakeClock, a *checks, f *FollowUp, p *pokes, undo func(string)) func() time.Duration {
+	return func() time.Duration {
+		t.Helper()
+		a.set("n1", false)
+		f.Observe(Result{Targets: []TargetResult{waiting("a", "n1")}}, nil, p.poke)
+		clock.advance(50 * time.Millisecond)
+		before := len(p.got())
+		undo("n1")
+		for d := 50 * time.Millisecond; d <= time.Minute; d += 50 * time.Millisecond {
+			clock.advance(50 * time.Millisecond)
+			if len(p.got()) > before {
+				return d
+			}
+		}
+		t.Fatal("no poke within a minute of n1 undone")
+		return 0
+	}
+}
+
 // TestFollowUpBacksOffServersAnotherWriterDeletes: a waiting server found
 // gone is asked for again at once the first time (a reload dropped it);
 // gone again after that, another writer deletes it, and the follow-up asks
@@ -28,26 +51,7 @@ func TestFollowUpBacksOffServersAnotherWriterDeletes(t *testing.T) {
 	var contested []string
 	f.OnContested = func(target string, servers []string) { contested = append(contested, servers...) }
 	var p pokes
-	// polls runs the polls (50 ms each) of the result that lists n1
-	// waiting, with n1 added (not passed) and then deleted by another
-	// writer after one poll, and returns how long after its deletion the
-	// follow-up poked.
-	polls := func() time.Duration {
-		t.Helper()
-		a.set("n1", false)
-		f.Observe(Result{Targets: []TargetResult{waiting("a", "n1")}}, nil, p.poke)
-		clock.advance(50 * time.Millisecond)
-		before := len(p.got())
-		a.deleteServer("n1")
-		for d := 50 * time.Millisecond; d <= time.Minute; d += 50 * time.Millisecond {
-			clock.advance(50 * time.Millisecond)
-			if len(p.got()) > before {
-				return d
-			}
-		}
-		t.Fatal("no poke within a minute of the deletion")
-		return 0
-	}
+	polls := undone(t, clock, a, f, &p, a.deleteServer)
 	ms := time.Millisecond
 	for i, want := range []time.Duration{50 * ms, 1050 * ms, 2050 * ms, 4050 * ms, 4050 * ms} {
 		if got := polls(); got != want {
@@ -127,7 +131,13 @@ func TestAContestedServerHoldsBackNoOther(t *testing.T) {
 // says so (ErrContested), instead of adding them again for its whole
 // settle time; a serve of another configuration runs on.
 func TestTheOneShotYieldsToAnotherWriter(t *testing.T) {
-	a := &checks{passed: map[string]bool{}} // n1 never stays: deleted at once
+	yields(t, &checks{passed: map[string]bool{}}) // n1 never stays: deleted at once
+}
+
+// yields: a Settler whose run adds n1 at target a, read by a, ends with
+// ErrContested within three reconciles.
+func yields(t *testing.T, a *checks) {
+	t.Helper()
 	var runs atomic.Int32
 	s := &Settler{Poll: 5 * time.Millisecond, Checks: map[string]CheckReader{"a": a},
 		Run: func(context.Context) (Result, error) {
@@ -141,7 +151,7 @@ func TestTheOneShotYieldsToAnotherWriter(t *testing.T) {
 		t.Fatalf("settle: %v (ctx %v), want ErrContested before the deadline", err, ctx.Err())
 	}
 	if n := runs.Load(); n > 3 {
-		t.Errorf("%d reconciles: want the run to yield at the second deletion", n)
+		t.Errorf("%d reconciles: want the run to yield at n1's second undoing", n)
 	}
 }
 
@@ -192,22 +202,7 @@ func TestFollowUpBacksOffServersAnotherWriterParks(t *testing.T) {
 	var contested []string
 	f.OnContested = func(target string, servers []string) { contested = append(contested, servers...) }
 	var p pokes
-	polls := func() time.Duration {
-		t.Helper()
-		a.set("n1", false)
-		f.Observe(Result{Targets: []TargetResult{waiting("a", "n1")}}, nil, p.poke)
-		clock.advance(50 * time.Millisecond)
-		before := len(p.got())
-		a.park("n1")
-		for d := 50 * time.Millisecond; d <= time.Minute; d += 50 * time.Millisecond {
-			clock.advance(50 * time.Millisecond)
-			if len(p.got()) > before {
-				return d
-			}
-		}
-		t.Fatal("no poke within a minute of the parking")
-		return 0
-	}
+	polls := undone(t, clock, a, f, &p, a.park)
 	ms := time.Millisecond
 	for i, want := range []time.Duration{50 * ms, 1050 * ms, 2050 * ms, 4050 * ms} {
 		if got := polls(); got != want {
@@ -223,20 +218,5 @@ func TestFollowUpBacksOffServersAnotherWriterParks(t *testing.T) {
 // Settler stops following a target whose servers another writer parks
 // twice (ErrContested), as one whose servers it deletes.
 func TestTheOneShotYieldsToAnotherWriterThatParks(t *testing.T) {
-	a := &checks{passed: map[string]bool{"n1": false}, paused: map[string]bool{"n1": true}} // parked at once, every time
-	var runs atomic.Int32
-	s := &Settler{Poll: 5 * time.Millisecond, Checks: map[string]CheckReader{"a": a},
-		Run: func(context.Context) (Result, error) {
-			runs.Add(1)
-			return Result{Status: StatusApplied, Targets: []TargetResult{waiting("a", "n1")}}, nil
-		}}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	_, err := s.Settle(ctx)
-	if !errors.Is(err, ErrContested) || ctx.Err() != nil {
-		t.Fatalf("settle: %v (ctx %v), want ErrContested before the deadline", err, ctx.Err())
-	}
-	if n := runs.Load(); n > 3 {
-		t.Errorf("%d reconciles: want the run to yield at the second parking", n)
-	}
+	yields(t, &checks{passed: map[string]bool{"n1": false}, paused: map[string]bool{"n1": true}}) // parked at once, every time
 }
