@@ -246,7 +246,7 @@ func reconcileOnce(rec *reconcile.Reconciler, checks map[string]reconcile.CheckR
 			log.Info("servers still have sessions: parked, out of traffic; the next reconcile deletes them once their sessions end", "waited", settleTime.String(), "servers", d)
 		}
 		if errors.Is(err, reconcile.ErrContested) {
-			log.Error("another writer deleted the servers this run added, twice before their check passed: this run stopped following them; is a serve (or another instance) running with another configuration, e.g. another HAPROXY_LOCAL_ZONE?")
+			log.Error("another writer deleted or parked the servers this run added, twice before their check passed: this run stopped following them; is a serve (or another instance) running with another configuration, e.g. another HAPROXY_LOCAL_ZONE?")
 		}
 		if errors.Is(err, reconcile.ErrTargets) {
 			log.Error("reconcile failed on a target; the other targets were reconciled and their servers waited for", "error", err.Error(), "errorClass", res.ErrorClass)

@@ -3,6 +3,7 @@ package history
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -378,13 +380,16 @@ func (w *world) oneShotBinary(ctx context.Context, zone string) (reconcile.Resul
 		return res, fmt.Errorf("reconcile printed no result (%v): %w", err, jerr)
 	}
 	var ee *exec.ExitError
+	failed := slices.ContainsFunc(res.Targets, func(t reconcile.TargetResult) bool { return t.Error != "" })
 	switch {
+	case w.setup.Services && (failed || err != nil && errors.As(err, &ee) && ee.ExitCode() == 1):
+		// Many-Services mode exits 0 when the Services that failed did so
+		// for their own reasons (a server HAProxy refused: fleet's
+		// Mendable), 1 when a retry can mend it: either way each failed
+		// target is judged (second reader).
+		return res, fmt.Errorf("%w: %s", reconcile.ErrTargets, cmp.Or(res.Error, "a Service's target failed"))
 	case err == nil:
 		return res, nil
-	case errors.As(err, &ee) && ee.ExitCode() == 1 && w.setup.Services:
-		// Many-Services mode (fleet.Settle) exits 1 only on a failure:
-		// each Service's targets say which.
-		return res, fmt.Errorf("%w: %s", reconcile.ErrTargets, res.Error)
 	case errors.As(err, &ee) && ee.ExitCode() == 1:
 		for _, t := range res.Targets {
 			if t.Error != "" {
@@ -404,20 +409,27 @@ func (w *world) oneShotBinary(ctx context.Context, zone string) (reconcile.Resul
 
 // fleetOneShot is the result the reconcile command prints in many-Services
 // mode (fleet.Result) as the judge reads a writer's: every Service's
-// targets, each named by its Service, and the error.
+// targets and every left backend's, a failed one's error naming its
+// Service or backend, and the error.
 func fleetOneShot(out []byte) (reconcile.Result, error) {
 	var fr fleet.Result
 	if err := json.Unmarshal(out, &fr); err != nil {
 		return reconcile.Result{}, err
 	}
 	res := reconcile.Result{Status: fr.Status, Error: fr.Error}
-	for _, sr := range fr.Services {
-		for _, t := range sr.Targets {
+	add := func(who string, targets []reconcile.TargetResult) {
+		for _, t := range targets {
 			if t.Error != "" {
-				t.Error = sr.Service + ": " + t.Error
+				t.Error = who + ": " + t.Error
 			}
 			res.Targets = append(res.Targets, t)
 		}
+	}
+	for _, sr := range fr.Services {
+		add(sr.Service, sr.Targets)
+	}
+	for _, lr := range fr.Left {
+		add("left backend "+lr.Backend, lr.Targets)
 	}
 	return res, nil
 }

@@ -144,9 +144,15 @@ type CheckState uint8
 const (
 	CheckPending CheckState = iota // it runs and has not passed yet
 	CheckPassed                    // it passed: the server may enter service
-	// CheckPaused: none runs, the server is in maintenance since it was
-	// gated: a reload loaded it parked, or another writer parked it.
-	CheckPaused
+	// CheckParked: none runs, the server was put in maintenance at
+	// runtime since it was gated: another writer parked it.
+	CheckParked
+	// CheckLoadedParked: none runs, and haproxy.cfg (or "add server ...
+	// disabled") said "disabled": a reload may have loaded it parked (the
+	// Data Plane driver writes a waiting server so, and every reload of
+	// its own loads it parked), or a writer parked it after: which one,
+	// HAProxy does not say (its admin state is the same).
+	CheckLoadedParked
 )
 
 // Runtime is a current server as HAProxy's runtime API shows it ("show
@@ -159,6 +165,10 @@ type Runtime struct {
 	// "disabled", is there; a server added at runtime without "disabled"
 	// starts in maintenance and runs its check once it is enabled).
 	CheckRunning bool
+	// ConfigMaint: haproxy.cfg (or "add server ... disabled") said
+	// "disabled" (SRV_ADMF_CMAINT): it stays set once the server is made
+	// ready at runtime, and a reload loads it parked.
+	ConfigMaint bool
 	// CheckPassed: the check's health has reached rise and its last
 	// result passed, i.e. the server has earned traffic.
 	CheckPassed bool

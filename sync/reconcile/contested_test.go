@@ -220,3 +220,57 @@ func TestFollowUpBacksOffServersAnotherWriterParks(t *testing.T) {
 func TestTheOneShotYieldsToAnotherWriterThatParks(t *testing.T) {
 	yields(t, &checks{passed: map[string]bool{"n1": false}, paused: map[string]bool{"n1": true}}) // parked at once, every time
 }
+
+// loadParked is a reload loading name parked (haproxy.cfg says
+// "disabled": the Data Plane driver writes its waiting servers so).
+func (c *checks) loadParked(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.loaded == nil {
+		c.loaded = map[string]bool{}
+	}
+	c.loaded[name] = true
+}
+
+// TestAReloadLoadingAServerParkedIsNoContest: a waiting server that
+// haproxy.cfg holds "disabled" found parked, again and again, is gated
+// again at once each time and nobody is told of another writer: the Data
+// Plane driver's own reloads load its waiting servers so (second reader:
+// with every parked server counted, two of its reloads within 10 s made
+// the one-shot run yield, exit 1, its servers left out of traffic).
+func TestAReloadLoadingAServerParkedIsNoContest(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	a := &checks{passed: map[string]bool{}}
+	f := newFollowUp(clock, map[string]CheckReader{"a": a})
+	var contested []string
+	f.OnContested = func(_ string, servers []string) { contested = append(contested, servers...) }
+	var p pokes
+	polls := undone(t, clock, a, f, &p, a.loadParked)
+	for i := range 4 {
+		if got := polls(); got != 50*time.Millisecond {
+			t.Errorf("reload %d: poked %v after it, want at once (one poll)", i+1, got)
+		}
+	}
+	if len(contested) != 0 {
+		t.Errorf("told of contested servers %v, want none", contested)
+	}
+
+	// The one-shot run: loaded parked by two reloads, then passed.
+	b := &checks{passed: map[string]bool{}}
+	var runs atomic.Int32
+	s := &Settler{Poll: 5 * time.Millisecond, Checks: map[string]CheckReader{"a": b},
+		Run: func(context.Context) (Result, error) {
+			if runs.Add(1) <= 2 {
+				b.set("n1", false)
+				b.loadParked("n1") // a reload right after the gate
+				return Result{Status: StatusApplied, Targets: []TargetResult{waiting("a", "n1")}}, nil
+			}
+			b.set("n1", true)
+			return Result{Status: StatusApplied, Targets: []TargetResult{{Target: "a", Backend: "be"}}}, nil
+		}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := s.Settle(ctx); err != nil {
+		t.Fatalf("settle: %v after %d reconciles, want nil: the reloads were no other writer", err, runs.Load())
+	}
+}

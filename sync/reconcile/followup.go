@@ -503,17 +503,19 @@ func (r Result) draining() bool {
 // dueCount counts, on cr, the servers of backends (their waiting servers)
 // that a reconcile has work for, of all those waiting in the backends it
 // could read: due (its check
-// passed, or none runs: CheckReader), or gone or parked (listed in gone
-// too, by backend: undone by a reload or by another writer), or, when a
-// reload was to load it (Loading), there now. A backend that cannot be read
-// says nothing.
+// passed, or none runs: CheckReader), or gone or parked at runtime
+// (listed in gone too, by backend: undone by a reload or by another
+// writer), or, when a reload was to load it (Loading), there now. A backend
+// that cannot be read says nothing.
 //
-// Parked counts as gone (soak seed 188303918 on 3.0.11, nodes-soak,
-// runtime: a one-shot run of the old HAPROXY_LOCAL_ZONE beside serve of the
-// new one; serve's guard parked the run's servers, the run gated them again
-// at once and deleted serve's, 212 times in 50 s, the local zone's Node out
-// of traffic for 16 s): two writers that park each other's servers are
-// contested as two that delete them are.
+// Parked at runtime counts as gone (soak seed 188303918 on 3.0.11,
+// nodes-soak, runtime: a one-shot run of the old HAPROXY_LOCAL_ZONE beside
+// serve of the new one; serve's guard parked the run's servers, the run
+// gated them again at once and deleted serve's, 212 times in 50 s, the
+// local zone's Node out of traffic for 16 s): two writers that park each
+// other's servers are contested as two that delete them are. A server
+// haproxy.cfg holds "disabled" found parked does not count: the Data Plane
+// driver's own reloads load its waiting servers so (second reader).
 func dueCount(ctx context.Context, cr CheckReader, backends map[string]waits) (due, of int, gone map[string][]string) {
 	for backend, w := range backends {
 		got, err := cr.ReadChecks(ctx, backend)
@@ -526,7 +528,7 @@ func dueCount(ctx context.Context, cr CheckReader, backends map[string]waits) (d
 			if w.loading[n] && there || !w.loading[n] && (st != model.CheckPending || !there) {
 				due++
 			}
-			if (!there || st == model.CheckPaused) && !w.loading[n] {
+			if (!there || st == model.CheckParked) && !w.loading[n] {
 				if gone == nil {
 					gone = map[string][]string{}
 				}

@@ -85,11 +85,13 @@ func (c *fakeClock) advance(d time.Duration) {
 }
 
 // checks is a CheckReader whose answers a test sets: the servers there
-// (passed), those of them parked (paused: no check runs).
+// (passed), those of them parked at runtime (paused) or loaded parked
+// (loaded: haproxy.cfg says "disabled").
 type checks struct {
 	mu     sync.Mutex
 	passed map[string]bool
 	paused map[string]bool
+	loaded map[string]bool
 	err    error
 	reads  int
 }
@@ -104,8 +106,10 @@ func (c *checks) ReadChecks(_ context.Context, _ string) (map[string]model.Check
 	out := map[string]model.CheckState{}
 	for k, v := range c.passed {
 		switch {
+		case c.loaded[k]:
+			out[k] = model.CheckLoadedParked
 		case c.paused[k]:
-			out[k] = model.CheckPaused
+			out[k] = model.CheckParked
 		case v:
 			out[k] = model.CheckPassed
 		default:
@@ -120,6 +124,7 @@ func (c *checks) set(name string, passed bool) {
 	defer c.mu.Unlock()
 	c.passed[name] = passed
 	delete(c.paused, name)
+	delete(c.loaded, name)
 }
 
 type pokes struct {

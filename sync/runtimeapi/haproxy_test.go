@@ -1016,3 +1016,42 @@ func beforeFirstAdd(t *testing.T, target string, hook func()) string {
 	}()
 	return path
 }
+
+// TestReadChecksTellsParkedFromLoadedParked: on a real HAProxy, a server
+// haproxy.cfg holds "disabled" reads loaded-parked (a reload loads it so,
+// the Data Plane driver's own reloads included) and stays so once made
+// ready and parked again; one parked at runtime that haproxy.cfg does not
+// hold disabled reads parked (another writer); one whose check runs,
+// pending or passed. The follow-up counts only parked ones as undone.
+func TestReadChecksTellsParkedFromLoadedParked(t *testing.T) {
+	port := haproxytest.FreePorts(t, "127.0.0.1", 1)[0]
+	haproxytest.Listen(t, "up", fmt.Sprintf("127.0.0.1:%d", port))
+	h := haproxytest.Start(t, haproxytest.Backend{Name: "be", Lines: []string{"balance roundrobin",
+		fmt.Sprintf("server cfgoff 127.0.0.1:%d check inter 100ms disabled", port),
+		fmt.Sprintf("server on 127.0.0.1:%d check inter 100ms", port),
+		"server dead 127.0.0.1:1 check inter 100ms"}})
+	c, err := runtimeapi.New(h.RuntimeURL(), model.Settings{Balance: "roundrobin"}, chk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() map[string]model.CheckState {
+		t.Helper()
+		got, err := c.ReadChecks(context.Background(), "be")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	eventually(t, 3*time.Second, "on's check passes", func() bool { return read()["on"] == model.CheckPassed })
+	if got := read(); got["cfgoff"] != model.CheckLoadedParked || got["dead"] != model.CheckPending {
+		t.Fatalf("as loaded: %v; want cfgoff loaded-parked, dead pending", got)
+	}
+	for _, cmd := range []string{"set server be/on state maint", "set server be/cfgoff state ready", "set server be/cfgoff state maint"} {
+		if _, err := h.Command(cmd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := read(); got["on"] != model.CheckParked || got["cfgoff"] != model.CheckLoadedParked {
+		t.Errorf("after runtime maint: %v; want on parked, cfgoff loaded-parked still", got)
+	}
+}

@@ -124,6 +124,7 @@ func parseServersState(reply string, keep func(backend string) bool, rise, fall 
 		running := chk&chkEnabled != 0 && chk&chkPaused == 0
 		rt := &model.Runtime{
 			CheckRunning: running,
+			ConfigMaint:  admin&admConfigMaint != 0,
 			CheckFailed:  running && result == chkResFailed,
 			// In maintenance the operational state says nothing; health does.
 			CheckPassed: passed && (up || health >= max(rise, 1)),

@@ -277,7 +277,8 @@ func (c *Client) serversState(ctx context.Context, backend string) ([]model.Serv
 }
 
 // ReadChecks reports, for each of the backend's servers, where its health
-// check stands: none runs (paused: in maintenance), passed
+// check stands: none runs (in maintenance: parked at runtime, or perhaps
+// loaded so by a reload where haproxy.cfg says "disabled"), passed
 // (model.Runtime.CheckPassed) or pending, from one "show servers state":
 // cheap enough to ask every few tens of milliseconds while servers wait
 // (reconcile.CheckReader).
@@ -289,8 +290,10 @@ func (c *Client) ReadChecks(ctx context.Context, backend string) (map[string]mod
 	out := make(map[string]model.CheckState, len(servers))
 	for _, s := range servers {
 		switch {
+		case !s.Runtime.CheckRunning && s.Runtime.ConfigMaint:
+			out[s.Name] = model.CheckLoadedParked
 		case !s.Runtime.CheckRunning:
-			out[s.Name] = model.CheckPaused
+			out[s.Name] = model.CheckParked
 		case s.Runtime.CheckPassed:
 			out[s.Name] = model.CheckPassed
 		default:
