@@ -89,6 +89,13 @@ type Config struct {
 	// controller manages (ENDPOINTSLICE_MANAGED_BY set): a server for any
 	// of them runs for no pod (Converges).
 	Hostile bool
+	// PublishNotReady: the Service has publishNotReadyAddresses (pod-mode
+	// single-Service histories without the readiness gate,
+	// Setup.publishNotReady): every endpoint of a pod not terminating is
+	// ready, its serving condition the pod's readiness, so the service
+	// puts a pod Kubernetes holds not ready in traffic once its check
+	// passes, as kube-proxy would; the judge holds it as ready.
+	PublishNotReady bool
 }
 
 // GuardOff is Config.Guard for HAPROXY_DELETE_GUARD_PERCENT=0.
@@ -161,6 +168,7 @@ func ConfigOf(seed uint64) Config {
 	// verdict spans both backends while the judge reads be's servers.
 	c.Ports = !c.FixedPort && !c.Gate && one(4)
 	c.Hostile = one(3)
+	c.PublishNotReady = one(4)
 	return c
 }
 
@@ -331,6 +339,9 @@ func (c Config) String() string {
 	}
 	if c.Hostile {
 		out = append(out, "hostile")
+	}
+	if c.PublishNotReady {
+		out = append(out, "publishNotReadyAddresses")
 	}
 	if len(out) == 0 {
 		return "shipped"

@@ -558,7 +558,7 @@ func (w *world) units() []unit {
 	var out []unit
 	if w.setup.Nodes == 0 {
 		for n, st := range w.k8s {
-			out = append(out, unit{name: podName(n), base: cmp.Or(w.names[n], podName(n)), addr: w.addrOf(n), st: st, alive: alive(n),
+			out = append(out, unit{name: podName(n), base: cmp.Or(w.names[n], podName(n)), addr: w.addrOf(n), st: w.setup.asJudged(st), alive: alive(n),
 				refused: n == w.setup.Config.Refused && n > 0, zone: zoneOf(n), weight: 1})
 		}
 		return out

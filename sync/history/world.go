@@ -142,6 +142,24 @@ func (s Setup) httpChecksInCfg() bool {
 	return s.HealthPort && !(s.Driver == Dataplane && s.Config.Balance != "")
 }
 
+// publishNotReady says whether the Service has publishNotReadyAddresses
+// (Config.PublishNotReady): pod-mode single-Service histories without the
+// readiness gate (whose verdicts follow the pods' readiness, not the
+// endpoints').
+func (s Setup) publishNotReady() bool {
+	return s.Config.PublishNotReady && s.Nodes == 0 && !s.Services && !s.Config.Gate
+}
+
+// asJudged is how the judge holds a pod Kubernetes holds in state st: with
+// publishNotReadyAddresses an endpoint that is not ready (a pod not ready,
+// or dead and noticed) is ready all the same.
+func (s Setup) asJudged(st podState) podState {
+	if s.publishNotReady() && (st == notReady || st == noticed) {
+		return live
+	}
+	return st
+}
+
 // fixedPort says whether HAPROXY_BACKEND_PORT is set (Config.FixedPort):
 // single-Service histories only, annotation mode refuses it.
 func (s Setup) fixedPort() bool { return s.Config.FixedPort && !s.Services }
@@ -447,9 +465,11 @@ func (w *world) input() desired.Input {
 		ready, serving, term := true, true, false
 		switch w.k8s[n] {
 		case notReady, noticed:
-			ready, serving = false, false
+			// publishNotReadyAddresses: ready all the same (the
+			// EndpointSlice controller's rule), serving the pod's own.
+			ready, serving = w.setup.publishNotReady(), false
 		case terminating:
-			ready, term = false, true
+			ready, term = w.setup.publishNotReady(), true
 		}
 		ep := discoveryv1.Endpoint{
 			Addresses:  []string{w.addrOf(n)},
@@ -551,7 +571,7 @@ func (w *world) apply(st Step, index int) error {
 				w.k8s[n] = s
 			}
 			w.mu.Unlock()
-			w.rec.add(obs{kind: obsK8s, pod: n, state: s})
+			w.rec.add(obs{kind: obsK8s, pod: n, state: w.setup.asJudged(s)})
 			changed = true
 		}
 		switch st.Kind {

@@ -95,6 +95,7 @@ func (w *world) serviceObject(name, be string) *corev1.Service {
 	if w.setup.Services && be != "" {
 		svc.Annotations = map[string]string{svcs.Annotation: be}
 	}
+	svc.Spec.PublishNotReadyAddresses = w.setup.publishNotReady() && name == service
 	if w.setup.Nodes > 0 {
 		// Every Node's kube-proxy takes the Service on the port the pods
 		// listen on, at its own address, and only to its own pods.
