@@ -48,6 +48,7 @@ table=$(cat <<'EOF'
 27-other-install|sed@sync/lb/plan.go@s/\t\treturn m.class == o.Class/\t\treturn true/|7:dataplane:class
 28-hung-pair|sed@sync/reconcile/leftbehind.go@s/return r.straggle() . time.Second }/return time.Hour }/+sed@sync/reconcile/leftbehind.go@s/\tif len(targets) == 0 {\n\t\treturn ctx/\tif true {\n\t\treturn ctx/|682573831:dataplane:class
 29-writer-fight|sed@sync/reconcile/contested.go@s/\tif again == 0 {/\tif true {/|179255428:runtime:serve-soak
+30-parked-contest|sed@sync/reconcile/followup.go@s/if (!there .. st == model.CheckParked) \&\& !w.loading\[n\] {/if !there \&\& !w.loading[n] {/|188303918:runtime:nodes-soak
 p1-autoscaler-taint-ignored|sed@sync/desired/node.go@s/if t.Key == TaintToBeDeleted .. t.Key == TaintKarpenterDisrupted {/if t.Key == TaintKarpenterDisrupted {/|3:runtime:nodes-soak
 p2-adds-reload|sed@sync/dataplane/route.go@s/adds > MaxRuntimeAdds/adds > 0/|1:dataplane:short 2:dataplane:short
 p3-holder-by-age|sed@sync/services/select.go@s/\t\t\tcase held.r. == key.s.:\n\t\t\t\tc.Hold = HoldsResource\n\t\t\tcase sl.Class \&\& len.s.Status.LoadBalancer.Ingress. > 0:\n\t\t\t\tc.Hold = HoldsStatus\n//|3:dataplane:class
@@ -57,6 +58,7 @@ p6-tls-links|sed@sync/tlsfiles/tlsfiles.go@s/fi, err := os.Stat(p.path)/fi, err 
 p7-ipmode|sed@cmd/haproxy-k8s-sync/fleet.go@s/f.ProxyProtocol = cfg.SendProxyV2/f.ProxyProtocol = false/|3:dataplane:class
 p8-cidrs-ignored|sed@sync/desired/validate.go@s/return "", ReasonAddressNotAllowed, "outside ALLOWED_SERVER_CIDRS"/return a.String(), "", ""/|3:runtime:short
 p9-managed-by-ignored|sed@sync/desired/desired.go@s/if c.opts.ManagedBy != "" \&\& s.Labels/if false \&\& s.Labels/|3:runtime:short
+p10-publish-ignored|sed@sync/desired/desired.go@s/case isTrue(c.Ready, true) \&\& !isTrue(c.Terminating, false):/case isTrue(c.Ready, true) \&\& isTrue(c.Serving, true) \&\& !isTrue(c.Terminating, false):/|9:runtime:short
 EOF
 )
 want=("$@")
