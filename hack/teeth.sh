@@ -58,7 +58,7 @@ p6-tls-links|sed@sync/tlsfiles/tlsfiles.go@s/fi, err := os.Stat(p.path)/fi, err 
 p7-ipmode|sed@cmd/haproxy-k8s-sync/fleet.go@s/f.ProxyProtocol = cfg.SendProxyV2/f.ProxyProtocol = false/|3:dataplane:class
 p8-cidrs-ignored|sed@sync/desired/validate.go@s/return "", ReasonAddressNotAllowed, "outside ALLOWED_SERVER_CIDRS"/return a.String(), "", ""/|3:runtime:short
 p9-managed-by-ignored|sed@sync/desired/desired.go@s/if c.opts.ManagedBy != "" \&\& s.Labels/if false \&\& s.Labels/|3:runtime:short
-p10-publish-ignored|sed@sync/desired/desired.go@s/case isTrue(c.Ready, true) \&\& !isTrue(c.Terminating, false):/case isTrue(c.Ready, true) \&\& isTrue(c.Serving, true) \&\& !isTrue(c.Terminating, false):/|9:runtime:short
+p10-publish-ignored|sed@sync/desired/desired.go@s/case isTrue(c.Ready, true) \&\& !isTrue(c.Terminating, false):/case isTrue(c.Ready, true) \&\& isTrue(c.Serving, true) \&\& !isTrue(c.Terminating, false):/|3:runtime:short 8:runtime:short 12:runtime:short 9:runtime:short
 EOF
 )
 want=("$@")
