@@ -90,8 +90,8 @@ type Client struct {
 	// that haproxy.cfg lacks and this service did not add (pending.go).
 	hidden sync.Map
 	// settingsWritten are the backends whose settings this process
-	// committed, until a Read finds the API's reload for them done
-	// (settingsLoading).
+	// committed (a settingsMark), until a Read finds the API's reload for
+	// them done (settingsLoading).
 	settingsWritten sync.Map
 	settingsGen     atomic.Int64 // each commit's mark in settingsWritten
 }
@@ -254,8 +254,9 @@ func (c *Client) versioned(ctx context.Context, method, path string, version int
 }
 
 type response struct {
-	status  int
-	version int64 // Configuration-Version header, 0 when absent
+	status   int
+	version  int64  // Configuration-Version header, 0 when absent
+	reloadID string // Reload-ID header: the reload a 202 scheduled or joined
 }
 
 // nextVersion is the version after a successful write made at v.
@@ -318,6 +319,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 	}
 	r := response{status: resp.StatusCode}
 	r.version, _ = strconv.ParseInt(resp.Header.Get("Configuration-Version"), 10, 64)
+	r.reloadID = resp.Header.Get("Reload-ID")
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return r, decodeError(method, path, resp.StatusCode, data)
 	}

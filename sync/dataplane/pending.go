@@ -73,11 +73,28 @@ func (c *Client) awaitPendingRemoval(ctx context.Context, p plan.Plan) error {
 // reloadPending says whether the API has a reload scheduled or running
 // (GET /services/haproxy/reloads lists it "in_progress").
 func (c *Client) reloadPending(ctx context.Context) (bool, error) {
+	rs, err := c.reloads(ctx)
+	if err != nil {
+		return false, err
+	}
+	return reloadPendingIn(rs, ""), nil
+}
+
+// reloads reads the API's reloads (GET /services/haproxy/reloads).
+func (c *Client) reloads(ctx context.Context) ([]models.Reload, error) {
 	var rs []models.Reload
 	if _, err := c.do(ctx, http.MethodGet, "/reloads", nil, nil, &rs); err != nil {
-		return false, fmt.Errorf("read the Data Plane API's reloads: %w", err)
+		return nil, fmt.Errorf("read the Data Plane API's reloads: %w", err)
 	}
-	return slices.ContainsFunc(rs, func(r models.Reload) bool { return r.Status == models.ReloadStatusInProgress }), nil
+	return rs, nil
+}
+
+// settingsMark is what settingsWritten keeps of a commit that wrote a
+// backend's settings: its mark, and the reload the commit scheduled or
+// joined ("" when the API did not say, or the answer was lost).
+type settingsMark struct {
+	gen      int64
+	reloadID string
 }
 
 // settingsLoading says whether backend's settings this process committed
@@ -88,15 +105,35 @@ func (c *Client) reloadPending(ctx context.Context) (bool, error) {
 // the Node is (history seed 1, node mode, Data Plane driver,
 // HAPROXY_BALANCE with the Service's healthCheckNodePort) — until the
 // reload loads it with the new one.
+//
+// The commit's own reload is what is waited for, by its Reload-ID: a
+// later reload in progress (an API that reloads for every write) is not.
+// Waiting for none to be in progress kept the mark for good under such an
+// API, and every server a reload dropped waited for the next reload
+// parked (seed 821716727, serve-services, Data Plane API whose runtime
+// writes fail).
 func (c *Client) settingsLoading(ctx context.Context, backend string) bool {
-	gen, ok := c.settingsWritten.Load(backend)
+	v, ok := c.settingsWritten.Load(backend)
 	if !ok {
 		return false
 	}
-	pending, err := c.reloadPending(ctx)
-	if err == nil && !pending {
-		// Not one a later commit stored meanwhile.
-		c.settingsWritten.CompareAndDelete(backend, gen)
+	mark := v.(settingsMark)
+	rs, err := c.reloads(ctx)
+	if err != nil {
+		return true
 	}
-	return err != nil || pending
+	pending := reloadPendingIn(rs, mark.reloadID)
+	if !pending {
+		// Not one a later commit stored meanwhile.
+		c.settingsWritten.CompareAndDelete(backend, v)
+	}
+	return pending
+}
+
+// reloadPendingIn says whether rs (the API's reloads) list reload id in
+// progress; for id "" (not known), whether any is.
+func reloadPendingIn(rs []models.Reload, id string) bool {
+	return slices.ContainsFunc(rs, func(r models.Reload) bool {
+		return r.Status == models.ReloadStatusInProgress && (id == "" || r.ID == id)
+	})
 }

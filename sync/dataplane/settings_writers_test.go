@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplane"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
@@ -73,5 +74,42 @@ func TestAddsWaitForTheSettingsReload(t *testing.T) {
 	syncOnce(t, c, w)
 	if got := hl.socketAdds(); len(got) != 0 {
 		t.Errorf("%v added through the socket while the settings' reload is pending", got)
+	}
+}
+
+// TestALaterReloadDoesNotHoldAddsForSettingsLoaded: the settings this
+// process wrote ran with their reload; a later write (another writer's
+// add, which the API answers with a reload of its own) has a reload
+// pending when a server haproxy.cfg holds is found not running. It is
+// added through the socket: the backend runs its new settings already.
+// Waiting for no reload to be in progress kept the settings' mark for good
+// under an API that reloads for every write, and every server a reload
+// dropped waited parked for the next one (history seed 821716727,
+// serve-services, Data Plane API whose runtime writes fail: a ready pod
+// out of service 2.3 s).
+func TestALaterReloadDoesNotHoldAddsForSettingsLoaded(t *testing.T) {
+	const delay = 2 * time.Second
+	api, _ := setup(t, dataplanetest.Options{RuntimeFails: true, ReloadDelay: delay}, dataplane.Auth{})
+	hl := &healthLog{api: api, lazy: true}
+	u, _ := url.Parse(api.URL)
+	c := dataplane.New(u, dataplane.Auth{}, http.DefaultClient, dataplane.WithRuntime(hl))
+	settings := model.Settings{Balance: "leastconn", TCPCheck: true}
+	none := want()
+	none.Settings = settings
+	if p, _ := syncOnce(t, c, none); p.Settings == nil {
+		t.Fatal("the first reconcile wrote no settings")
+	}
+	time.Sleep(delay + 300*time.Millisecond) // the settings' reload ran
+	hl.reload()
+	w := want(srv("node-a", "127.0.1.1", model.Ready))
+	w.Settings = settings
+	other := dataplane.New(u, dataplane.Auth{}, http.DefaultClient) // no socket: the API adds it, and reloads
+	syncOnce(t, other, w)
+	if n := len(api.Servers("be")); n != 1 {
+		t.Fatalf("haproxy.cfg holds %d servers, want node-a", n)
+	}
+	p, _ := syncOnce(t, c, w)
+	if got := hl.socketAdds(); len(got) != 1 || got[0] != "node-a" {
+		t.Errorf("socket adds %v (loading %v): node-a waited for a reload that is not its settings'", got, p.Loading)
 	}
 }

@@ -24,12 +24,19 @@ import (
 // try again. After the commit it clears the transactions the commit
 // outdated; a failure there is left to the next sweep.
 func (c *Client) inTransaction(ctx context.Context, version int64, write func(in url.Values) error) (err error) {
+	_, err = c.inTransactionReload(ctx, version, write)
+	return err
+}
+
+// inTransactionReload is inTransaction that also says which reload the
+// commit scheduled or joined (its Reload-ID; "" when the API did not say).
+func (c *Client) inTransactionReload(ctx context.Context, version int64, write func(in url.Values) error) (reloadID string, err error) {
 	if err := c.sweepTransactions(ctx, version); err != nil {
-		return err
+		return "", err
 	}
 	var tx models.Transaction
 	if _, err := c.do(ctx, http.MethodPost, "/transactions", url.Values{"version": {itoa(version)}}, nil, &tx); err != nil {
-		return fmt.Errorf("start transaction: %w", err)
+		return "", fmt.Errorf("start transaction: %w", err)
 	}
 	committed := false
 	defer func() {
@@ -44,25 +51,26 @@ func (c *Client) inTransaction(ctx context.Context, version int64, write func(in
 		}
 	}()
 	if err := write(url.Values{"transaction_id": {tx.ID}}); err != nil {
-		return err
+		return "", err
 	}
-	if _, err := c.do(ctx, http.MethodPut, "/transactions/"+url.PathEscape(tx.ID), nil, nil, nil); err != nil {
-		return fmt.Errorf("commit transaction %s: %w", tx.ID, err)
+	r, err := c.do(ctx, http.MethodPut, "/transactions/"+url.PathEscape(tx.ID), nil, nil, nil)
+	if err != nil {
+		return "", fmt.Errorf("commit transaction %s: %w", tx.ID, err)
 	}
 	committed = true
 	_ = c.sweepTransactions(ctx, version+1)
-	return nil
+	return r.reloadID, nil
 }
 
 // transaction writes the structural changes in one transaction and commits it.
 func (c *Client) transaction(ctx context.Context, version int64, p plan.Plan, changes []plan.Change, serverPath func(string) string) (out plan.Applied, err error) {
-	err = c.inTransaction(ctx, version, func(in url.Values) error {
+	reloadID, err := c.inTransactionReload(ctx, version, func(in url.Values) error {
 		return c.writeChanges(ctx, in, p, changes, serverPath, &out)
 	})
 	if p.Settings != nil {
 		// Committed or not known (an answer lost): the running HAProxy
 		// may run the old check until the API's reload (settingsLoading).
-		c.settingsWritten.Store(p.Backend, c.settingsGen.Add(1))
+		c.settingsWritten.Store(p.Backend, settingsMark{gen: c.settingsGen.Add(1), reloadID: reloadID})
 	}
 	if err != nil {
 		return out, err
