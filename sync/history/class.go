@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/config"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/dataplanetest"
@@ -152,11 +153,20 @@ func RunClass(t *testing.T, seed uint64, n int) Report {
 	ev := classEvaluate(w.obs, w.b, classServices)
 	ev.Violations = append(ev.Violations, w.violations...)
 	sort.SliceStable(ev.Violations, func(i, j int) bool { return ev.Violations[i].At.Before(ev.Violations[j].At) })
-	return Report{Setup: Setup{Seed: seed, Driver: Dataplane, Serve: true}, Shape: classShapeName, Steps: steps,
+	shape := classShapeName
+	if n == classShortSteps {
+		shape = classShortShapeName
+	}
+	return Report{Setup: Setup{Seed: seed, Driver: Dataplane, Serve: true}, Shape: shape, Steps: steps,
 		Requests: w.requests, Failed: w.failed, Evaluation: ev}
 }
 
-const classShapeName = "class"
+// classShapeName is make soak's class histories (classSoakSteps);
+// classShortShapeName make test's (classShortSteps), to replay them as run.
+const (
+	classShapeName      = "class"
+	classShortShapeName = "class-short"
+)
 
 func startClassWorld(t *testing.T, seed uint64, targets int) *classWorld {
 	t.Helper()
@@ -307,6 +317,19 @@ func (w *classWorld) writeService(s int) error {
 		err := errors.Join(svcs.Delete(ctx, name, metav1.DeleteOptions{}), slices.Delete(ctx, name+"-0", metav1.DeleteOptions{}))
 		return err
 	}
+	// serve writes the Service's status meanwhile: a conflict is read
+	// again (class seed 7, 120 steps: step 38's port change refused).
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error { return w.updateService(ctx, s) }); err != nil {
+		return err
+	}
+	return w.writeSlice(ctx, s)
+}
+
+// updateService creates or updates Service s's spec as the model holds it.
+func (w *classWorld) updateService(ctx context.Context, s int) error {
+	v := w.model.svcs[s]
+	name := className(s)
+	svcs := w.c.CoreV1().Services(classNS)
 	cur, err := svcs.Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -323,13 +346,11 @@ func (w *classWorld) writeService(s int) error {
 		cur.Spec.ExternalTrafficPolicy = ""
 	}
 	if cur.ResourceVersion == "" {
-		if _, err := svcs.Create(ctx, cur, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-	} else if _, err := svcs.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
-		return err
+		_, err = svcs.Create(ctx, cur, metav1.CreateOptions{})
+	} else {
+		_, err = svcs.Update(ctx, cur, metav1.UpdateOptions{})
 	}
-	return w.writeSlice(ctx, s)
+	return err
 }
 
 func (w *classWorld) writeSlice(ctx context.Context, s int) error {

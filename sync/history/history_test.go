@@ -201,6 +201,9 @@ func TestReplay(t *testing.T) {
 	case classShapeName:
 		expectNone(t, RunClass(t, seed, classSoakSteps))
 		return
+	case classShortShapeName:
+		expectNone(t, RunClass(t, seed, classShortSteps))
+		return
 	case "", soakShape.Name:
 	case shortShape.Name:
 		shape = shortShape
@@ -221,8 +224,8 @@ func TestReplay(t *testing.T) {
 	case slotsSoakShape.Name:
 		shape, setupOf = slotsSoakShape, SlotsSetupOf
 	default:
-		t.Fatalf("%s=%q: want %s, %s, %s, %s, %s, %s, %s, %s, %s, %s or %s", shapeEnv, raw, shortShape.Name, soakShape.Name, servicesShape.Name,
-			nodesShape.Name, nodesSoakShape.Name, serveShape.Name, serveSoakShape.Name, serveServicesShape.Name, slotsShape.Name, slotsSoakShape.Name, classShapeName)
+		t.Fatalf("%s=%q: want %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s or %s", shapeEnv, raw, shortShape.Name, soakShape.Name, servicesShape.Name,
+			nodesShape.Name, nodesSoakShape.Name, serveShape.Name, serveSoakShape.Name, serveServicesShape.Name, slotsShape.Name, slotsSoakShape.Name, classShapeName, classShortShapeName)
 	}
 	d := Driver(os.Getenv(driverEnv))
 	if d == "" {
