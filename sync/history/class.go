@@ -166,6 +166,8 @@ func RunClass(t *testing.T, seed uint64, n int) Report {
 const (
 	classShapeName      = "class"
 	classShortShapeName = "class-short"
+	classShortSteps     = 30
+	classSoakSteps      = 120
 )
 
 func startClassWorld(t *testing.T, seed uint64, targets int) *classWorld {

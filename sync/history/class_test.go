@@ -206,10 +206,3 @@ func TestHistoriesClass(t *testing.T) {
 		})
 	}
 }
-
-// classShortSteps and classSoakSteps are the class histories' lengths in
-// make test and make soak (and replay).
-const (
-	classShortSteps = 30
-	classSoakSteps  = 120
-)
