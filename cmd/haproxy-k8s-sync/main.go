@@ -47,6 +47,7 @@ import (
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/events"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/gate"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/kube"
+	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/memlimit"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/metrics"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/pair"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/reconcile"
@@ -131,6 +132,13 @@ func run(args []string) int {
 	klog.SetSlogLogger(log) // client-go's own lines in the same format
 	for _, w := range cfg.Warnings {
 		log.Warn("configuration: " + w)
+	}
+	// A heap held below the container's limit: the GC works harder near it
+	// rather than the kernel killing the process (many Services' entry).
+	if limit, why, err := memlimit.Apply(os.Getenv("GOMEMLIMIT"), os.ReadFile); err != nil {
+		log.Warn("memory limit not set", "error", err)
+	} else if limit > 0 {
+		log.Info("memory limit", "bytes", limit, "from", why)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

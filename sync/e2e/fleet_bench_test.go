@@ -67,6 +67,21 @@ func BenchmarkFleetReconcile(b *testing.B) {
 	}
 }
 
+// onTwoPods makes a Service annotated with each backend (web0000, ...),
+// each with two ready pods. Every Service's pods answer on the same two
+// listeners: what is measured is the service, not the pods.
+func (fw *fleetWorld) onTwoPods(backends []string) {
+	w := &world{t: fw.t, ns: fw.ns, ctx: context.Background()}
+	listen(fw.t, "a", "10.244.0.1", 30000)
+	listen(fw.t, "b", "10.244.0.2", 30000)
+	for i, be := range backends {
+		svc := fmt.Sprintf("web%04d", i)
+		fw.annotated(svc, be)
+		w.slice(svc+"-1", svc, map[string]int32{"http": 30000},
+			endpoint{ip: "10.244.0.1", pod: svc + "-a"}, endpoint{ip: "10.244.0.2", pod: svc + "-b"})
+	}
+}
+
 func benchFleetReconcile(b *testing.B, n int, once, dataplaneAPI bool) {
 	var backends []string
 	for i := range n {
@@ -76,17 +91,7 @@ func benchFleetReconcile(b *testing.B, n int, once, dataplaneAPI bool) {
 	if once {
 		fw.f.Inputs = kube.Bulk{Client: cluster.service, Namespaces: []string{fw.ns}}
 	}
-	w := &world{t: b, ns: fw.ns, ctx: context.Background()}
-	// Every Service's pods answer on the same two listeners: what is
-	// measured is the reconcile, not the pods.
-	listen(b, "a", "10.244.0.1", 30000)
-	listen(b, "b", "10.244.0.2", 30000)
-	for i := range n {
-		svc := fmt.Sprintf("web%04d", i)
-		fw.annotated(svc, backends[i])
-		w.slice(svc+"-1", svc, map[string]int32{"http": 30000},
-			endpoint{ip: "10.244.0.1", pod: svc + "-a"}, endpoint{ip: "10.244.0.2", pod: svc + "-b"})
-	}
+	fw.onTwoPods(backends)
 	ctx := context.Background()
 	// Until a reconcile changes nothing: settle's bound is short for
 	// thousands of Services' first checks.

@@ -208,7 +208,7 @@ func (e *NotSelectedError) Error() string {
 
 // Reconcile reconciles every selected Service.
 func (f *Fleet) Reconcile(ctx context.Context, dryRun bool) (Result, error) {
-	return f.run(ctx, "", nil, dryRun)
+	return f.run(ctx, "", nil, dryRun, nil)
 }
 
 // ReconcileService reconciles the Service key ("namespace/name") alone; a
@@ -216,7 +216,7 @@ func (f *Fleet) Reconcile(ctx context.Context, dryRun bool) (Result, error) {
 // Service (a backend two name goes to its holder), so all are listed; only
 // this one's backends are read and written.
 func (f *Fleet) ReconcileService(ctx context.Context, key string, dryRun bool) (Result, error) {
-	return f.run(ctx, key, nil, dryRun)
+	return f.run(ctx, key, nil, dryRun, nil)
 }
 
 // ReconcileLeft reconciles backends as zero endpoints (parked, guarded,
@@ -228,7 +228,7 @@ func (f *Fleet) ReconcileLeft(ctx context.Context, backends []string) (Result, e
 	if len(backends) == 0 {
 		return Result{Status: reconcile.StatusUnchanged, Services: []ServiceResult{}, Refused: []services.Refused{}}, nil
 	}
-	return f.run(ctx, "", backends, false)
+	return f.run(ctx, "", backends, false, nil)
 }
 
 // job is one Reconciler run: a Service's, or a left backend's.
@@ -238,7 +238,11 @@ type job struct {
 	runner  reconcile.Runner
 }
 
-func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool) (Result, error) {
+// run is every reconcile of the Fleet: a full one (only and left empty),
+// one Service's (only), or left backends' (left). part, when set, is told
+// each Service's part of the result as soon as its reconcile ended (Lanes
+// answers with it the lane reconciles it covers).
+func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool, part func(ServiceResult)) (Result, error) {
 	start := time.Now()
 	// One pass for every Service's reconcile: a target's pair check
 	// (pair.Guard.Verify) runs once per reconcile of the instance, not
@@ -397,6 +401,18 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 			rep, _ := ts.SyncTarget(ctx, target, class, services.ClassesOf(all)) // a failure: the passes after this reconcile's try again
 			return rep
 		})
+	}
+	if part != nil {
+		for i := range jobs {
+			if s := jobs[i].svc; s != nil {
+				jobs[i].runner = reported{jobs[i].runner, func(r reconcile.Result) {
+					if unread != nil && s.Class {
+						r = unsure(r, unread)
+					}
+					part(ServiceResult{Service: s.Key(), Result: r})
+				}}
+			}
+		}
 	}
 	out := f.runAll(ctx, jobs, snaps, dryRun, ahead)
 	ahead.Wait()

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/desired"
 	"github.com/haproxy-k8s-sync/haproxy-k8s-sync/sync/failure"
@@ -63,6 +64,8 @@ type Lanes struct {
 	// targets of those with work left.
 	leftFollow *reconcile.FollowUp
 	leftLast   map[string][]reconcile.TargetResult
+	// turn orders lane runs and full reconciles by when they began (cover).
+	turn atomic.Uint64
 }
 
 type lane struct {
@@ -73,6 +76,12 @@ type lane struct {
 	mu      sync.Mutex
 	last    Result // the last reconcile's, for the HTTP API
 	lastErr error
+	// cover is the part for this Service of a full reconcile that began
+	// after the run waiting for a slot since waiting (a turn; 0: none
+	// waits); covered tells that run it was set.
+	cover   *cover
+	waiting uint64
+	covered chan struct{}
 }
 
 // ErrShuttingDown answers a reconcile asked for once Close was called.
@@ -123,7 +132,7 @@ func (l *Lanes) Full(ctx context.Context) (Result, error) {
 	defer l.exit()
 	ctx, cancel := l.bound(ctx)
 	defer cancel()
-	res, err := l.Fleet.Reconcile(ctx, false)
+	res, err := l.Fleet.run(ctx, "", nil, false, l.covering(l.turn.Add(1)))
 	if err != nil && !errors.Is(err, ErrServices) {
 		return res, err // nothing was listed: no lane is known to end
 	}
@@ -345,7 +354,7 @@ func (l *Lanes) lane(key string) *lane {
 	if ln := l.lanes[key]; ln != nil {
 		return ln
 	}
-	ln := &lane{key: key, follow: &reconcile.FollowUp{Checks: l.Checks, Log: l.Log}}
+	ln := &lane{key: key, follow: &reconcile.FollowUp{Checks: l.Checks, Log: l.Log}, covered: make(chan struct{}, 1)}
 	if l.Tune != nil {
 		l.Tune(ln.follow)
 	}
@@ -385,6 +394,7 @@ func (l *Lanes) run(ctx context.Context, ln *lane) (reconcile.Result, error) {
 		ln.last, ln.lastErr = res, err
 		ln.mu.Unlock()
 	}
+	began := l.turn.Add(1)
 	if !l.enter() {
 		set(shuttingDown(), ErrShuttingDown)
 		return failed(ErrShuttingDown.Error(), failure.Temporary), ErrShuttingDown
@@ -392,15 +402,22 @@ func (l *Lanes) run(ctx context.Context, ln *lane) (reconcile.Result, error) {
 	defer l.exit()
 	ctx, cancel := l.bound(ctx)
 	defer cancel()
-	select {
-	case l.sem <- struct{}{}:
-		defer func() { <-l.sem }()
-	case <-ctx.Done():
-		err := fmt.Errorf("waiting for a reconcile slot: %w", ctx.Err())
+	var res Result
+	part, release, err := l.slot(ctx, ln, began)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("waiting for a reconcile slot: %w", err)
 		set(Result{Status: reconcile.StatusError, Services: []ServiceResult{}, Refused: []services.Refused{}, Error: err.Error(), ErrorClass: failure.Temporary}, err)
 		return failed(err.Error(), failure.Temporary), err
+	case part != nil:
+		res, err = answered(*part)
+		if l.Log != nil {
+			l.Log.Debug("reconcile answered by a full reconcile that began after it", "service", ln.key)
+		}
+	default:
+		defer release()
+		res, err = l.Fleet.ReconcileService(ctx, ln.key, false)
 	}
-	res, err := l.Fleet.ReconcileService(ctx, ln.key, false)
 	set(res, err)
 	var nse *NotSelectedError
 	switch {
@@ -421,6 +438,30 @@ func (l *Lanes) run(ctx context.Context, ln *lane) (reconcile.Result, error) {
 		return r, err
 	default: // the list failed
 		return failed(res.Error, res.ErrorClass), err
+	}
+}
+
+// slot waits for one of the Concurrency slots for ln's run that began at
+// turn began, and returns release; or the part of a full reconcile that
+// began after it (cover), which answers it.
+func (l *Lanes) slot(ctx context.Context, ln *lane, began uint64) (part *ServiceResult, release func(), err error) {
+	ln.wait(began)
+	defer ln.wait(0)
+	for {
+		select {
+		case l.sem <- struct{}{}:
+			if s, ok := ln.coveredSince(began); ok {
+				<-l.sem
+				return &s, nil, nil
+			}
+			return nil, func() { <-l.sem }, nil
+		case <-ln.covered:
+			if s, ok := ln.coveredSince(began); ok {
+				return &s, nil, nil
+			}
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
 	}
 }
 

@@ -202,6 +202,7 @@ func TestHistoriesClass(t *testing.T) {
 	skipUnlessFixed(t)
 	for _, seed := range classRuns {
 		t.Run(fmt.Sprintf("class-%d", seed), func(t *testing.T) {
+			inPart(t)
 			expectNone(t, RunClass(t, seed, classShortSteps))
 		})
 	}

@@ -65,6 +65,11 @@ func RunSteps(t testing.TB, s Setup, start int, steps []Step) Report {
 			n = 2
 		}
 		waits = append(waits, clients(ctx, tg.i, tg.front, n, 8*time.Millisecond, w.rec), w.monitor(ctx, tg))
+		if s.ports() {
+			// be2 runs the same pods (the Service's second port): its
+			// clients are judged as be's, by every traffic invariant.
+			waits = append(waits, clients(ctx, tg.i, tg.h.Frontends[backend2], 2, 8*time.Millisecond, w.rec))
+		}
 		if s.Nodes == 0 {
 			waits = append(waits, sessionClients(ctx, tg.i, tg.front, 3, w.rec))
 		}
