@@ -242,7 +242,7 @@ type job struct {
 // one Service's (only), or left backends' (left). part, when set, is told
 // each Service's part of the result as soon as its reconcile ended (Lanes
 // answers with it the lane reconciles it covers).
-func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool, part func(ServiceResult)) (Result, error) {
+func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool, part func(ServiceResult, []services.Refused, time.Duration)) (Result, error) {
 	start := time.Now()
 	// One pass for every Service's reconcile: a target's pair check
 	// (pair.Guard.Verify) runs once per reconcile of the instance, not
@@ -404,12 +404,9 @@ func (f *Fleet) run(ctx context.Context, only string, left []string, dryRun bool
 	}
 	if part != nil {
 		for i := range jobs {
-			if s := jobs[i].svc; s != nil {
-				jobs[i].runner = reported{jobs[i].runner, func(r reconcile.Result) {
-					if unread != nil && s.Class {
-						r = unsure(r, unread)
-					}
-					part(ServiceResult{Service: s.Key(), Result: r})
+			if s := jobs[i].svc; s != nil && !s.Class { // a class Service's status comes after: not covered
+				jobs[i].runner = reported{jobs[i].runner, func(r reconcile.Result, took time.Duration) {
+					part(ServiceResult{Service: s.Key(), Result: r}, res.Refused, took)
 				}}
 			}
 		}

@@ -76,12 +76,14 @@ type lane struct {
 	mu      sync.Mutex
 	last    Result // the last reconcile's, for the HTTP API
 	lastErr error
-	// cover is the part for this Service of a full reconcile that began
-	// after the run waiting for a slot since waiting (a turn; 0: none
-	// waits); covered tells that run it was set.
-	cover   *cover
-	waiting uint64
-	covered chan struct{}
+	// waiters are the turns of the runs waiting for a slot; cover is the
+	// part for this Service of a full reconcile that began after one of
+	// them, coverSet is closed when it is set (and replaced); used is the
+	// turn of the last full reconcile that answered a run (cover.go).
+	waiters  map[uint64]bool
+	cover    *cover
+	coverSet chan struct{}
+	used     uint64
 }
 
 // ErrShuttingDown answers a reconcile asked for once Close was called.
@@ -132,13 +134,17 @@ func (l *Lanes) Full(ctx context.Context) (Result, error) {
 	defer l.exit()
 	ctx, cancel := l.bound(ctx)
 	defer cancel()
-	res, err := l.Fleet.run(ctx, "", nil, false, l.covering(l.turn.Add(1)))
+	turn := l.turn.Add(1)
+	res, err := l.Fleet.run(ctx, "", nil, false, l.covering(turn))
 	if err != nil && !errors.Is(err, ErrServices) {
 		return res, err // nothing was listed: no lane is known to end
 	}
 	keep := map[string]bool{}
 	for _, s := range res.Services {
 		keep[s.Service] = true
+		if ln := l.existing(s.Service); ln != nil && ln.answeredBy(turn) {
+			continue // its follow-up was handed this result by the run it answered
+		}
 		l.observe(s)
 	}
 	l.mu.Lock()
@@ -346,6 +352,13 @@ func (l *Lanes) Len() int {
 	return len(l.lanes)
 }
 
+// existing returns key's lane, or nil.
+func (l *Lanes) existing(key string) *lane {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lanes[key]
+}
+
 // lane returns key's lane, made on first use.
 func (l *Lanes) lane(key string) *lane {
 	l.init()
@@ -354,7 +367,7 @@ func (l *Lanes) lane(key string) *lane {
 	if ln := l.lanes[key]; ln != nil {
 		return ln
 	}
-	ln := &lane{key: key, follow: &reconcile.FollowUp{Checks: l.Checks, Log: l.Log}, covered: make(chan struct{}, 1)}
+	ln := &lane{key: key, follow: &reconcile.FollowUp{Checks: l.Checks, Log: l.Log}, coverSet: make(chan struct{})}
 	if l.Tune != nil {
 		l.Tune(ln.follow)
 	}
@@ -394,7 +407,6 @@ func (l *Lanes) run(ctx context.Context, ln *lane) (reconcile.Result, error) {
 		ln.last, ln.lastErr = res, err
 		ln.mu.Unlock()
 	}
-	began := l.turn.Add(1)
 	if !l.enter() {
 		set(shuttingDown(), ErrShuttingDown)
 		return failed(ErrShuttingDown.Error(), failure.Temporary), ErrShuttingDown
@@ -403,14 +415,14 @@ func (l *Lanes) run(ctx context.Context, ln *lane) (reconcile.Result, error) {
 	ctx, cancel := l.bound(ctx)
 	defer cancel()
 	var res Result
-	part, release, err := l.slot(ctx, ln, began)
+	part, release, err := l.slot(ctx, ln)
 	switch {
 	case err != nil:
 		err = fmt.Errorf("waiting for a reconcile slot: %w", err)
 		set(Result{Status: reconcile.StatusError, Services: []ServiceResult{}, Refused: []services.Refused{}, Error: err.Error(), ErrorClass: failure.Temporary}, err)
 		return failed(err.Error(), failure.Temporary), err
 	case part != nil:
-		res, err = answered(*part)
+		res, err = answered(part)
 		if l.Log != nil {
 			l.Log.Debug("reconcile answered by a full reconcile that began after it", "service", ln.key)
 		}
@@ -441,23 +453,24 @@ func (l *Lanes) run(ctx context.Context, ln *lane) (reconcile.Result, error) {
 	}
 }
 
-// slot waits for one of the Concurrency slots for ln's run that began at
-// turn began, and returns release; or the part of a full reconcile that
-// began after it (cover), which answers it.
-func (l *Lanes) slot(ctx context.Context, ln *lane, began uint64) (part *ServiceResult, release func(), err error) {
-	ln.wait(began)
-	defer ln.wait(0)
+// slot waits for one of the Concurrency slots for a run of ln, and
+// returns release; or the cover of a full reconcile that began after the
+// run did, which answers it.
+func (l *Lanes) slot(ctx context.Context, ln *lane) (part *cover, release func(), err error) {
+	began, set := l.await(ln)
+	defer ln.done(began)
 	for {
 		select {
 		case l.sem <- struct{}{}:
-			if s, ok := ln.coveredSince(began); ok {
+			if c, _ := ln.coveredSince(began); c != nil {
 				<-l.sem
-				return &s, nil, nil
+				return c, nil, nil
 			}
 			return nil, func() { <-l.sem }, nil
-		case <-ln.covered:
-			if s, ok := ln.coveredSince(began); ok {
-				return &s, nil, nil
+		case <-set:
+			var c *cover
+			if c, set = ln.coveredSince(began); c != nil {
+				return c, nil, nil
 			}
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()

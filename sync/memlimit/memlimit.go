@@ -16,9 +16,10 @@ import (
 	"strings"
 )
 
-// Share is the part of the container's memory limit the Go heap is held
-// to: the rest is for the binary's pages, the stacks and what the runtime
-// has not given back yet.
+// Share is the part of the container's memory limit the Go runtime's
+// memory is held to (the soft limit counts the heap, the stacks and what
+// the runtime has not given back): the rest is for the binary's pages and
+// whatever else the cgroup charges.
 const Share = 0.8
 
 // The cgroup files that hold the container's memory limit: v2, then v1.
